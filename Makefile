@@ -1,0 +1,37 @@
+# make demo   boot the all-in-one local DAC, show it working, tear it down
+# make test   the whole suite (unit, store, system), installing what it needs
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+DEMO_DIR ?= .dac-local
+
+.PHONY: deps demo test unit schema bench clean
+
+deps: $(VENV)/.installed
+	@./scripts/install-system-deps
+
+$(VENV)/.installed: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV) || { ./scripts/install-system-deps && rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+demo: deps
+	./scripts/demo $(DEMO_DIR)
+
+test: deps
+	$(PY) -m pytest -q tests
+
+unit: deps
+	$(PY) -m pytest -q tests/unit
+
+schema: deps
+	$(PY) -m daccore.schema write
+
+bench: deps
+	$(PY) bench/allocator.py
+	$(PY) bench/pools_summary.py
+	$(PY) bench/alloc_storm.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

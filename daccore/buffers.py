@@ -1,0 +1,54 @@
+"""Creating a buffer: place it on free bricks, then claim them in one transaction.
+
+No global lock: each attempt reads the inventory at one revision, places the buffer (pure),
+and commits only if every chosen claim key is still absent. A loser re-reads and places again;
+when the pool no longer has room it gets the allocator's CapacityError.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Callable
+
+from daccore.allocator import place
+from daccore.errors import CapacityError
+from daccore.inventory import BrickInfo
+from daccore.models import Allocation, BrickRef, Buffer
+from daccore.store import AllocationConflict, Store
+
+log = logging.getLogger(__name__)
+
+__all__ = ["allocate_buffer", "allocation_of"]
+
+#: Enough for 20 allocators racing on one pool (bench/alloc_storm.py); each retry re-reads.
+MAX_ATTEMPTS = 25
+
+
+def allocation_of(bricks: list[BrickInfo]) -> Allocation:
+    """The allocation record for chosen bricks; the first brick's host is the primary."""
+    return Allocation(primary_host=bricks[0].host, bricks=[
+        BrickRef(host=b.host, brick=b.name, device=b.device, capacity=b.capacity) for b in bricks])
+
+
+def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capacity: int,
+                    pool: str, policy: str | None = None,
+                    rng: random.Random | None = None) -> tuple[Buffer, int]:
+    """Create the buffer `make(allocation)` on free bricks of `pool`.
+
+    Returns (buffer, mod_revision). Raises CapacityError when the pool has no room, UserError
+    when a buffer of that name exists.
+    """
+    rng = rng or random.Random()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        bricks = place(store.inventory(), capacity, pool, policy, rng)
+        buffer = make(allocation_of(bricks))
+        try:
+            return buffer, store.create_buffer(buffer)
+        except AllocationConflict:
+            log.debug("buffer %s: claim conflict on attempt %d, placing again", buffer.name,
+                      attempt)
+            time.sleep(rng.uniform(0, 0.005 * attempt))
+    raise CapacityError(f"pool '{pool}' is too busy: {MAX_ATTEMPTS} attempts to claim bricks "
+                        "for the buffer lost to other buffers; retry")

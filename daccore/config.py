@@ -1,0 +1,182 @@
+"""dac's configuration: one YAML file plus the environment, validated once at start.
+
+The file is `$DAC_CONFIG` or `/etc/dac/dac.yaml`; a missing default file means "all defaults".
+Environment, which wins over the file (as etcdctl does):
+
+    DAC_ETCD_ENDPOINTS, else ETCDCTL_ENDPOINTS   comma-separated endpoints
+    ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY    TLS files; any of them turns TLS on
+
+An endpoint without a scheme gets https:// when TLS files are given and http:// otherwise,
+as etcdctl does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Mapping
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from daccore.errors import ConfigError
+from daccore.models import Backend, Name, PlacementPolicy
+from daccore.units import parse_size
+
+__all__ = ["DacConfig", "EtcdSettings", "PoolSettings", "BrickSettings", "HostSettings",
+           "load_config", "config_path", "DEFAULT_PATH"]
+
+DEFAULT_PATH = "/etc/dac/dac.yaml"
+
+
+def _size(value: Any) -> Any:
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        try:
+            return parse_size(value)
+        except ValueError:
+            pass
+    raise ValueError("must be a size like 1TiB, 500GB or 1048576")
+
+
+Size = Annotated[int, BeforeValidator(_size), Field(gt=0)]
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EtcdSettings(Settings):
+    endpoints: list[str] = Field(["http://127.0.0.1:2379"], min_length=1)
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    timeout: float = Field(5.0, gt=0, description="seconds to keep retrying before giving up")
+    prefix: str = Field("/dac/v1/", pattern=r"^/.*/$")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.cacert or self.cert or self.key)
+
+    @property
+    def urls(self) -> list[str]:
+        scheme = "https" if self.tls else "http"
+        return [e if "://" in e else f"{scheme}://{e}" for e in self.endpoints]
+
+
+class PoolSettings(Settings):
+    granularity: Size
+    backend: Backend = Backend.LOCAL
+    placement: PlacementPolicy | None = Field(
+        None, description="default: single_host for local, across_servers otherwise")
+
+    @property
+    def effective_placement(self) -> PlacementPolicy:
+        if self.placement is not None:
+            return self.placement
+        if self.backend is Backend.LOCAL:
+            return PlacementPolicy.SINGLE_HOST
+        return PlacementPolicy.ACROSS_SERVERS
+
+
+class BrickSettings(Settings):
+    device: str = Field(pattern=r"^/")
+    capacity: Size
+    pool: Name = "default"
+    name: Name | None = Field(None, description="default: the device's file name")
+    socket: int = Field(0, ge=0)
+    pcie_switch: str = "0"
+
+    @property
+    def brick_name(self) -> str:
+        return self.name or os.path.basename(self.device)
+
+
+class HostSettings(Settings):
+    bricks: list[BrickSettings] = []
+
+
+class DacConfig(Settings):
+    etcd: EtcdSettings = EtcdSettings()
+    pools: dict[Name, PoolSettings] = {}
+    hosts: dict[Name, HostSettings] = Field({}, description="storage servers and their bricks")
+    lease_ttl: int = Field(10, ge=2, description="seconds a dead dacd keeps its host alive")
+
+    @model_validator(mode="after")
+    def _bricks_fit_pools(self) -> DacConfig:
+        for host, hs in self.hosts.items():
+            seen: dict[str, int] = {}
+            for i, b in enumerate(hs.bricks):
+                where = f"hosts.{host}.bricks[{i}]"
+                for attr, value in (("device", b.device), ("name", b.brick_name)):
+                    first = seen.setdefault(f"{attr}={value}", i)
+                    if first != i:
+                        raise ValueError(f"{where}.{attr}: '{value}' is listed twice "
+                                         f"(also bricks[{first}])")
+                pool = self.pools.get(b.pool)
+                if pool is None:
+                    known = ", ".join(sorted(self.pools)) or "none configured"
+                    raise ValueError(f"{where}.pool: unknown pool '{b.pool}' (pools: {known})")
+                if b.capacity < pool.granularity:
+                    raise ValueError(f"{where}.capacity: {b.capacity} bytes is smaller than "
+                                     f"pool '{b.pool}' granularity {pool.granularity}")
+        return self
+
+
+def load_config(path: str | None = None, env: Mapping[str, str] | None = None) -> DacConfig:
+    """Read, overlay the environment, validate. Raises ConfigError with one line."""
+    env = os.environ if env is None else env
+    source = config_path(path, env)
+    data = _read_yaml(source, must_exist=source != DEFAULT_PATH)
+    etcd = data.setdefault("etcd", {}) if isinstance(data, dict) else None
+    if isinstance(etcd, dict):
+        endpoints = env.get("DAC_ETCD_ENDPOINTS") or env.get("ETCDCTL_ENDPOINTS")
+        if endpoints:
+            etcd["endpoints"] = [e.strip() for e in endpoints.split(",") if e.strip()]
+        for name in ("cacert", "cert", "key"):
+            if env.get(f"ETCDCTL_{name.upper()}"):
+                etcd[name] = env[f"ETCDCTL_{name.upper()}"]
+    try:
+        return DacConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(source, describe_validation_error(e)) from None
+
+
+def config_path(path: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The file `load_config` reads: the argument, else $DAC_CONFIG, else the default."""
+    env = os.environ if env is None else env
+    return path or env.get("DAC_CONFIG") or DEFAULT_PATH
+
+
+def _read_yaml(source: str, must_exist: bool) -> Any:
+    try:
+        text = Path(source).read_text()
+    except FileNotFoundError:
+        if must_exist:
+            raise ConfigError(source, "no such file") from None
+        return {}
+    except OSError as e:
+        raise ConfigError(source, e.strerror or str(e)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise ConfigError(source, f"{where}{getattr(e, 'problem', None) or e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(source, "the top level must be a mapping")
+    return data
+
+
+def describe_validation_error(e: ValidationError) -> str:
+    """The first problem as `field.path: message`, plus how many more there are."""
+    errors = e.errors()
+    first = errors[0]
+    path = ""
+    for part in first["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    msg = first["msg"].removeprefix("Value error, ")
+    msg = msg[:1].lower() + msg[1:]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{path}: {msg}{more}" if path else f"{msg}{more}"

@@ -1,0 +1,86 @@
+"""Typed errors that say who must act.
+
+    DacError                      kind: user | admin | internal, retryable
+    ├── UserError                 the request is wrong; the user fixes it
+    │   ├── CapacityError         no room for the request (retryable: room may free up)
+    │   └── NotFound              a named object does not exist
+    ├── AdminError                the site's setup is wrong or down; an admin fixes it
+    │   ├── ConfigError           the config file or environment is invalid
+    │   └── StoreUnavailable      etcd cannot be reached (retryable)
+    └── InternalError             a bug or a broken invariant in dac itself
+        └── Conflict              a compare-and-swap lost a race (retryable by re-reading)
+
+Messages are one lower-case line that names the object and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Kind(str, Enum):
+    """Who must act on an error."""
+
+    USER = "user"
+    ADMIN = "admin"
+    INTERNAL = "internal"
+
+
+class DacError(Exception):
+    """Base of every error dac raises on purpose."""
+
+    kind: Kind = Kind.INTERNAL
+    retryable: bool = False
+    #: process exit code a CLI uses for this kind of error
+    exit_code: int = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UserError(DacError):
+    kind = Kind.USER
+
+
+class CapacityError(UserError):
+    retryable = True
+
+
+class NotFound(UserError):
+    pass
+
+
+class AdminError(DacError):
+    kind = Kind.ADMIN
+    exit_code = 2
+
+
+class ConfigError(AdminError):
+    def __init__(self, source: str, message: str):
+        super().__init__(f"invalid config {source}: {message}")
+        self.source = source
+
+
+class StoreUnavailable(AdminError):
+    retryable = True
+
+    def __init__(self, endpoints: list[str], reason: str, waited: float):
+        where = ", ".join(endpoints)
+        super().__init__(
+            f"etcd unreachable at {where} after {waited:.1f}s: {reason} "
+            "(check DAC_ETCD_ENDPOINTS, ETCDCTL_ENDPOINTS or etcd.endpoints in the config)"
+        )
+        self.endpoints = endpoints
+
+
+class InternalError(DacError):
+    kind = Kind.INTERNAL
+    exit_code = 3
+
+
+class Conflict(InternalError):
+    retryable = True

@@ -1,0 +1,62 @@
+"""The etcd key layout: the only place that spells a key. Used by `daccore.store` alone.
+
+    <prefix>pools/<pool>               Pool         dacd, create-if-missing
+    <prefix>hosts/<host>               Host         dacd (drained: admin, by compare-and-swap)
+    <prefix>alive/<host>               empty        dacd, bound to its lease
+    <prefix>claims/<host>/<brick>      BrickClaim   dacctl, in the buffer's allocation txn
+    <prefix>buffers/<name>             Buffer       dacctl
+    <prefix>status/<name>/<host>       Status       the dacd of <host>
+"""
+
+from __future__ import annotations
+
+__all__ = ["Keys", "prefix_end"]
+
+
+def prefix_end(prefix: str) -> str:
+    """The etcd range_end that makes [prefix, end) cover every key starting with prefix."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class Keys:
+    def __init__(self, prefix: str = "/dac/v1/"):
+        self.root = prefix
+        self.pools = prefix + "pools/"
+        self.hosts = prefix + "hosts/"
+        self.alive = prefix + "alive/"
+        self.claims = prefix + "claims/"
+        self.buffers = prefix + "buffers/"
+        self.statuses = prefix + "status/"
+
+    def pool(self, name: str) -> str:
+        return self.pools + name
+
+    def host(self, name: str) -> str:
+        return self.hosts + name
+
+    def alive_key(self, host: str) -> str:
+        return self.alive + host
+
+    def claim(self, host: str, brick: str) -> str:
+        return f"{self.claims}{host}/{brick}"
+
+    def host_claims(self, host: str) -> str:
+        return f"{self.claims}{host}/"
+
+    def buffer(self, name: str) -> str:
+        return self.buffers + name
+
+    def status(self, buffer: str, host: str) -> str:
+        return f"{self.statuses}{buffer}/{host}"
+
+    def buffer_statuses(self, buffer: str) -> str:
+        return f"{self.statuses}{buffer}/"
+
+    @staticmethod
+    def last(key: str, prefix: str) -> str:
+        """The name a key under `prefix` stands for: `hosts/dac1` -> `dac1`."""
+        return key[len(prefix):]
+
+    def parse_claim(self, key: str) -> tuple[str, str]:
+        host, _, brick = key[len(self.claims):].partition("/")
+        return host, brick

@@ -1,0 +1,228 @@
+"""The records dac keeps in etcd, one pydantic model each.
+
+Every record is JSON in one etcd key (the layout is in `daccore.keys`); `schema/` holds the
+JSON Schema generated from these models (`python -m daccore.schema`). Records ignore unknown
+fields so that an older dacd can still read what a newer one wrote during a rolling upgrade.
+
+The scheduler side (dacctl) writes a buffer's spec: `Buffer`. Each storage host (dacd) writes
+what it observed: `Status`. Neither writes the other's key.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from daccore.errors import Kind
+
+__all__ = [
+    "Name", "Backend", "AccessMode", "BufferType", "PlacementPolicy", "State", "StageType",
+    "Pool", "Brick", "Host", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
+    "Allocation", "Buffer", "Progress", "StatusError", "Status", "RECORDS",
+]
+
+#: Names that are safe inside an etcd key and a path: buffers, hosts, bricks, pools.
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+Bytes = Annotated[int, Field(gt=0, description="bytes")]
+
+
+class Backend(str, Enum):
+    LOCAL = "local"
+    LUSTRE = "lustre"
+    DAOS = "daos"
+
+
+class PlacementPolicy(str, Enum):
+    """Where a buffer's bricks may come from."""
+
+    SINGLE_HOST = "single_host"  # one filesystem on one server (local backend)
+    ACROSS_SERVERS = "across_servers"  # spread over servers and PCIe switches (Lustre, DAOS)
+
+
+class AccessMode(str, Enum):
+    STRIPED = "striped"
+    PRIVATE = "private"
+    STRIPED_PRIVATE = "striped,private"
+
+
+class BufferType(str, Enum):
+    SCRATCH = "scratch"
+    CACHE = "cache"
+
+
+class StageType(str, Enum):
+    FILE = "file"
+    DIRECTORY = "directory"
+    LIST = "list"
+
+
+class State(str, Enum):
+    """A buffer's lifecycle, in order. Teardown may jump to DELETED from anywhere."""
+
+    CREATED = "created"
+    STAGED_IN = "staged_in"
+    MOUNTED = "mounted"
+    UNMOUNTED = "unmounted"
+    STAGED_OUT = "staged_out"
+    DELETED = "deleted"
+
+    @property
+    def rank(self) -> int:
+        return _ORDER.index(self)
+
+    def next(self) -> State | None:
+        """The state after this one, or None after DELETED."""
+        i = self.rank + 1
+        return _ORDER[i] if i < len(_ORDER) else None
+
+
+_ORDER = list(State)
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Pool(Record):
+    """A set of equally sized bricks served by one backend."""
+
+    name: Name
+    granularity: Bytes = Field(description="bytes per brick: requests round up to a multiple")
+    backend: Backend = Backend.LOCAL
+    placement: PlacementPolicy = PlacementPolicy.SINGLE_HOST
+
+
+class Brick(Record):
+    """One NVMe device (or partition, or loop device) of a storage host."""
+
+    name: Name = Field(description="unique on its host; names the claim key")
+    device: str = Field(pattern=r"^/", description="absolute device path")
+    capacity: Bytes
+    pool: Name
+    socket: int = Field(0, ge=0, description="CPU socket the device hangs off")
+    pcie_switch: str = Field("0", description="PCIe switch label, unique within the host")
+
+
+class Host(Record):
+    """A storage server and its bricks, written by its dacd; `drained` is set by an admin."""
+
+    name: Name
+    bricks: list[Brick] = []
+    drained: bool = False
+    versions: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _unique_bricks(self) -> Host:
+        for attr in ("name", "device"):
+            seen: set[str] = set()
+            for b in self.bricks:
+                value = getattr(b, attr)
+                if value in seen:
+                    raise ValueError(f"brick {attr} '{value}' is listed twice on host '{self.name}'")
+                seen.add(value)
+        return self
+
+
+class BrickClaim(Record):
+    """The value of a claim key: which buffer holds the brick."""
+
+    buffer: Name
+
+
+class StageRequest(Record):
+    type: StageType
+    source: str
+    destination: str
+
+
+class BufferRequest(Record):
+    """What the user asked for, already validated and in bytes."""
+
+    capacity: Bytes
+    pool: Name
+    access: AccessMode = AccessMode.STRIPED
+    type: BufferType = BufferType.SCRATCH
+    swap: int = Field(0, ge=0, description="bytes of swap per compute node")
+    stage_in: list[StageRequest] = []
+    stage_out: list[StageRequest] = []
+    persistent: list[Name] = Field([], description="persistent buffers the job attaches")
+
+
+class BrickRef(Record):
+    host: Name
+    brick: Name
+    device: str
+    capacity: Bytes
+
+
+class Allocation(Record):
+    bricks: list[BrickRef] = Field(min_length=1)
+    primary_host: Name = Field(description="runs the buffer's staging and, for Lustre, its MGS")
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({b.host for b in self.bricks})
+
+    @property
+    def size(self) -> int:
+        return sum(b.capacity for b in self.bricks)
+
+    @model_validator(mode="after")
+    def _primary_holds_a_brick(self) -> Allocation:
+        if self.primary_host not in {b.host for b in self.bricks}:
+            raise ValueError(f"primary host '{self.primary_host}' holds none of the bricks")
+        return self
+
+
+class Buffer(Record):
+    """A buffer's spec: written by dacctl (the scheduler side) only."""
+
+    name: Name
+    owner_uid: int = Field(ge=0)
+    owner_gid: int = Field(ge=0)
+    job_id: int | None = None
+    persistent: bool = False
+    request: BufferRequest
+    allocation: Allocation
+    desired_state: State = State.CREATED
+    generation: int = Field(1, ge=1, description="bumped on every change of the spec")
+    created_at: float = Field(0.0, description="unix time")
+
+
+class Progress(Record):
+    bytes_done: int = Field(0, ge=0)
+    bytes_total: int = Field(0, ge=0)
+    files_done: int = Field(0, ge=0)
+    files_total: int = Field(0, ge=0)
+
+
+class StatusError(Record):
+    category: Kind
+    message: str = Field(description="one line, for the user or admin")
+    detail: str = Field("", max_length=8192, description="bounded debug output, for the admin")
+
+
+class Status(Record):
+    """What one host observed of one buffer: written by that host's dacd only."""
+
+    buffer: Name
+    host: Name
+    state: State | None = Field(None, description="last state reached; none before the first")
+    generation: int = Field(0, ge=0, description="the spec generation this status answers")
+    step: str = ""
+    progress: Progress | None = None
+    error: StatusError | None = None
+    attempt: int = Field(0, ge=0)
+    updated_at: float = 0.0
+
+
+#: schema file stem -> model, for `schema/` and its drift test
+RECORDS: dict[str, type[Record]] = {
+    "pool": Pool,
+    "host": Host,
+    "brick_claim": BrickClaim,
+    "buffer": Buffer,
+    "status": Status,
+}

@@ -1,0 +1,114 @@
+"""dacctl's commands for people: each parses, calls the core, prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from daccore.config import load_config
+from daccore.units import format_size, parse_size
+from dacctl.render import table
+
+
+def _size(ctx, param, value):
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _store():
+    from daccore.store import Store
+    return Store.from_settings(load_config().etcd)
+
+
+@click.group(help="dac: burst buffers for Slurm. Add --debug to any command for tracebacks.")
+def cli() -> None:
+    pass
+
+
+@cli.command(help="Pools with their granularity and brick counts.")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def pools(as_json: bool) -> None:
+    from daccore.inventory import summarize
+    summaries = summarize(_store().inventory())
+    if as_json:
+        click.echo(json.dumps({"pools": [s.as_dict() for s in summaries]}, indent=2))
+        return
+    click.echo(table(
+        ["POOL", "BACKEND", "GRANULARITY", "TOTAL", "FREE", "USED", "HOSTS UP/DOWN/DRAINED"],
+        [[s.name, s.backend, format_size(s.granularity),
+          f"{s.total} ({format_size(s.total * s.granularity)})",
+          f"{s.free} ({format_size(s.free * s.granularity)})",
+          f"{s.used} ({format_size(s.used * s.granularity)})",
+          f"{s.hosts_up}/{s.hosts_down}/{s.hosts_drained}"] for s in summaries]))
+
+
+@cli.group(help="The all-in-one local DAC: etcd, dacd servers and loop-file bricks on this "
+                "machine.")
+def local() -> None:
+    pass
+
+
+_workdir = click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+                        default=Path(".dac-local"), show_default=True,
+                        help="where the local DAC keeps its state, bricks and logs")
+
+
+@local.command(help="Start etcd and N storage servers; returns when they show in the pools.")
+@_workdir
+@click.option("--servers", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option("--bricks-per-server", default=4, show_default=True, type=click.IntRange(1, 64))
+@click.option("--brick-size", default="1GiB", show_default=True, callback=_size)
+def up(workdir: Path, servers: int, bricks_per_server: int, brick_size: int) -> None:
+    from daclocal import cluster
+    state = cluster.up(workdir, servers, bricks_per_server, brick_size)
+    click.echo(f"local DAC up in {state.workdir}: etcd {state.endpoint}, {servers} servers "
+               f"x {bricks_per_server} bricks of {format_size(brick_size)}")
+    click.echo(f"use it: eval \"$(dacctl local env --workdir {workdir})\"")
+
+
+@local.command(help="Print the export lines a shell needs to use the local DAC.")
+@_workdir
+def env(workdir: Path) -> None:
+    from daclocal import cluster
+    click.echo("\n".join(cluster.env_lines(workdir)))
+
+
+@local.command(help="Show the local DAC's processes, bricks and pools.")
+@_workdir
+@click.option("--json", "as_json", is_flag=True)
+def status(workdir: Path, as_json: bool) -> None:
+    from daclocal import cluster
+    report = cluster.status(workdir)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    e = report["etcd"]
+    click.echo(f"workdir {report['workdir']}")
+    click.echo(f"etcd    {e['endpoint']} pid {e['pid']} {_up(e['running'])}")
+    for d in report["dacd"]:
+        bricks = [b for b in report["bricks"] if b["host"] == d["host"]]
+        attached = sum(b["attached"] for b in bricks)
+        click.echo(f"dacd    {d['host']} pid {d['pid']} {_up(d['running'])}, "
+                   f"{attached}/{len(bricks)} loop bricks attached")
+    for p in report.get("pools", []):
+        click.echo(f"pool    {p['name']}: {p['free_bricks']}/{p['total_bricks']} bricks free, "
+                   f"{p['hosts_up']} hosts up")
+    if "pools_error" in report:
+        click.echo(f"pools   unavailable: {report['pools_error']}")
+
+
+def _up(running: bool) -> str:
+    return "running" if running else "NOT RUNNING"
+
+
+@local.command(help="Stop everything `up` started here and remove its bricks.")
+@_workdir
+def down(workdir: Path) -> None:
+    from daclocal import cluster
+    stopped = cluster.down(workdir)
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped else
+               f"nothing running in {workdir.resolve()}")

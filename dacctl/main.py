@@ -1,0 +1,39 @@
+"""The `dacctl` entry point: the one place that turns a DacError into a line and an exit code.
+
+Kept free of heavy imports: the commands load click, pydantic and the store only when they run.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    from daccore.errors import DacError
+
+    try:
+        from dacctl.cli import cli
+        return cli.main(args=[a for a in argv if a != "--debug"], prog_name="dacctl",
+                        standalone_mode=False) or 0
+    except DacError as e:
+        if debug:
+            raise
+        print(f"dacctl: {e.kind.value} error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("dacctl: interrupted", file=sys.stderr)
+        return 130
+    except _click_errors() as e:
+        e.show()
+        return e.exit_code
+
+
+def _click_errors() -> tuple[type[BaseException], ...]:
+    import click
+    return (click.ClickException, click.exceptions.Abort)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The dacd process: announce the server, stay alive on a lease, stop cleanly."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from daccore.config import DacConfig
+from daccore.etcd import LeaseKeeper
+from daccore.store import Store
+from dacd.registration import check_devices, host_record, host_settings, pool_records
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Daemon"]
+
+
+class Daemon:
+    """One storage server's daemon. `start()` registers and returns; `stop()` leaves at once."""
+
+    def __init__(self, config: DacConfig, host: str, config_source: str):
+        self.config, self.host = config, host
+        self.settings = host_settings(config, host, config_source)
+        self.store = Store.from_settings(config.etcd)
+        self._lease: LeaseKeeper | None = None
+        self.stopping = threading.Event()
+
+    def start(self) -> None:
+        check_devices(self.host, self.settings)
+        for pool in pool_records(self.config):
+            self.store.ensure_pool(pool)
+        record = self.store.register_host(host_record(self.host, self.settings))
+        self._lease = self.store.keep_alive(self.host, self.config.lease_ttl)
+        log.info("host %s registered: %d bricks, drained=%s, lease ttl %ss", self.host,
+                 len(record.bricks), record.drained, self.config.lease_ttl)
+
+    def wait(self) -> None:
+        self.stopping.wait()
+
+    def stop(self) -> None:
+        """Revoke the lease so the host leaves the pools now, not after the TTL."""
+        self.stopping.set()
+        if self._lease is not None:
+            self._lease.stop()
+            self._lease = None
+        log.info("host %s stopped", self.host)

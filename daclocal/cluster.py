@@ -1,0 +1,190 @@
+"""`dacctl local up|env|status|down`: one machine posing as a whole DAC.
+
+Everything `up` starts is written to `<workdir>/state.json` as soon as it exists, so `down` (or
+a failed `up` cleaning after itself) stops exactly that and nothing else: processes are matched
+by pid *and* command line, loop devices by their backing file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from daccore.config import load_config
+from daccore.errors import AdminError, DacError
+from daccore.inventory import summarize
+from daccore.store import Store
+from daclocal import loopdev
+from daclocal.etcd_server import EtcdServer
+from daclocal.procs import is_running, spawn, stop_pid
+
+__all__ = ["LocalState", "up", "down", "status", "env_lines", "POOL"]
+
+POOL = "default"
+
+
+@dataclass
+class LocalState:
+    workdir: str
+    etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port
+    bricks: list[dict] = field(default_factory=list)  # host, file, device
+    dacd: list[dict] = field(default_factory=list)  # host, pid
+
+    @property
+    def config_path(self) -> Path:
+        return Path(self.workdir) / "dac.yaml"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.etcd['client_port']}"
+
+    def save(self) -> None:
+        path = Path(self.workdir) / "state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, workdir: Path) -> LocalState | None:
+        try:
+            return cls(**json.loads((workdir / "state.json").read_text()))
+        except FileNotFoundError:
+            return None
+
+
+def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: int = 1 << 30,
+       timeout: float = 30.0) -> LocalState:
+    """Start etcd, make the loop-file bricks, start one dacd per server; return when every
+    server shows in the pools. On any failure, stop what was started and re-raise."""
+    workdir = workdir.resolve()
+    if servers < 1 or bricks_per_server < 1:
+        raise AdminError("the local DAC needs at least one server with one brick")
+    existing = LocalState.load(workdir)
+    if existing is not None:
+        raise AdminError(f"a local DAC already runs in {workdir}: run "
+                         f"`dacctl local down --workdir {workdir}` first")
+    (workdir / "bricks").mkdir(parents=True, exist_ok=True)
+    (workdir / "logs").mkdir(exist_ok=True)
+    state = LocalState(str(workdir))
+    try:
+        etcd = EtcdServer(workdir / "etcd").start()
+        state.etcd = {"pid": etcd.pid, "client_port": etcd.client_port,
+                      "peer_port": etcd.peer_port}
+        state.save()
+        hosts = {}
+        for s in range(1, servers + 1):
+            host = f"dac-server-{s}"
+            bricks = []
+            for b in range(bricks_per_server):
+                path = workdir / "bricks" / f"{host}-brick{b}.img"
+                device = loopdev.attach(path, brick_size)
+                state.bricks.append({"host": host, "file": str(path), "device": device})
+                state.save()
+                # Alternate two PCIe switches so placement's topology spreading is exercised.
+                bricks.append({"device": device, "capacity": brick_size, "pool": POOL,
+                               "name": f"brick{b}", "pcie_switch": str(b % 2)})
+            hosts[host] = {"bricks": bricks}
+        config = {"etcd": {"endpoints": [state.endpoint], "timeout": 5},
+                  "pools": {POOL: {"granularity": brick_size, "backend": "local"}},
+                  "hosts": hosts, "lease_ttl": 5}
+        state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        for host in hosts:
+            proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
+                          "--host", host], workdir / "logs" / f"dacd-{host}.log")
+            state.dacd.append({"host": host, "pid": proc.pid})
+            state.save()
+        _wait_until_registered(state, servers, timeout)
+        return state
+    except BaseException:
+        down(workdir)
+        raise
+
+
+def _wait_until_registered(state: LocalState, servers: int, timeout: float) -> None:
+    store = _store(state)
+    deadline = time.monotonic() + timeout
+    while True:
+        for d in state.dacd:
+            if not is_running(d["pid"], state.workdir):
+                log = Path(state.workdir) / "logs" / f"dacd-{d['host']}.log"
+                last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+                raise AdminError(f"dacd for {d['host']} exited: {last} (log: {log})")
+        pools = {p.name: p for p in summarize(store.inventory())}
+        if POOL in pools and pools[POOL].hosts_up == servers:
+            return
+        if time.monotonic() > deadline:
+            raise AdminError(f"the local DAC's {servers} servers did not register within "
+                             f"{timeout:.0f}s (logs: {state.workdir}/logs)")
+        time.sleep(0.05)
+
+
+def down(workdir: Path) -> list[str]:
+    """Stop everything `up` started in `workdir`; returns what was stopped, for the user."""
+    workdir = workdir.resolve()
+    state = LocalState.load(workdir)
+    if state is None:
+        return []
+    done = []
+    for d in state.dacd:
+        if is_running(d["pid"], state.workdir):
+            stop_pid(d["pid"], state.workdir)
+            done.append(f"dacd {d['host']} (pid {d['pid']})")
+    if state.etcd.get("pid"):
+        etcd = EtcdServer(workdir / "etcd", pid=state.etcd["pid"])
+        if etcd.running():
+            etcd.stop()
+            done.append(f"etcd (pid {state.etcd['pid']})")
+    for b in state.bricks:
+        if loopdev.backing_file(b["device"]) == b["file"]:
+            loopdev.detach(b["device"], Path(b["file"]))
+            done.append(f"loop device {b['device']}")
+        Path(b["file"]).unlink(missing_ok=True)
+    for leftover in (workdir / "etcd" / "etcd-data", workdir / "bricks"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    state.config_path.unlink(missing_ok=True)
+    (workdir / "state.json").unlink()
+    return done
+
+
+def _store(state: LocalState) -> Store:
+    return Store.from_settings(load_config(str(state.config_path), env={}).etcd)
+
+
+def env_lines(workdir: Path) -> list[str]:
+    state = _require(workdir)
+    return [f"export DAC_CONFIG={state.config_path}",
+            f"export DAC_ETCD_ENDPOINTS={state.endpoint}"]
+
+
+def status(workdir: Path) -> dict:
+    """Which of the local DAC's processes and devices are up, and its pools."""
+    state = _require(workdir)
+    report = {
+        "workdir": state.workdir,
+        "etcd": {"endpoint": state.endpoint, "pid": state.etcd["pid"],
+                 "running": is_running(state.etcd["pid"], state.workdir)},
+        "dacd": [{"host": d["host"], "pid": d["pid"],
+                  "running": is_running(d["pid"], state.workdir)} for d in state.dacd],
+        "bricks": [{"host": b["host"], "device": b["device"],
+                    "attached": loopdev.backing_file(b["device"]) == b["file"]}
+                   for b in state.bricks],
+    }
+    try:
+        report["pools"] = [p.as_dict() for p in summarize(_store(state).inventory())]
+    except DacError as e:
+        report["pools_error"] = str(e)
+    return report
+
+
+def _require(workdir: Path) -> LocalState:
+    state = LocalState.load(workdir.resolve())
+    if state is None:
+        raise AdminError(f"no local DAC in {workdir.resolve()}: start one with "
+                         f"`dacctl local up --workdir {workdir}`")
+    return state

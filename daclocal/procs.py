@@ -1,0 +1,64 @@
+"""Starting and stopping the local DAC's processes, and finding free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+__all__ = ["free_port", "spawn", "is_running", "stop_pid"]
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a daemon in its own session, so it outlives the command that started it."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env=env, close_fds=True)
+
+
+def is_running(pid: int, marker: str = "") -> bool:
+    """True when `pid` is alive and, given a marker, its command line contains it (so a pid
+    reused by an unrelated process is never mistaken for ours)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[1].split()[0] == "Z":
+        return False
+    return marker in cmdline
+
+
+def stop_pid(pid: int, marker: str = "", timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout`; returns once the process is gone."""
+    if not is_running(pid, marker):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not is_running(pid, marker):
+            return
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    while is_running(pid, marker):
+        _reap(pid)
+        time.sleep(0.02)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
