@@ -1,0 +1,137 @@
+import threading
+import time
+
+import pytest
+
+from daccore.errors import StoreUnavailable
+from daccore.etcd import EtcdClient, EtcdRequestError, LeaseKeeper, WatchCompacted, absent, \
+    mod_is, put_op, range_op
+from daccore.keys import prefix_end
+
+
+def test_put_get_range_delete(etcd):
+    for i in range(3):
+        etcd.put(f"/c/r/{i}", f"v{i}")
+    etcd.put("/c/rz", "outside")
+    kvs, rev = etcd.range("/c/r/", prefix_end("/c/r/"))
+    assert [kv.value for kv in kvs] == [b"v0", b"v1", b"v2"] and rev >= kvs[-1].mod_revision
+    assert etcd.get("/c/r/1").value == b"v1"
+    assert etcd.delete("/c/r/", prefix_end("/c/r/")) == 3
+    assert etcd.get("/c/r/1") is None
+
+
+def test_txn_compare_and_swap_on_mod_revision(etcd):
+    rev = etcd.put("/c/cas", "a")
+    assert etcd.txn([mod_is("/c/cas", rev)], [put_op("/c/cas", "b")]).succeeded
+    r = etcd.txn([mod_is("/c/cas", rev)], [put_op("/c/cas", "c")], [range_op("/c/cas")])
+    assert not r.succeeded and r.ranges()[0][0].value == b"b"
+
+
+def test_create_if_missing_succeeds_once(etcd):
+    assert etcd.txn([absent("/c/once")], [put_op("/c/once", "1")]).succeeded
+    assert not etcd.txn([absent("/c/once")], [put_op("/c/once", "2")]).succeeded
+    assert etcd.get("/c/once").value == b"1"
+
+
+def test_lease_keeper_keeps_a_key_and_revoking_removes_it(etcd):
+    keeper = LeaseKeeper(etcd, 2, lambda lease: etcd.put("/c/alive", "", lease)).start(wait=3)
+    time.sleep(3.5)  # longer than the TTL: only keepalives can have kept it
+    assert etcd.get("/c/alive") is not None
+    keeper.stop()
+    assert etcd.get("/c/alive") is None
+
+
+def test_an_unrefreshed_lease_expires(etcd):
+    lease = etcd.lease_grant(2)
+    etcd.put("/c/ttl", "", lease)
+    time.sleep(3.2)
+    assert etcd.get("/c/ttl") is None
+    assert etcd.lease_keepalive(lease) == 0
+
+
+def test_lease_keeper_rebinds_after_losing_its_lease(etcd):
+    bound = []
+    keeper = LeaseKeeper(etcd, 2, lambda lease: (bound.append(lease),
+                                                 etcd.put("/c/rebind", "", lease)))
+    keeper.start(wait=3)
+    etcd.lease_revoke(keeper.lease)  # as if etcd had expired it during an outage
+    deadline = time.monotonic() + 5
+    while len(bound) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    keeper.stop()
+    assert len(bound) == 2 and bound[0] != bound[1]
+
+
+def test_watch_from_a_revision_sees_past_and_new_events(etcd):
+    rev = etcd.put("/c/w/a", "1")
+    etcd.delete("/c/w/a")
+    w = etcd.watch("/c/w/", prefix_end("/c/w/"), start_revision=rev)
+    events = []
+
+    def consume():
+        for ev in w:
+            events.append((ev.type, ev.kv.key, ev.kv.value))
+            if len(events) == 3:
+                return
+    t = threading.Thread(target=consume)
+    t.start()
+    etcd.put("/c/w/b", "2")
+    t.join(5)
+    w.close()
+    assert events == [("put", "/c/w/a", b"1"), ("delete", "/c/w/a", b""), ("put", "/c/w/b", b"2")]
+
+
+def test_watch_resumes_after_a_broken_stream_without_loss_or_repeats(etcd):
+    w = etcd.watch("/c/res/", prefix_end("/c/res/"))
+    seen = []
+    it = iter(w)
+
+    def consume():
+        for ev in it:
+            seen.append(ev.kv.value)
+            if len(seen) == 4:
+                return
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.2)
+    etcd.put("/c/res/k", "1")
+    etcd.put("/c/res/k", "2")
+    time.sleep(0.2)
+    w._sock.shutdown(2)  # break the stream under the watch, as a network fault would
+    etcd.put("/c/res/k", "3")
+    etcd.put("/c/res/k", "4")
+    t.join(5)
+    w.close()
+    assert seen == [b"1", b"2", b"3", b"4"]
+
+
+def test_watch_from_a_compacted_revision_says_so(etcd):
+    first = etcd.put("/c/cmp", "1")
+    last = etcd.put("/c/cmp", "2")
+    etcd.call("/v3/kv/compaction", {"revision": str(last)})
+    with pytest.raises(WatchCompacted) as e:
+        next(iter(etcd.watch("/c/cmp", start_revision=first)))
+    assert e.value.compact_revision >= last
+
+
+def test_unreachable_etcd_is_one_error_in_bounded_time():
+    client = EtcdClient(["http://127.0.0.1:1", "http://127.0.0.1:2"], timeout=1.0)
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable) as e:
+        client.get("/x")
+    waited = time.monotonic() - start
+    assert 1.0 <= waited < 2.5
+    msg = str(e.value)
+    assert "http://127.0.0.1:1, http://127.0.0.1:2" in msg and "connection refused" in msg
+    assert "\n" not in msg
+
+
+def test_a_refused_request_is_not_mistaken_for_an_outage(etcd):
+    with pytest.raises(EtcdRequestError):
+        etcd.call("/v3/lease/keepalive", {"ID": "not-a-number"})
+
+
+def test_client_fails_over_to_a_live_endpoint(etcd_server):
+    client = EtcdClient(["http://127.0.0.1:1", etcd_server.endpoint], timeout=3)
+    client.put("/c/failover", "ok")
+    assert client.get("/c/failover").value == b"ok"

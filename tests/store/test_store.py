@@ -1,0 +1,178 @@
+import threading
+import time
+
+import pytest
+
+from daccore.buffers import allocate_buffer, allocation_of
+from daccore.errors import AdminError, CapacityError, Conflict, InternalError, NotFound, UserError
+from daccore.inventory import summarize
+from daccore.models import State, Status, StatusError
+from daccore.store import AllocationConflict
+
+from records import buffer_maker, host, pool
+
+
+def register(store, hosts=("h1", "h2"), n=4, alive=True):
+    store.ensure_pool(pool())
+    keepers = []
+    for h in hosts:
+        store.register_host(host(h, n))
+        if alive:
+            keepers.append(store.keep_alive(h, 5))
+    return keepers
+
+
+def test_ensure_pool_creates_once_and_refuses_a_different_definition(store):
+    assert store.ensure_pool(pool()) == pool()
+    assert store.ensure_pool(pool()) == pool()
+    with pytest.raises(AdminError, match="pool 'p' is registered as .*granularity.*100"):
+        store.ensure_pool(pool(granularity=200))
+    assert store.pools()["p"].granularity == 100
+
+
+def test_register_host_keeps_the_drained_flag_an_admin_set(store):
+    store.register_host(host("h1"))
+    store.set_drained("h1", True)
+    store.register_host(host("h1", n=5))  # dacd restarts with one more brick
+    h = store.hosts()["h1"]
+    assert h.drained and len(h.bricks) == 5
+    with pytest.raises(NotFound, match="unknown host 'nope'"):
+        store.set_drained("nope", True)
+
+
+def test_keep_alive_marks_the_host_alive_until_stopped(store):
+    keeper = store.keep_alive("h1", 5)
+    assert store.alive() == {"h1"}
+    keeper.stop()
+    assert store.alive() == set()
+
+
+def test_inventory_and_pool_summary(store):
+    keepers = register(store, ("h1", "h2", "h3"))
+    keepers.pop().stop()  # h3 dies
+    store.set_drained("h2", True)
+    inv = store.inventory()
+    (s,) = summarize(inv)
+    assert (s.total, s.free, s.used, s.hosts_up, s.hosts_down, s.hosts_drained) == \
+        (8, 4, 0, 2, 1, 1)
+    assert inv.revision > 0
+    for k in keepers:
+        k.stop()
+
+
+def test_create_buffer_claims_every_brick_or_nothing(store):
+    keepers = register(store, ("h1",))
+    inv = store.inventory()
+    bricks = inv.free_bricks("p")["h1"]
+    first = buffer_maker("j1", 200)(allocation_of(bricks[:2]))
+    store.create_buffer(first)
+    assert store.claims() == {("h1", "b0"): "j1", ("h1", "b1"): "j1"}
+    # overlaps j1 on b1: nothing of j2 may be written, not even its claim on b2
+    second = buffer_maker("j2", 200)(allocation_of(bricks[1:3]))
+    with pytest.raises(AllocationConflict):
+        store.create_buffer(second)
+    assert store.buffer("j2") is None
+    assert ("h1", "b2") not in store.claims()
+    with pytest.raises(UserError, match="buffer 'j1' already exists"):
+        store.create_buffer(buffer_maker("j1", 100)(allocation_of(bricks[3:])))
+    for k in keepers:
+        k.stop()
+
+
+def test_update_buffer_is_compare_and_swap(store):
+    keepers = register(store, ("h1",))
+    buf, rev = allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
+    newer = store.update_buffer(buf.model_copy(update={"desired_state": State.DELETED,
+                                                       "generation": 2}), rev)
+    with pytest.raises(Conflict):
+        store.update_buffer(buf, rev)
+    current = store.buffer("j1")
+    assert current.mod_revision == newer and current.record.desired_state is State.DELETED
+    for k in keepers:
+        k.stop()
+
+
+def test_delete_buffer_releases_claims_and_statuses(store):
+    keepers = register(store, ("h1", "h2"))
+    buf, rev = allocate_buffer(store, buffer_maker("j1", 300), capacity=300, pool="p")
+    assert len(store.claims()) == 3
+    store.put_status(Status(buffer="j1", host="h1", state=State.CREATED,
+                            error=StatusError(category="admin", message="mkfs failed")))
+    assert store.statuses("j1")["h1"].error.message == "mkfs failed"
+    with pytest.raises(Conflict):
+        store.delete_buffer("j1", rev - 1)
+    store.delete_buffer("j1", rev)
+    assert store.claims() == {} and store.buffer("j1") is None and store.statuses("j1") == {}
+    (s,) = summarize(store.inventory())
+    assert s.free == 8
+    for k in keepers:
+        k.stop()
+
+
+def test_allocation_refuses_more_than_the_pool_holds(store):
+    keepers = register(store, ("h1",), n=2)
+    with pytest.raises(CapacityError, match="pool 'p' has 2 free bricks of 100B; the request "
+                                            "needs 3"):
+        allocate_buffer(store, buffer_maker("big", 300), capacity=300, pool="p")
+    assert store.buffers() == {}
+    for k in keepers:
+        k.stop()
+
+
+def test_racing_allocations_never_claim_a_brick_twice(store):
+    keepers = register(store, ("h1", "h2", "h3"), n=4)  # 12 bricks
+    outcomes = {}
+
+    def worker(w):
+        for i in range(4):
+            name = f"w{w}-{i}"
+            try:
+                allocate_buffer(store, buffer_maker(name, 100), capacity=100, pool="p")
+                outcomes[name] = "ok"
+            except CapacityError as e:
+                outcomes[name] = str(e)
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    claims = store.claims()
+    winners = [n for n, o in outcomes.items() if o == "ok"]
+    assert len(winners) == 12 and len(outcomes) == 24
+    assert sorted(claims.values()) == sorted(winners)  # one claim each, none shared
+    assert all("free bricks" in o for o in outcomes.values() if o != "ok")
+    for name in winners:
+        bricks = store.buffer(name).record.allocation.bricks
+        assert [claims[(b.host, b.brick)] for b in bricks] == [name]
+    for k in keepers:
+        k.stop()
+
+
+def test_watch_buffers_resumes_from_a_revision(store):
+    keepers = register(store, ("h1",))
+    _, rev = allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
+    w, changes = store.watch_buffers(start_revision=rev)
+    got = []
+
+    def consume():
+        for c in changes:
+            got.append((c.name, c.record.desired_state if c.record else None))
+            if len(got) == 3:
+                return
+    t = threading.Thread(target=consume)
+    t.start()
+    buf = store.buffer("j1")
+    rev2 = store.update_buffer(buf.record.model_copy(update={"desired_state": State.DELETED}),
+                               buf.mod_revision)
+    store.delete_buffer("j1", rev2)
+    t.join(5)
+    w.close()
+    assert got == [("j1", State.CREATED), ("j1", State.DELETED), ("j1", None)]
+    for k in keepers:
+        k.stop()
+
+
+def test_a_corrupt_record_is_an_internal_error_naming_the_key(store):
+    store.client.put(store.keys.pool("bad"), "{not json")
+    with pytest.raises(InternalError, match=r"record at .*pools/bad is not a valid Pool"):
+        store.pools()
