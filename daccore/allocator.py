@@ -19,8 +19,6 @@ from the same snapshot pick different bricks and rarely collide in the claim tra
 from __future__ import annotations
 
 import random
-from collections import defaultdict
-
 from daccore.errors import CapacityError, NotFound, UserError
 from daccore.inventory import BrickInfo, Inventory
 from daccore.models import PlacementPolicy
@@ -72,31 +70,35 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
 
 
 def _spread_within_host(bricks: list[BrickInfo], n: int, rng: random.Random) -> list[BrickInfo]:
-    groups: dict[tuple[int, str], list[BrickInfo]] = defaultdict(list)
+    if n >= len(bricks):
+        return list(bricks)
+    if n == 1:
+        return [rng.choice(bricks)]
+    groups: dict[tuple[int, str], list[BrickInfo]] = {}
     for b in bricks:
-        groups[(b.socket, b.pcie_switch)].append(b)
-    keys = list(groups)
-    rng.shuffle(keys)
-    keys.sort(key=lambda k: -len(groups[k]))
-    # Alternate sockets in the group order so a partial round also spreads over sockets.
-    by_socket: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for k in keys:
-        by_socket[k[0]].append(k)
-    order = [k for tier in _interleave(list(by_socket.values())) for k in tier]
+        groups.setdefault((b.socket, b.pcie_switch), []).append(b)
+    if len(groups) == 1:
+        return rng.sample(bricks, n)
+    for g in groups.values():
+        rng.shuffle(g)
+    # Biggest groups first, and sockets taking turns, so a partial round spreads over sockets
+    # as well as switches.
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    turn: dict[int, int] = {}
+    keyed = []
+    for g in ordered:
+        socket = g[0].socket
+        keyed.append((turn.get(socket, 0), g))
+        turn[socket] = turn.get(socket, 0) + 1
+    keyed.sort(key=lambda t: t[0])  # stable: keeps biggest-first within a turn
     chosen: list[BrickInfo] = []
-    for k, take in zip(order, _round_robin([len(groups[k]) for k in order], n)):
-        members = groups[k]
-        chosen += rng.sample(members, take) if take < len(members) else members
+    for level in range(len(ordered[0])):
+        for _, g in keyed:
+            if level < len(g):
+                chosen.append(g[level])
+                if len(chosen) == n:
+                    return chosen
     return chosen
-
-
-def _interleave(lists: list[list]) -> list[list]:
-    """[[a1, a2], [b1]] -> [[a1], [b1], [a2]]: one item of each list in turn."""
-    out, i = [], 0
-    while any(i < len(l) for l in lists):
-        out += [[l[i]] for l in lists if i < len(l)]
-        i += 1
-    return out
 
 
 def _round_robin(counts: list[int], n: int) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -52,6 +52,8 @@ class EtcdSettings(Settings):
     key: str | None = None
     timeout: float = Field(5.0, gt=0, description="seconds to keep retrying before giving up")
     prefix: str = Field("/dac/v1/", pattern=r"^/.*/$")
+    transport: Literal["grpc", "http"] = Field(
+        "grpc", description="grpc, or http for etcd's JSON gateway (see daccore.etcd)")
 
     @property
     def tls(self) -> bool:

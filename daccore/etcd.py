@@ -1,47 +1,50 @@
-"""A small etcd v3 client over etcd's JSON gateway, standard library only.
+"""dac's etcd client: one API over two transports, with bounded retry and endpoint failover.
 
-Why not a client library: dacctl runs inside slurmctld's job_process/pools/paths hooks, whose
-budget is a few `python3 -c pass` start-ups; aetcd costs 120-180 ms to import (gRPC, protobuf,
-asyncio) and etcd3gw 170-270 ms (requests), measured in ../shared/notes/deps.md. The gateway
-(`POST /v3/kv/range`, `/v3/kv/txn`, `/v3/lease/*`, `/v3/watch`) serves every RPC we use on
-etcd 3.4 to 3.7. docs/architecture.md has the measurement.
+Two transports, because the two kinds of caller pull in opposite directions (measured,
+docs/performance.md):
 
-Only `daccore.store` uses this module. Every failure to reach etcd within `timeout` seconds
-becomes one `StoreUnavailable` naming the endpoints; etcd refusing a request becomes
-`EtcdRequestError`.
+- `grpc` (default; `daccore.etcd_grpc`): etcd's native protocol, through the generated stubs
+  that aetcd ships. At 1,000 hosts x 24 bricks it reads the whole inventory in ~40 ms, where the
+  JSON gateway spends ~250 ms marshalling one JSON object per key. Importing grpc costs
+  ~150 ms, which a daemon or an admin command pays once.
+- `http` (`daccore.etcd_http`): etcd's JSON gateway over the standard library. Nothing to
+  import: what the hooks that run inside slurmctld (job_process, pools, paths) use.
+
+Only `daccore.store` uses this module. A request that cannot reach any endpoint is retried with
+backoff for at most `timeout` seconds, then raises one `StoreUnavailable` naming the endpoints;
+etcd refusing a request raises `EtcdRequestError`.
 """
 
 from __future__ import annotations
 
-import base64
-import http.client
-import json
 import logging
-import socket
-import ssl
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, NamedTuple, Protocol, TypeVar
 
-from daccore.errors import AdminError, InternalError, StoreUnavailable
+from daccore.errors import InternalError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EtcdClient", "KV", "Event", "TxnResult", "Watch", "WatchCompacted", "LeaseKeeper",
-           "EtcdRequestError", "absent", "mod_is", "put_op", "delete_op", "range_op"]
+__all__ = ["EtcdClient", "KV", "Event", "TxnResult", "Compare", "Op", "Watch", "WatchCompacted",
+           "LeaseKeeper", "EtcdRequestError", "Unreachable", "absent", "mod_is", "put_op",
+           "delete_op", "range_op", "TRANSPORTS"]
 
-# gRPC status codes etcd uses when it cannot serve right now (no leader, overloaded).
-_RETRY_CODES = {4, 8, 14}
+TRANSPORTS = ("grpc", "http")
+T = TypeVar("T")
 
 
 class EtcdRequestError(InternalError):
     """etcd answered, and refused the request."""
 
-    def __init__(self, path: str, code: int | None, message: str):
-        super().__init__(f"etcd refused {path}: {message} (code {code})")
+    def __init__(self, what: str, code: int | None, message: str):
+        super().__init__(f"etcd refused {what}: {message} (code {code})")
         self.code = code
+
+
+class Unreachable(Exception):
+    """A transport could not get an answer from its endpoint; the client tries the next one."""
 
 
 class WatchCompacted(InternalError):
@@ -54,8 +57,10 @@ class WatchCompacted(InternalError):
         self.compact_revision = compact_revision
 
 
-@dataclass(frozen=True, slots=True)
-class KV:
+class KV(NamedTuple):
+    """A NamedTuple, not a dataclass: inventories build thousands per read, and a frozen
+    dataclass costs about three times as much to construct."""
+
     key: str
     value: bytes
     create_revision: int
@@ -71,152 +76,132 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Compare:
+    """`target` is CREATE (create_revision) or MOD (mod_revision); the test is equality."""
+
+    key: str
+    target: str
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    kind: str  # "put", "delete" or "range"
+    key: str
+    range_end: str | None = None
+    value: bytes = b""
+    lease: int = 0
+    keys_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TxnResult:
     succeeded: bool
     revision: int
-    responses: list[dict]
-
-    def ranges(self) -> list[list[KV]]:
-        """The kvs of each range op in the executed branch, in order."""
-        return [[_kv(d) for d in r["response_range"].get("kvs", [])]
-                for r in self.responses if "response_range" in r]
+    #: the kvs of each range op of the branch that ran, in order
+    ranges: list[list[KV]] = field(default_factory=list)
 
 
-def _b64(s: str | bytes) -> str:
-    return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
+def absent(key: str) -> Compare:
+    """The key does not exist (create_revision == 0)."""
+    return Compare(key, "CREATE", 0)
 
 
-def _kv(d: dict) -> KV:
-    return KV(
-        key=base64.b64decode(d["key"]).decode(),
-        value=base64.b64decode(d.get("value", "")),
-        create_revision=int(d.get("create_revision", 0)),
-        mod_revision=int(d.get("mod_revision", 0)),
-        version=int(d.get("version", 0)),
-        lease=int(d.get("lease", 0)),
-    )
+def mod_is(key: str, revision: int) -> Compare:
+    """The key was last changed at `revision` (compare-and-swap)."""
+    return Compare(key, "MOD", revision)
 
 
-# Builders for txn compares and ops, in the gateway's JSON shape.
-
-def absent(key: str) -> dict:
-    """Compare: the key does not exist (create_revision == 0)."""
-    return {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+def put_op(key: str, value: str | bytes, lease: int = 0) -> Op:
+    return Op("put", key, value=value.encode() if isinstance(value, str) else value, lease=lease)
 
 
-def mod_is(key: str, revision: int) -> dict:
-    """Compare: the key was last changed at `revision` (compare-and-swap)."""
-    return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(revision)}
+def delete_op(key: str, range_end: str | None = None) -> Op:
+    return Op("delete", key, range_end)
 
 
-def put_op(key: str, value: str | bytes, lease: int = 0) -> dict:
-    op: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
-    if lease:
-        op["lease"] = str(lease)
-    return {"request_put": op}
+def range_op(key: str, range_end: str | None = None, keys_only: bool = False) -> Op:
+    return Op("range", key, range_end, keys_only=keys_only)
 
 
-def delete_op(key: str, range_end: str | None = None) -> dict:
-    op = {"key": _b64(key)}
-    if range_end:
-        op["range_end"] = _b64(range_end)
-    return {"request_delete_range": op}
+@dataclass(slots=True)
+class WatchMessage:
+    """One response on a watch stream, whatever the transport."""
+
+    revision: int
+    events: list[Event]
+    created: bool = False
+    compact_revision: int = 0
+    canceled: bool = False
+    reason: str = ""
 
 
-def range_op(key: str, range_end: str | None = None, keys_only: bool = False) -> dict:
-    op: dict[str, Any] = {"key": _b64(key)}
-    if range_end:
-        op["range_end"] = _b64(range_end)
-    if keys_only:
-        op["keys_only"] = True
-    return {"request_range": op}
+class WatchStream(Protocol):
+    def __iter__(self) -> Iterator[WatchMessage]: ...
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """One endpoint. Methods raise Unreachable or EtcdRequestError, nothing else."""
+
+    endpoint: str
+
+    def range(self, key: str, range_end: str | None, keys_only: bool,
+              revision: int) -> tuple[list[KV], int]: ...
+    def put(self, key: str, value: bytes, lease: int) -> int: ...
+    def delete(self, key: str, range_end: str | None) -> int: ...
+    def txn(self, compare: list[Compare], success: list[Op], failure: list[Op]) -> TxnResult: ...
+    def compact(self, revision: int) -> None: ...
+    def lease_grant(self, ttl: int) -> int: ...
+    def lease_keepalive(self, lease: int) -> int: ...
+    def lease_revoke(self, lease: int) -> None: ...
+    def watch(self, key: str, range_end: str | None, start_revision: int) -> WatchStream: ...
+    def close(self) -> None: ...
 
 
 class EtcdClient:
-    """Thread-safe: each thread keeps its own HTTP connection per endpoint.
-
-    Constructing one does no I/O. A request that cannot reach any endpoint is retried with
-    backoff for at most `timeout` seconds, then raises StoreUnavailable.
-    """
+    """Thread-safe. Constructing one does no I/O and imports no transport yet."""
 
     def __init__(self, endpoints: list[str], *, cacert: str | None = None,
-                 cert: str | None = None, key: str | None = None, timeout: float = 5.0):
+                 cert: str | None = None, key: str | None = None, timeout: float = 5.0,
+                 transport: str = "grpc"):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown etcd transport '{transport}' (choose grpc or http)")
         self.endpoints = list(endpoints)
         self.timeout = timeout
-        self._urls = [urlsplit(e) for e in self.endpoints]
-        self._tls_files = (cacert, cert, key)
-        self._ssl: ssl.SSLContext | None = None
-        self._local = threading.local()
+        self.transport = transport
+        self._tls = (cacert, cert, key)
+        self._transports: list[Transport] | None = None
+        self._lock = threading.Lock()
         self._preferred = 0
 
-    # -- transport ---------------------------------------------------------------------------
+    def _all(self) -> list[Transport]:
+        with self._lock:
+            if self._transports is None:
+                if self.transport == "grpc":
+                    from daccore.etcd_grpc import GrpcTransport as cls
+                else:
+                    from daccore.etcd_http import HttpTransport as cls  # type: ignore[assignment]
+                self._transports = [cls(e, *self._tls, timeout=self.timeout)
+                                    for e in self.endpoints]
+            return self._transports
 
-    def _ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            cacert, cert, key = self._tls_files
-            try:
-                ctx = ssl.create_default_context(cafile=cacert)
-                if cert:
-                    ctx.load_cert_chain(cert, key)
-            except (OSError, ssl.SSLError) as e:
-                raise AdminError(f"cannot load etcd TLS files {cacert}, {cert}, {key}: {e}") from e
-            self._ssl = ctx
-        return self._ssl
-
-    def _connect(self, i: int, connect_timeout: float) -> http.client.HTTPConnection:
-        url = self._urls[i]
-        host, port = url.hostname or "127.0.0.1", url.port
-        if url.scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                host, port or 2379, timeout=connect_timeout, context=self._ssl_context())
-        else:
-            conn = http.client.HTTPConnection(host, port or 2379, timeout=connect_timeout)
-        conn.connect()
-        conn.sock.settimeout(self.timeout)
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
-
-    def _pooled(self, i: int, deadline: float) -> http.client.HTTPConnection:
-        pool = self._local.__dict__.setdefault("conns", {})
-        conn = pool.get(i)
-        if conn is None:
-            conn = self._connect(i, max(0.05, min(1.0, deadline - time.monotonic())))
-            pool[i] = conn
-        return conn
-
-    def _drop(self, i: int) -> None:
-        conn = self._local.__dict__.get("conns", {}).pop(i, None)
-        if conn is not None:
-            conn.close()
-
-    def call(self, path: str, body: dict) -> dict:
-        """POST one gateway request; retry unreachable endpoints until the deadline."""
-        payload = json.dumps(body).encode()
+    def _call(self, fn: Callable[[Transport], T]) -> T:
+        """Run `fn` on the preferred endpoint, failing over and backing off until the deadline."""
+        transports = self._all()
         start = time.monotonic()
         deadline = start + self.timeout
         delay, reason = 0.05, "no attempt made"
-        n = len(self._urls)
         while True:
-            for j in range(n):
-                i = (self._preferred + j) % n
+            for j in range(len(transports)):
+                i = (self._preferred + j) % len(transports)
                 try:
-                    conn = self._pooled(i, deadline)
-                    conn.request("POST", path, body=payload,
-                                 headers={"Content-Type": "application/json"})
-                    resp = conn.getresponse()
-                    data = resp.read()
-                except (OSError, http.client.HTTPException) as e:
-                    self._drop(i)
-                    reason = _describe(e)
+                    result = fn(transports[i])
+                except Unreachable as e:
+                    reason = str(e)
                     continue
-                if resp.status == 200:
-                    self._preferred = i
-                    return json.loads(data)
-                code, message = _gateway_error(resp.status, data)
-                if code in _RETRY_CODES or resp.status in (502, 503, 504):
-                    reason = message
-                    continue
-                raise EtcdRequestError(path, code, message)
+                self._preferred = i
+                return result
             now = time.monotonic()
             if now >= deadline:
                 raise StoreUnavailable(self.endpoints, reason, now - start)
@@ -224,77 +209,56 @@ class EtcdClient:
             delay = min(delay * 2, 0.5)
 
     def close(self) -> None:
-        """Close this thread's connections."""
-        for i in list(self._local.__dict__.get("conns", {})):
-            self._drop(i)
+        with self._lock:
+            for t in self._transports or []:
+                t.close()
+            self._transports = None
 
     # -- KV ----------------------------------------------------------------------------------
 
     def range(self, key: str, range_end: str | None = None, *, keys_only: bool = False,
               revision: int = 0) -> tuple[list[KV], int]:
         """(kvs, revision of the read)."""
-        body = range_op(key, range_end, keys_only)["request_range"]
-        if revision:
-            body["revision"] = str(revision)
-        r = self.call("/v3/kv/range", body)
-        return [_kv(d) for d in r.get("kvs", [])], int(r["header"]["revision"])
+        return self._call(lambda t: t.range(key, range_end, keys_only, revision))
 
     def get(self, key: str) -> KV | None:
         kvs, _ = self.range(key)
         return kvs[0] if kvs else None
 
     def put(self, key: str, value: str | bytes, lease: int = 0) -> int:
-        r = self.call("/v3/kv/put", put_op(key, value, lease)["request_put"])
-        return int(r["header"]["revision"])
+        data = value.encode() if isinstance(value, str) else value
+        return self._call(lambda t: t.put(key, data, lease))
 
     def delete(self, key: str, range_end: str | None = None) -> int:
-        r = self.call("/v3/kv/deleterange", delete_op(key, range_end)["request_delete_range"])
-        return int(r.get("deleted", 0))
+        return self._call(lambda t: t.delete(key, range_end))
 
-    def txn(self, compare: list[dict], success: list[dict],
-            failure: list[dict] | None = None) -> TxnResult:
-        r = self.call("/v3/kv/txn", {"compare": compare, "success": success,
-                                     "failure": failure or []})
-        return TxnResult(bool(r.get("succeeded", False)), int(r["header"]["revision"]),
-                         r.get("responses", []))
+    def txn(self, compare: list[Compare], success: list[Op],
+            failure: list[Op] | None = None) -> TxnResult:
+        # Retrying a txn whose reply was lost is safe here: every writing txn dac sends is
+        # guarded by compares, so a repeat fails its compare instead of applying twice.
+        return self._call(lambda t: t.txn(compare, success, failure or []))
+
+    def compact(self, revision: int) -> None:
+        self._call(lambda t: t.compact(revision))
 
     # -- leases ------------------------------------------------------------------------------
 
     def lease_grant(self, ttl: int) -> int:
-        return int(self.call("/v3/lease/grant", {"TTL": str(ttl)})["ID"])
+        return self._call(lambda t: t.lease_grant(ttl))
 
     def lease_keepalive(self, lease: int) -> int:
         """Refresh; the TTL left, 0 when the lease has already expired."""
-        r = self.call("/v3/lease/keepalive", {"ID": str(lease)})
-        return int(r.get("result", {}).get("TTL", 0))
+        return self._call(lambda t: t.lease_keepalive(lease))
 
     def lease_revoke(self, lease: int) -> None:
         try:
-            self.call("/v3/lease/revoke", {"ID": str(lease)})
+            self._call(lambda t: t.lease_revoke(lease))
         except EtcdRequestError as e:
             if e.code != 5:  # NOT_FOUND: expired already, which is what we wanted
                 raise
 
     def watch(self, key: str, range_end: str | None = None, start_revision: int = 0) -> Watch:
         return Watch(self, key, range_end, start_revision)
-
-
-def _describe(e: BaseException) -> str:
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(e, (socket.timeout, TimeoutError)):
-        return "timed out"
-    if isinstance(e, ssl.SSLError):
-        return f"TLS error: {e.reason or e}"
-    return (getattr(e, "strerror", None) or str(e) or type(e).__name__).lower()
-
-
-def _gateway_error(status: int, data: bytes) -> tuple[int | None, str]:
-    try:
-        err = json.loads(data)
-        return err.get("code"), err.get("message") or err.get("error") or f"HTTP {status}"
-    except ValueError:
-        return None, f"HTTP {status}: {data[:200]!r}"
 
 
 class Watch:
@@ -311,86 +275,62 @@ class Watch:
         self._key, self._range_end = key, range_end
         self.next_revision = start_revision
         self._closed = False
-        self._sock: socket.socket | None = None
-        self._conn: http.client.HTTPConnection | None = None
+        self._stream: WatchStream | None = None
 
     def close(self) -> None:
         self._closed = True
-        sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        if self._stream is not None:
+            self._stream.close()
+
+    def interrupt(self) -> None:
+        """Break the current stream as a network fault would (for tests); iteration resumes."""
+        if self._stream is not None:
+            self._stream.close()
 
     def __iter__(self) -> Iterator[Event]:
         failing_since: float | None = None
         delay = 0.05
         while not self._closed:
+            transports = self._client._all()
+            transport = transports[self._client._preferred % len(transports)]
             try:
-                resp = self._open()
-                failing_since, delay = None, 0.05
-                yield from self._read(resp)
-            except (OSError, http.client.HTTPException, ValueError) as e:
+                self._stream = transport.watch(self._key, self._range_end, self.next_revision)
+                if self._closed:
+                    return
+                for msg in self._stream:
+                    failing_since, delay = None, 0.05
+                    yield from self._deliver(msg)
+                    if self._closed:
+                        return
+                raise Unreachable("watch stream ended")
+            except Unreachable as e:
                 if self._closed:
                     return
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self._client.timeout:
-                    raise StoreUnavailable(self._client.endpoints, _describe(e),
-                                           now - failing_since) from e
-                log.debug("watch on %s broke (%s); resuming from revision %s",
-                          self._key, _describe(e), self.next_revision)
+                    raise StoreUnavailable(self._client.endpoints, str(e), now - failing_since)
+                self._client._preferred += 1  # try the next endpoint, if there is one
+                log.debug("watch on %s broke (%s); resuming from revision %s", self._key, e,
+                          self.next_revision)
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
             finally:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = self._sock = None
+                if self._stream is not None:
+                    self._stream.close()
+                self._stream = None
 
-    def _open(self) -> http.client.HTTPResponse:
-        client = self._client
-        create: dict[str, Any] = {"key": _b64(self._key)}
-        if self._range_end:
-            create["range_end"] = _b64(self._range_end)
-        if self.next_revision:
-            create["start_revision"] = str(self.next_revision)
-        i = client._preferred
-        self._conn = conn = client._connect(i, 1.0)
-        self._sock = conn.sock
-        if self._closed:
-            raise OSError("watch closed")
-        conn.sock.settimeout(None)  # a quiet prefix is not an error; close() interrupts
-        conn.request("POST", "/v3/watch", body=json.dumps({"create_request": create}),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            code, message = _gateway_error(resp.status, resp.read())
-            raise EtcdRequestError("/v3/watch", code, message)
-        return resp
-
-    def _read(self, resp: http.client.HTTPResponse) -> Iterator[Event]:
-        while not self._closed:
-            line = resp.readline()
-            if not line:
-                raise http.client.IncompleteRead(b"", None)  # stream ended: reconnect
-            msg = json.loads(line)
-            if "error" in msg:
-                err = msg["error"]
-                raise EtcdRequestError("/v3/watch", err.get("http_code"), err.get("message", ""))
-            result = msg.get("result", {})
-            if result.get("compact_revision"):
-                raise WatchCompacted(int(result["compact_revision"]))
-            if result.get("canceled"):
-                raise EtcdRequestError("/v3/watch", None, result.get("cancel_reason", "canceled"))
-            if result.get("created") and not self.next_revision:
-                self.next_revision = int(result["header"]["revision"]) + 1
-            events = result.get("events", [])
-            for ev in events:
-                yield Event("delete" if ev.get("type") == "DELETE" else "put", _kv(ev["kv"]))
-            if events:
-                # etcd sends a revision's events together, so resuming after it loses nothing.
-                self.next_revision = max(_kv(ev["kv"]).mod_revision for ev in events) + 1
+    def _deliver(self, msg: WatchMessage) -> Iterator[Event]:
+        if msg.compact_revision:
+            raise WatchCompacted(msg.compact_revision)
+        if msg.canceled:
+            raise EtcdRequestError("watch", None, msg.reason or "canceled")
+        if msg.created and not self.next_revision:
+            self.next_revision = msg.revision + 1
+        yield from msg.events
+        if msg.events:
+            # etcd sends a revision's events together, so resuming after it loses nothing.
+            self.next_revision = max(e.kv.mod_revision for e in msg.events) + 1
 
 
 class LeaseKeeper:
@@ -406,16 +346,13 @@ class LeaseKeeper:
         self._client, self.ttl, self._bind = client, ttl, bind
         self.lease = 0
         self._stop = threading.Event()
-        self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self, wait: float | None = None) -> LeaseKeeper:
-        """Start, and with `wait` block until the first lease is bound (raising if it isn't)."""
-        if wait is None:
-            self._thread.start()
-            return self
-        self._establish()  # errors reach the caller: a daemon should not start without etcd
-        self._ready.set()
+    def start(self, establish: bool = True) -> LeaseKeeper:
+        """Start; with `establish`, first bind a lease here so errors reach the caller (a
+        daemon should not report itself started without etcd)."""
+        if establish:
+            self._establish()
         self._thread.start()
         return self
 
@@ -430,7 +367,6 @@ class LeaseKeeper:
             try:
                 if not self.lease:
                     self._establish()
-                    self._ready.set()
                     log.info("lease %x granted (ttl %ss)", self.lease, self.ttl)
                 elif self._client.lease_keepalive(self.lease) == 0:
                     log.warning("lease %x expired; granting a new one", self.lease)

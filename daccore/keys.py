@@ -2,6 +2,7 @@
 
     <prefix>pools/<pool>               Pool         dacd, create-if-missing
     <prefix>hosts/<host>               Host         dacd (drained: admin, by compare-and-swap)
+    <prefix>capacity/<host>            HostCapacity  index of hosts/<host>, same txn, for `pools`
     <prefix>alive/<host>               empty        dacd, bound to its lease
     <prefix>claims/<host>/<brick>      BrickClaim   dacctl, in the buffer's allocation txn
     <prefix>buffers/<name>             Buffer       dacctl
@@ -23,6 +24,7 @@ class Keys:
         self.root = prefix
         self.pools = prefix + "pools/"
         self.hosts = prefix + "hosts/"
+        self.capacities = prefix + "capacity/"
         self.alive = prefix + "alive/"
         self.claims = prefix + "claims/"
         self.buffers = prefix + "buffers/"
@@ -33,6 +35,9 @@ class Keys:
 
     def host(self, name: str) -> str:
         return self.hosts + name
+
+    def capacity(self, name: str) -> str:
+        return self.capacities + name
 
     def alive_key(self, host: str) -> str:
         return self.alive + host

@@ -19,7 +19,7 @@ from daccore.errors import Kind
 
 __all__ = [
     "Name", "Backend", "AccessMode", "BufferType", "PlacementPolicy", "State", "StageType",
-    "Pool", "Brick", "Host", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
+    "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
     "Allocation", "Buffer", "Progress", "StatusError", "Status", "RECORDS",
 ]
 
@@ -125,6 +125,26 @@ class Host(Record):
         return self
 
 
+class HostCapacity(Record):
+    """An index of one Host record, written by the store in the same transaction: what the
+    pool summary needs (bricks per pool, drained) without reading every brick."""
+
+    name: Name
+    drained: bool = False
+    pools: dict[Name, int] = Field({}, description="bricks per pool")
+    brick_pools: dict[Name, Name] = Field(
+        {}, description="brick -> pool, only when the host serves several pools")
+
+    @classmethod
+    def of(cls, host: Host) -> HostCapacity:
+        pools: dict[str, int] = {}
+        for b in host.bricks:
+            pools[b.pool] = pools.get(b.pool, 0) + 1
+        several = len(pools) > 1
+        return cls(name=host.name, drained=host.drained, pools=pools,
+                   brick_pools={b.name: b.pool for b in host.bricks} if several else {})
+
+
 class BrickClaim(Record):
     """The value of a claim key: which buffer holds the brick."""
 
@@ -222,6 +242,7 @@ class Status(Record):
 RECORDS: dict[str, type[Record]] = {
     "pool": Pool,
     "host": Host,
+    "host_capacity": HostCapacity,
     "brick_claim": BrickClaim,
     "buffer": Buffer,
     "status": Status,

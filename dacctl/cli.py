@@ -33,7 +33,7 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def pools(as_json: bool) -> None:
     from daccore.inventory import summarize
-    summaries = summarize(_store().inventory())
+    summaries = summarize(_store().summary_inventory())
     if as_json:
         click.echo(json.dumps({"pools": [s.as_dict() for s in summaries]}, indent=2))
         return

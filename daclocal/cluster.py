@@ -115,7 +115,7 @@ def _wait_until_registered(state: LocalState, servers: int, timeout: float) -> N
                 log = Path(state.workdir) / "logs" / f"dacd-{d['host']}.log"
                 last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
                 raise AdminError(f"dacd for {d['host']} exited: {last} (log: {log})")
-        pools = {p.name: p for p in summarize(store.inventory())}
+        pools = {p.name: p for p in summarize(store.summary_inventory())}
         if POOL in pools and pools[POOL].hosts_up == servers:
             return
         if time.monotonic() > deadline:
@@ -176,7 +176,7 @@ def status(workdir: Path) -> dict:
                    for b in state.bricks],
     }
     try:
-        report["pools"] = [p.as_dict() for p in summarize(_store(state).inventory())]
+        report["pools"] = [p.as_dict() for p in summarize(_store(state).summary_inventory())]
     except DacError as e:
         report["pools_error"] = str(e)
     return report

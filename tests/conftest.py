@@ -23,9 +23,11 @@ def etcd_server(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture
-def etcd(etcd_server):
-    client = EtcdClient([etcd_server.endpoint], timeout=3.0)
+@pytest.fixture(params=["grpc", "http"])
+def etcd(etcd_server, request):
+    """A client of the session's etcd, once per transport: both must behave the same."""
+    client = EtcdClient([etcd_server.endpoint], timeout=3.0, transport=request.param)
+    client.delete("/c/", "/c0")  # client tests use fixed keys under /c/
     yield client
     client.close()
 

@@ -56,6 +56,7 @@ def test_inventory_and_pool_summary(store):
     assert (s.total, s.free, s.used, s.hosts_up, s.hosts_down, s.hosts_drained) == \
         (8, 4, 0, 2, 1, 1)
     assert inv.revision > 0
+    assert summarize(store.summary_inventory()) == [s]  # the capacity index agrees
     for k in keepers:
         k.stop()
 
@@ -103,7 +104,7 @@ def test_delete_buffer_releases_claims_and_statuses(store):
         store.delete_buffer("j1", rev - 1)
     store.delete_buffer("j1", rev)
     assert store.claims() == {} and store.buffer("j1") is None and store.statuses("j1") == {}
-    (s,) = summarize(store.inventory())
+    (s,) = summarize(store.summary_inventory())
     assert s.free == 8
     for k in keepers:
         k.stop()

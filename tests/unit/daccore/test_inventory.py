@@ -11,11 +11,42 @@ def test_summary_counts_live_free_used_and_drained():
             {"name": f"b{i}", "device": f"/dev/{i}", "capacity": 10, "pool": "p"}
             for i in range(n)]}).encode()
 
-    inv = Inventory.from_json(pools, [host("up", 4), host("down", 3), host("dr", 2, True)],
-                              alive={"up", "dr"},
-                              claimed={("up", "b0"): "", ("dr", "b1"): "", ("down", "b0"): ""})
+    inv = Inventory.from_json(pools, alive={"up", "dr"},
+                              claimed={("up", "b0"): "", ("dr", "b1"): "", ("down", "b0"): ""},
+                              hosts=[host("up", 4), host("down", 3), host("dr", 2, True)])
     (s,) = summarize(inv)
     assert (s.total, s.free, s.used) == (6, 3, 2)
     assert (s.hosts_up, s.hosts_down, s.hosts_drained) == (2, 1, 1)
     assert s.as_dict()["free_bytes"] == 30
     assert sorted(inv.free_bricks("p")) == ["up"]
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from daccore.models import Brick, Host, HostCapacity  # noqa: E402
+
+
+@st.composite
+def sites(draw):
+    hosts = []
+    for h in range(draw(st.integers(1, 6))):
+        pools = draw(st.lists(st.sampled_from(["p", "q", "r"]), min_size=0, max_size=5))
+        hosts.append(Host(name=f"h{h}", drained=draw(st.booleans()), bricks=[
+            Brick(name=f"b{i}", device=f"/dev/b{i}", capacity=10, pool=pool)
+            for i, pool in enumerate(pools)]))
+    bricks = [(h.name, b.name) for h in hosts for b in h.bricks]
+    claimed = draw(st.lists(st.sampled_from(bricks), unique=True)) if bricks else []
+    alive = draw(st.sets(st.sampled_from([h.name for h in hosts])))
+    return hosts, {c: "" for c in claimed}, alive
+
+
+@settings(max_examples=200, deadline=None)
+@given(sites())
+def test_the_capacity_index_summarizes_exactly_like_the_full_records(site):
+    hosts, claimed, alive = site
+    pools = [json.dumps({"name": p, "granularity": 10}).encode() for p in ("p", "q")]
+    full = Inventory.from_json(pools, alive, claimed,
+                               hosts=[h.model_dump_json().encode() for h in hosts])
+    index = Inventory.from_json(pools, alive, claimed, capacities=[
+        HostCapacity.of(h).model_dump_json().encode() for h in hosts])
+    assert summarize(index) == summarize(full)

@@ -1,0 +1,61 @@
+"""Shared by the benchmarks: a throwaway etcd, percentiles, a big synthetic inventory."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from daccore.etcd import EtcdClient
+from daccore.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
+from daccore.models import Brick, Host, Pool
+from daccore.store import Store
+from daclocal.etcd_server import EtcdServer
+
+TIB = 1 << 40
+
+
+@contextmanager
+def etcd_store(prefix: str = "/bench/"):
+    with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:
+        server = EtcdServer(Path(d)).start()
+        try:
+            yield Store(EtcdClient([server.endpoint], timeout=10), prefix)
+        finally:
+            server.stop()
+
+
+def percentiles(samples_ms: list[float]) -> str:
+    s = sorted(samples_ms)
+    p99 = s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
+    return (f"n={len(s)} median={statistics.median(s):.1f} ms p99={p99:.1f} ms "
+            f"max={s[-1]:.1f} ms")
+
+
+def host_records(hosts: int, bricks: int, pool: str = "default") -> list[Host]:
+    """`hosts` servers with `bricks` NVMe each, 2 sockets, 4 PCIe switches per socket."""
+    return [Host(name=f"dac{h:04d}", bricks=[
+        Brick(name=f"nvme{b}n1", device=f"/dev/nvme{b}n1", capacity=TIB, pool=pool,
+              socket=b % 2, pcie_switch=f"s{b % 2}-{(b // 2) % 4}") for b in range(bricks)])
+        for h in range(hosts)]
+
+
+def synthetic_inventory(hosts: int, bricks: int, claimed_fraction: float, placement: str,
+                        seed: int = 1) -> Inventory:
+    rng = random.Random(seed)
+    host_infos, claimed = {}, {}
+    for rec in host_records(hosts, bricks):
+        infos = [BrickInfo(rec.name, b.name, b.device, b.capacity, b.pool, b.socket,
+                           b.pcie_switch) for b in rec.bricks]
+        host_infos[rec.name] = HostInfo(rec.name, True, False, infos)
+        for b in infos:
+            if rng.random() < claimed_fraction:
+                claimed[(b.host, b.name)] = "x"
+    return Inventory({"default": PoolInfo("default", TIB, "lustre", placement)}, host_infos,
+                     claimed)
+
+
+def pool_record(placement: str = "across_servers") -> Pool:
+    return Pool(name="default", granularity=TIB, backend="lustre", placement=placement)

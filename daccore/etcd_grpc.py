@@ -1,0 +1,177 @@
+"""The `grpc` transport: etcd's native gRPC API, synchronous, through the protobuf stubs that
+aetcd generates and ships (`aetcd.rpc`); aetcd's own client is asyncio-only, and dacd is built
+on threads. Every gRPC error is translated here, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import Iterator
+from urllib.parse import urlsplit
+
+import grpc
+from aetcd.rpc import kv_pb2, rpc_pb2, rpc_pb2_grpc
+
+from daccore.errors import AdminError
+from daccore.etcd import (KV, Compare, EtcdRequestError, Event, Op, TxnResult, Unreachable,
+                          WatchMessage)
+
+__all__ = ["GrpcTransport"]
+
+_RETRY = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+          grpc.StatusCode.RESOURCE_EXHAUSTED}
+_TARGET = {"CREATE": rpc_pb2.Compare.CREATE, "MOD": rpc_pb2.Compare.MOD}
+
+
+def _kv(kv: kv_pb2.KeyValue) -> KV:
+    return KV(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version,
+              kv.lease)
+
+
+def _compare(c: Compare) -> rpc_pb2.Compare:
+    pb = rpc_pb2.Compare(key=c.key.encode(), target=_TARGET[c.target],
+                         result=rpc_pb2.Compare.EQUAL)
+    if c.target == "CREATE":
+        pb.create_revision = c.revision
+    else:
+        pb.mod_revision = c.revision
+    return pb
+
+
+def _op(op: Op) -> rpc_pb2.RequestOp:
+    end = op.range_end.encode() if op.range_end else b""
+    if op.kind == "put":
+        return rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(
+            key=op.key.encode(), value=op.value, lease=op.lease))
+    if op.kind == "delete":
+        return rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(
+            key=op.key.encode(), range_end=end))
+    return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
+        key=op.key.encode(), range_end=end, keys_only=op.keys_only))
+
+
+def _translate(e: grpc.RpcError, what: str) -> Exception:
+    code = e.code()
+    if code in _RETRY:
+        return Unreachable((e.details() or code.name).lower())
+    return EtcdRequestError(what, code.value[0], e.details() or code.name)
+
+
+class GrpcTransport:
+    """One endpoint, one channel (gRPC channels are thread-safe and reconnect by themselves)."""
+
+    def __init__(self, endpoint: str, cacert: str | None = None, cert: str | None = None,
+                 key: str | None = None, *, timeout: float = 5.0):
+        self.endpoint = endpoint
+        self.timeout = timeout
+        url = urlsplit(endpoint)
+        target = f"{url.hostname or '127.0.0.1'}:{url.port or 2379}"
+        # Large inventories: 1,000 hosts x 24 bricks is ~3 MB in one range.
+        options = [("grpc.max_receive_message_length", 256 << 20)]
+        if url.scheme == "https":
+            self._channel = grpc.secure_channel(target, _credentials(cacert, cert, key), options)
+        else:
+            self._channel = grpc.insecure_channel(target, options)
+        self._kv = rpc_pb2_grpc.KVStub(self._channel)
+        self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
+        self._watch = rpc_pb2_grpc.WatchStub(self._channel)
+
+    def _unary(self, method, request, what: str):
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise _translate(e, what) from e
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def range(self, key: str, range_end: str | None, keys_only: bool,
+              revision: int) -> tuple[list[KV], int]:
+        r = self._unary(self._kv.Range, rpc_pb2.RangeRequest(
+            key=key.encode(), range_end=range_end.encode() if range_end else b"",
+            keys_only=keys_only, revision=revision), "range")
+        return [_kv(kv) for kv in r.kvs], r.header.revision
+
+    def put(self, key: str, value: bytes, lease: int) -> int:
+        r = self._unary(self._kv.Put, rpc_pb2.PutRequest(key=key.encode(), value=value,
+                                                          lease=lease), "put")
+        return r.header.revision
+
+    def delete(self, key: str, range_end: str | None) -> int:
+        r = self._unary(self._kv.DeleteRange, rpc_pb2.DeleteRangeRequest(
+            key=key.encode(), range_end=range_end.encode() if range_end else b""), "delete")
+        return r.deleted
+
+    def txn(self, compare: list[Compare], success: list[Op], failure: list[Op]) -> TxnResult:
+        r = self._unary(self._kv.Txn, rpc_pb2.TxnRequest(
+            compare=[_compare(c) for c in compare], success=[_op(o) for o in success],
+            failure=[_op(o) for o in failure]), "txn")
+        ranges = [[_kv(kv) for kv in resp.response_range.kvs] for resp in r.responses
+                  if resp.WhichOneof("response") == "response_range"]
+        return TxnResult(r.succeeded, r.header.revision, ranges)
+
+    def compact(self, revision: int) -> None:
+        self._unary(self._kv.Compact, rpc_pb2.CompactionRequest(revision=revision), "compact")
+
+    def lease_grant(self, ttl: int) -> int:
+        r = self._unary(self._lease.LeaseGrant, rpc_pb2.LeaseGrantRequest(TTL=ttl), "lease grant")
+        if r.error:
+            raise EtcdRequestError("lease grant", None, r.error)
+        return r.ID
+
+    def lease_keepalive(self, lease: int) -> int:
+        try:
+            for r in self._lease.LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease)]),
+                                                timeout=self.timeout):
+                return r.TTL
+        except grpc.RpcError as e:
+            raise _translate(e, "lease keepalive") from e
+        raise Unreachable("lease keepalive stream ended without an answer")
+
+    def lease_revoke(self, lease: int) -> None:
+        self._unary(self._lease.LeaseRevoke, rpc_pb2.LeaseRevokeRequest(ID=lease), "lease revoke")
+
+    def watch(self, key: str, range_end: str | None, start_revision: int) -> _GrpcWatch:
+        create = rpc_pb2.WatchCreateRequest(key=key.encode(), start_revision=start_revision,
+                                            range_end=range_end.encode() if range_end else b"")
+        return _GrpcWatch(self._watch, rpc_pb2.WatchRequest(create_request=create))
+
+
+class _GrpcWatch:
+    """One bidirectional Watch stream. The request side stays open until close(): etcd ends a
+    watch whose client has half-closed the stream."""
+
+    def __init__(self, stub: rpc_pb2_grpc.WatchStub, request: rpc_pb2.WatchRequest):
+        self._requests: queue.Queue = queue.Queue()
+        self._requests.put(request)
+        self._call = stub.Watch(iter(self._requests.get, None))
+
+    def __iter__(self) -> Iterator[WatchMessage]:
+        try:
+            for r in self._call:
+                yield WatchMessage(
+                    revision=r.header.revision,
+                    events=[Event("delete" if ev.type == kv_pb2.Event.DELETE else "put",
+                                  _kv(ev.kv)) for ev in r.events],
+                    created=r.created, compact_revision=r.compact_revision,
+                    canceled=r.canceled, reason=r.cancel_reason)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED:
+                raise Unreachable("watch cancelled") from e
+            raise _translate(e, "watch") from e
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._call.cancel()
+
+
+def _credentials(cacert: str | None, cert: str | None, key: str | None):
+    def read(path: str | None) -> bytes | None:
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise AdminError(f"cannot read etcd TLS file {path}: {e.strerror}") from e
+    return grpc.ssl_channel_credentials(read(cacert), read(key), read(cert))
