@@ -79,18 +79,22 @@ def _spread_within_host(bricks: list[BrickInfo], n: int, rng: random.Random) -> 
         groups.setdefault((b.socket, b.pcie_switch), []).append(b)
     if len(groups) == 1:
         return rng.sample(bricks, n)
-    for g in groups.values():
-        rng.shuffle(g)
-    # Biggest groups first, and sockets taking turns, so a partial round spreads over sockets
-    # as well as switches.
-    ordered = sorted(groups.values(), key=len, reverse=True)
-    turn: dict[int, int] = {}
+    ordered = list(groups.values())
+    rng.shuffle(ordered)
+    ordered.sort(key=len, reverse=True)  # stable: random among equals
+    # Sockets take turns, biggest group first within a turn, so a partial round spreads over
+    # sockets as well as switches.
+    turns: dict[int, int] = {}
     keyed = []
     for g in ordered:
         socket = g[0].socket
-        keyed.append((turn.get(socket, 0), g))
-        turn[socket] = turn.get(socket, 0) + 1
-    keyed.sort(key=lambda t: t[0])  # stable: keeps biggest-first within a turn
+        turns[socket] = turns.get(socket, -1) + 1
+        keyed.append((turns[socket], g))
+    keyed.sort(key=lambda t: t[0])
+    if n <= len(keyed):  # one brick from each of the first n groups
+        return [rng.choice(g) for _, g in keyed[:n]]
+    for g in ordered:
+        rng.shuffle(g)
     chosen: list[BrickInfo] = []
     for level in range(len(ordered[0])):
         for _, g in keyed:

@@ -14,6 +14,7 @@ from typing import Callable
 
 from daccore.allocator import place
 from daccore.errors import CapacityError
+from daccore.gcpause import gc_paused
 from daccore.inventory import BrickInfo
 from daccore.models import Allocation, BrickRef, Buffer
 from daccore.store import AllocationConflict, Store
@@ -42,7 +43,8 @@ def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capac
     """
     rng = rng or random.Random()
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        bricks = place(store.inventory(), capacity, pool, policy, rng)
+        with gc_paused():
+            bricks = place(store.inventory(), capacity, pool, policy, rng)
         buffer = make(allocation_of(bricks))
         try:
             return buffer, store.create_buffer(buffer)

@@ -7,10 +7,8 @@ of its claim keys, or changes nothing.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
@@ -20,6 +18,7 @@ from daccore.config import EtcdSettings
 from daccore.errors import AdminError, Conflict, InternalError, NotFound, UserError
 from daccore.etcd import (KV, EtcdClient, LeaseKeeper, Op, Watch, absent, delete_op, mod_is,
                           put_op, range_op)
+from daccore.gcpause import gc_paused
 from daccore.inventory import Inventory
 from daccore.keys import Keys, prefix_end
 from daccore.models import BrickClaim, Buffer, Host, HostCapacity, Pool, Status
@@ -129,7 +128,7 @@ class Store:
         return self._inventory(self.keys.capacities, False)
 
     def _inventory(self, host_prefix: str, claim_owners: bool) -> Inventory:
-        with _gc_paused():
+        with gc_paused():
             return self._read_inventory(host_prefix, claim_owners)
 
     def _read_inventory(self, host_prefix: str, claim_owners: bool) -> Inventory:
@@ -260,20 +259,6 @@ class Store:
             if self.client.txn([guard], ops).succeeded:
                 return new
         raise Conflict(f"{key} kept changing under {attempts} attempts to update it")
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Decoding a big inventory allocates tens of thousands of objects, all alive until the
-    read ends; the cyclic GC passes they trigger found nothing and added 30-40 ms to the p99
-    of the pools summary at 1,000 hosts (bench/pools_summary.py). Nothing here makes cycles."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _dump(record: BaseModel) -> str:
