@@ -50,14 +50,14 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
         if not fits:
             most = max((len(b) for b in free.values()), default=0)
             raise CapacityError(
-                f"no host in pool '{pool}' has {n} free bricks of {unit} "
+                f"no host in pool '{pool}' has {_bricks(n)} of {unit} free "
                 f"(the most on one host is {most}); this pool keeps a buffer on one host")
         least = min(len(free[h]) for h in fits)
         host = rng.choice(sorted(h for h in fits if len(free[h]) == least))
         return _spread_within_host(free[host], n, rng)
     available = sum(len(b) for b in free.values())
     if available < n:
-        raise CapacityError(f"pool '{pool}' has {available} free bricks of {unit}; "
+        raise CapacityError(f"pool '{pool}' has {_bricks(available)} of {unit} free; "
                             f"the request needs {n} ({format_size(n * info.granularity)})")
     hosts = list(free)
     rng.shuffle(hosts)
@@ -67,6 +67,10 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
         if k:
             chosen += _spread_within_host(free[host], k, rng)
     return chosen
+
+
+def _bricks(n: int) -> str:
+    return f"{n} brick" if n == 1 else f"{n} bricks"
 
 
 def _spread_within_host(bricks: list[BrickInfo], n: int, rng: random.Random) -> list[BrickInfo]:

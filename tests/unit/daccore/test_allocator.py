@@ -53,7 +53,7 @@ def test_single_host_keeps_the_buffer_on_one_host_and_picks_the_best_fit():
 
 def test_single_host_refuses_when_no_host_is_big_enough_even_if_the_pool_is():
     inv = inventory({"a": [(0, "0")] * 2, "b": [(0, "0")] * 2}, placement="single_host")
-    with pytest.raises(CapacityError, match="no host in pool 'p' has 3 free bricks .* most on "
+    with pytest.raises(CapacityError, match="no host in pool 'p' has 3 bricks of 100B free .* most on "
                                             "one host is 2"):
         place(inv, 3 * G, "p")
 
@@ -62,7 +62,7 @@ def test_never_a_dead_drained_or_claimed_brick():
     inv = inventory({"dead": [(0, "0")] * 4, "drained": [(0, "0")] * 4, "ok": [(0, "0")] * 2},
                     claimed=[("ok", "b0")], dead=["dead"], drained=["drained"])
     assert [(b.host, b.name) for b in place(inv, G, "p")] == [("ok", "b1")]
-    with pytest.raises(CapacityError, match="pool 'p' has 1 free bricks .* needs 2"):
+    with pytest.raises(CapacityError, match="pool 'p' has 1 brick of 100B free; .* needs 2"):
         place(inv, 2 * G, "p")
 
 
