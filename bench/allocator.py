@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import TIB, percentiles, synthetic_inventory  # noqa: E402
+from common import TIB, p99, percentiles, synthetic_inventory, verdict  # noqa: E402
 
 from daccore.allocator import place  # noqa: E402
 from daccore.gcpause import gc_paused  # noqa: E402
@@ -35,12 +35,9 @@ def main() -> int:
                     picked = place(inv, bricks * TIB, "default", rng=rng)
                     samples.append((time.perf_counter() - t) * 1000)
                 assert len(picked) == bricks
-            p99 = sorted(samples)[197]
-            worst = max(worst, p99)
+            worst = max(worst, p99(samples))
             print(f"{placement:15s} {bricks:5d} bricks: {percentiles(samples)}")
-    ok = worst <= BUDGET_MS
-    print(f"worst p99 {worst:.1f} ms, budget {BUDGET_MS:.0f} ms: {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return verdict("worst p99", worst, BUDGET_MS)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,22 @@ def etcd_store(prefix: str = "/bench/"):
             server.stop()
 
 
+def p99(samples_ms: list[float]) -> float:
+    s = sorted(samples_ms)
+    return s[round(0.99 * (len(s) - 1))]
+
+
 def percentiles(samples_ms: list[float]) -> str:
     s = sorted(samples_ms)
-    p99 = s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
-    return (f"n={len(s)} median={statistics.median(s):.1f} ms p99={p99:.1f} ms "
+    return (f"n={len(s)} median={statistics.median(s):.1f} ms p99={p99(s):.1f} ms "
             f"max={s[-1]:.1f} ms")
+
+
+def verdict(label: str, value_ms: float, budget_ms: float) -> int:
+    """Print PASS/FAIL against the budget; the exit code for main()."""
+    ok = value_ms <= budget_ms
+    print(f"{label} {value_ms:.1f} ms, budget {budget_ms:.0f} ms: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
 
 
 def host_records(hosts: int, bricks: int, pool: str = "default") -> list[Host]:

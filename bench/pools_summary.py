@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import etcd_store, host_records, percentiles, pool_record  # noqa: E402
+from common import etcd_store, host_records, p99, percentiles, pool_record, verdict  # noqa: E402
 
 from daccore.etcd import put_op  # noqa: E402
 from daccore.inventory import summarize  # noqa: E402
@@ -57,7 +57,6 @@ def main() -> int:
             samples.append((time.perf_counter() - t) * 1000)
         assert (s.total, s.used, s.hosts_up) == (HOSTS * BRICKS, claims, HOSTS), s
         samples = samples[5:]  # first calls open connections and warm caches
-        p99 = sorted(samples)[round(0.99 * (len(samples) - 1))]
         print(f"pools summary in-process: {percentiles(samples)}")
         full = []
         for _ in range(10):
@@ -65,10 +64,7 @@ def main() -> int:
             store.inventory()
             full.append((time.perf_counter() - t) * 1000)
         print(f"full inventory (placement's read), for reference: {percentiles(full)}")
-
-    ok = p99 <= BUDGET_MS
-    print(f"p99 {p99:.1f} ms, budget {BUDGET_MS:.0f} ms: {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return verdict("p99", p99(samples), BUDGET_MS)
 
 
 if __name__ == "__main__":

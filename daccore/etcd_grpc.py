@@ -53,7 +53,14 @@ def _op(op: Op) -> rpc_pb2.RequestOp:
 def _translate(e: grpc.RpcError, what: str) -> Exception:
     code = e.code()
     if code in _RETRY:
-        return Unreachable((e.details() or code.name).lower())
+        details = (e.details() or code.name).lower()
+        # grpc's "failed to connect to all addresses; last error: ...: connection refused"
+        for short in ("connection refused", "deadline exceeded", "ssl", "handshake"):
+            if short in details:
+                details = {"ssl": "TLS handshake failed", "handshake": "TLS handshake failed"
+                           }.get(short, short)
+                break
+        return Unreachable(details)
     return EtcdRequestError(what, code.value[0], e.details() or code.name)
 
 
