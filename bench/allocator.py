@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import TIB, p99, percentiles, synthetic_inventory, verdict  # noqa: E402
+from common import TIB, p99, percentiles, steal_meter, synthetic_inventory, verdict  # noqa: E402
 
 from daccore.allocator import place  # noqa: E402
 from daccore.gcpause import gc_paused  # noqa: E402
@@ -25,6 +25,7 @@ BUDGET_MS = 50.0
 def main() -> int:
     worst = 0.0
     rng = random.Random(7)
+    cpu = steal_meter()
     for placement in ("across_servers", "single_host"):
         inv = synthetic_inventory(1000, 24, 0.30, placement)
         for bricks in (1, 4, 16) if placement == "single_host" else (1, 16, 256, 2048):
@@ -37,6 +38,7 @@ def main() -> int:
                 assert len(picked) == bricks
             worst = max(worst, p99(samples))
             print(f"{placement:15s} {bricks:5d} bricks: {percentiles(samples)}")
+    print(cpu())
     return verdict("worst p99", worst, BUDGET_MS)
 
 

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import etcd_store, host_records, p99, percentiles, pool_record, verdict  # noqa: E402
+from common import (etcd_store, host_records, p99, percentiles, pool_record, steal_meter,  # noqa: E402
+                    verdict)
 
 from daccore.etcd import put_op  # noqa: E402
 from daccore.inventory import summarize  # noqa: E402
@@ -35,11 +36,14 @@ def populate(store) -> int:
 
     def one(h):
         store.register_host(h)  # the host record and its capacity index, as dacd writes them
-        ops = [put_op(k.alive_key(h.name), "")]
-        ops += [put_op(k.claim(h.name, b.name), claim) for b in h.bricks
+        number = int(h.name.removeprefix("dac"))
+        if number % 100 == 1:
+            store.set_drained(h.name, True)
+        ops = [] if number % 100 == 2 else [put_op(k.alive_key(h.name), "")]  # 1 % down
+        ops += [put_op(k.claim(b.pool, h.name, b.name), claim) for b in h.bricks
                 if rng.random() < CLAIMED]
         store.client.txn([], ops)
-        return len(ops) - 1
+        return sum(op.key.startswith(k.claims) for op in ops)
     with ThreadPoolExecutor(8) as pool:
         return sum(pool.map(one, hosts))
 
@@ -48,16 +52,18 @@ def main() -> int:
     with etcd_store() as store:
         t = time.perf_counter()
         claims = populate(store)
-        print(f"populated {HOSTS} hosts x {BRICKS} bricks, {claims} claims "
+        print(f"populated {HOSTS} hosts x {BRICKS} bricks (10 down, 10 drained), {claims} claims "
               f"({claims / HOSTS / BRICKS:.0%}) in {time.perf_counter() - t:.1f}s")
+        cpu = steal_meter()
         samples = []
         for _ in range(60):
             t = time.perf_counter()
             (s,) = summarize(store.summary_inventory())
             samples.append((time.perf_counter() - t) * 1000)
-        assert (s.total, s.used, s.hosts_up) == (HOSTS * BRICKS, claims, HOSTS), s
+        assert (s.hosts_up, s.hosts_down, s.hosts_drained) == (990, 10, 10), s
+        assert [s] == summarize(store.inventory())  # the counted read agrees with the full one
         samples = samples[5:]  # first calls open connections and warm caches
-        print(f"pools summary in-process: {percentiles(samples)}")
+        print(f"pools summary in-process: {percentiles(samples)} ({cpu()})")
         full = []
         for _ in range(10):
             t = time.perf_counter()

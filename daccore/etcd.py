@@ -92,6 +92,8 @@ class Op:
     value: bytes = b""
     lease: int = 0
     keys_only: bool = False
+    count_only: bool = False
+    revision: int = 0  # a range as of this revision (0: the latest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ class TxnResult:
     revision: int
     #: the kvs of each range op of the branch that ran, in order
     ranges: list[list[KV]] = field(default_factory=list)
+    #: the count of each range op, in the same order (what count_only ranges return)
+    counts: list[int] = field(default_factory=list)
 
 
 def absent(key: str) -> Compare:
@@ -120,8 +124,10 @@ def delete_op(key: str, range_end: str | None = None) -> Op:
     return Op("delete", key, range_end)
 
 
-def range_op(key: str, range_end: str | None = None, keys_only: bool = False) -> Op:
-    return Op("range", key, range_end, keys_only=keys_only)
+def range_op(key: str, range_end: str | None = None, keys_only: bool = False,
+             count_only: bool = False, revision: int = 0) -> Op:
+    return Op("range", key, range_end, keys_only=keys_only, count_only=count_only,
+              revision=revision)
 
 
 @dataclass(slots=True)

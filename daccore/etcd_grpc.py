@@ -47,7 +47,8 @@ def _op(op: Op) -> rpc_pb2.RequestOp:
         return rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(
             key=op.key.encode(), range_end=end))
     return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
-        key=op.key.encode(), range_end=end, keys_only=op.keys_only))
+        key=op.key.encode(), range_end=end, keys_only=op.keys_only, count_only=op.count_only,
+        revision=op.revision))
 
 
 def _translate(e: grpc.RpcError, what: str) -> Exception:
@@ -113,9 +114,10 @@ class GrpcTransport:
         r = self._unary(self._kv.Txn, rpc_pb2.TxnRequest(
             compare=[_compare(c) for c in compare], success=[_op(o) for o in success],
             failure=[_op(o) for o in failure]), "txn")
-        ranges = [[_kv(kv) for kv in resp.response_range.kvs] for resp in r.responses
-                  if resp.WhichOneof("response") == "response_range"]
-        return TxnResult(r.succeeded, r.header.revision, ranges)
+        found = [resp.response_range for resp in r.responses
+                 if resp.WhichOneof("response") == "response_range"]
+        return TxnResult(r.succeeded, r.header.revision, [[_kv(kv) for kv in f.kvs] for f in found],
+                         [f.count for f in found])
 
     def compact(self, revision: int) -> None:
         self._unary(self._kv.Compact, rpc_pb2.CompactionRequest(revision=revision), "compact")

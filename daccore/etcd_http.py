@@ -57,6 +57,10 @@ def _op(op: Op) -> dict:
         return {"request_delete_range": body}
     if op.keys_only:
         body["keys_only"] = True
+    if op.count_only:
+        body["count_only"] = True
+    if op.revision:
+        body["revision"] = str(op.revision)
     return {"request_range": body}
 
 
@@ -169,9 +173,11 @@ class HttpTransport:
         r = self.call("/v3/kv/txn", {"compare": [_compare(c) for c in compare],
                                      "success": [_op(o) for o in success],
                                      "failure": [_op(o) for o in failure]})
-        ranges = [[_kv(d) for d in resp["response_range"].get("kvs", ())]
-                  for resp in r.get("responses", ()) if "response_range" in resp]
-        return TxnResult(bool(r.get("succeeded", False)), int(r["header"]["revision"]), ranges)
+        found = [resp["response_range"] for resp in r.get("responses", ())
+                 if "response_range" in resp]
+        return TxnResult(bool(r.get("succeeded", False)), int(r["header"]["revision"]),
+                         [[_kv(d) for d in f.get("kvs", ())] for f in found],
+                         [int(f.get("count", 0)) for f in found])
 
     def compact(self, revision: int) -> None:
         self.call("/v3/kv/compaction", {"revision": str(revision)})

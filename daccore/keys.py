@@ -4,7 +4,7 @@
     <prefix>hosts/<host>               Host         dacd (drained: admin, by compare-and-swap)
     <prefix>capacity/<host>            HostCapacity  index of hosts/<host>, same txn, for `pools`
     <prefix>alive/<host>               empty        dacd, bound to its lease
-    <prefix>claims/<host>/<brick>      BrickClaim   dacctl, in the buffer's allocation txn
+    <prefix>claims/<pool>/<host>/<brick>  BrickClaim  dacctl, in the buffer's allocation txn
     <prefix>buffers/<name>             Buffer       dacctl
     <prefix>status/<name>/<host>       Status       the dacd of <host>
 """
@@ -42,11 +42,15 @@ class Keys:
     def alive_key(self, host: str) -> str:
         return self.alive + host
 
-    def claim(self, host: str, brick: str) -> str:
-        return f"{self.claims}{host}/{brick}"
+    def claim(self, pool: str, host: str, brick: str) -> str:
+        # The pool leads so that etcd can count a pool's claims without listing them.
+        return f"{self.claims}{pool}/{host}/{brick}"
 
-    def host_claims(self, host: str) -> str:
-        return f"{self.claims}{host}/"
+    def pool_claims(self, pool: str) -> str:
+        return f"{self.claims}{pool}/"
+
+    def host_claims(self, pool: str, host: str) -> str:
+        return f"{self.claims}{pool}/{host}/"
 
     def buffer(self, name: str) -> str:
         return self.buffers + name
@@ -62,6 +66,7 @@ class Keys:
         """The name a key under `prefix` stands for: `hosts/dac1` -> `dac1`."""
         return key[len(prefix):]
 
-    def parse_claim(self, key: str) -> tuple[str, str]:
-        host, _, brick = key[len(self.claims):].partition("/")
-        return host, brick
+    def parse_claim(self, key: str) -> tuple[str, str, str]:
+        """(pool, host, brick) of a claim key."""
+        pool, host, brick = key[len(self.claims):].split("/", 2)
+        return pool, host, brick

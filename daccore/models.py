@@ -132,17 +132,13 @@ class HostCapacity(Record):
     name: Name
     drained: bool = False
     pools: dict[Name, int] = Field({}, description="bricks per pool")
-    brick_pools: dict[Name, Name] = Field(
-        {}, description="brick -> pool, only when the host serves several pools")
 
     @classmethod
     def of(cls, host: Host) -> HostCapacity:
         pools: dict[str, int] = {}
         for b in host.bricks:
             pools[b.pool] = pools.get(b.pool, 0) + 1
-        several = len(pools) > 1
-        return cls(name=host.name, drained=host.drained, pools=pools,
-                   brick_pools={b.name: b.pool for b in host.bricks} if several else {})
+        return cls(name=host.name, drained=host.drained, pools=pools)
 
 
 class BrickClaim(Record):

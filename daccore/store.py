@@ -16,10 +16,10 @@ from pydantic import BaseModel, ValidationError
 
 from daccore.config import EtcdSettings
 from daccore.errors import AdminError, Conflict, InternalError, NotFound, UserError
-from daccore.etcd import (KV, EtcdClient, LeaseKeeper, Op, Watch, absent, delete_op, mod_is,
-                          put_op, range_op)
+from daccore.etcd import (KV, Compare, EtcdClient, LeaseKeeper, Op, Watch, absent, delete_op,
+                          mod_is, put_op, range_op)
 from daccore.gcpause import gc_paused
-from daccore.inventory import Inventory
+from daccore.inventory import ClaimCounts, Inventory, parse_pools, views_of
 from daccore.keys import Keys, prefix_end
 from daccore.models import BrickClaim, Buffer, Host, HostCapacity, Pool, Status
 
@@ -28,6 +28,14 @@ log = logging.getLogger(__name__)
 __all__ = ["Store", "Versioned", "Change", "AllocationConflict"]
 
 R = TypeVar("R", bound=BaseModel)
+
+#: etcd refuses transactions of more than --max-txn-ops operations (default 128).
+_MAX_TXN_OPS = 100
+
+
+class _GuardFailed(Exception):
+    def __init__(self, compares: list[Compare]):
+        self.compares = compares
 
 
 class AllocationConflict(Conflict):
@@ -87,10 +95,33 @@ class Store:
     # -- hosts and liveness --------------------------------------------------------------------
 
     def register_host(self, host: Host) -> Host:
-        """Write the host's record, keeping the drained flag an admin may have set."""
+        """Write the host's record, keeping the drained flag an admin may have set.
+
+        A brick that a buffer holds may neither leave the host nor move to another pool: its
+        claim key names its pool, so a move would let a second buffer claim it. The write
+        compares every such claim key absent, and refuses with the buffer's name otherwise.
+        """
+        k = self.keys
+
         def change(old: Host | None) -> Host:
             return host.model_copy(update={"drained": old.drained}) if old else host
-        return self._update(Host, self.keys.host(host.name), change, self._capacity_op)
+
+        def still_free(old: Host | None) -> list[Compare]:
+            now = {b.name: b.pool for b in host.bricks}
+            return [absent(k.claim(b.pool, host.name, b.name)) for b in (old.bricks if old else ())
+                    if now.get(b.name) != b.pool]
+        try:
+            return self._update(Host, k.host(host.name), change, self._capacity_op, still_free)
+        except _GuardFailed as e:
+            held = {kv.key: _load(BrickClaim, kv).buffer
+                    for c in e.compares if (kv := self.client.get(c.key))}
+            if not held:
+                raise Conflict(f"host '{host.name}' kept changing while registering") from None
+            key, buffer = sorted(held.items())[0]
+            pool, _, brick = k.parse_claim(key)
+            raise AdminError(f"host '{host.name}': brick '{brick}' is held by buffer "
+                             f"'{buffer}' in pool '{pool}'; it cannot leave that pool until "
+                             "the buffer is torn down") from None
 
     def set_drained(self, name: str, drained: bool) -> Host:
         def change(old: Host | None) -> Host:
@@ -119,42 +150,60 @@ class Store:
     # -- inventory -----------------------------------------------------------------------------
 
     def inventory(self, claim_owners: bool = False) -> Inventory:
-        """Pools, full host records, liveness and claims, at one revision: for placement."""
-        return self._inventory(self.keys.hosts, claim_owners)
+        """Pools, full host records, liveness and every claim, at one revision: for placement."""
+        k = self.keys
+        with gc_paused():
+            r = self.client.txn([], [  # one read-only txn: every range at the same revision
+                range_op(k.pools, prefix_end(k.pools)),
+                range_op(k.hosts, prefix_end(k.hosts)),
+                range_op(k.alive, prefix_end(k.alive), keys_only=True),
+                range_op(k.claims, prefix_end(k.claims), keys_only=not claim_owners),
+            ])
+            pools, hosts, alive, claims = r.ranges
+            owner = (lambda kv: json.loads(kv.value)["buffer"]) if claim_owners else \
+                (lambda kv: "")
+            return Inventory.from_json(
+                [kv.value for kv in pools], {Keys.last(kv.key, k.alive) for kv in alive},
+                claims={k.parse_claim(kv.key): owner(kv) for kv in claims},
+                hosts=[kv.value for kv in hosts], revision=r.revision)
 
     def summary_inventory(self) -> Inventory:
-        """Pools, capacity indexes, liveness and claims, at one revision: enough to
-        `summarize`, and several times cheaper than `inventory` on a big site."""
-        return self._inventory(self.keys.capacities, False)
-
-    def _inventory(self, host_prefix: str, claim_owners: bool) -> Inventory:
-        with gc_paused():
-            return self._read_inventory(host_prefix, claim_owners)
-
-    def _read_inventory(self, host_prefix: str, claim_owners: bool) -> Inventory:
+        """Enough to `summarize`, several times cheaper than `inventory` on a big site: the
+        capacity indexes instead of the host records, and claims counted by etcd, per pool and
+        for each down or drained host, instead of listed. Two reads, both at one revision."""
         k = self.keys
-        r = self.client.txn([], [  # one read-only txn: every range at the same revision
-            range_op(k.pools, prefix_end(k.pools)),
-            range_op(host_prefix, prefix_end(host_prefix)),
-            range_op(k.alive, prefix_end(k.alive), keys_only=True),
-            range_op(k.claims, prefix_end(k.claims), keys_only=not claim_owners),
-        ])
-        pools, hosts, alive, claims = r.ranges
-        if claim_owners:
-            claimed = {k.parse_claim(kv.key): json.loads(kv.value)["buffer"] for kv in claims}
-        else:
-            claimed = {k.parse_claim(kv.key): "" for kv in claims}
-        records = [kv.value for kv in hosts]
-        full = host_prefix == k.hosts
-        return Inventory.from_json(
-            [kv.value for kv in pools], {Keys.last(kv.key, k.alive) for kv in alive}, claimed,
-            hosts=records if full else None, capacities=None if full else records,
-            revision=r.revision)
+        with gc_paused():
+            r = self.client.txn([], [
+                range_op(k.pools, prefix_end(k.pools)),
+                range_op(k.capacities, prefix_end(k.capacities)),
+                range_op(k.alive, prefix_end(k.alive), keys_only=True),
+            ])
+            pools, capacities, alive = r.ranges
+            pool_infos = parse_pools([kv.value for kv in pools])
+            views = views_of([kv.value for kv in capacities],
+                             {Keys.last(kv.key, k.alive) for kv in alive})
+            wanted = [(p, None) for p in pool_infos] + [
+                (p, v.name) for v in views if not v.alive or v.drained for p in v.pools
+                if p in pool_infos]
+            counts = ClaimCounts()
+            for start in range(0, len(wanted), _MAX_TXN_OPS):
+                chunk = wanted[start:start + _MAX_TXN_OPS]
+                ops = []
+                for pool, host in chunk:
+                    prefix = k.host_claims(pool, host) if host else k.pool_claims(pool)
+                    ops.append(range_op(prefix, prefix_end(prefix), count_only=True,
+                                        revision=r.revision))
+                for (pool, host), n in zip(chunk, self.client.txn([], ops).counts):
+                    if host:
+                        counts.per_host[(pool, host)] = n
+                    else:
+                        counts.per_pool[pool] = n
+            return Inventory.of_counts(pool_infos, views, counts, r.revision)
 
     def claims(self) -> dict[tuple[str, str], str]:
         """Every claim: (host, brick) -> buffer name."""
         kvs, _ = self.client.range(self.keys.claims, prefix_end(self.keys.claims))
-        return {self.keys.parse_claim(kv.key): _load(BrickClaim, kv).buffer for kv in kvs}
+        return {self.keys.parse_claim(kv.key)[1:]: _load(BrickClaim, kv).buffer for kv in kvs}
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -166,7 +215,8 @@ class Store:
         """
         k = self.keys
         name = buffer.name
-        claim_keys = [k.claim(b.host, b.brick) for b in buffer.allocation.bricks]
+        pool = buffer.request.pool
+        claim_keys = [k.claim(pool, b.host, b.brick) for b in buffer.allocation.bricks]
         if len(set(claim_keys)) != len(claim_keys):
             raise InternalError(f"buffer '{name}': allocation lists a brick twice")
         claim = _dump(BrickClaim(buffer=name))
@@ -205,7 +255,7 @@ class Store:
         k = self.keys
         r = self.client.txn(
             [mod_is(k.buffer(name), mod_revision)],
-            [delete_op(k.claim(b.host, b.brick)) for b in buf.allocation.bricks]
+            [delete_op(k.claim(buf.request.pool, b.host, b.brick)) for b in buf.allocation.bricks]
             + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
                delete_op(k.buffer(name))],
         )
@@ -247,17 +297,25 @@ class Store:
         return [_load(model, kv) for kv in kvs]
 
     def _update(self, model: type[R], key: str, change: Callable[[R | None], R],
-                also: Callable[[R], Op] | None = None, attempts: int = 20) -> R:
+                also: Callable[[R], Op] | None = None,
+                guards: Callable[[R | None], list[Compare]] | None = None,
+                attempts: int = 20) -> R:
         """Read-modify-write with compare-and-swap, retried when another writer got there
-        first; `also(new)` is one more op committed in the same transaction."""
+        first. `also(new)` is one more op committed in the same transaction; `guards(old)`
+        are more compares, whose failure raises _GuardFailed instead of retrying."""
         for _ in range(attempts):
             kv = self.client.get(key)
             old = _load(model, kv) if kv else None
             new = change(old)
-            guard = mod_is(key, kv.mod_revision) if kv else absent(key)
+            cas = mod_is(key, kv.mod_revision) if kv else absent(key)
+            extra = guards(old) if guards else []
             ops = [put_op(key, _dump(new))] + ([also(new)] if also else [])
-            if self.client.txn([guard], ops).succeeded:
+            r = self.client.txn([cas] + extra, ops, [range_op(key, keys_only=True)])
+            if r.succeeded:
                 return new
+            current = r.ranges[0][0].mod_revision if r.ranges and r.ranges[0] else 0
+            if extra and current == (kv.mod_revision if kv else 0):
+                raise _GuardFailed(extra)
         raise Conflict(f"{key} kept changing under {attempts} attempts to update it")
 
 

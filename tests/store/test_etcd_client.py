@@ -141,3 +141,13 @@ def test_client_fails_over_to_a_live_endpoint(etcd_server, transport):
                         transport=transport)
     client.put("/c/failover", "ok")
     assert client.get("/c/failover").value == b"ok"
+
+
+def test_txn_counts_and_reads_as_of_a_revision(etcd):
+    for i in range(3):
+        etcd.put(f"/c/n/{i}", "x")
+    rev = etcd.put("/c/n/3", "x")
+    etcd.delete("/c/n/0")
+    r = etcd.txn([], [range_op("/c/n/", "/c/n0", count_only=True),
+                      range_op("/c/n/", "/c/n0", count_only=True, revision=rev)])
+    assert r.counts == [3, 4] and r.ranges == [[], []]

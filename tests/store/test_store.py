@@ -177,3 +177,34 @@ def test_a_corrupt_record_is_an_internal_error_naming_the_key(store):
     store.client.put(store.keys.pool("bad"), "{not json")
     with pytest.raises(InternalError, match=r"record at .*pools/bad is not a valid Pool"):
         store.pools()
+
+
+def test_a_held_brick_cannot_leave_its_pool_or_its_host(store):
+    keepers = register(store, ("h1",), n=2)
+    buf, _ = allocate_buffer(store, buffer_maker("j1", 200), capacity=200, pool="p")
+    moved = host("h1", 2, pool_name="q")
+    with pytest.raises(AdminError, match=r"host 'h1': brick 'b[01]' is held by buffer 'j1' in "
+                                         r"pool 'p'; it cannot leave that pool"):
+        store.register_host(moved)
+    with pytest.raises(AdminError, match="held by buffer 'j1'"):
+        store.register_host(host("h1", 0))  # both bricks removed from the config
+    assert store.register_host(host("h1", 3)).bricks[2].name == "b2"  # adding one is fine
+    store.delete_buffer("j1", store.buffer("j1").mod_revision)
+    assert store.register_host(moved).bricks[0].pool == "q"  # free again: may move
+    for k in keepers:
+        k.stop()
+
+
+def test_counted_summary_matches_the_full_read_with_claims_on_down_and_drained_hosts(store):
+    keepers = register(store, ("h1", "h2", "h3"), n=4)
+    for i in range(5):
+        allocate_buffer(store, buffer_maker(f"j{i}", 200), capacity=200, pool="p")
+    store.set_drained("h2", True)
+    keepers.pop().stop()  # h3 goes down holding whatever it held
+    counted, full = summarize(store.summary_inventory()), summarize(store.inventory())
+    assert counted == full
+    (s,) = counted
+    assert s.total == 8 and s.hosts_down == 1 and s.hosts_drained == 1
+    assert s.used + s.free <= s.total
+    for k in keepers:
+        k.stop()

@@ -12,7 +12,8 @@ def test_summary_counts_live_free_used_and_drained():
             for i in range(n)]}).encode()
 
     inv = Inventory.from_json(pools, alive={"up", "dr"},
-                              claimed={("up", "b0"): "", ("dr", "b1"): "", ("down", "b0"): ""},
+                              claims={("p", "up", "b0"): "", ("p", "dr", "b1"): "",
+                                      ("p", "down", "b0"): ""},
                               hosts=[host("up", 4), host("down", 3), host("dr", 2, True)])
     (s,) = summarize(inv)
     assert (s.total, s.free, s.used) == (6, 3, 2)
@@ -23,6 +24,7 @@ def test_summary_counts_live_free_used_and_drained():
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
+from daccore.inventory import ClaimCounts, views_of  # noqa: E402
 from daccore.models import Brick, Host, HostCapacity  # noqa: E402
 
 
@@ -34,7 +36,7 @@ def sites(draw):
         hosts.append(Host(name=f"h{h}", drained=draw(st.booleans()), bricks=[
             Brick(name=f"b{i}", device=f"/dev/b{i}", capacity=10, pool=pool)
             for i, pool in enumerate(pools)]))
-    bricks = [(h.name, b.name) for h in hosts for b in h.bricks]
+    bricks = [(b.pool, h.name, b.name) for h in hosts for b in h.bricks]
     claimed = draw(st.lists(st.sampled_from(bricks), unique=True)) if bricks else []
     alive = draw(st.sets(st.sampled_from([h.name for h in hosts])))
     return hosts, {c: "" for c in claimed}, alive
@@ -42,11 +44,22 @@ def sites(draw):
 
 @settings(max_examples=200, deadline=None)
 @given(sites())
-def test_the_capacity_index_summarizes_exactly_like_the_full_records(site):
-    hosts, claimed, alive = site
+def test_counted_claims_and_the_capacity_index_summarize_like_the_full_records(site):
+    """What Store.summary_inventory reads (capacity indexes, claims counted per pool and per
+    down or drained host) gives the same summary as every record and every claim."""
+    hosts, claims, alive = site
     pools = [json.dumps({"name": p, "granularity": 10}).encode() for p in ("p", "q")]
-    full = Inventory.from_json(pools, alive, claimed,
+    full = Inventory.from_json(pools, alive, claims=claims,
                                hosts=[h.model_dump_json().encode() for h in hosts])
-    index = Inventory.from_json(pools, alive, claimed, capacities=[
-        HostCapacity.of(h).model_dump_json().encode() for h in hosts])
+    views = views_of([HostCapacity.of(h).model_dump_json().encode() for h in hosts], alive)
+    counts = ClaimCounts()
+    for pool, host, _ in claims:
+        counts.per_pool[pool] = counts.per_pool.get(pool, 0) + 1
+        special = next(v for v in views if v.name == host)
+        if not special.alive or special.drained:
+            counts.per_host[(pool, host)] = counts.per_host.get((pool, host), 0) + 1
+    index = Inventory.of_counts(full.pools, views, counts)
     assert summarize(index) == summarize(full)
+    # and the direct construction from HostInfo + (host, brick) claims agrees too
+    direct = Inventory(full.pools, full.hosts, full.claimed)
+    assert summarize(direct) == summarize(full)
