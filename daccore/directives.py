@@ -1,0 +1,351 @@
+"""The burst-buffer directive grammar: the one place that reads `#DW` / `#BB` lines.
+
+    #DW jobdw capacity=<size> access_mode=striped|private|striped,private type=scratch [pool=<p>]
+    #DW persistentdw name=<name>                     (repeatable)
+    #DW stage_in  type=file|directory|list source=<abs path> destination=$DW_JOB_STRIPED/...
+    #DW stage_out type=file|directory|list source=$DW_JOB_STRIPED/... destination=<abs path>
+    #DW swap <size>
+    #BB create_persistent name=<name> capacity=<size> access_mode=...|access=... type=... [pool=]
+    #BB destroy_persistent name=<name> [hurry]
+
+Every directive is accepted under `#DW`, `#BB` and the site's burst_buffer/lua `Directive=`
+(default `BB_LUA`). A line of bare `key=value` pairs (`#BB capacity=1TiB pool=fast`, what
+`sbatch --bb "capacity=… access=…"` produces) is a jobdw. As Slurm does, only the leading
+comment block of the script counts (it ends at the first line not starting with `#`), `#SBATCH`
+lines may be mixed in, and a trailing `\\` continues a line onto the next comment line.
+
+Standard library only, and nothing slow: job_process runs inside slurmctld under its locks.
+Every refusal is a DirectiveError whose message is one line: `line N: <directive>: <reason>`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from daccore.errors import UserError
+from daccore.units import parse_size
+
+__all__ = ["DirectiveError", "JobDW", "Stage", "CreatePersistent", "DestroyPersistent",
+           "Directives", "parse_script", "PERSISTENT_NAME", "DIRECTIVES"]
+
+#: Slurm (and DataWarp) refuse persistent names starting with a digit.
+PERSISTENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+#: Slurm's default job script limit is 4 MB; nothing beyond the leading comment block matters.
+MAX_SCRIPT_BYTES = 16 << 20
+ACCESS_MODES = ("striped", "private", "striped,private")
+STAGE_TYPES = ("file", "directory", "list")
+_VAR = re.compile(r"^\$(?:\{(DW_[A-Z0-9_]+)\}|(DW_[A-Za-z0-9_.-]+))(/.*)?$")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f'\"`\\]")
+
+DIRECTIVES = {
+    "jobdw": ("capacity", "access_mode", "type", "pool"),
+    "persistentdw": ("name",),
+    "stage_in": ("type", "source", "destination"),
+    "stage_out": ("type", "source", "destination"),
+    "swap": (),
+    "create_persistent": ("name", "capacity", "access_mode", "access", "type", "pool"),
+    "destroy_persistent": ("name",),
+}
+
+
+class DirectiveError(UserError):
+    """A directive the user must fix: `line N: <directive>: <reason>`."""
+
+    def __init__(self, line: int, directive: str, reason: str):
+        super().__init__(f"line {line}: {directive}: {reason}")
+        self.line, self.directive, self.reason = line, directive, reason
+
+
+@dataclass(frozen=True)
+class JobDW:
+    line: int
+    capacity: int
+    access: str = "striped"
+    type: str = "scratch"
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    line: int
+    direction: str  # "in" or "out"
+    type: str
+    source: str
+    destination: str
+
+
+@dataclass(frozen=True)
+class CreatePersistent:
+    line: int
+    name: str
+    capacity: int
+    access: str = "striped"
+    type: str = "scratch"
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class DestroyPersistent:
+    line: int
+    name: str
+    hurry: bool = False
+
+
+@dataclass
+class Directives:
+    """Everything a script asks of dac, validated."""
+
+    jobdw: JobDW | None = None
+    persistent: list[str] = field(default_factory=list)
+    stage_in: list[Stage] = field(default_factory=list)
+    stage_out: list[Stage] = field(default_factory=list)
+    swap: int = 0
+    create: list[CreatePersistent] = field(default_factory=list)
+    destroy: list[DestroyPersistent] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.jobdw or self.persistent or self.create or self.destroy)
+
+
+def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directives:
+    """The directives of a job script, or DirectiveError for the first bad one."""
+    if isinstance(script, bytes):
+        script = script[:MAX_SCRIPT_BYTES].decode("utf-8", errors="surrogateescape")
+    prefixes = {"#DW", "#BB", "#" + lua_directive}
+    found = Directives()
+    jobdw_line = 0
+    for number, text in _directive_lines(script, prefixes):
+        directive, args = _split(number, text)
+        if directive == "jobdw":
+            if found.jobdw is not None:
+                raise DirectiveError(number, "jobdw", f"a job may have only one jobdw (the first "
+                                                      f"is on line {jobdw_line})")
+            found.jobdw, jobdw_line = _jobdw(number, args), number
+        elif directive == "persistentdw":
+            name = _name(number, directive, _keys(number, directive, args, required=("name",)))
+            if name in found.persistent:
+                raise DirectiveError(number, directive, f"'{name}' is attached twice")
+            found.persistent.append(name)
+        elif directive in ("stage_in", "stage_out"):
+            stage = _stage(number, directive, args)
+            (found.stage_in if stage.direction == "in" else found.stage_out).append(stage)
+        elif directive == "swap":
+            found.swap = _swap(number, args, found.swap)
+        elif directive == "create_persistent":
+            found.create.append(_create(number, args))
+        else:
+            found.destroy.append(_destroy(number, args))
+    _check_stage_targets(found)
+    if found.swap and found.jobdw is None:
+        raise DirectiveError(_first_line(script, prefixes, "swap"), "swap",
+                             "swap needs a #DW jobdw buffer to hold the swap files")
+    return found
+
+
+def _directive_lines(script: str, prefixes: set[str]):
+    """(line number, text after the prefix) of each directive in the leading comment block,
+    with `\\` continuations joined (numbered by their first line)."""
+    lines = script.split("\n")
+    i = 1 if lines and lines[0].startswith("#!") else 0
+    while i < len(lines):
+        line = lines[i].rstrip("\r")
+        if not line.startswith("#"):
+            return
+        start = i
+        # A continuation line is still a comment; its own prefix (or bare '#') is dropped.
+        while line.endswith("\\") and i + 1 < len(lines) and lines[i + 1].startswith("#"):
+            i += 1
+            more = lines[i].rstrip("\r").split(None, 1)
+            if more[0] in prefixes or more[0] == "#":
+                more = more[1:]
+            line = line[:-1] + " " + (more[0] if more else "")
+        i += 1
+        parts = line.split(None, 1)
+        if parts and parts[0] in prefixes:
+            yield start + 1, parts[1].strip() if len(parts) > 1 else ""
+
+
+def _split(number: int, text: str) -> tuple[str, list[str]]:
+    bad = _UNSAFE.search(text)
+    if bad:
+        what = "a quote" if bad.group() in "'\"`" else (
+            "a backslash" if bad.group() == "\\" else "a control character")
+        raise DirectiveError(number, text.split()[0] if text.split() else "directive",
+                             f"contains {what}, which directives do not allow")
+    if any("\udc80" <= c <= "\udcff" for c in text):  # surrogateescape'd bytes
+        raise DirectiveError(number, "directive", "is not valid UTF-8")
+    words = text.split()
+    if not words:
+        raise DirectiveError(number, "directive", "is empty (expected one of "
+                                                  f"{', '.join(DIRECTIVES)})")
+    if "=" in words[0]:
+        return "jobdw", ["access_mode=" + w[7:] if w.startswith("access=") else w for w in words]
+    if words[0] not in DIRECTIVES:
+        raise DirectiveError(number, _show(words[0]), "unknown directive (expected one of "
+                                                      f"{', '.join(DIRECTIVES)})")
+    return words[0], words[1:]
+
+
+def _show(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _keys(number: int, directive: str, args: list[str], required: tuple[str, ...] = (),
+          flags: tuple[str, ...] = ()) -> dict[str, str]:
+    allowed = DIRECTIVES[directive]
+    out: dict[str, str] = {}
+    for arg in args:
+        if arg in flags:
+            out[arg] = ""
+            continue
+        key, eq, value = arg.partition("=")
+        if not eq:
+            raise DirectiveError(number, directive, f"'{_show(arg)}' is not key=value")
+        if key not in allowed:
+            raise DirectiveError(number, directive, f"unknown key '{_show(key)}' (expected "
+                                                    f"{', '.join(allowed + flags)})")
+        if key in out:
+            raise DirectiveError(number, directive, f"{key} is given twice")
+        if not value:
+            raise DirectiveError(number, directive, f"{key} is empty")
+        out[key] = value
+    for key in required:
+        if key not in out:
+            raise DirectiveError(number, directive, f"{key} is required")
+    return out
+
+
+def _size(number: int, directive: str, key: str, text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError:
+        raise DirectiveError(number, directive, f"{key} '{_show(text)}' is not a size like "
+                                                "1TiB, 500GB or 1048576") from None
+    if value <= 0:
+        raise DirectiveError(number, directive, f"{key} '{text}' must be greater than zero")
+    return value
+
+
+def _access(number: int, directive: str, text: str) -> str:
+    modes = text.split(",")
+    if not set(modes) <= {"striped", "private"} or len(modes) != len(set(modes)):
+        raise DirectiveError(number, directive, f"access_mode '{_show(text)}' must be striped, "
+                                                "private or striped,private")
+    return "striped,private" if len(modes) == 2 else modes[0]
+
+
+def _type(number: int, directive: str, text: str) -> str:
+    if text == "cache":
+        raise DirectiveError(number, directive, "type=cache is not supported yet; "
+                                                "use type=scratch")
+    if text != "scratch":
+        raise DirectiveError(number, directive, f"type '{_show(text)}' must be scratch")
+    return text
+
+
+def _pool(number: int, directive: str, text: str | None) -> str | None:
+    if text is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", text):
+        raise DirectiveError(number, directive, f"pool '{_show(text)}' is not a pool name")
+    return text
+
+
+def _name(number: int, directive: str, keys: dict[str, str]) -> str:
+    name = keys["name"]
+    if not PERSISTENT_NAME.match(name):
+        raise DirectiveError(number, directive, f"name '{_show(name)}' must start with a letter "
+                                                "and contain only letters, digits, _ . -")
+    return name
+
+
+def _jobdw(number: int, args: list[str]) -> JobDW:
+    k = _keys(number, "jobdw", args, required=("capacity",))
+    return JobDW(number, _size(number, "jobdw", "capacity", k["capacity"]),
+                 _access(number, "jobdw", k.get("access_mode", "striped")),
+                 _type(number, "jobdw", k.get("type", "scratch")),
+                 _pool(number, "jobdw", k.get("pool")))
+
+
+def _create(number: int, args: list[str]) -> CreatePersistent:
+    d = "create_persistent"
+    k = _keys(number, d, args, required=("name", "capacity"))
+    if "access" in k and "access_mode" in k:
+        raise DirectiveError(number, d, "give access_mode or access, not both")
+    return CreatePersistent(number, _name(number, d, k), _size(number, d, "capacity",
+                                                               k["capacity"]),
+                            _access(number, d, k.get("access_mode", k.get("access", "striped"))),
+                            _type(number, d, k.get("type", "scratch")), _pool(number, d,
+                                                                              k.get("pool")))
+
+
+def _destroy(number: int, args: list[str]) -> DestroyPersistent:
+    k = _keys(number, "destroy_persistent", args, required=("name",), flags=("hurry",))
+    return DestroyPersistent(number, _name(number, "destroy_persistent", k), "hurry" in k)
+
+
+def _swap(number: int, args: list[str], previous: int) -> int:
+    if previous:
+        raise DirectiveError(number, "swap", "swap is given twice")
+    if len(args) != 1 or "=" in args[0]:
+        raise DirectiveError(number, "swap", "expected one size, as in '#DW swap 4GiB'")
+    return _size(number, "swap", "size", args[0])
+
+
+def _stage(number: int, directive: str, args: list[str]) -> Stage:
+    k = _keys(number, directive, args, required=("type", "source", "destination"))
+    if k["type"] not in STAGE_TYPES:
+        raise DirectiveError(number, directive, f"type '{_show(k['type'])}' must be file, "
+                                                "directory or list")
+    for key in ("source", "destination"):
+        path = k[key]
+        if ".." in path.split("/"):
+            raise DirectiveError(number, directive, f"{key} '{_show(path)}' must not contain "
+                                                    "'..'")
+        if not (path.startswith("/") or _VAR.match(path)):
+            raise DirectiveError(number, directive, f"{key} '{_show(path)}' must be an absolute "
+                                                    "path")
+    inside, outside = ("destination", "source") if directive == "stage_in" else \
+        ("source", "destination")
+    if not _VAR.match(k[inside]):
+        raise DirectiveError(number, directive, f"{inside} must be under $DW_JOB_STRIPED, "
+                                                "$DW_JOB_PRIVATE or $DW_PERSISTENT_STRIPED_<name>")
+    if _VAR.match(k[outside]):
+        raise DirectiveError(number, directive, f"{outside} '{_show(k[outside])}' must be a path "
+                                                "outside the buffer")
+    return Stage(number, directive.removeprefix("stage_"), k["type"], k["source"],
+                 k["destination"])
+
+
+def _check_stage_targets(found: Directives) -> None:
+    """Each stage line's buffer side names a buffer this job has."""
+    access = found.jobdw.access if found.jobdw else ""
+    for stage in found.stage_in + found.stage_out:
+        directive = f"stage_{stage.direction}"
+        path = stage.destination if stage.direction == "in" else stage.source
+        m = _VAR.match(path)
+        var = m.group(1) or m.group(2)
+        if var in ("DW_JOB_STRIPED", "DW_JOB_PRIVATE"):
+            if found.jobdw is None:
+                raise DirectiveError(stage.line, directive, f"the job has no buffer for ${var} "
+                                                            "(add a #DW jobdw line)")
+            mode = "striped" if var == "DW_JOB_STRIPED" else "private"
+            if mode not in access.split(","):
+                raise DirectiveError(stage.line, directive, f"${var} needs access_mode={mode} "
+                                                            f"on the jobdw line (it has {access})")
+        elif var.startswith("DW_PERSISTENT_STRIPED_"):
+            name = var.removeprefix("DW_PERSISTENT_STRIPED_")
+            if name not in found.persistent:
+                raise DirectiveError(stage.line, directive, f"${var} needs a '#DW persistentdw "
+                                                            f"name={_show(name)}' line")
+        else:
+            raise DirectiveError(stage.line, directive, f"${_show(var)} is not a buffer variable "
+                                                        "(use $DW_JOB_STRIPED, $DW_JOB_PRIVATE or "
+                                                        "$DW_PERSISTENT_STRIPED_<name>)")
+
+
+def _first_line(script: str, prefixes: set[str], directive: str) -> int:
+    for number, text in _directive_lines(script, prefixes):
+        if text.split()[:1] == [directive]:
+            return number
+    return 0
