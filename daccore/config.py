@@ -102,6 +102,12 @@ class DacConfig(Settings):
     pools: dict[Name, PoolSettings] = {}
     hosts: dict[Name, HostSettings] = Field({}, description="storage servers and their bricks")
     lease_ttl: int = Field(10, ge=2, description="seconds a dead dacd keeps its host alive")
+    default_pool: Name | None = Field(
+        None, description="pool of a jobdw without pool=; default: the only pool, if one")
+    mount_root: str = Field("/mnt/dac", pattern=r"^/",
+                            description="buffers appear under <mount_root>/<buffer>/ on nodes")
+    lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
+                               description="burst_buffer.conf Directive= (burst_buffer/lua)")
 
     @model_validator(mode="after")
     def _bricks_fit_pools(self) -> DacConfig:

@@ -235,6 +235,12 @@ class Store:
         kv = self.client.get(self.keys.buffer(name))
         return Versioned(_load(Buffer, kv), kv.mod_revision) if kv else None
 
+    def buffer_owners(self) -> dict[str, int]:
+        """Buffer name -> owner uid, read without validating every spec (job_process)."""
+        kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
+        return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value)["owner_uid"]
+                for kv in kvs}
+
     def buffers(self) -> dict[str, Buffer]:
         return {b.name: b for b in self._list(Buffer, self.keys.buffers)}
 

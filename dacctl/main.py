@@ -10,6 +10,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "--function" in argv:  # Slurm's dw_wlm_cli protocol: its own lean path and error rules
+        from dacctl.datawarp import run
+        return run(argv)
     debug = "--debug" in argv
     from daccore.errors import DacError
 

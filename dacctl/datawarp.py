@@ -1,0 +1,170 @@
+"""`dacctl --function <f> …`: Cray's dw_wlm_cli protocol, as Slurm's burst_buffer/datawarp calls
+it, and as slurm-plugin/burst_buffer.lua calls it for burst_buffer/lua (one contract for both).
+
+Success: exit 0, the function's output on stdout. Failure: exit 1 and one line on stdout, which
+Slurm shows the user (sbatch's error, or the job's Reason). Never a traceback: unexpected errors
+become one line too, with the traceback on stderr only under --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+FUNCTIONS = ("pools", "show_instances", "show_sessions", "show_configurations", "job_process",
+             "setup", "real_size", "data_in", "paths", "pre_run", "post_run", "data_out",
+             "teardown", "create_persistent")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line on stdout, exit 1, like every other refusal
+        raise _Usage(message)
+
+
+class _Usage(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dacctl", add_help=False)
+    p.add_argument("--function", required=True, choices=FUNCTIONS)
+    p.add_argument("--token", "-t")
+    p.add_argument("--job", "-j")
+    p.add_argument("--caller", "-c")
+    p.add_argument("--user", "-u", type=int)
+    p.add_argument("--groupid", "--group", "-g", type=int)
+    p.add_argument("--capacity", "-C")
+    p.add_argument("--access", "-a")
+    p.add_argument("--type", "-T")
+    p.add_argument("--nodehostnamefile")
+    p.add_argument("--jobexecutionnodefile")
+    p.add_argument("--nidlistfile")
+    p.add_argument("--pathfile")
+    p.add_argument("--hurry", action="store_true")
+    p.add_argument("--debug", action="store_true")
+    return p
+
+
+def run(argv: list[str]) -> int:
+    debug = "--debug" in argv
+    try:
+        args = _parser().parse_args(argv)
+        out = _dispatch(args)
+        if out:
+            sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        return 0
+    except _Usage as e:
+        print(f"dacctl: {e}")
+        return 1
+    except Exception as e:  # noqa: BLE001 - the one place every error becomes one line
+        from daccore.errors import DacError
+        if debug:
+            traceback.print_exc()
+        if isinstance(e, DacError):
+            print(str(e))
+        else:
+            detail = (str(e).splitlines() or [""])[0]
+            print(f"dac internal error: {type(e).__name__}: {detail} (rerun with --debug)")
+        return 1
+
+
+def _need(args, *names: str) -> None:
+    missing = [n for n in names if getattr(args, n) is None]
+    if missing:
+        raise _Usage(f"--function {args.function} needs --{' --'.join(missing)}")
+
+
+def _context():
+    from daccore.config import load_config
+    from daccore.store import Store
+    config = load_config()
+    return config, Store.from_settings(config.etcd)
+
+
+def _script(args, config):
+    from daccore.directives import parse_script
+    from daccore.errors import AdminError
+    try:
+        with open(args.job, "rb") as f:
+            return parse_script(f.read(), config.lua_directive)
+    except OSError as e:
+        raise AdminError(f"cannot read the job script {args.job}: {e.strerror}") from None
+
+
+def _dispatch(args) -> str:
+    f = args.function
+    config, store = _context()
+    from daccore import jobs
+    from daccore.models import State
+    if f == "pools":
+        from daccore.inventory import summarize
+        return json.dumps({"pools": [
+            {"id": s.name, "units": "bytes", "granularity": s.granularity, "quantity": s.total,
+             "free": s.free} for s in summarize(store.summary_inventory())]})
+    if f in ("show_instances", "show_sessions", "show_configurations"):
+        buffers = store.buffers()
+        if f == "show_instances":
+            return json.dumps({"instances": [
+                {"id": b.name, "capacity": {"bytes": b.allocation.size, "nodes": 0},
+                 "links": {"session": b.name}} for b in buffers.values()]})
+        if f == "show_sessions":
+            return json.dumps({"sessions": [
+                {"id": b.name, "created": int(b.created_at), "owner": b.owner_uid,
+                 "token": b.name} for b in buffers.values()]})
+        return json.dumps({"configurations": [
+            {"id": b.name, "links": {"instance": b.name}} for b in buffers.values()]})
+    if f == "job_process":
+        _need(args, "job")
+        jobs.validate(store, _script(args, config), config.default_pool, args.user)
+        return ""
+    if f == "setup":
+        _need(args, "token", "user", "groupid", "job")
+        jobs.create_job_buffer(store, int(args.token), args.user, args.groupid, _script(args, config),
+                               config.default_pool)
+        return ""
+    if f == "real_size":
+        _need(args, "token")
+        current = store.buffer(args.token)
+        size = current.record.allocation.size if current else 0
+        return json.dumps({"token": args.token, "capacity": size, "units": "bytes"})
+    if f == "paths":
+        _need(args, "token", "pathfile")
+        current = store.buffer(args.token)
+        if current is not None:
+            request = current.record.request
+            access, persistent = request.access.value, request.persistent
+        else:  # no jobdw: the job may still attach persistent buffers
+            access = ""
+            persistent = _script(args, config).persistent if args.job else []
+        lines = jobs.paths_for(args.token, access, persistent, config.mount_root)
+        with open(args.pathfile, "w") as out:
+            out.write("".join(line + "\n" for line in lines))
+        return ""
+    states = {"data_in": State.STAGED_IN, "pre_run": State.MOUNTED, "post_run": State.UNMOUNTED,
+              "data_out": State.STAGED_OUT, "teardown": State.DELETED}
+    if f in states:
+        _need(args, "token")
+        jobs.set_desired(store, args.token, states[f], hurry=args.hurry)
+        return ""
+    # create_persistent
+    _need(args, "token", "user", "capacity")
+    from daccore.directives import ACCESS_MODES, PERSISTENT_NAME
+    from daccore.errors import UserError
+    from daccore.units import parse_size
+    if not PERSISTENT_NAME.match(args.token):
+        raise UserError(f"create_persistent: name '{args.token}' must start with a letter and "
+                        "contain only letters, digits, _ . -")
+    access, type_ = args.access or "striped", args.type or "scratch"
+    if access not in ACCESS_MODES or type_ != "scratch":
+        raise UserError(f"create_persistent: access '{access}' must be striped, private or "
+                        f"striped,private and type '{type_}' must be scratch")
+    pool, _, size = args.capacity.rpartition(":")
+    try:
+        capacity = parse_size(size)
+    except ValueError as e:
+        raise UserError(f"create_persistent: capacity {e}") from None
+    jobs.create_persistent(store, args.token, args.user, args.groupid or 0, capacity,
+                           pool or None, access, type_, config.default_pool)
+    return f"created {args.token}"
