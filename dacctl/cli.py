@@ -62,11 +62,18 @@ _workdir = click.option("--workdir", type=click.Path(file_okay=False, path_type=
 @click.option("--servers", default=2, show_default=True, type=click.IntRange(1, 64))
 @click.option("--bricks-per-server", default=4, show_default=True, type=click.IntRange(1, 64))
 @click.option("--brick-size", default="1GiB", show_default=True, callback=_size)
-def up(workdir: Path, servers: int, bricks_per_server: int, brick_size: int) -> None:
+@click.option("--slurm-nodes", default=0, show_default=True, type=click.IntRange(0, 16),
+              help="also boot a Slurm with this many nodes wired to dac")
+@click.option("--slurm-plugin", default="lua", show_default=True,
+              type=click.Choice(["lua", "datawarp"]), help="Slurm's burst buffer plugin")
+def up(workdir: Path, servers: int, bricks_per_server: int, brick_size: int, slurm_nodes: int,
+       slurm_plugin: str) -> None:
     from daclocal import cluster
-    state = cluster.up(workdir, servers, bricks_per_server, brick_size)
+    state = cluster.up(workdir, servers, bricks_per_server, brick_size,
+                       slurm_nodes=slurm_nodes, slurm_plugin=slurm_plugin)
+    slurm = f", Slurm {slurm_nodes} nodes (burst_buffer/{slurm_plugin})" if slurm_nodes else ""
     click.echo(f"local DAC up in {state.workdir}: etcd {state.endpoint}, {servers} servers "
-               f"x {bricks_per_server} bricks of {format_size(brick_size)}")
+               f"x {bricks_per_server} bricks of {format_size(brick_size)}{slurm}")
     click.echo(f"use it: eval \"$(dacctl local env --workdir {workdir})\"")
 
 
@@ -94,6 +101,8 @@ def status(workdir: Path, as_json: bool) -> None:
         attached = sum(b["attached"] for b in bricks)
         click.echo(f"dacd    {d['host']} pid {d['pid']} {_up(d['running'])}, "
                    f"{attached}/{len(bricks)} loop bricks attached")
+    for p in report.get("slurm", []):
+        click.echo(f"slurm   {p['process']} pid {p['pid']} {_up(p['running'])}")
     for p in report.get("pools", []):
         click.echo(f"pool    {p['name']}: {p['free_bricks']}/{p['total_bricks']} bricks free, "
                    f"{p['hosts_up']} hosts up")

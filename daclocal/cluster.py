@@ -22,7 +22,8 @@ from daccore.inventory import summarize
 from daccore.store import Store
 from daclocal import loopdev
 from daclocal.etcd_server import EtcdServer
-from daclocal.procs import is_running, spawn, stop_pid
+from daclocal.procs import child_env, is_running, spawn, stop_pid
+from daclocal.slurm import SlurmCluster
 
 __all__ = ["LocalState", "up", "down", "status", "env_lines", "POOL"]
 
@@ -35,6 +36,7 @@ class LocalState:
     etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port
     bricks: list[dict] = field(default_factory=list)  # host, file, device
     dacd: list[dict] = field(default_factory=list)  # host, pid
+    slurm: dict = field(default_factory=dict)  # nodes, plugin, pids
 
     @property
     def config_path(self) -> Path:
@@ -59,9 +61,10 @@ class LocalState:
 
 
 def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: int = 1 << 30,
-       timeout: float = 30.0) -> LocalState:
-    """Start etcd, make the loop-file bricks, start one dacd per server; return when every
-    server shows in the pools. On any failure, stop what was started and re-raise."""
+       timeout: float = 30.0, slurm_nodes: int = 0, slurm_plugin: str = "lua") -> LocalState:
+    """Start etcd, make the loop-file bricks, start one dacd per server and, with
+    `slurm_nodes`, a Slurm of that many nodes wired to dac; return when every server shows in
+    the pools and every node is idle. On any failure, stop what was started and re-raise."""
     workdir = workdir.resolve()
     if servers < 1 or bricks_per_server < 1:
         raise AdminError("the local DAC needs at least one server with one brick")
@@ -96,10 +99,19 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         for host in hosts:
             proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
-                          "--host", host], workdir / "logs" / f"dacd-{host}.log")
+                          "--host", host], workdir / "logs" / f"dacd-{host}.log",
+                         child_env(DAC_CONFIG=str(state.config_path)))
             state.dacd.append({"host": host, "pid": proc.pid})
             state.save()
         _wait_until_registered(state, servers, timeout)
+        if slurm_nodes:
+            state.slurm = {"nodes": slurm_nodes, "plugin": slurm_plugin, "pids": {}}
+            cluster = SlurmCluster(workdir, slurm_nodes, slurm_plugin, str(state.config_path))
+
+            def record(name: str, pid: int) -> None:
+                state.slurm["pids"][name] = pid
+                state.save()
+            cluster.start(timeout, on_started=record)
         return state
     except BaseException:
         down(workdir)
@@ -131,6 +143,9 @@ def down(workdir: Path) -> list[str]:
     if state is None:
         return []
     done = []
+    if state.slurm:
+        done += SlurmCluster(workdir, state.slurm["nodes"], state.slurm["plugin"],
+                             pids=state.slurm["pids"]).stop()
     for d in state.dacd:
         if is_running(d["pid"], state.workdir):
             stop_pid(d["pid"], state.workdir)
@@ -145,7 +160,8 @@ def down(workdir: Path) -> list[str]:
             loopdev.detach(b["device"], Path(b["file"]))
             done.append(f"loop device {b['device']}")
         Path(b["file"]).unlink(missing_ok=True)
-    for leftover in (workdir / "etcd" / "etcd-data", workdir / "bricks"):
+    for leftover in (workdir / "etcd" / "etcd-data", workdir / "bricks", workdir / "slurm" / "state",
+                     workdir / "slurm" / "spool", workdir / "slurm" / "munge"):
         shutil.rmtree(leftover, ignore_errors=True)
     state.config_path.unlink(missing_ok=True)
     (workdir / "state.json").unlink()
@@ -158,8 +174,11 @@ def _store(state: LocalState) -> Store:
 
 def env_lines(workdir: Path) -> list[str]:
     state = _require(workdir)
-    return [f"export DAC_CONFIG={state.config_path}",
-            f"export DAC_ETCD_ENDPOINTS={state.endpoint}"]
+    lines = [f"export DAC_CONFIG={state.config_path}",
+             f"export DAC_ETCD_ENDPOINTS={state.endpoint}"]
+    if state.slurm:
+        lines.append(f"export SLURM_CONF={SlurmCluster(workdir, state.slurm['nodes']).conf}")
+    return lines
 
 
 def status(workdir: Path) -> dict:
@@ -171,6 +190,8 @@ def status(workdir: Path) -> dict:
                  "running": is_running(state.etcd["pid"], state.workdir)},
         "dacd": [{"host": d["host"], "pid": d["pid"],
                   "running": is_running(d["pid"], state.workdir)} for d in state.dacd],
+        "slurm": [{"process": name, "pid": pid, "running": is_running(pid, name.split("-")[0])}
+                  for name, pid in state.slurm.get("pids", {}).items()],
         "bricks": [{"host": b["host"], "device": b["device"],
                     "attached": loopdev.backing_file(b["device"]) == b["file"]}
                    for b in state.bricks],

@@ -9,7 +9,18 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["free_port", "spawn", "is_running", "stop_pid"]
+__all__ = ["free_port", "spawn", "is_running", "stop_pid", "child_env"]
+
+#: Variables that would point a child at some other DAC (they win over the config file).
+_FOREIGN = ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT",
+            "ETCDCTL_KEY", "DAC_CONFIG", "SLURM_CONF")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment minus anything naming another DAC or Slurm, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN}
+    env.update(extra)
+    return env
 
 
 def free_port() -> int:

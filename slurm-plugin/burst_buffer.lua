@@ -1,0 +1,135 @@
+--[[
+dac's burst_buffer.lua for Slurm's burst_buffer/lua plugin (Slurm 22.05 and later).
+
+Install it as burst_buffer.lua next to slurm.conf. Every hook forwards to the same
+`dacctl --function ...` argv that burst_buffer/datawarp uses, so both plugins share one contract.
+
+Environment, inherited from the process that starts slurmctld:
+  DACCTL          path of dacctl (default /usr/local/bin/dacctl)
+  DAC_CONFIG      dac's config file, passed through to dacctl
+  DAC_SLURM_LOG   file that receives dacctl's stderr (default /dev/null)
+
+Why it is written this way:
+  * Hooks take their fixed 22.05 arguments and then `...`: 23.02 appends uid, gid and a job_info
+    table, and 24.05 requires slurm_bb_test_data_in/out; one file serves them all.
+  * Lua 5.1 (Debian's build) cannot read a command's exit status from io.popen, so the command
+    prints "__rc=$?" last. No marker means the command was killed (Slurm's timeout SIGTERMs the
+    process group); 22.05 would otherwise continue the job as if the stage had succeeded.
+  * Arguments are single-quoted for the shell; no user text is ever interpreted by it.
+--]]
+
+local DACCTL = os.getenv("DACCTL") or "/usr/local/bin/dacctl"
+local LOG = os.getenv("DAC_SLURM_LOG") or "/dev/null"
+
+local function quote(s)
+	return "'" .. string.gsub(tostring(s), "'", "'\\''") .. "'"
+end
+
+-- Run dacctl --function <fn> <args...>; returns slurm.SUCCESS or slurm.ERROR, and its stdout.
+local function dacctl(fn, args)
+	local cmd = quote(DACCTL) .. " --function " .. quote(fn)
+	for _, a in ipairs(args) do
+		cmd = cmd .. " " .. quote(a)
+	end
+	cmd = cmd .. " 2>>" .. quote(LOG) .. "; echo __rc=$?"
+	local pipe = io.popen(cmd)
+	if pipe == nil then
+		return slurm.ERROR, "dac: cannot run " .. DACCTL
+	end
+	local out = pipe:read("*a") or ""
+	pipe:close()
+	local body, rc = string.match(out, "^(.-)__rc=(%d+)%s*$")
+	if rc == nil then
+		slurm.log_error("dac: %s was killed before it finished", fn)
+		return slurm.ERROR, "dac: " .. fn .. " was killed before it finished"
+	end
+	body = string.gsub(body, "%s+$", "")
+	if tonumber(rc) ~= 0 then
+		slurm.log_info("dac: %s failed (exit %s): %s", fn, rc, body)
+		if body == "" then
+			body = "dac: " .. fn .. " failed with exit code " .. rc
+		end
+		return slurm.ERROR, body
+	end
+	return slurm.SUCCESS, body
+end
+
+-- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing.
+function slurm_bb_job_process(job_script, uid, ...)
+	local args = { "--job", job_script }
+	if type(uid) == "string" and string.match(uid, "^%d+$") then
+		table.insert(args, "--user")
+		table.insert(args, uid)
+	end
+	return dacctl("job_process", args)
+end
+
+function slurm_bb_pools(...)
+	return dacctl("pools", {})
+end
+
+function slurm_bb_job_teardown(job_id, job_script, hurry, ...)
+	local args = { "--token", job_id, "--job", job_script }
+	if hurry == "true" then
+		table.insert(args, "--hurry")
+	end
+	return dacctl("teardown", args)
+end
+
+function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script, ...)
+	return dacctl("setup", { "--token", job_id, "--caller", "SLURM", "--user", uid,
+		"--groupid", gid, "--capacity", tostring(pool) .. ":" .. tostring(bb_size),
+		"--job", job_script })
+end
+
+function slurm_bb_data_in(job_id, job_script, ...)
+	return dacctl("data_in", { "--token", job_id, "--job", job_script })
+end
+
+-- data_in returns only when the data is in, so there is never anything to poll (24.05+).
+function slurm_bb_test_data_in(job_id, job_script, ...)
+	return slurm.SUCCESS, ""
+end
+
+function slurm_bb_real_size(job_id, ...)
+	local rc, out = dacctl("real_size", { "--token", job_id })
+	if rc ~= slurm.SUCCESS then
+		return rc, out
+	end
+	return slurm.SUCCESS, string.match(out, '"capacity":%s*(%d+)') or "0"
+end
+
+function slurm_bb_paths(job_id, job_script, path_file, ...)
+	return dacctl("paths", { "--token", job_id, "--job", job_script, "--pathfile", path_file })
+end
+
+function slurm_bb_pre_run(job_id, job_script, ...)
+	return dacctl("pre_run", { "--token", job_id, "--job", job_script })
+end
+
+function slurm_bb_post_run(job_id, job_script, ...)
+	return dacctl("post_run", { "--token", job_id, "--job", job_script })
+end
+
+function slurm_bb_data_out(job_id, job_script, ...)
+	return dacctl("data_out", { "--token", job_id, "--job", job_script })
+end
+
+function slurm_bb_test_data_out(job_id, job_script, ...)
+	return slurm.SUCCESS, ""
+end
+
+-- `scontrol show bbstat`: the pools, as dacctl shows them to people.
+function slurm_bb_get_status(...)
+	local pipe = io.popen(quote(DACCTL) .. " pools 2>&1; echo __rc=$?")
+	if pipe == nil then
+		return slurm.ERROR, "dac: cannot run " .. DACCTL
+	end
+	local out = pipe:read("*a") or ""
+	pipe:close()
+	local body, rc = string.match(out, "^(.-)__rc=(%d+)%s*$")
+	if rc == nil or tonumber(rc) ~= 0 then
+		return slurm.ERROR, body or out
+	end
+	return slurm.SUCCESS, body
+end

@@ -1,0 +1,51 @@
+"""Real sbatch against a real Slurm, through burst_buffer/lua and burst_buffer/datawarp."""
+
+import json
+
+from clitools import run
+
+BUFFER_JOB = """#!/bin/bash
+#SBATCH -N 2
+#SBATCH -o @JOBS@/out-%j.txt
+#DW jobdw capacity=100MiB access_mode=striped type=scratch pool=default
+srun bash -c 'echo "$SLURMD_NODENAME DW_JOB_STRIPED=$DW_JOB_STRIPED"'
+"""
+
+
+def test_a_job_with_a_buffer_runs_and_sees_it_on_both_nodes(slurm):
+    job_id, r = slurm.sbatch(BUFFER_JOB)
+    assert job_id, r.stderr
+    job = slurm.wait(job_id)
+    assert job["JobState"] == "COMPLETED", job
+    assert job["BurstBufferState"] == "complete"
+    with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
+        lines = sorted(f.read().split("\n"))[1:]
+    assert lines == [f"node1 DW_JOB_STRIPED=/mnt/dac/{job_id}/striped",
+                     f"node2 DW_JOB_STRIPED=/mnt/dac/{job_id}/striped"]
+    # setup allocated it: 100 MiB is two 64 MiB bricks, and the spec says what the job asked
+    sessions = json.loads(run("dacctl", "--function", "show_instances", env=slurm.env).stdout)
+    mine = [i for i in sessions["instances"] if i["id"] == job_id]
+    assert mine and mine[0]["capacity"]["bytes"] == 128 << 20
+
+
+def test_a_bad_directive_is_refused_by_sbatch_with_our_one_line(slurm):
+    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB pool=default "
+                             "acces_mode=striped\necho never\n")
+    assert job_id is None and r.returncode == 1
+    assert (f"sbatch: error: burst_buffer/{slurm.plugin}: line 2: jobdw: unknown key "
+            "'acces_mode' (expected capacity, access_mode, type, pool)") in r.stderr.splitlines()
+    assert "Traceback" not in r.stderr
+
+
+def test_a_request_bigger_than_the_pool_is_refused_before_it_queues(slurm):
+    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=1TiB pool=default "
+                             "access_mode=striped\necho never\n")
+    assert job_id is None
+    assert ("line 2: jobdw: capacity 1TiB is more than pool 'default' holds (512MiB)"
+            in r.stderr)
+
+
+def test_scontrol_show_burst_lists_our_pool_with_its_sizes(slurm):
+    out = slurm.scontrol("show", "burst")
+    assert f"Name={slurm.plugin}" in out
+    assert "Granularity=64MiB TotalSpace=512MiB" in out
