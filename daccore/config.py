@@ -19,14 +19,13 @@ from typing import Annotated, Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from daccore.config_cache import DEFAULT_PATH, apply_env, config_path, etcd_urls
 from daccore.errors import ConfigError
 from daccore.models import Backend, Name, PlacementPolicy
 from daccore.units import parse_size
 
 __all__ = ["DacConfig", "EtcdSettings", "PoolSettings", "BrickSettings", "HostSettings",
            "load_config", "config_path", "DEFAULT_PATH"]
-
-DEFAULT_PATH = "/etc/dac/dac.yaml"
 
 
 def _size(value: Any) -> Any:
@@ -61,8 +60,7 @@ class EtcdSettings(Settings):
 
     @property
     def urls(self) -> list[str]:
-        scheme = "https" if self.tls else "http"
-        return [e if "://" in e else f"{scheme}://{e}" for e in self.endpoints]
+        return etcd_urls(self.endpoints, self.tls)
 
 
 class PoolSettings(Settings):
@@ -134,25 +132,11 @@ def load_config(path: str | None = None, env: Mapping[str, str] | None = None) -
     """Read, overlay the environment, validate. Raises ConfigError with one line."""
     env = os.environ if env is None else env
     source = config_path(path, env)
-    data = _read_yaml(source, must_exist=source != DEFAULT_PATH)
-    etcd = data.setdefault("etcd", {}) if isinstance(data, dict) else None
-    if isinstance(etcd, dict):
-        endpoints = env.get("DAC_ETCD_ENDPOINTS") or env.get("ETCDCTL_ENDPOINTS")
-        if endpoints:
-            etcd["endpoints"] = [e.strip() for e in endpoints.split(",") if e.strip()]
-        for name in ("cacert", "cert", "key"):
-            if env.get(f"ETCDCTL_{name.upper()}"):
-                etcd[name] = env[f"ETCDCTL_{name.upper()}"]
+    data = apply_env(_read_yaml(source, must_exist=source != DEFAULT_PATH), env)
     try:
         return DacConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(source, describe_validation_error(e)) from None
-
-
-def config_path(path: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The file `load_config` reads: the argument, else $DAC_CONFIG, else the default."""
-    env = os.environ if env is None else env
-    return path or env.get("DAC_CONFIG") or DEFAULT_PATH
 
 
 def _read_yaml(source: str, must_exist: bool) -> Any:

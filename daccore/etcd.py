@@ -17,22 +17,24 @@ etcd refusing a request raises `EtcdRequestError`.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple, Protocol, TypeVar
+from collections import namedtuple
+from typing import TYPE_CHECKING
 
 from daccore.errors import InternalError, StoreUnavailable
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from typing import Callable, Iterator, Protocol, TypeVar
 
-__all__ = ["EtcdClient", "KV", "Event", "TxnResult", "Compare", "Op", "Watch", "WatchCompacted",
-           "LeaseKeeper", "EtcdRequestError", "Unreachable", "absent", "mod_is", "put_op",
-           "delete_op", "range_op", "TRANSPORTS"]
+    from daccore.etcd_stream import Watch
+    T = TypeVar("T")
+
+__all__ = ["EtcdClient", "KV", "Event", "TxnResult", "Compare", "Op", "WatchCompacted",
+           "EtcdRequestError", "Unreachable", "absent", "mod_is", "put_op", "delete_op",
+           "range_op", "TRANSPORTS"]
 
 TRANSPORTS = ("grpc", "http")
-T = TypeVar("T")
 
 
 class EtcdRequestError(InternalError):
@@ -57,53 +59,21 @@ class WatchCompacted(InternalError):
         self.compact_revision = compact_revision
 
 
-class KV(NamedTuple):
-    """A NamedTuple, not a dataclass: inventories build thousands per read, and a frozen
-    dataclass costs about three times as much to construct."""
+# Records are namedtuples, not dataclasses: this module is on the path of the hooks that run
+# inside slurmctld, where importing `dataclasses` (18 ms) and defining each class (~1.4 ms)
+# would be a visible share of the budget (docs/performance.md).
 
-    key: str
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    version: int = 0
-    lease: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    type: str  # "put" or "delete"
-    kv: KV
-
-
-@dataclass(frozen=True, slots=True)
-class Compare:
-    """`target` is CREATE (create_revision) or MOD (mod_revision); the test is equality."""
-
-    key: str
-    target: str
-    revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    kind: str  # "put", "delete" or "range"
-    key: str
-    range_end: str | None = None
-    value: bytes = b""
-    lease: int = 0
-    keys_only: bool = False
-    count_only: bool = False
-    revision: int = 0  # a range as of this revision (0: the latest)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnResult:
-    succeeded: bool
-    revision: int
-    #: the kvs of each range op of the branch that ran, in order
-    ranges: list[list[KV]] = field(default_factory=list)
-    #: the count of each range op, in the same order (what count_only ranges return)
-    counts: list[int] = field(default_factory=list)
+#: One key. An inventory builds thousands per read, and a tuple is the cheapest to build.
+KV = namedtuple("KV", "key value create_revision mod_revision version lease", defaults=(0, 0))
+#: One watch event: type is "put" or "delete".
+Event = namedtuple("Event", "type kv")
+#: A txn compare: target is CREATE (create_revision) or MOD (mod_revision); the test is ==.
+Compare = namedtuple("Compare", "key target revision")
+#: A txn op: kind is "put", "delete" or "range"; revision reads a range as of that revision.
+Op = namedtuple("Op", "kind key range_end value lease keys_only count_only revision",
+                defaults=(None, b"", 0, False, False, 0))
+#: ranges: the kvs of each range op of the branch that ran; counts: their counts, in order.
+TxnResult = namedtuple("TxnResult", "succeeded revision ranges counts", defaults=((), ()))
 
 
 def absent(key: str) -> Compare:
@@ -117,7 +87,7 @@ def mod_is(key: str, revision: int) -> Compare:
 
 
 def put_op(key: str, value: str | bytes, lease: int = 0) -> Op:
-    return Op("put", key, value=value.encode() if isinstance(value, str) else value, lease=lease)
+    return Op("put", key, None, value.encode() if isinstance(value, str) else value, lease)
 
 
 def delete_op(key: str, range_end: str | None = None) -> Op:
@@ -130,39 +100,40 @@ def range_op(key: str, range_end: str | None = None, keys_only: bool = False,
               revision=revision)
 
 
-@dataclass(slots=True)
 class WatchMessage:
     """One response on a watch stream, whatever the transport."""
 
-    revision: int
-    events: list[Event]
-    created: bool = False
-    compact_revision: int = 0
-    canceled: bool = False
-    reason: str = ""
+    __slots__ = ("revision", "events", "created", "compact_revision", "canceled", "reason")
+
+    def __init__(self, revision: int, events: list, created: bool = False,
+                 compact_revision: int = 0, canceled: bool = False, reason: str = ""):
+        self.revision, self.events, self.created = revision, events, created
+        self.compact_revision, self.canceled, self.reason = compact_revision, canceled, reason
 
 
-class WatchStream(Protocol):
-    def __iter__(self) -> Iterator[WatchMessage]: ...
-    def close(self) -> None: ...
+if TYPE_CHECKING:
+    class WatchStream(Protocol):
+        def __iter__(self) -> Iterator[WatchMessage]: ...
+        def close(self) -> None: ...
 
+    class Transport(Protocol):
+        """One endpoint. Methods raise Unreachable or EtcdRequestError, nothing else."""
 
-class Transport(Protocol):
-    """One endpoint. Methods raise Unreachable or EtcdRequestError, nothing else."""
+        endpoint: str
 
-    endpoint: str
-
-    def range(self, key: str, range_end: str | None, keys_only: bool,
-              revision: int) -> tuple[list[KV], int]: ...
-    def put(self, key: str, value: bytes, lease: int) -> int: ...
-    def delete(self, key: str, range_end: str | None) -> int: ...
-    def txn(self, compare: list[Compare], success: list[Op], failure: list[Op]) -> TxnResult: ...
-    def compact(self, revision: int) -> None: ...
-    def lease_grant(self, ttl: int) -> int: ...
-    def lease_keepalive(self, lease: int) -> int: ...
-    def lease_revoke(self, lease: int) -> None: ...
-    def watch(self, key: str, range_end: str | None, start_revision: int) -> WatchStream: ...
-    def close(self) -> None: ...
+        def range(self, key: str, range_end: str | None, keys_only: bool,
+                  revision: int) -> tuple[list[KV], int]: ...
+        def put(self, key: str, value: bytes, lease: int) -> int: ...
+        def delete(self, key: str, range_end: str | None) -> int: ...
+        def txn(self, compare: list[Compare], success: list[Op],
+                failure: list[Op]) -> TxnResult: ...
+        def compact(self, revision: int) -> None: ...
+        def lease_grant(self, ttl: int) -> int: ...
+        def lease_keepalive(self, lease: int) -> int: ...
+        def lease_revoke(self, lease: int) -> None: ...
+        def watch(self, key: str, range_end: str | None,
+                  start_revision: int) -> WatchStream: ...
+        def close(self) -> None: ...
 
 
 class EtcdClient:
@@ -264,135 +235,7 @@ class EtcdClient:
                 raise
 
     def watch(self, key: str, range_end: str | None = None, start_revision: int = 0) -> Watch:
+        from daccore.etcd_stream import Watch
         return Watch(self, key, range_end, start_revision)
 
 
-class Watch:
-    """Events under [key, range_end) from `start_revision` on (0: from now).
-
-    Iterating reconnects after a broken stream and resumes after the last revision it
-    delivered, so no event is lost or repeated. Raises WatchCompacted when etcd no longer has
-    that revision, and StoreUnavailable when etcd stays unreachable for the client's timeout.
-    `close()` from another thread ends the iteration.
-    """
-
-    def __init__(self, client: EtcdClient, key: str, range_end: str | None, start_revision: int):
-        self._client = client
-        self._key, self._range_end = key, range_end
-        self.next_revision = start_revision
-        self._closed = False
-        self._stream: WatchStream | None = None
-
-    def close(self) -> None:
-        self._closed = True
-        if self._stream is not None:
-            self._stream.close()
-
-    def interrupt(self) -> None:
-        """Break the current stream as a network fault would (for tests); iteration resumes."""
-        if self._stream is not None:
-            self._stream.close()
-
-    def __iter__(self) -> Iterator[Event]:
-        failing_since: float | None = None
-        delay = 0.05
-        while not self._closed:
-            transports = self._client._all()
-            transport = transports[self._client._preferred % len(transports)]
-            try:
-                self._stream = transport.watch(self._key, self._range_end, self.next_revision)
-                if self._closed:
-                    return
-                for msg in self._stream:
-                    failing_since, delay = None, 0.05
-                    yield from self._deliver(msg)
-                    if self._closed:
-                        return
-                raise Unreachable("watch stream ended")
-            except Unreachable as e:
-                if self._closed:
-                    return
-                now = time.monotonic()
-                failing_since = failing_since or now
-                if now - failing_since > self._client.timeout:
-                    raise StoreUnavailable(self._client.endpoints, str(e), now - failing_since)
-                self._client._preferred += 1  # try the next endpoint, if there is one
-                log.debug("watch on %s broke (%s); resuming from revision %s", self._key, e,
-                          self.next_revision)
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-            finally:
-                if self._stream is not None:
-                    self._stream.close()
-                self._stream = None
-
-    def _deliver(self, msg: WatchMessage) -> Iterator[Event]:
-        if msg.compact_revision:
-            raise WatchCompacted(msg.compact_revision)
-        if msg.canceled:
-            raise EtcdRequestError("watch", None, msg.reason or "canceled")
-        if msg.created and not self.next_revision:
-            self.next_revision = msg.revision + 1
-        yield from msg.events
-        if msg.events:
-            # etcd sends a revision's events together, so resuming after it loses nothing.
-            self.next_revision = max(e.kv.mod_revision for e in msg.events) + 1
-
-
-class LeaseKeeper:
-    """Keeps one lease alive in a thread; grants a new one when it is lost.
-
-    `bind(lease_id)` is called with every newly granted lease to (re)attach keys to it, so an
-    etcd outage longer than the TTL heals itself once etcd is back. `stop()` revokes the lease,
-    which deletes the bound keys at once instead of after the TTL.
-    """
-
-    def __init__(self, client: EtcdClient, ttl: int, bind: Callable[[int], None],
-                 name: str = "lease"):
-        self._client, self.ttl, self._bind = client, ttl, bind
-        self.lease = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self, establish: bool = True) -> LeaseKeeper:
-        """Start; with `establish`, first bind a lease here so errors reach the caller (a
-        daemon should not report itself started without etcd)."""
-        if establish:
-            self._establish()
-        self._thread.start()
-        return self
-
-    def _establish(self) -> None:
-        lease = self._client.lease_grant(self.ttl)
-        self._bind(lease)
-        self.lease = lease
-
-    def _run(self) -> None:
-        interval = max(self.ttl / 3, 0.5)
-        while not self._stop.is_set():
-            try:
-                if not self.lease:
-                    self._establish()
-                    log.info("lease %x granted (ttl %ss)", self.lease, self.ttl)
-                elif self._client.lease_keepalive(self.lease) == 0:
-                    log.warning("lease %x expired; granting a new one", self.lease)
-                    self.lease = 0
-                    continue
-            except StoreUnavailable as e:
-                log.warning("cannot refresh lease: %s", e)
-            except EtcdRequestError as e:
-                log.warning("lease refresh refused: %s", e)
-                self.lease = 0
-            self._stop.wait(interval)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self._client.timeout + 1)
-        if self.lease:
-            try:
-                self._client.lease_revoke(self.lease)
-            except (StoreUnavailable, EtcdRequestError) as e:
-                log.warning("could not revoke lease %x (it expires in %ss): %s",
-                            self.lease, self.ttl, e)
-            self.lease = 0

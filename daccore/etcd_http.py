@@ -1,6 +1,10 @@
 """The `http` transport: etcd's JSON gateway (`POST /v3/kv/range`, `/v3/kv/txn`, `/v3/lease/*`,
 `/v3/watch`) over the standard library, for processes that cannot afford to import gRPC.
 
+It speaks the little HTTP/1.1 it needs over a socket itself (POST, keep-alive, Content-Length
+or chunked replies): `http.client` imports the `email` package and cost 37 ms of the ~70 ms a
+Slurm hook inside slurmctld may take (docs/performance.md). `ssl` is imported only for https.
+
 Keys and values travel base64-encoded, 64-bit integers as strings, and a field at its default
 value is left out of a response (a txn that failed has no "succeeded"). Verified against Debian's
 etcd 3.4.23 by tests/store, which run every store test over both transports.
@@ -10,13 +14,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import http.client
 import json
 import socket
-import ssl
 import threading
-from typing import Any, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import ssl
+    from typing import Any, Iterator
 
 from daccore.errors import AdminError
 from daccore.etcd import (KV, Compare, EtcdRequestError, Event, Op, TxnResult, Unreachable,
@@ -74,9 +80,73 @@ def _describe(e: BaseException) -> str:
         return "connection refused"
     if isinstance(e, (socket.timeout, TimeoutError)):
         return "timed out"
-    if isinstance(e, ssl.SSLError):
-        return f"TLS error: {e.reason or e}"
+    if type(e).__name__.startswith("SSL"):
+        return f"TLS error: {getattr(e, 'reason', None) or e}"
     return (getattr(e, "strerror", None) or str(e) or type(e).__name__).lower()
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection; raises OSError or ValueError on any fault."""
+
+    def __init__(self, host: str, port: int, connect_timeout: float, timeout: float,
+                 context: ssl.SSLContext | None):
+        sock = socket.create_connection((host, port), timeout=connect_timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if context is not None:
+                sock = context.wrap_socket(sock, server_hostname=host)
+            sock.settimeout(timeout)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock, self.host = sock, host
+        self.rfile = sock.makefile("rb")
+
+    def request(self, path: str, body: bytes) -> tuple[int, dict[str, str]]:
+        self.sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+                          "Content-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        status = self.rfile.readline(65537).split(None, 2)
+        if len(status) < 2 or not status[0].startswith(b"HTTP/"):
+            raise ValueError(f"not an HTTP reply: {status!r}")
+        headers = {}
+        while True:
+            line = self.rfile.readline(65537)
+            if line in (b"\r\n", b"\n"):
+                return int(status[1]), headers
+            if not line:
+                raise ConnectionResetError("connection closed in the reply's headers")
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+
+    def body(self, headers: dict[str, str]) -> bytes:
+        if "content-length" in headers:
+            data = self.rfile.read(int(headers["content-length"]))
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            data = b"".join(self.chunks())
+        else:
+            raise ValueError("reply with neither Content-Length nor chunked encoding")
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return data
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            size = int(self.rfile.readline(1026).split(b";")[0], 16)
+            if size == 0:
+                self.rfile.readline(1026)
+                return
+            data = self.rfile.read(size)
+            if len(data) < size:
+                raise ConnectionResetError("connection closed inside a chunk")
+            self.rfile.readline(1026)
+            yield data
+
+    def close(self) -> None:
+        try:
+            self.rfile.close()
+        finally:
+            self.sock.close()
 
 
 def _gateway_error(status: int, data: bytes) -> tuple[int | None, str]:
@@ -101,6 +171,7 @@ class HttpTransport:
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
+            import ssl
             cacert, cert, key = self._tls_files
             try:
                 ctx = ssl.create_default_context(cafile=cacert)
@@ -111,38 +182,35 @@ class HttpTransport:
             self._ssl = ctx
         return self._ssl
 
-    def connect(self, connect_timeout: float = 1.0) -> http.client.HTTPConnection:
-        host, port = self._url.hostname or "127.0.0.1", self._url.port or 2379
-        if self._url.scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                host, port, timeout=connect_timeout, context=self._ssl_context())
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=connect_timeout)
+    def connect(self, connect_timeout: float = 1.0) -> _Connection:
+        context = self._ssl_context() if self._url.scheme == "https" else None
         try:
-            conn.connect()
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
+            return _Connection(self._url.hostname or "127.0.0.1", self._url.port or 2379,
+                               connect_timeout, self.timeout, context)
+        except (OSError, ValueError) as e:
             raise Unreachable(_describe(e)) from e
-        conn.sock.settimeout(self.timeout)
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
 
     def call(self, path: str, body: dict) -> dict:
+        payload = json.dumps(body).encode()
         conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self.connect()
-        try:
-            conn.request("POST", path, body=json.dumps(body),
-                         headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException) as e:
-            self.close()
-            raise Unreachable(_describe(e)) from e
-        if resp.status == 200:
+        fresh = conn is None
+        for _ in range(2):
+            if conn is None:
+                conn = self._local.conn = self.connect()
+            try:
+                status, headers = conn.request(path, payload)
+                data = conn.body(headers)
+                break
+            except (OSError, ValueError) as e:
+                self.close()
+                conn = None
+                if fresh:
+                    raise Unreachable(_describe(e)) from e
+                fresh = True  # a kept-alive connection the server had closed: one fresh try
+        if status == 200:
             return json.loads(data)
-        code, message = _gateway_error(resp.status, data)
-        if code in _RETRY_CODES or resp.status in (502, 503, 504):
+        code, message = _gateway_error(status, data)
+        if code in _RETRY_CODES or status in (502, 503, 504):
             raise Unreachable(message)
         raise EtcdRequestError(path, code, message)
 
@@ -202,7 +270,7 @@ class HttpTransport:
 
 
 class _HttpWatch:
-    """One streaming POST /v3/watch; newline-delimited JSON responses."""
+    """One streaming POST /v3/watch: chunked, newline-delimited JSON responses."""
 
     def __init__(self, transport: HttpTransport, request: dict):
         self._conn = transport.connect()
@@ -210,14 +278,15 @@ class _HttpWatch:
         self._closed = self._reading = False
         try:
             self._sock.settimeout(None)  # a quiet prefix is not an error; close() interrupts
-            self._conn.request("POST", "/v3/watch", body=json.dumps(request),
-                               headers={"Content-Type": "application/json"})
-            self._resp = self._conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
+            status, self._headers = self._conn.request("/v3/watch", json.dumps(request).encode())
+        except (OSError, ValueError) as e:
             self.close()
             raise Unreachable(_describe(e)) from e
-        if self._resp.status != 200:
-            code, message = _gateway_error(self._resp.status, self._resp.read())
+        if status != 200:
+            try:
+                code, message = _gateway_error(status, self._conn.body(self._headers))
+            except (OSError, ValueError):
+                code, message = None, f"HTTP {status}"
             self.close()
             raise EtcdRequestError("/v3/watch", code, message)
 
@@ -229,14 +298,21 @@ class _HttpWatch:
             self._reading = False
             self._conn.close()
 
+    def _lines(self) -> Iterator[bytes]:
+        pending = b""
+        try:
+            for chunk in self._conn.chunks():
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                yield from (line for line in lines if line.strip())
+        except (OSError, ValueError) as e:
+            raise Unreachable(_describe(e)) from e
+        raise Unreachable("watch stream ended")
+
     def _messages(self) -> Iterator[WatchMessage]:
-        while not self._closed:
-            try:
-                line = self._resp.readline()
-            except (OSError, http.client.HTTPException, ValueError) as e:
-                raise Unreachable(_describe(e)) from e
-            if not line:
-                raise Unreachable("watch stream ended")
+        for line in self._lines():
+            if self._closed:
+                return
             msg = json.loads(line)
             if "error" in msg:
                 err = msg["error"]
@@ -253,7 +329,7 @@ class _HttpWatch:
 
     def close(self) -> None:
         """Safe from another thread: shutting the socket down wakes the reader, which closes
-        the connection itself (http.client objects must not be closed under a reader)."""
+        the connection itself."""
         if self._closed:
             return
         self._closed = True

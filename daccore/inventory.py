@@ -17,8 +17,7 @@ records were validated when they were written (`daccore.store`).
 from __future__ import annotations
 
 import json
-from collections import Counter
-from dataclasses import dataclass, field
+from collections import Counter, namedtuple
 
 from daccore.errors import InternalError
 
@@ -26,50 +25,33 @@ __all__ = ["PoolInfo", "BrickInfo", "HostInfo", "HostView", "ClaimCounts", "Inve
            "PoolSummary", "summarize"]
 
 
-@dataclass(frozen=True, slots=True)
-class PoolInfo:
-    name: str
-    granularity: int
-    backend: str
-    placement: str
+# namedtuples and plain classes, not dataclasses: `pools` runs inside slurmctld, and importing
+# `dataclasses` plus defining these would cost ~25 ms of its budget (docs/performance.md).
+
+PoolInfo = namedtuple("PoolInfo", "name granularity backend placement")
+BrickInfo = namedtuple("BrickInfo", "host name device capacity pool socket pcie_switch",
+                       defaults=(0, "0"))
+#: One host as the summary sees it (a HostCapacity record, plus liveness).
+HostView = namedtuple("HostView", "name alive drained pools")
 
 
-@dataclass(frozen=True, slots=True)
-class BrickInfo:
-    host: str
-    name: str
-    device: str
-    capacity: int
-    pool: str
-    socket: int = 0
-    pcie_switch: str = "0"
-
-
-@dataclass(slots=True)
 class HostInfo:
-    name: str
-    alive: bool
-    drained: bool
-    bricks: list[BrickInfo] = field(default_factory=list)
+    __slots__ = ("name", "alive", "drained", "bricks")
+
+    def __init__(self, name: str, alive: bool, drained: bool, bricks: list | None = None):
+        self.name, self.alive, self.drained = name, alive, drained
+        self.bricks: list[BrickInfo] = bricks if bricks is not None else []
 
 
-@dataclass(frozen=True, slots=True)
-class HostView:
-    """One host as the summary sees it (the shape of a HostCapacity record, plus liveness)."""
-
-    name: str
-    alive: bool
-    drained: bool
-    pools: dict[str, int]
-
-
-@dataclass(slots=True)
 class ClaimCounts:
     """How many bricks are claimed: per pool, and per (pool, host) for at least every host
     that is down or drained (the summary subtracts those)."""
 
-    per_pool: dict[str, int] = field(default_factory=dict)
-    per_host: dict[tuple[str, str], int] = field(default_factory=dict)
+    __slots__ = ("per_pool", "per_host")
+
+    def __init__(self, per_pool: dict | None = None, per_host: dict | None = None):
+        self.per_pool: dict[str, int] = per_pool if per_pool is not None else {}
+        self.per_host: dict[tuple[str, str], int] = per_host if per_host is not None else {}
 
 
 class Inventory:
@@ -199,20 +181,12 @@ def _loads_all(values: list[bytes]) -> list[dict]:
     return json.loads(b"[" + b",".join(values) + b"]") if values else []
 
 
-@dataclass(frozen=True, slots=True)
-class PoolSummary:
+class PoolSummary(namedtuple("PoolSummary", "name backend granularity total free used "
+                                            "hosts_up hosts_down hosts_drained")):
     """Brick counts of one pool. total = bricks on live hosts; used = the claimed ones among
     them; free = unclaimed on live, undrained hosts (so drained bricks are neither)."""
 
-    name: str
-    backend: str
-    granularity: int
-    total: int
-    free: int
-    used: int
-    hosts_up: int
-    hosts_down: int
-    hosts_drained: int
+    __slots__ = ()
 
     def as_dict(self) -> dict:
         return {

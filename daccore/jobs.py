@@ -6,15 +6,12 @@ lands in dacd, the state-changing ones record the desired state and return.
 
 from __future__ import annotations
 
-import logging
 import time
 
 from daccore.directives import Directives
 from daccore.errors import CapacityError, NotFound, UserError
 from daccore.inventory import summarize
 from daccore.units import format_size
-
-log = logging.getLogger(__name__)
 
 __all__ = ["pick_pool", "validate", "create_job_buffer", "create_persistent", "set_desired",
            "paths_for"]
@@ -94,7 +91,8 @@ def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
                             stage_out=stages["out"], persistent=d.persistent)
     allocate_buffer(store, lambda a: _buffer(name, uid, gid, job_id, False, request, a),
                     capacity=d.jobdw.capacity, pool=pool)
-    log.info("buffer %s allocated for job %s (%s in %s)", name, job_id,
+    import logging  # not at the top: validate() runs inside slurmctld and needs no logging
+    logging.getLogger(__name__).info("buffer %s allocated for job %s (%s in %s)", name, job_id,
              format_size(d.jobdw.capacity), pool)
     return True
 

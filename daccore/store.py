@@ -8,26 +8,34 @@ of its claim keys, or changes nothing.
 from __future__ import annotations
 
 import json
-import logging
-from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from collections import namedtuple
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ValidationError
-
-from daccore.config import EtcdSettings
 from daccore.errors import AdminError, Conflict, InternalError, NotFound, UserError
-from daccore.etcd import (KV, Compare, EtcdClient, LeaseKeeper, Op, Watch, absent, delete_op,
-                          mod_is, put_op, range_op)
+from daccore.etcd import (KV, Compare, EtcdClient, Op, absent, delete_op, mod_is, put_op,
+                          range_op)
 from daccore.gcpause import gc_paused
 from daccore.inventory import ClaimCounts, Inventory, parse_pools, views_of
 from daccore.keys import Keys, prefix_end
-from daccore.models import BrickClaim, Buffer, Host, HostCapacity, Pool, Status
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from typing import Callable, Iterator, TypeVar
+
+    from pydantic import BaseModel
+
+    from daccore.config import EtcdSettings
+    from daccore.etcd_stream import LeaseKeeper, Watch
+    from daccore.models import BrickClaim, Buffer, Host, HostCapacity, Pool, Status
+    R = TypeVar("R", bound=BaseModel)
 
 __all__ = ["Store", "Versioned", "Change", "AllocationConflict"]
 
-R = TypeVar("R", bound=BaseModel)
+
+def _m():
+    """The record models, imported on first use: pydantic costs ~150 ms to import, and the
+    Slurm hooks that run inside slurmctld read what they need without it (`*_json` methods)."""
+    from daccore import models
+    return models
 
 #: etcd refuses transactions of more than --max-txn-ops operations (default 128).
 _MAX_TXN_OPS = 100
@@ -42,21 +50,10 @@ class AllocationConflict(Conflict):
     """Another buffer claimed one of the chosen bricks first: re-read and place again."""
 
 
-@dataclass(frozen=True, slots=True)
-class Versioned:
-    """A record with the mod_revision to compare against when writing it back."""
-
-    record: BaseModel
-    mod_revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One event of a watch: `record` is None when the key was deleted."""
-
-    name: str
-    record: BaseModel | None
-    revision: int
+#: A record with the mod_revision to compare against when writing it back.
+Versioned = namedtuple("Versioned", "record mod_revision")
+#: One event of a watch: `record` is None when the key was deleted.
+Change = namedtuple("Change", "name record revision")
 
 
 class Store:
@@ -68,10 +65,20 @@ class Store:
 
     @classmethod
     def from_settings(cls, etcd: EtcdSettings, transport: str | None = None) -> Store:
-        """`transport` overrides the configured one (the Slurm hot path forces "http")."""
+        """`transport` overrides the configured one."""
         client = EtcdClient(etcd.urls, cacert=etcd.cacert, cert=etcd.cert, key=etcd.key,
                             timeout=etcd.timeout, transport=transport or etcd.transport)
         return cls(client, etcd.prefix)
+
+    @classmethod
+    def from_dict(cls, etcd: dict, transport: str | None = None,
+                  max_timeout: float | None = None) -> Store:
+        """From `config_cache.load_settings()["etcd"]`, for the hooks inside slurmctld."""
+        timeout = etcd["timeout"] if max_timeout is None else min(etcd["timeout"], max_timeout)
+        client = EtcdClient(etcd["urls"], cacert=etcd.get("cacert"), cert=etcd.get("cert"),
+                            key=etcd.get("key"), timeout=timeout,
+                            transport=transport or etcd["transport"])
+        return cls(client, etcd["prefix"])
 
     # -- pools ---------------------------------------------------------------------------------
 
@@ -81,7 +88,7 @@ class Store:
         r = self.client.txn([absent(key)], [put_op(key, _dump(pool))], [range_op(key)])
         if r.succeeded:
             return pool
-        existing = _load(Pool, r.ranges[0][0])
+        existing = _load(_m().Pool, r.ranges[0][0])
         if existing != pool:
             raise AdminError(
                 f"pool '{pool.name}' is registered as {existing.model_dump(mode='json')} but this "
@@ -90,7 +97,7 @@ class Store:
         return existing
 
     def pools(self) -> dict[str, Pool]:
-        return {p.name: p for p in self._list(Pool, self.keys.pools)}
+        return {p.name: p for p in self._list(_m().Pool, self.keys.pools)}
 
     # -- hosts and liveness --------------------------------------------------------------------
 
@@ -111,9 +118,9 @@ class Store:
             return [absent(k.claim(b.pool, host.name, b.name)) for b in (old.bricks if old else ())
                     if now.get(b.name) != b.pool]
         try:
-            return self._update(Host, k.host(host.name), change, self._capacity_op, still_free)
+            return self._update(_m().Host, k.host(host.name), change, self._capacity_op, still_free)
         except _GuardFailed as e:
-            held = {kv.key: _load(BrickClaim, kv).buffer
+            held = {kv.key: _load(_m().BrickClaim, kv).buffer
                     for c in e.compares if (kv := self.client.get(c.key))}
             if not held:
                 raise Conflict(f"host '{host.name}' kept changing while registering") from None
@@ -128,17 +135,18 @@ class Store:
             if old is None:
                 raise NotFound(f"unknown host '{name}'")
             return old.model_copy(update={"drained": drained})
-        return self._update(Host, self.keys.host(name), change, self._capacity_op)
+        return self._update(_m().Host, self.keys.host(name), change, self._capacity_op)
 
     def _capacity_op(self, host: Host) -> Op:
         """The host's capacity index, written in the same txn as its record, never apart."""
-        return put_op(self.keys.capacity(host.name), _dump(HostCapacity.of(host)))
+        return put_op(self.keys.capacity(host.name), _dump(_m().HostCapacity.of(host)))
 
     def hosts(self) -> dict[str, Host]:
-        return {h.name: h for h in self._list(Host, self.keys.hosts)}
+        return {h.name: h for h in self._list(_m().Host, self.keys.hosts)}
 
     def keep_alive(self, host: str, ttl: int) -> LeaseKeeper:
         """Start keeping `alive/<host>` on a lease; returns once the key exists."""
+        from daccore.etcd_stream import LeaseKeeper
         key = self.keys.alive_key(host)
         return LeaseKeeper(self.client, ttl, lambda lease: self.client.put(key, "", lease),
                            name=f"lease-{host}").start()
@@ -203,7 +211,7 @@ class Store:
     def claims(self) -> dict[tuple[str, str], str]:
         """Every claim: (host, brick) -> buffer name."""
         kvs, _ = self.client.range(self.keys.claims, prefix_end(self.keys.claims))
-        return {self.keys.parse_claim(kv.key)[1:]: _load(BrickClaim, kv).buffer for kv in kvs}
+        return {self.keys.parse_claim(kv.key)[1:]: _load(_m().BrickClaim, kv).buffer for kv in kvs}
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -219,7 +227,7 @@ class Store:
         claim_keys = [k.claim(pool, b.host, b.brick) for b in buffer.allocation.bricks]
         if len(set(claim_keys)) != len(claim_keys):
             raise InternalError(f"buffer '{name}': allocation lists a brick twice")
-        claim = _dump(BrickClaim(buffer=name))
+        claim = _dump(_m().BrickClaim(buffer=name))
         r = self.client.txn(
             [absent(k.buffer(name))] + [absent(c) for c in claim_keys],
             [put_op(k.buffer(name), _dump(buffer))] + [put_op(c, claim) for c in claim_keys],
@@ -233,7 +241,7 @@ class Store:
 
     def buffer(self, name: str) -> Versioned | None:
         kv = self.client.get(self.keys.buffer(name))
-        return Versioned(_load(Buffer, kv), kv.mod_revision) if kv else None
+        return Versioned(_load(_m().Buffer, kv), kv.mod_revision) if kv else None
 
     def buffer_owners(self) -> dict[str, int]:
         """Buffer name -> owner uid, read without validating every spec (job_process)."""
@@ -241,8 +249,13 @@ class Store:
         return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value)["owner_uid"]
                 for kv in kvs}
 
+    def buffer_json(self, name: str) -> dict | None:
+        """The buffer's spec as plain JSON, unvalidated: for the hooks inside slurmctld."""
+        kv = self.client.get(self.keys.buffer(name))
+        return json.loads(kv.value) if kv else None
+
     def buffers(self) -> dict[str, Buffer]:
-        return {b.name: b for b in self._list(Buffer, self.keys.buffers)}
+        return {b.name: b for b in self._list(_m().Buffer, self.keys.buffers)}
 
     def update_buffer(self, buffer: Buffer, mod_revision: int) -> int:
         """Compare-and-swap the spec; Conflict when someone changed it since `mod_revision`."""
@@ -275,16 +288,16 @@ class Store:
         return self.client.put(self.keys.status(status.buffer, status.host), _dump(status))
 
     def statuses(self, buffer: str) -> dict[str, Status]:
-        return {s.host: s for s in self._list(Status, self.keys.buffer_statuses(buffer))}
+        return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
 
     # -- watch ---------------------------------------------------------------------------------
 
     def watch_buffers(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every change to a buffer spec from `start_revision` on; the Watch closes it."""
-        return self._watch(Buffer, self.keys.buffers, start_revision)
+        return self._watch(_m().Buffer, self.keys.buffers, start_revision)
 
     def watch_statuses(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
-        return self._watch(Status, self.keys.statuses, start_revision)
+        return self._watch(_m().Status, self.keys.statuses, start_revision)
 
     def _watch(self, model: type[R], prefix: str,
                start_revision: int) -> tuple[Watch, Iterator[Change]]:
@@ -330,6 +343,7 @@ def _dump(record: BaseModel) -> str:
 
 
 def _load(model: type[R], kv: KV) -> R:
+    from pydantic import ValidationError
     try:
         return model.model_validate_json(kv.value)
     except ValidationError as e:

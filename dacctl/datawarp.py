@@ -4,6 +4,12 @@ it, and as slurm-plugin/burst_buffer.lua calls it for burst_buffer/lua (one cont
 Success: exit 0, the function's output on stdout. Failure: exit 1 and one line on stdout, which
 Slurm shows the user (sbatch's error, or the job's Reason). Never a traceback: unexpected errors
 become one line too, with the traceback on stderr only under --debug.
+
+job_process, pools and paths run inside slurmctld under its locks, so they take the lean path:
+the cached config (`daccore.config_cache`), the standard-library `http` etcd transport with
+retries capped at HOT_TIMEOUT seconds, and JSON reads; no pydantic, yaml or grpc is imported
+(bench/hot_path.py, docs/performance.md). The other functions run in slurmscriptd and use the
+full path.
 """
 
 from __future__ import annotations
@@ -11,7 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import traceback
+
+#: Longest a hook inside slurmctld waits for an unreachable etcd before failing.
+HOT_TIMEOUT = 2.0
+HOT = ("job_process", "pools", "paths")
 
 FUNCTIONS = ("pools", "show_instances", "show_sessions", "show_configurations", "job_process",
              "setup", "real_size", "data_in", "paths", "pre_run", "post_run", "data_out",
@@ -61,6 +70,7 @@ def run(argv: list[str]) -> int:
     except Exception as e:  # noqa: BLE001 - the one place every error becomes one line
         from daccore.errors import DacError
         if debug:
+            import traceback
             traceback.print_exc()
         if isinstance(e, DacError):
             print(str(e))
@@ -76,33 +86,62 @@ def _need(args, *names: str) -> None:
         raise _Usage(f"--function {args.function} needs --{' --'.join(missing)}")
 
 
-def _context():
-    from daccore.config import load_config
-    from daccore.store import Store
-    config = load_config()
-    return config, Store.from_settings(config.etcd)
-
-
-def _script(args, config):
+def _script(args, lua_directive: str):
     from daccore.directives import parse_script
     from daccore.errors import AdminError
     try:
         with open(args.job, "rb") as f:
-            return parse_script(f.read(), config.lua_directive)
+            return parse_script(f.read(), lua_directive)
     except OSError as e:
         raise AdminError(f"cannot read the job script {args.job}: {e.strerror}") from None
 
 
 def _dispatch(args) -> str:
-    f = args.function
-    config, store = _context()
+    if args.function in HOT:
+        return _hot(args)
+    return _full(args)
+
+
+def _hot(args) -> str:
+    """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc."""
     from daccore import jobs
-    from daccore.models import State
+    from daccore.config_cache import load_settings
+    from daccore.store import Store
+    f = args.function
+    settings = load_settings()
+    store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
     if f == "pools":
         from daccore.inventory import summarize
         return json.dumps({"pools": [
             {"id": s.name, "units": "bytes", "granularity": s.granularity, "quantity": s.total,
              "free": s.free} for s in summarize(store.summary_inventory())]})
+    if f == "job_process":
+        _need(args, "job")
+        jobs.validate(store, _script(args, settings["lua_directive"]), settings["default_pool"],
+                      args.user)
+        return ""
+    _need(args, "token", "pathfile")
+    buffer = store.buffer_json(args.token)
+    if buffer is not None:
+        access, persistent = buffer["request"]["access"], buffer["request"]["persistent"]
+    else:  # no jobdw: the job may still attach persistent buffers
+        access = ""
+        persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
+    lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
+    with open(args.pathfile, "w") as out:
+        out.write("".join(line + "\n" for line in lines))
+    return ""
+
+
+def _full(args) -> str:
+    """The functions Slurm runs in slurmscriptd: validated records, the configured transport."""
+    from daccore import jobs
+    from daccore.config import load_config
+    from daccore.models import State
+    from daccore.store import Store
+    f = args.function
+    config = load_config()
+    store = Store.from_settings(config.etcd)
     if f in ("show_instances", "show_sessions", "show_configurations"):
         buffers = store.buffers()
         if f == "show_instances":
@@ -115,33 +154,16 @@ def _dispatch(args) -> str:
                  "token": b.name} for b in buffers.values()]})
         return json.dumps({"configurations": [
             {"id": b.name, "links": {"instance": b.name}} for b in buffers.values()]})
-    if f == "job_process":
-        _need(args, "job")
-        jobs.validate(store, _script(args, config), config.default_pool, args.user)
-        return ""
     if f == "setup":
         _need(args, "token", "user", "groupid", "job")
-        jobs.create_job_buffer(store, int(args.token), args.user, args.groupid, _script(args, config),
-                               config.default_pool)
+        jobs.create_job_buffer(store, int(args.token), args.user, args.groupid,
+                               _script(args, config.lua_directive), config.default_pool)
         return ""
     if f == "real_size":
         _need(args, "token")
         current = store.buffer(args.token)
         size = current.record.allocation.size if current else 0
         return json.dumps({"token": args.token, "capacity": size, "units": "bytes"})
-    if f == "paths":
-        _need(args, "token", "pathfile")
-        current = store.buffer(args.token)
-        if current is not None:
-            request = current.record.request
-            access, persistent = request.access.value, request.persistent
-        else:  # no jobdw: the job may still attach persistent buffers
-            access = ""
-            persistent = _script(args, config).persistent if args.job else []
-        lines = jobs.paths_for(args.token, access, persistent, config.mount_root)
-        with open(args.pathfile, "w") as out:
-            out.write("".join(line + "\n" for line in lines))
-        return ""
     states = {"data_in": State.STAGED_IN, "pre_run": State.MOUNTED, "post_run": State.UNMOUNTED,
               "data_out": State.STAGED_OUT, "teardown": State.DELETED}
     if f in states:

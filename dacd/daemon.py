@@ -6,7 +6,7 @@ import logging
 import threading
 
 from daccore.config import DacConfig
-from daccore.etcd import LeaseKeeper
+from daccore.etcd_stream import LeaseKeeper
 from daccore.store import Store
 from dacd.registration import check_devices, host_record, host_settings, pool_records
 

@@ -4,8 +4,9 @@ import time
 import pytest
 
 from daccore.errors import StoreUnavailable
-from daccore.etcd import TRANSPORTS, EtcdClient, EtcdRequestError, LeaseKeeper, \
-    WatchCompacted, absent, mod_is, put_op, range_op
+from daccore.etcd import TRANSPORTS, EtcdClient, EtcdRequestError, WatchCompacted, absent, \
+    mod_is, put_op, range_op
+from daccore.etcd_stream import LeaseKeeper
 from daccore.keys import prefix_end
 
 

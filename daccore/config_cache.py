@@ -1,0 +1,131 @@
+"""The config as the hooks inside slurmctld read it: no yaml, no pydantic.
+
+`daccore.config` validates the YAML file with pydantic; importing the two costs ~200 ms, about
+three times the whole budget of job_process, pools and paths (docs/performance.md). So the
+validated config is cached as JSON, keyed by the file's identity (path, inode, size, mtime):
+the first call after an edit validates and writes the cache, the others read it. The
+environment (DAC_ETCD_ENDPOINTS, ETCDCTL_*) is applied on every read, by the same functions
+`daccore.config` uses, so both paths always agree.
+
+The cache lives in $DAC_CACHE_DIR, else /var/cache/dac, else a 0700 directory of the calling
+user under the temp dir; a cache file not owned by the caller, or writable by others, is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Mapping
+
+__all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings"]
+
+DEFAULT_PATH = "/etc/dac/dac.yaml"
+_VERSION = 1
+
+
+def config_path(path: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The file the config comes from: the argument, else $DAC_CONFIG, else the default."""
+    env = os.environ if env is None else env
+    return path or env.get("DAC_CONFIG") or DEFAULT_PATH
+
+
+def apply_env(data: dict, env: Mapping[str, str]) -> dict:
+    """Overlay the environment on config data, as etcdctl does: DAC_ETCD_ENDPOINTS, else
+    ETCDCTL_ENDPOINTS; ETCDCTL_CACERT/CERT/KEY."""
+    etcd = data.setdefault("etcd", {})
+    if not isinstance(etcd, dict):
+        return data
+    endpoints = env.get("DAC_ETCD_ENDPOINTS") or env.get("ETCDCTL_ENDPOINTS")
+    if endpoints:
+        etcd["endpoints"] = [e.strip() for e in endpoints.split(",") if e.strip()]
+    for name in ("cacert", "cert", "key"):
+        if env.get(f"ETCDCTL_{name.upper()}"):
+            etcd[name] = env[f"ETCDCTL_{name.upper()}"]
+    return data
+
+
+def etcd_urls(endpoints: list[str], tls: bool) -> list[str]:
+    """Endpoints with a scheme: https when TLS files are given and none is written."""
+    scheme = "https" if tls else "http"
+    return [e if "://" in e else f"{scheme}://{e}" for e in endpoints]
+
+
+def load_settings(path: str | None = None, env: Mapping[str, str] | None = None) -> dict:
+    """The validated config as plain JSON data, environment applied. Raises ConfigError."""
+    env = os.environ if env is None else env
+    source = config_path(path, env)
+    identity = _identity(source)
+    cache = _cache_file(source, env)
+    data = _read_cache(cache, identity) if cache else None
+    if data is None:
+        from daccore.config import load_config  # validates; raises ConfigError
+        data = load_config(source, env={}).model_dump(mode="json")
+        if cache:
+            _write_cache(cache, identity, data)
+    data = apply_env(data, env)
+    etcd = data["etcd"]
+    if not etcd.get("endpoints"):
+        from daccore.errors import ConfigError
+        raise ConfigError(source, "etcd.endpoints: the environment gives no endpoint")
+    etcd["urls"] = etcd_urls(etcd["endpoints"], bool(etcd.get("cacert") or etcd.get("cert")
+                                                     or etcd.get("key")))
+    return data
+
+
+def _identity(source: str) -> list:
+    try:
+        st = os.stat(source)
+    except FileNotFoundError:
+        return [os.path.abspath(source), "absent"]
+    except OSError:
+        return [os.path.abspath(source), "unreadable"]  # validation will say why
+    return [os.path.abspath(source), st.st_ino, st.st_size, st.st_mtime_ns, _VERSION]
+
+
+def _cache_file(source: str, env: Mapping[str, str]) -> str | None:
+    import hashlib
+    name = hashlib.sha1(os.path.abspath(source).encode()).hexdigest()[:16] + ".json"
+    uid = os.geteuid()
+    for d in (env.get("DAC_CACHE_DIR"), "/var/cache/dac",
+              os.path.join(tempfile.gettempdir(), f"dac-cache-{uid}")):
+        if not d:
+            continue
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            st = os.stat(d)
+        except OSError:
+            continue
+        if st.st_uid == uid and not st.st_mode & 0o022 and os.access(d, os.W_OK):
+            return os.path.join(d, name)
+    return None
+
+
+def _read_cache(cache: str, identity: list) -> dict | None:
+    try:
+        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        try:
+            cached = json.loads(f.read())
+        except ValueError:
+            return None
+    return cached.get("config") if cached.get("identity") == identity else None
+
+
+def _write_cache(cache: str, identity: list, data: dict) -> None:
+    tmp = f"{cache}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"identity": identity, "config": data}, f)
+        os.replace(tmp, cache)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
