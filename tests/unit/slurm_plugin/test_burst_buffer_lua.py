@@ -1,0 +1,99 @@
+"""slurm-plugin/burst_buffer.lua under Debian's Lua 5.1 (the version slurmctld 22.05 embeds),
+with a stand-in `slurm` table and a stand-in dacctl that records its argv."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+LUA = Path(__file__).resolve().parents[3] / "slurm-plugin" / "burst_buffer.lua"
+
+HARNESS = r"""
+slurm = {SUCCESS = 0, ERROR = -1,
+         log_info = function(...) end, log_error = function(...) end}
+dofile(%(lua)s)
+local rc, out = %(call)s
+io.write(tostring(rc), "\n", tostring(out))
+"""
+
+FAKE_DACCTL = """#!/bin/sh
+printf '%%s\\n' "$@" > %(argv)s
+%(body)s
+"""
+
+
+def call(tmp_path, lua_call, body="exit 0"):
+    """Run one hook; returns (rc, message, argv dacctl received)."""
+    argv_file = tmp_path / "argv"
+    fake = tmp_path / "dacctl"
+    fake.write_text(FAKE_DACCTL % {"argv": argv_file, "body": body})
+    fake.chmod(0o755)
+    script = tmp_path / "run.lua"
+    script.write_text(HARNESS % {"lua": json.dumps(str(LUA)), "call": lua_call})
+    r = subprocess.run(["lua5.1", str(script)], capture_output=True, text=True, timeout=20,
+                       env={"DACCTL": str(fake), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    rc, _, message = r.stdout.partition("\n")
+    argv = argv_file.read_text().splitlines() if argv_file.exists() else None
+    return int(rc), message, argv
+
+
+def test_setup_maps_onto_the_datawarp_argv(tmp_path):
+    rc, _, argv = call(tmp_path, 'slurm_bb_setup("12", "1001", "1002", "default", "1073741824",'
+                                 ' "/state/job.12/script", {})')
+    assert rc == 0
+    assert argv == ["--function", "setup", "--token", "12", "--caller", "SLURM", "--user",
+                    "1001", "--groupid", "1002", "--capacity", "default:1073741824", "--job",
+                    "/state/job.12/script"]
+
+
+def test_job_process_passes_the_uid_only_when_slurm_gives_one(tmp_path):
+    _, _, argv = call(tmp_path, 'slurm_bb_job_process("/s/script")')
+    assert argv == ["--function", "job_process", "--job", "/s/script"]
+    _, _, argv = call(tmp_path, 'slurm_bb_job_process("/s/script", "1001", "1002", {})')
+    assert argv[-2:] == ["--user", "1001"]
+
+
+def test_teardown_hurry_and_every_argument_reaches_dacctl_unharmed(tmp_path):
+    evil = "$(touch /tmp/pwned) `id` ; ' \" \\\\"
+    _, _, argv = call(tmp_path, f'slurm_bb_job_teardown("7", {json.dumps(evil)}, "true")')
+    assert argv == ["--function", "teardown", "--token", "7", "--job", evil, "--hurry"]
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_stdout_is_the_result_and_pools_json_passes_through(tmp_path):
+    pools = '{"pools": [{"id": "default", "granularity": 1, "quantity": 8, "free": 8}]}'
+    rc, out, _ = call(tmp_path, "slurm_bb_pools()", f"echo '{pools}'")
+    assert (rc, out) == (0, pools)
+    rc, out, _ = call(tmp_path, 'slurm_bb_real_size("7")',
+                      'echo \'{"token": "7", "capacity": 134217728, "units": "bytes"}\'')
+    assert (rc, out) == (0, "134217728")
+
+
+def test_a_failing_dacctl_is_an_error_with_its_line(tmp_path):
+    rc, out, _ = call(tmp_path, 'slurm_bb_job_process("/s")',
+                      "echo 'line 2: jobdw: capacity is required'; exit 1")
+    assert (rc, out) == (-1, "line 2: jobdw: capacity is required")
+
+
+@pytest.mark.parametrize("body,message", [
+    ("kill -TERM $$", "partial"),  # dacctl itself killed: exit status 143
+    ("kill -KILL $$", "partial"),
+    # Slurm's timeout SIGTERMs the whole process group, the shell around dacctl included, so no
+    # exit status is ever printed; 22.05 would then trust whatever the Lua returns.
+    ("kill -TERM $PPID; sleep 1", "dac: data_in was killed before it finished"),
+])
+def test_a_killed_dacctl_is_an_error_never_success(tmp_path, body, message):
+    rc, out, _ = call(tmp_path, 'slurm_bb_data_in("7", "/s")', f"echo partial; {body}")
+    assert (rc, out) == (-1, message)
+
+
+def test_every_hook_slurm_may_call_is_defined(tmp_path):
+    hooks = ["slurm_bb_job_process", "slurm_bb_pools", "slurm_bb_job_teardown", "slurm_bb_setup",
+             "slurm_bb_data_in", "slurm_bb_test_data_in", "slurm_bb_real_size", "slurm_bb_paths",
+             "slurm_bb_pre_run", "slurm_bb_post_run", "slurm_bb_data_out",
+             "slurm_bb_test_data_out", "slurm_bb_get_status"]
+    check = " and ".join(f'type({h}) == "function"' for h in hooks)
+    rc, out, _ = call(tmp_path, f"0, tostring({check})")
+    assert out == "true"
