@@ -32,6 +32,7 @@ bench: deps
 	$(PY) bench/allocator.py
 	$(PY) bench/pools_summary.py
 	$(PY) bench/alloc_storm.py
+	$(PY) bench/hot_path.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,16 @@
+# burst_buffer.conf for BurstBufferType=burst_buffer/lua, next to slurm.conf and
+# burst_buffer.lua (this directory's). See docs/slurm.md.
+
+# Slurm hands a job's burst-buffer lines to the hooks only if they start with #<Directive>.
+# DW lets DataWarp scripts (#DW jobdw ...) run unchanged; set lua_directive: DW in dac.yaml too.
+# Note: burst_buffer/lua itself parses capacity= and then requires pool= on the same line.
+Directive=DW
+
+# Below Slurm's limits, above dac's own waits (dacctl returns before these fire).
+StageInTimeout=3600
+StageOutTimeout=3600
+OtherTimeout=600
+
+# Keep a failed stage-out's buffer for inspection; `scancel --hurry` tears it down.
+#Flags=TeardownFailure
+#AllowUsers=alice,bob
