@@ -141,3 +141,15 @@ def test_arbitrary_bytes_never_raise_anything_else(data):
         parse_script(b"#DW " + data)
     except DirectiveError as e:
         assert "\n" not in str(e)
+
+
+def test_huge_scripts_are_read_in_bounded_time():
+    import time
+    start = time.monotonic()
+    big = "#!/bin/bash\n" + "#SBATCH --comment=x\n" * 200_000 + "#DW jobdw capacity=1GiB\n"
+    assert parse_script(big).jobdw.line == 200_002
+    with pytest.raises(DirectiveError, match="line 3: jobdw: a job may have only one jobdw"):
+        parse_script("#!/bin/sh\n" + "#DW jobdw capacity=1GiB\n" * 100_000)
+    body = b"#!/bin/sh\n#DW jobdw capacity=1GiB\necho x\n" + b"\x00\xff" * 10_000_000
+    assert parse_script(body).jobdw.capacity == GiB
+    assert time.monotonic() - start < 10
