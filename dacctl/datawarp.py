@@ -65,7 +65,7 @@ def run(argv: list[str]) -> int:
             sys.stdout.write(out if out.endswith("\n") else out + "\n")
         return 0
     except _Usage as e:
-        print(f"dacctl: {e}")
+        print(_one_line(f"dacctl: {e}"))
         return 1
     except Exception as e:  # noqa: BLE001 - the one place every error becomes one line
         from daccore.errors import DacError
@@ -73,11 +73,15 @@ def run(argv: list[str]) -> int:
             import traceback
             traceback.print_exc()
         if isinstance(e, DacError):
-            print(str(e))
+            print(_one_line(str(e)))
         else:
-            detail = (str(e).splitlines() or [""])[0]
-            print(f"dac internal error: {type(e).__name__}: {detail} (rerun with --debug)")
+            print(_one_line(f"dac internal error: {type(e).__name__}: {e} (rerun with --debug)"))
         return 1
+
+
+def _one_line(text: str) -> str:
+    """Slurm shows stdout as the message: never more than one line of it."""
+    return " ".join(text.split("\n")).strip()[:1000]
 
 
 def _need(args, *names: str) -> None:

@@ -25,14 +25,9 @@ local function quote(s)
 	return "'" .. string.gsub(tostring(s), "'", "'\\''") .. "'"
 end
 
--- Run dacctl --function <fn> <args...>; returns slurm.SUCCESS or slurm.ERROR, and its stdout.
-local function dacctl(fn, args)
-	local cmd = quote(DACCTL) .. " --function " .. quote(fn)
-	for _, a in ipairs(args) do
-		cmd = cmd .. " " .. quote(a)
-	end
-	cmd = cmd .. " 2>>" .. quote(LOG) .. "; echo __rc=$?"
-	local pipe = io.popen(cmd)
+-- Run a shell command line; returns slurm.SUCCESS or slurm.ERROR, and its stdout.
+local function run(what, cmd)
+	local pipe = io.popen(cmd .. "; echo __rc=$?")
 	if pipe == nil then
 		return slurm.ERROR, "dac: cannot run " .. DACCTL
 	end
@@ -40,18 +35,27 @@ local function dacctl(fn, args)
 	pipe:close()
 	local body, rc = string.match(out, "^(.-)__rc=(%d+)%s*$")
 	if rc == nil then
-		slurm.log_error("dac: %s was killed before it finished", fn)
-		return slurm.ERROR, "dac: " .. fn .. " was killed before it finished"
+		slurm.log_error("dac: %s was killed before it finished", what)
+		return slurm.ERROR, "dac: " .. what .. " was killed before it finished"
 	end
 	body = string.gsub(body, "%s+$", "")
 	if tonumber(rc) ~= 0 then
-		slurm.log_info("dac: %s failed (exit %s): %s", fn, rc, body)
+		slurm.log_info("dac: %s failed (exit %s): %s", what, rc, body)
 		if body == "" then
-			body = "dac: " .. fn .. " failed with exit code " .. rc
+			body = "dac: " .. what .. " failed with exit code " .. rc
 		end
 		return slurm.ERROR, body
 	end
 	return slurm.SUCCESS, body
+end
+
+-- dacctl --function <fn> <args...>, its stderr to DAC_SLURM_LOG.
+local function dacctl(fn, args)
+	local cmd = quote(DACCTL) .. " --function " .. quote(fn)
+	for _, a in ipairs(args) do
+		cmd = cmd .. " " .. quote(a)
+	end
+	return run(fn, cmd .. " 2>>" .. quote(LOG))
 end
 
 -- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing.
@@ -121,15 +125,5 @@ end
 
 -- `scontrol show bbstat`: the pools, as dacctl shows them to people.
 function slurm_bb_get_status(...)
-	local pipe = io.popen(quote(DACCTL) .. " pools 2>&1; echo __rc=$?")
-	if pipe == nil then
-		return slurm.ERROR, "dac: cannot run " .. DACCTL
-	end
-	local out = pipe:read("*a") or ""
-	pipe:close()
-	local body, rc = string.match(out, "^(.-)__rc=(%d+)%s*$")
-	if rc == nil or tonumber(rc) ~= 0 then
-		return slurm.ERROR, body or out
-	end
-	return slurm.SUCCESS, body
+	return run("status", quote(DACCTL) .. " pools 2>&1")
 end

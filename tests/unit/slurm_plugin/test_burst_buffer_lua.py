@@ -97,3 +97,8 @@ def test_every_hook_slurm_may_call_is_defined(tmp_path):
     check = " and ".join(f'type({h}) == "function"' for h in hooks)
     rc, out, _ = call(tmp_path, f"0, tostring({check})")
     assert out == "true"
+
+
+def test_bbstat_shows_the_pools_table(tmp_path):
+    rc, out, argv = call(tmp_path, "slurm_bb_get_status('pools')", "echo 'POOL  BACKEND'")
+    assert (rc, out, argv) == (0, "POOL  BACKEND", ["pools"])
