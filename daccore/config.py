@@ -93,6 +93,8 @@ class BrickSettings(Settings):
 
 class HostSettings(Settings):
     bricks: list[BrickSettings] = []
+    fs_root: str = Field("/var/lib/dac/fs", pattern=r"^/",
+                         description="where this server mounts its buffers' filesystems")
 
 
 class DacConfig(Settings):
@@ -106,6 +108,9 @@ class DacConfig(Settings):
                             description="buffers appear under <mount_root>/<buffer>/ on nodes")
     lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
                                description="burst_buffer.conf Directive= (burst_buffer/lua)")
+    local_multi_brick_mkfs: Literal["btrfs"] = Field(
+        "btrfs", description="how the local backend joins several bricks (no md/LVM here)")
+    concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")
 
     @model_validator(mode="after")
     def _bricks_fit_pools(self) -> DacConfig:

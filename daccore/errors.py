@@ -6,7 +6,8 @@
     │   └── NotFound              a named object does not exist
     ├── AdminError                the site's setup is wrong or down; an admin fixes it
     │   ├── ConfigError           the config file or environment is invalid
-    │   └── StoreUnavailable      etcd cannot be reached (retryable)
+    │   ├── StoreUnavailable      etcd cannot be reached (retryable)
+    │   └── PlaybookFailed        a lifecycle step's playbook failed on a storage host
     └── InternalError             a bug or a broken invariant in dac itself
         └── Conflict              a compare-and-swap lost a race (retryable by re-reading)
 
@@ -75,6 +76,14 @@ class StoreUnavailable(AdminError):
             "(check DAC_ETCD_ENDPOINTS, ETCDCTL_ENDPOINTS or etcd.endpoints in the config)"
         )
         self.endpoints = endpoints
+
+
+class PlaybookFailed(AdminError):
+    def __init__(self, step: str, task: str, host: str, rc: int, output: str):
+        tail = output.strip().splitlines()[-1] if output.strip() else "no output"
+        super().__init__(f"{step} failed on {host} at task '{task}' (rc {rc}): {tail[:300]}")
+        self.step, self.task, self.host, self.rc = step, task, host, rc
+        self.output = output[-8000:]  # bounded: kept in the buffer's status for the admin
 
 
 class InternalError(DacError):

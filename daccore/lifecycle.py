@@ -1,0 +1,44 @@
+"""The next step for a buffer on one host: a pure function of what the spec wants and what the
+host has reached. dacd runs the step, records the state it reached, and asks again.
+
+Desired states come in lifecycle order (daccore.models.State); a host walks one state at a time
+toward the desired one, so a spec that jumps from created to mounted still gets stage_in first.
+Teardown (desired DELETED) may come from anywhere and always proceeds, even after a failure,
+so a broken buffer can still be cleaned up. After any other failure the host waits until the
+spec changes (a higher generation): Slurm answers a failed step by holding or tearing down the
+job, not by asking again.
+"""
+
+from __future__ import annotations
+
+from daccore.models import State
+
+__all__ = ["STEP_FOR", "next_step"]
+
+#: the step that reaches each state
+STEP_FOR = {
+    State.CREATED: "create",
+    State.STAGED_IN: "stage_in",
+    State.MOUNTED: "mount",
+    State.UNMOUNTED: "unmount",
+    State.STAGED_OUT: "stage_out",
+    State.DELETED: "delete",
+}
+
+
+def next_step(desired: State, reached: State | None, failed_generation: int | None,
+              generation: int) -> tuple[str, State] | None:
+    """(step, state it reaches), or None when there is nothing to do now.
+
+    `failed_generation` is the spec generation whose step last failed on this host, if any.
+    """
+    if desired is State.DELETED:
+        return None if reached is State.DELETED else ("delete", State.DELETED)
+    if failed_generation is not None and failed_generation >= generation:
+        return None
+    if reached is None:
+        return STEP_FOR[State.CREATED], State.CREATED
+    if reached is State.DELETED or reached.rank >= desired.rank:
+        return None
+    target = reached.next()
+    return STEP_FOR[target], target

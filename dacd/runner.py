@@ -1,0 +1,64 @@
+"""Running a lifecycle step's playbook through ansible-runner: the only module that imports it.
+
+A fresh private_data_dir per run (a shared one keeps state between runs and races: notes/deps.md),
+facts off, localhost over the local connection with this interpreter, and PATH carrying the
+venv's ansible-playbook. Runner events feed `on_task` (the task being run, for the buffer's
+status); a failure becomes PlaybookFailed with the failing task and its output, bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from daccore.errors import PlaybookFailed
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PLAYBOOKS", "run_step"]
+
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+
+
+def run_step(backend: str, step: str, host: str, extravars: dict,
+             on_task: Callable[[str], None] | None = None) -> None:
+    """Run playbooks/<backend>/<step>.yml on this machine; PlaybookFailed on failure."""
+    import ansible_runner  # ~100 ms: only dacd pays it
+
+    project = PLAYBOOKS / backend
+    if not (project / f"{step}.yml").exists():
+        return  # a step this backend has nothing to do for
+    failed: dict = {}
+
+    def event(ev: dict) -> bool:
+        data = ev.get("event_data", {})
+        if ev.get("event") == "playbook_on_task_start" and on_task:
+            on_task(data.get("task", ""))
+        if ev.get("event") == "runner_on_failed" and not failed:
+            res = data.get("res", {})
+            failed.update(task=data.get("task", "?"), rc=res.get("rc", -1),
+                          output="\n".join(filter(None, [res.get("stdout", ""),
+                                                         res.get("stderr", ""),
+                                                         res.get("msg", "")])))
+        return True
+
+    workdir = tempfile.mkdtemp(prefix=f"dac-{step}-")
+    try:
+        bindir = os.path.dirname(sys.executable)
+        r = ansible_runner.run(
+            private_data_dir=workdir, project_dir=str(project), playbook=f"{step}.yml",
+            inventory={"all": {"hosts": {"localhost": {
+                "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}},
+            extravars=extravars, event_handler=event, quiet=True,
+            envvars={"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
+                     "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"})
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if r.status != "successful" or r.rc != 0:
+        raise PlaybookFailed(step, failed.get("task", "?"), host, failed.get("rc", r.rc),
+                             failed.get("output", f"ansible-runner status {r.status}"))
