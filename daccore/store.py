@@ -249,6 +249,12 @@ class Store:
         return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value)["owner_uid"]
                 for kv in kvs}
 
+    def buffer_names(self) -> tuple[list[str], int]:
+        """Every buffer's name, and the revision of the read (to watch from)."""
+        kvs, revision = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers),
+                                          keys_only=True)
+        return [Keys.last(kv.key, self.keys.buffers) for kv in kvs], revision
+
     def buffer_json(self, name: str) -> dict | None:
         """The buffer's spec as plain JSON, unvalidated: for the hooks inside slurmctld."""
         kv = self.client.get(self.keys.buffer(name))

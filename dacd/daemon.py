@@ -1,4 +1,5 @@
-"""The dacd process: announce the server, stay alive on a lease, stop cleanly."""
+"""The dacd process: announce the server, stay alive on a lease, reconcile its buffers, stop
+cleanly."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from daccore.config import DacConfig
 from daccore.etcd_stream import LeaseKeeper
 from daccore.store import Store
+from dacd.reconciler import Reconciler
 from dacd.registration import check_devices, host_record, host_settings, pool_records
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,7 @@ class Daemon:
         self.settings = host_settings(config, host, config_source)
         self.store = Store.from_settings(config.etcd)
         self._lease: LeaseKeeper | None = None
+        self.reconciler: Reconciler | None = None
         self.stopping = threading.Event()
 
     def start(self) -> None:
@@ -33,6 +36,8 @@ class Daemon:
         self._lease = self.store.keep_alive(self.host, self.config.lease_ttl)
         log.info("host %s registered: %d bricks, drained=%s, lease ttl %ss", self.host,
                  len(record.bricks), record.drained, self.config.lease_ttl)
+        self.reconciler = Reconciler(self.store, self.config, self.host)
+        self.reconciler.start()
 
     def wait(self) -> None:
         self.stopping.wait()
@@ -40,6 +45,9 @@ class Daemon:
     def stop(self) -> None:
         """Revoke the lease so the host leaves the pools now, not after the TTL."""
         self.stopping.set()
+        if self.reconciler is not None:
+            self.reconciler.stop()
+            self.reconciler = None
         if self._lease is not None:
             self._lease.stop()
             self._lease = None

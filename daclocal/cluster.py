@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -73,7 +74,8 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         raise AdminError(f"a local DAC already runs in {workdir}: run "
                          f"`dacctl local down --workdir {workdir}` first")
     (workdir / "bricks").mkdir(parents=True, exist_ok=True)
-    (workdir / "logs").mkdir(exist_ok=True)
+    shutil.rmtree(workdir / "logs", ignore_errors=True)  # down keeps them; a new up starts anew
+    (workdir / "logs").mkdir()
     state = LocalState(str(workdir))
     try:
         etcd = EtcdServer(workdir / "etcd").start()
@@ -92,7 +94,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                 # Alternate two PCIe switches so placement's topology spreading is exercised.
                 bricks.append({"device": device, "capacity": brick_size, "pool": POOL,
                                "name": f"brick{b}", "pcie_switch": str(b % 2)})
-            hosts[host] = {"bricks": bricks}
+            hosts[host] = {"bricks": bricks, "fs_root": str(workdir / "fs" / host)}
         config = {"etcd": {"endpoints": [state.endpoint], "timeout": 5},
                   "pools": {POOL: {"granularity": brick_size, "backend": "local"}},
                   "hosts": hosts, "lease_ttl": 5}
@@ -155,17 +157,28 @@ def down(workdir: Path) -> list[str]:
         if etcd.running():
             etcd.stop()
             done.append(f"etcd (pid {state.etcd['pid']})")
+    done += _unmount_under(workdir)
     for b in state.bricks:
         if loopdev.backing_file(b["device"]) == b["file"]:
             loopdev.detach(b["device"], Path(b["file"]))
             done.append(f"loop device {b['device']}")
         Path(b["file"]).unlink(missing_ok=True)
     for leftover in (workdir / "etcd" / "etcd-data", workdir / "bricks", workdir / "slurm" / "state",
-                     workdir / "slurm" / "spool", workdir / "slurm" / "munge"):
+                     workdir / "slurm" / "spool", workdir / "slurm" / "munge", workdir / "fs"):
         shutil.rmtree(leftover, ignore_errors=True)
     state.config_path.unlink(missing_ok=True)
     (workdir / "state.json").unlink()
     return done
+
+
+def _unmount_under(workdir: Path) -> list[str]:
+    """Buffers still mounted under the workdir (a teardown that never came): unmount them,
+    deepest first, so the loop devices can be detached."""
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    mine = sorted((m for m in mounts if m.startswith(str(workdir) + "/")), key=len, reverse=True)
+    for m in mine:
+        subprocess.run(["umount", m], capture_output=True)
+    return [f"mount {m}" for m in mine]
 
 
 def _store(state: LocalState) -> Store:

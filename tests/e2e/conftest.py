@@ -63,7 +63,7 @@ def slurm(request):
     workdir = tempfile.mkdtemp(prefix=f"dac-e2e-{request.param}-")
     os.chmod(workdir, 0o755)
     run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "4", "--brick-size", "64MiB", "--slurm-nodes", "2",
+        "--bricks-per-server", "4", "--brick-size", "512MiB", "--slurm-nodes", "2",
         "--slurm-plugin", request.param, timeout=120)
     try:
         lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()

@@ -1,0 +1,165 @@
+"""Driving every buffer that has a brick on this host toward its desired state.
+
+At start it lists all buffers and reconciles each (so a restart finishes, or cleanly fails,
+whatever was in flight: every step is idempotent), then follows a watch from the listing's
+revision. Each buffer is worked on by one worker at a time, from a pool of `concurrency`
+workers, so one slow buffer never blocks the others; changes that arrive meanwhile are folded
+into one more pass. A pass asks `daccore.lifecycle.next_step`, runs that step's playbook,
+records the state reached (or the error, with who must act) in status/<buffer>/<host>, and
+repeats. When every host of a buffer has reached DELETED, the primary host's dacd removes the
+spec, the statuses and the claims in one transaction: the bricks are free again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from daccore.backends import get as get_backend
+from daccore.errors import Conflict, DacError, InternalError, StoreUnavailable
+from daccore.etcd import WatchCompacted
+from daccore.lifecycle import next_step
+from daccore.models import State, Status, StatusError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Reconciler"]
+
+
+class Reconciler:
+    def __init__(self, store, config, host: str, run_step: Callable | None = None):
+        from dacd.runner import run_step as default_run
+        self.store, self.config, self.host = store, config, host
+        self._run_step = run_step or default_run
+        self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="reconcile")
+        self._lock = threading.Lock()
+        self._busy: set[str] = set()
+        self._again: set[str] = set()
+        self._stopping = threading.Event()
+        self._watch = None
+        self._thread: threading.Thread | None = None
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        revision = self._list_all()
+        self._thread = threading.Thread(target=self._follow, args=(revision,),
+                                        name="watch-buffers", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking work, let running steps finish (a playbook cut short is re-run at the
+        next start anyway)."""
+        self._stopping.set()
+        if self._watch is not None:
+            self._watch.close()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _list_all(self) -> int:
+        names, revision = self.store.buffer_names()
+        for name in names:
+            self.schedule(name)
+        return revision
+
+    def _follow(self, revision: int = 0) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._watch, changes = self.store.watch_buffers(revision + 1)
+                for change in changes:
+                    revision = change.revision
+                    self.schedule(change.name)
+            except WatchCompacted:
+                log.warning("buffer watch compacted; listing every buffer again")
+                revision = self._list_all()
+            except (StoreUnavailable, InternalError) as e:
+                if self._stopping.is_set():
+                    return
+                log.warning("buffer watch failed (%s); resuming from revision %d", e, revision)
+                time.sleep(1)
+
+    def schedule(self, name: str) -> None:
+        with self._lock:
+            if name in self._busy:
+                self._again.add(name)
+                return
+            self._busy.add(name)
+        try:
+            self._pool.submit(self._work, name)
+        except RuntimeError:  # shutting down
+            with self._lock:
+                self._busy.discard(name)
+
+    def _work(self, name: str) -> None:
+        while True:
+            try:
+                self.reconcile(name)
+            except Exception:  # noqa: BLE001 - a worker must never die silently
+                log.exception("buffer %s: reconcile failed", name)
+            with self._lock:
+                if name in self._again and not self._stopping.is_set():
+                    self._again.discard(name)
+                    continue
+                self._busy.discard(name)
+                return
+
+    # -- one buffer ----------------------------------------------------------------------------
+
+    def reconcile(self, name: str) -> None:
+        """Take steps for `name` until this host has nothing left to do for it."""
+        while not self._stopping.is_set():
+            current = self.store.buffer(name)
+            if current is None:
+                return
+            buf = current.record
+            hosts = buf.allocation.hosts
+            if self.host not in hosts:
+                return
+            statuses = self.store.statuses(name)
+            mine = statuses.get(self.host)
+            failed = mine.generation if mine and mine.error else None
+            nxt = next_step(buf.desired_state, mine.state if mine else None, failed,
+                            buf.generation)
+            if nxt is None:
+                self._reap_if_gone(buf, current.mod_revision, statuses, hosts)
+                return
+            step, target = nxt
+            self._step(buf, mine, step, target)
+
+    def _step(self, buf, mine: Status | None, step: str, target: State) -> None:
+        name, reached = buf.name, mine.state if mine else None
+        attempt = (mine.attempt + 1) if mine and mine.step == step else 1
+
+        def status(**fields) -> None:
+            values = dict(buffer=name, host=self.host, state=reached, generation=buf.generation,
+                          step=step, attempt=attempt, updated_at=time.time())
+            values.update(fields)
+            self.store.put_status(Status(**values))
+        status()
+        log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
+        try:
+            backend = get_backend(self.store.pools()[buf.request.pool].backend.value,
+                                  self.config, self.host)
+            self._run_step(backend.name, step, self.host, backend.variables(buf, step),
+                           lambda task: status(step=f"{step}: {task}"))
+        except DacError as e:
+            log.error("buffer %s (job %s): %s", name, buf.job_id, e)
+            status(error=StatusError(category=e.kind, message=str(e),
+                                     detail=getattr(e, "output", "")[-8000:]))
+            return
+        status(state=target, step="", error=None)
+
+    def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:
+        everywhere = all(statuses.get(h) and statuses[h].state is State.DELETED for h in hosts)
+        if buf.desired_state is State.DELETED and everywhere and \
+                self.host == buf.allocation.primary_host:
+            try:
+                self.store.delete_buffer(buf.name, mod_revision)
+                log.info("buffer %s (job %s): deleted, bricks released", buf.name, buf.job_id)
+            except Conflict:
+                self.schedule(buf.name)  # the spec moved on meanwhile: look again
+
