@@ -111,6 +111,12 @@ class DacConfig(Settings):
     local_multi_brick_mkfs: Literal["btrfs"] = Field(
         "btrfs", description="how the local backend joins several bricks (no md/LVM here)")
     concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")
+    step_timeout: float = Field(
+        270, gt=0, description="seconds setup/pre_run/post_run/teardown wait for dacd; keep it "
+                               "below burst_buffer.conf's OtherTimeout (default 300)")
+    stage_timeout: float = Field(
+        3500, gt=0, description="seconds data_in/data_out wait; keep it below StageInTimeout "
+                                "and StageOutTimeout")
 
     @model_validator(mode="after")
     def _bricks_fit_pools(self) -> DacConfig:

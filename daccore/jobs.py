@@ -14,7 +14,7 @@ from daccore.inventory import summarize
 from daccore.units import format_size
 
 __all__ = ["pick_pool", "validate", "create_job_buffer", "create_persistent", "set_desired",
-           "paths_for"]
+           "wait_for", "paths_for"]
 
 
 def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> str:
@@ -126,6 +126,40 @@ def set_desired(store, name: str, state, hurry: bool = False) -> bool:
         except Conflict:
             continue
     raise Conflict(f"buffer '{name}' kept changing while setting it to {state.value}")
+
+
+def wait_for(store, name: str, state, timeout: float) -> None:
+    """Return once every host of the buffer has reached `state` (for DELETED: once the buffer
+    is gone); raise the step's error, typed by who must act, or AdminError at the deadline."""
+    from daccore.errors import AdminError, InternalError
+    from daccore.models import State
+    errors = {"user": UserError, "admin": AdminError, "internal": InternalError}
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        current = store.buffer(name)
+        if current is None:
+            return  # gone: deleted, or a job without a jobdw
+        buf = current.record
+        statuses = store.statuses(name)
+        behind = []
+        for host in buf.allocation.hosts:
+            s = statuses.get(host)
+            if s is not None and s.error is not None and s.generation >= buf.generation:
+                raise errors[s.error.category.value](f"buffer {name}: {s.error.message}")
+            done = s is not None and s.state is not None and (
+                s.state is State.DELETED if state is State.DELETED else
+                s.state is not State.DELETED and s.state.rank >= state.rank)
+            if not done:
+                where = (s.step or (s.state.value if s.state else "")) if s else ""
+                behind.append(f"{host} ({where or 'not started'})")
+        if not behind and state is not State.DELETED:
+            return
+        if time.monotonic() > deadline:
+            raise AdminError(f"buffer {name}: not {state.value} within {timeout:.0f}s on "
+                             f"{', '.join(behind) or 'its hosts'}; is dacd running there?")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
 
 
 def paths_for(name: str, access: str, persistent: list[str], mount_root: str) -> list[str]:

@@ -160,8 +160,9 @@ def _full(args) -> str:
             {"id": b.name, "links": {"instance": b.name}} for b in buffers.values()]})
     if f == "setup":
         _need(args, "token", "user", "groupid", "job")
-        jobs.create_job_buffer(store, int(args.token), args.user, args.groupid,
-                               _script(args, config.lua_directive), config.default_pool)
+        if jobs.create_job_buffer(store, int(args.token), args.user, args.groupid,
+                                  _script(args, config.lua_directive), config.default_pool):
+            jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
         return ""
     if f == "real_size":
         _need(args, "token")
@@ -172,7 +173,10 @@ def _full(args) -> str:
               "data_out": State.STAGED_OUT, "teardown": State.DELETED}
     if f in states:
         _need(args, "token")
-        jobs.set_desired(store, args.token, states[f], hurry=args.hurry)
+        if jobs.set_desired(store, args.token, states[f], hurry=args.hurry):
+            staging = f in ("data_in", "data_out")
+            jobs.wait_for(store, args.token, states[f],
+                          config.stage_timeout if staging else config.step_timeout)
         return ""
     # create_persistent
     _need(args, "token", "user", "capacity")
@@ -193,4 +197,5 @@ def _full(args) -> str:
         raise UserError(f"create_persistent: capacity {e}") from None
     jobs.create_persistent(store, args.token, args.user, args.groupid or 0, capacity,
                            pool or None, access, type_, config.default_pool)
+    jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
     return f"created {args.token}"

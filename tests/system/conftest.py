@@ -13,10 +13,11 @@ def needs_root():
 
 @pytest.fixture
 def local_dac(tmp_path):
-    """A local DAC with 2 servers x 4 bricks; yields its env; always torn down."""
+    """A local DAC with 2 servers x 4 bricks of 512 MiB (xfs needs more than 300 MB); yields
+    its env; always torn down."""
     workdir = tmp_path / "dac"
     run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "4", "--brick-size", "64MiB")
+        "--bricks-per-server", "4", "--brick-size", "512MiB")
     lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
     env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
     yield workdir, env

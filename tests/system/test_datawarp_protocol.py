@@ -10,7 +10,7 @@ MiB = 1 << 20
 
 GOOD = """#!/bin/bash
 #SBATCH -N 2
-#DW jobdw capacity=100MiB access_mode=striped,private type=scratch
+#DW jobdw capacity=600MiB access_mode=striped,private type=scratch
 #DW stage_in type=directory source=/home/u/in destination=$DW_JOB_STRIPED/in
 #DW stage_out type=directory source=$DW_JOB_STRIPED/out destination=/home/u/out
 srun hostname
@@ -35,7 +35,7 @@ def test_pools_in_datawarp_units(local_dac):
     r = fn(env, "pools")
     assert r.returncode == 0
     assert json.loads(r.stdout) == {"pools": [{"id": "default", "units": "bytes",
-                                               "granularity": 64 * MiB, "quantity": 8,
+                                               "granularity": 512 * MiB, "quantity": 8,
                                                "free": 8}]}
 
 
@@ -44,31 +44,34 @@ def test_a_job_from_setup_to_teardown(local_dac, job, tmp_path):
     script = job(GOOD)
     assert fn(env, "job_process", "--job", script).returncode == 0
     r = fn(env, "setup", "--token", "42", "--caller", "SLURM", "--user", "1000", "--groupid",
-           "1000", "--capacity", "default:100MiB", "--job", script)
-    assert (r.returncode, r.stdout) == (0, "")
-    # 100 MiB rounds up to two 64 MiB bricks
+           "1000", "--capacity", "default:600MiB", "--job", script)
+    assert (r.returncode, r.stdout) == (0, "")  # returns once dacd has built the filesystem
+    # 600 MiB rounds up to two 512 MiB bricks
     assert json.loads(fn(env, "real_size", "--token", "42").stdout) == {
-        "token": "42", "capacity": 128 * MiB, "units": "bytes"}
+        "token": "42", "capacity": 1024 * MiB, "units": "bytes"}
     assert json.loads(fn(env, "pools").stdout)["pools"][0]["free"] == 6
     pathfile = tmp_path / "paths"
     assert fn(env, "paths", "--token", "42", "--job", script, "--pathfile",
               str(pathfile)).returncode == 0
     assert pathfile.read_text() == ("DW_JOB_STRIPED=/mnt/dac/42/striped\n"
                                     "DW_JOB_PRIVATE=/mnt/dac/42/private\n")
-    for f in ("data_in", "pre_run", "post_run", "data_out", "teardown"):
-        assert fn(env, f, "--token", "42", "--job", script).returncode == 0, f
     sessions = json.loads(fn(env, "show_sessions").stdout)["sessions"]
     assert [(s["id"], s["owner"]) for s in sessions] == [("42", 1000)]
     # setup again (slurmctld restarted mid-stage-in): the same buffer, not a second one
     fn(env, "setup", "--token", "42", "--caller", "SLURM", "--user", "1000", "--groupid", "1000",
-       "--capacity", "default:100MiB", "--job", script)
+       "--capacity", "default:600MiB", "--job", script)
     assert len(json.loads(fn(env, "show_instances").stdout)["instances"]) == 1
+    for f in ("data_in", "pre_run", "post_run", "data_out", "teardown"):
+        assert fn(env, f, "--token", "42", "--job", script).returncode == 0, f
+    # teardown returned once dacd had deleted the filesystem and released the bricks
+    assert json.loads(fn(env, "show_instances").stdout)["instances"] == []
+    assert json.loads(fn(env, "pools").stdout)["pools"][0]["free"] == 8
 
 
 @pytest.mark.parametrize("line,message", [
     ("#DW jobdw capacity=0", "line 2: jobdw: capacity '0' must be greater than zero"),
     ("#DW jobdw capacity=1TiB", "line 2: jobdw: capacity 1TiB is more than pool 'default' holds "
-                                "(512MiB)"),
+                                "(4GiB)"),
     ("#DW jobdw capacity=1GiB pool=fast", "line 2: jobdw: unknown pool 'fast' (pools: default)"),
     ("#DW persistentdw name=nope", "persistentdw: no persistent buffer named 'nope'"),
     ("#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/a",
@@ -85,18 +88,18 @@ def test_job_process_refuses_with_one_line_on_stdout(local_dac, job, line, messa
 def test_persistent_buffers_are_created_attached_and_owned(local_dac, job):
     _, env = local_dac
     r = fn(env, "create_persistent", "-c", "CLI", "-t", "proj1", "-u", "1000", "-C",
-           "default:64MiB", "-a", "striped", "-T", "scratch")
+           "default:512MiB", "-a", "striped", "-T", "scratch")
     assert (r.returncode, r.stdout) == (0, "created proj1\n")
     attach = job("#!/bin/sh\n#DW persistentdw name=proj1\n")
     assert fn(env, "job_process", "--job", attach, "--user", "1000").returncode == 0
     r = fn(env, "job_process", "--job", attach, "--user", "1001")
     assert (r.returncode, r.stdout) == (1, "persistentdw: persistent buffer 'proj1' belongs to "
                                            "another user\n")
-    again = job("#!/bin/sh\n#BB create_persistent name=proj1 capacity=64MiB\n", "again.sh")
+    again = job("#!/bin/sh\n#BB create_persistent name=proj1 capacity=512MiB\n", "again.sh")
     assert fn(env, "job_process", "--job", again).stdout == (
         "line 2: create_persistent: a buffer named 'proj1' already exists\n")
     r = fn(env, "create_persistent", "-c", "CLI", "-t", "9lives", "-u", "1000", "-C",
-           "default:64MiB")
+           "default:512MiB")
     assert r.returncode == 1 and "name '9lives' must start with a letter" in r.stdout
 
 

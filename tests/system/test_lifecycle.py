@@ -39,7 +39,7 @@ def setup(env, tmp_path, job, capacity):
     return script
 
 
-def wait_for(check, timeout=60, what="condition"):
+def wait_for(check, timeout=120, what="condition"):
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -90,7 +90,14 @@ def test_setup_builds_the_filesystem_and_teardown_frees_everything(dac, tmp_path
 def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
     workdir, env, store = dac
     state = json.loads((workdir / "state.json").read_text())
-    setup(env, tmp_path, 6, "512MiB")
+    script = tmp_path / "job6.sh"
+    script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
+    # setup waits for dacd, as Slurm's call would: it must survive dacd dying under it
+    slurm_call = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dacctl"), "--function", "setup", "--token", "6",
+         "--caller", "SLURM", "--user", "1234", "--groupid", "4321", "--job", str(script)],
+        env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    wait_for(lambda: store.buffer("6"), what="the buffer")
     host = store.buffer("6").record.allocation.primary_host
     pid = next(d["pid"] for d in state["dacd"] if d["host"] == host)
     wait_for(lambda: (s := store.statuses("6").get(host)) and s.step.startswith("create"),
@@ -104,6 +111,30 @@ def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
     try:
         wait_for(reached(store, "6", State.CREATED), what="created after the restart")
         assert mount_of(workdir / "fs" / host / "6")[2] == "xfs"
+        assert slurm_call.wait(60) == 0 and slurm_call.stdout.read() == ""
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(tmp_path):
+    workdir = tmp_path / "small"
+    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "1",
+        "--bricks-per-server", "1", "--brick-size", "200MiB")  # too small for mkfs.xfs
+    try:
+        env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
+        script = tmp_path / "job.sh"
+        script.write_text("#!/bin/sh\n#DW jobdw capacity=100MiB pool=default\n")
+        r = run("dacctl", "--function", "setup", "--token", "9", "--caller", "SLURM", "--user",
+                "1234", "--groupid", "4321", "--job", str(script), env=env, check=False)
+        assert r.returncode == 1 and r.stdout.count("\n") == 1
+        assert r.stdout.startswith("buffer 9: create failed on dac-server-1 at task 'make the "
+                                   "filesystem' (rc 1):")
+        store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
+        (status,) = store.statuses("9").values()
+        assert status.error.category.value == "admin" and "300MB" in status.error.detail
+        # teardown still cleans up a buffer whose create failed
+        run("dacctl", "--function", "teardown", "--token", "9", "--job", str(script), env=env)
+        assert store.buffer("9") is None and store.claims() == {}
+    finally:
+        run("dacctl", "local", "down", "--workdir", str(workdir), check=False)

@@ -15,7 +15,7 @@ def test_up_registers_every_server_and_down_leaves_nothing_behind(local_dac):
     assert set(env) == {"DAC_CONFIG", "DAC_ETCD_ENDPOINTS"}
     p = pools(env)["default"]
     assert (p["hosts_up"], p["total_bricks"], p["free_bricks"]) == (2, 8, 8)
-    assert p["granularity"] == 64 << 20 and p["backend"] == "local"
+    assert p["granularity"] == 512 << 20 and p["backend"] == "local"
     status = json.loads(run("dacctl", "local", "status", "--workdir", str(workdir),
                             "--json").stdout)
     assert status["etcd"]["running"] and all(d["running"] for d in status["dacd"])
@@ -66,7 +66,7 @@ def test_dacd_refuses_a_brick_device_that_does_not_exist(local_dac, tmp_path):
     _, env = local_dac
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(Path(env["DAC_CONFIG"]).read_text().replace(
-        "dac-server-1:", "ghost:\n    bricks:\n    - {device: /dev/nvme9n9, capacity: 64MiB}\n"
+        "dac-server-1:", "ghost:\n    bricks:\n    - {device: /dev/nvme9n9, capacity: 512MiB}\n"
         "  dac-server-1:", 1))
     r = run("dacd", "--config", str(cfg), "--host", "ghost", check=False, timeout=30)
     assert r.returncode == 2
