@@ -23,7 +23,10 @@ class Daemon:
     def __init__(self, config: DacConfig, host: str, config_source: str):
         self.config, self.host = config, host
         self.settings = host_settings(config, host, config_source)
-        self.store = Store.from_settings(config.etcd)
+        # The http transport, whatever the config says: dacd forks (ansible-runner, the copier),
+        # and gRPC's threads make fork unsafe. Seen: "Other threads are currently calling into
+        # gRPC, skipping fork() handlers", then ansible-runner failed before its first task.
+        self.store = Store.from_settings(config.etcd, transport="http")
         self._lease: LeaseKeeper | None = None
         self.reconciler: Reconciler | None = None
         self.stopping = threading.Event()

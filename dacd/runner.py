@@ -48,6 +48,7 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         return True
 
     workdir = tempfile.mkdtemp(prefix=f"dac-{step}-")
+    output = ""
     try:
         bindir = os.path.dirname(sys.executable)
         r = ansible_runner.run(
@@ -57,8 +58,19 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
             extravars=extravars, event_handler=event, quiet=True,
             envvars={"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
                      "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"})
+        if (r.status != "successful" or r.rc != 0) and not failed:
+            output = _stdout_tail(r)  # no task failed: ansible itself did (syntax, start-up)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if r.status != "successful" or r.rc != 0:
-        raise PlaybookFailed(step, failed.get("task", "?"), host, failed.get("rc", r.rc),
-                             failed.get("output", f"ansible-runner status {r.status}"))
+        raise PlaybookFailed(step, failed.get("task", "(before any task)"), host,
+                             failed.get("rc", r.rc if r.rc is not None else -1),
+                             failed.get("output") or output or
+                             f"ansible-runner ended with status {r.status}")
+
+
+def _stdout_tail(r, limit: int = 8000) -> str:
+    try:
+        return r.stdout.read()[-limit:]
+    except (OSError, AttributeError, ValueError):
+        return ""

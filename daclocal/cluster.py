@@ -182,7 +182,8 @@ def _unmount_under(workdir: Path) -> list[str]:
 
 
 def _store(state: LocalState) -> Store:
-    return Store.from_settings(load_config(str(state.config_path), env={}).etcd)
+    # http: this process goes on to fork Slurm's daemons, and gRPC's threads make fork unsafe
+    return Store.from_settings(load_config(str(state.config_path), env={}).etcd, transport="http")
 
 
 def env_lines(workdir: Path) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from clitools import pools, run
+from mounts import mount_of
 from daccore.config import load_config
 from daccore.models import State
 from daccore.store import Store
@@ -56,14 +57,6 @@ def reached(store, name, state):
             assert s.error is None, s.error
         return statuses and all(s.state is state for s in statuses.values()) and statuses
     return check
-
-
-def mount_of(path):
-    for line in open("/proc/mounts"):
-        fields = line.split()
-        if fields[1] == str(path):
-            return fields
-    return None
 
 
 @pytest.mark.parametrize("capacity,fstype", [("512MiB", "xfs"), ("1GiB", "btrfs")])

@@ -11,6 +11,7 @@ from daccore.errors import ConfigError, Kind, PlaybookFailed
 from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
 from daclocal import loopdev
 from dacd.runner import run_step
+from mounts import mount_of
 
 MiB = 1 << 20
 
@@ -42,14 +43,6 @@ def setup_buffer(tmp_path, devices, access="striped,private"):
                      BrickRef(host="h1", brick=os.path.basename(d), device=d, capacity=512 * MiB)
                      for d in devices]))
     return get("local", config, "h1").variables(buf, "create"), tmp_path / "fs" / "77"
-
-
-def mount_of(path):
-    for line in open("/proc/mounts"):
-        fields = line.split()
-        if fields[1] == str(path):
-            return fields
-    return None
 
 
 @pytest.mark.parametrize("n,fstype", [(1, "xfs"), (3, "btrfs")])
@@ -87,3 +80,15 @@ def test_a_failing_playbook_is_an_admin_error_naming_the_task(tmp_path, bricks):
 def test_an_unknown_backend_names_the_choices():
     with pytest.raises(ConfigError, match=r"no such backend: 'nfs' \(choose local\)"):
         get("nfs", DacConfig(), "h1")
+
+
+def test_ansible_failing_before_any_task_still_says_why(tmp_path, bricks, monkeypatch):
+    (device,) = bricks(1)
+    variables, _ = setup_buffer(tmp_path, [device])
+    project = tmp_path / "playbooks" / "local"
+    project.mkdir(parents=True)
+    (project / "create.yml").write_text("- hosts: all\n  tasks:\n    - nosuchmodule: {}\n")
+    monkeypatch.setattr("dacd.runner.PLAYBOOKS", tmp_path / "playbooks")
+    with pytest.raises(PlaybookFailed) as e:
+        run_step("local", "create", "h1", variables)
+    assert e.value.task == "(before any task)" and "nosuchmodule" in e.value.output
