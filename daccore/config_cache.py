@@ -74,13 +74,17 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
 
 
 def _identity(source: str) -> list:
+    # The schema's identity too: after an upgrade that changes daccore/config.py, a copy
+    # validated by the old code must not be served.
+    schema = os.stat(os.path.join(os.path.dirname(__file__), "config.py"))
+    code = [_VERSION, schema.st_size, schema.st_mtime_ns]
     try:
         st = os.stat(source)
     except FileNotFoundError:
-        return [os.path.abspath(source), "absent"]
+        return [os.path.abspath(source), "absent", *code]
     except OSError:
-        return [os.path.abspath(source), "unreadable"]  # validation will say why
-    return [os.path.abspath(source), st.st_ino, st.st_size, st.st_mtime_ns, _VERSION]
+        return [os.path.abspath(source), "unreadable", *code]  # validation will say why
+    return [os.path.abspath(source), st.st_ino, st.st_size, st.st_mtime_ns, *code]
 
 
 def _cache_file(source: str, env: Mapping[str, str]) -> str | None:

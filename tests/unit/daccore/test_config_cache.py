@@ -61,3 +61,13 @@ def test_an_invalid_file_is_still_one_line(site):
         f.write("pools: {default: {granularity: lots}}\n")
     with pytest.raises(ConfigError, match="pools.default.granularity: must be a size"):
         config_cache.load_settings(cfg, env)
+
+
+def test_a_cache_written_by_other_code_is_not_served(site, monkeypatch):
+    cfg, env, cache = site
+    config_cache.load_settings(cfg, env)
+    (cached,) = cache.iterdir()
+    cached.write_text(cached.read_text().replace("/mnt/bb", "/stale"))
+    assert config_cache.load_settings(cfg, env)["mount_root"] == "/stale"  # same code: served
+    monkeypatch.setattr(config_cache, "_VERSION", config_cache._VERSION + 1)
+    assert config_cache.load_settings(cfg, env)["mount_root"] == "/mnt/bb"  # new code: revalidated
