@@ -2,7 +2,7 @@
 `--function pools` and `--function paths` <= 4x the median of `python3 -c pass`: same machine,
 same run, interleaved. These three run inside slurmctld, under its locks.
 
-Runs against a local DAC (2 servers x 4 bricks) with one job buffer allocated, so job_process
+Runs against a local DAC (2 servers x 4 bricks of 512 MiB) with one job buffer built, so job_process
 checks a pool and paths reads a real buffer. Needs root (the local DAC).
 
     .venv/bin/python bench/hot_path.py
@@ -45,7 +45,7 @@ def main() -> int:
     bindir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="dac-hot-") as d:
         work = Path(d)
-        state = cluster.up(work / "dac", servers=2, bricks_per_server=4, brick_size=64 << 20)
+        state = cluster.up(work / "dac", servers=2, bricks_per_server=4, brick_size=512 << 20)
         try:
             env = {**os.environ, "DAC_CONFIG": str(state.config_path)}
             env.pop("DAC_ETCD_ENDPOINTS", None)
