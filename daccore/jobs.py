@@ -142,6 +142,10 @@ def wait_for(store, name: str, state, timeout: float) -> None:
             return  # gone: deleted, or a job without a jobdw
         buf = current.record
         statuses = store.statuses(name)
+        down = sorted(set(buf.allocation.hosts) - store.alive())
+        if down:
+            raise AdminError(f"buffer {name}: storage host {', '.join(down)} is down (its dacd's "
+                             "lease expired); restart dacd there, or tear the job down")
         behind = []
         for host in buf.allocation.hosts:
             s = statuses.get(host)
