@@ -108,8 +108,6 @@ class DacConfig(Settings):
                             description="buffers appear under <mount_root>/<buffer>/ on nodes")
     lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
                                description="burst_buffer.conf Directive= (burst_buffer/lua)")
-    local_multi_brick_mkfs: Literal["btrfs"] = Field(
-        "btrfs", description="how the local backend joins several bricks (no md/LVM here)")
     concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")
     step_timeout: float = Field(
         270, gt=0, description="seconds setup/pre_run/post_run/teardown wait for dacd; keep it "

@@ -107,7 +107,7 @@ def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool:
                     capacity=capacity, pool=pool)
 
 
-def set_desired(store, name: str, state, hurry: bool = False) -> bool:
+def set_desired(store, name: str, state) -> bool:
     """Record the desired state of a buffer; False when there is no such buffer (a job without
     a jobdw, or a teardown Slurm repeats)."""
     from daccore.errors import Conflict

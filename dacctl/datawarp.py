@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobexecutionnodefile")
     p.add_argument("--nidlistfile")
     p.add_argument("--pathfile")
+    # Slurm passes --hurry to teardown; it will matter once teardown stages out (issue 5).
     p.add_argument("--hurry", action="store_true")
     p.add_argument("--debug", action="store_true")
     return p
@@ -173,7 +174,7 @@ def _full(args) -> str:
               "data_out": State.STAGED_OUT, "teardown": State.DELETED}
     if f in states:
         _need(args, "token")
-        if jobs.set_desired(store, args.token, states[f], hurry=args.hurry):
+        if jobs.set_desired(store, args.token, states[f]):
             staging = f in ("data_in", "data_out")
             jobs.wait_for(store, args.token, states[f],
                           config.stage_timeout if staging else config.step_timeout)
