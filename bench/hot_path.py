@@ -45,6 +45,7 @@ def main() -> int:
     bindir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="dac-hot-") as d:
         work = Path(d)
+        work.chmod(0o755)  # jobs enter the local DAC's workdir as their user
         state = cluster.up(work / "dac", servers=2, bricks_per_server=4, brick_size=512 << 20)
         try:
             env = {**os.environ, "DAC_CONFIG": str(state.config_path)}

@@ -68,6 +68,7 @@ class PoolSettings(Settings):
     backend: Backend = Backend.LOCAL
     placement: PlacementPolicy | None = Field(
         None, description="default: single_host for local, across_servers otherwise")
+    swap: bool = Field(False, description="whether jobs may ask for swap (#DW swap)")
 
     @property
     def effective_placement(self) -> PlacementPolicy:
@@ -105,7 +106,12 @@ class DacConfig(Settings):
     default_pool: Name | None = Field(
         None, description="pool of a jobdw without pool=; default: the only pool, if one")
     mount_root: str = Field("/mnt/dac", pattern=r"^/",
-                            description="buffers appear under <mount_root>/<buffer>/ on nodes")
+                            description="buffers appear under <mount_root>/<job>/ on nodes")
+    node_root: str = Field(
+        "", pattern=r"^(/.*)?$",
+        description="where a compute node's <mount_root> is, seen from the storage server; "
+                    "{node} is the node's name. Default: mount_root itself (near-node flash: "
+                    "the storage server is the compute node)")
     lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
                                description="burst_buffer.conf Directive= (burst_buffer/lua)")
     concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")
@@ -115,6 +121,9 @@ class DacConfig(Settings):
     stage_timeout: float = Field(
         3500, gt=0, description="seconds data_in/data_out wait; keep it below StageInTimeout "
                                 "and StageOutTimeout")
+
+    def node_mount_root(self, node: str) -> str:
+        return (self.node_root or self.mount_root).replace("{node}", node)
 
     @model_validator(mode="after")
     def _bricks_fit_pools(self) -> DacConfig:

@@ -71,7 +71,8 @@ DestroyPersistent = namedtuple("DestroyPersistent", "line name hurry", defaults=
 class Directives:
     """Everything a script asks of dac, validated."""
 
-    __slots__ = ("jobdw", "persistent", "stage_in", "stage_out", "swap", "create", "destroy")
+    __slots__ = ("jobdw", "persistent", "stage_in", "stage_out", "swap", "swap_line", "create",
+                 "destroy")
 
     def __init__(self) -> None:
         self.jobdw: JobDW | None = None
@@ -79,6 +80,7 @@ class Directives:
         self.stage_in: list[Stage] = []
         self.stage_out: list[Stage] = []
         self.swap = 0
+        self.swap_line = 0
         self.create: list[CreatePersistent] = []
         self.destroy: list[DestroyPersistent] = []
 
@@ -111,6 +113,7 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
             (found.stage_in if stage.direction == "in" else found.stage_out).append(stage)
         elif directive == "swap":
             found.swap = _swap(number, args, found.swap)
+            found.swap_line = number
         elif directive == "create_persistent":
             found.create.append(_create(number, args))
         else:

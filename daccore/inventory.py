@@ -28,7 +28,7 @@ __all__ = ["PoolInfo", "BrickInfo", "HostInfo", "HostView", "ClaimCounts", "Inve
 # namedtuples and plain classes, not dataclasses: `pools` runs inside slurmctld, and importing
 # `dataclasses` plus defining these would cost ~25 ms of its budget (docs/performance.md).
 
-PoolInfo = namedtuple("PoolInfo", "name granularity backend placement")
+PoolInfo = namedtuple("PoolInfo", "name granularity backend placement swap", defaults=(False,))
 BrickInfo = namedtuple("BrickInfo", "host name device capacity pool socket pcie_switch",
                        defaults=(0, "0"))
 #: One host as the summary sees it (a HostCapacity record, plus liveness).
@@ -167,7 +167,8 @@ class Inventory:
 
 def parse_pools(pools: list[bytes]) -> dict[str, PoolInfo]:
     return {p["name"]: PoolInfo(p["name"], p["granularity"], p.get("backend", "local"),
-                                p.get("placement", "single_host")) for p in _loads_all(pools)}
+                                p.get("placement", "single_host"), p.get("swap", False))
+            for p in _loads_all(pools)}
 
 
 def views_of(capacities: list[bytes], alive: set[str]) -> list[HostView]:
@@ -182,7 +183,7 @@ def _loads_all(values: list[bytes]) -> list[dict]:
 
 
 class PoolSummary(namedtuple("PoolSummary", "name backend granularity total free used "
-                                            "hosts_up hosts_down hosts_drained")):
+                                            "hosts_up hosts_down hosts_drained swap")):
     """Brick counts of one pool. total = bricks on live hosts; used = the claimed ones among
     them; free = unclaimed on live, undrained hosts (so drained bricks are neither)."""
 
@@ -196,7 +197,7 @@ class PoolSummary(namedtuple("PoolSummary", "name backend granularity total free
             "free_bytes": self.free * self.granularity,
             "used_bytes": self.used * self.granularity,
             "hosts_up": self.hosts_up, "hosts_down": self.hosts_down,
-            "hosts_drained": self.hosts_drained,
+            "hosts_drained": self.hosts_drained, "swap": self.swap,
         }
 
 
@@ -232,5 +233,5 @@ def summarize(inv: Inventory) -> list[PoolSummary]:
         used = counts.per_pool.get(name, 0) - down_claims[name]
         free = live_undrained[name] - (used - drained_claims[name])
         out.append(PoolSummary(name, p.backend, p.granularity, total[name], free, used,
-                               up[name], down[name], drained[name]))
+                               up[name], down[name], drained[name], p.swap))
     return out

@@ -1,7 +1,7 @@
 """What a Slurm job asks of dac, from validation to the paths it sees.
 
-The Slurm functions (`dacctl --function …`) are thin wrappers over these. Until the lifecycle
-lands in dacd, the state-changing ones record the desired state and return.
+The Slurm functions (`dacctl --function …`) are thin wrappers over these: they change a
+buffer's spec (desired state, attachments) and wait for dacd to reach it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from daccore.inventory import summarize
 from daccore.units import format_size
 
 __all__ = ["pick_pool", "validate", "create_job_buffer", "create_persistent", "set_desired",
-           "wait_for", "paths_for"]
+           "attach", "detach", "destroy", "wait_for", "paths_for"]
 
 
 def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> str:
@@ -48,7 +48,9 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
         if capacity > total:
             raise CapacityError(f"line {line}: {directive}: capacity {format_size(capacity)} "
                                 f"is more than pool '{name}' holds ({format_size(total)})")
-    if d.persistent or d.create:
+        if directive == "jobdw" and d.swap:
+            _check_swap(d, s, capacity)
+    if d.persistent or d.create or d.destroy:
         buffers = store.buffer_owners()
         for name in d.persistent:
             owner = buffers.get(name)
@@ -57,10 +59,33 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
             if uid is not None and owner != uid:
                 raise UserError(f"persistentdw: persistent buffer '{name}' belongs to another "
                                 "user")
+        for x in d.destroy:
+            owner = buffers.get(x.name)
+            if owner is None:
+                raise NotFound(f"line {x.line}: destroy_persistent: no persistent buffer named "
+                               f"'{x.name}'")
+            if uid is not None and uid not in (0, owner):
+                raise UserError(f"line {x.line}: destroy_persistent: buffer '{x.name}' belongs "
+                                "to another user")
         for c in d.create:
             if c.name in buffers:
                 raise UserError(f"line {c.line}: create_persistent: a buffer named '{c.name}' "
                                 "already exists")
+
+
+def _check_swap(d: Directives, pool, capacity: int) -> None:
+    from daccore.backends import unservable
+    line = d.swap_line
+    if not pool.swap:
+        raise UserError(f"line {line}: swap: pool '{pool.name}' does not offer swap (the site "
+                        "turned it off)")
+    if d.swap > capacity:
+        raise UserError(f"line {line}: swap: {format_size(d.swap)} per node is more than the "
+                        f"buffer's capacity {format_size(capacity)}")
+    why = unservable(pool.backend, -(-capacity // pool.granularity), d.swap)
+    if why:
+        raise UserError(f"line {line}: swap: {why}; ask for at most "
+                        f"{format_size(pool.granularity)} or drop the swap line")
 
 
 def _buffer(name: str, uid: int, gid: int, job_id: int | None, persistent: bool, request,
@@ -101,36 +126,93 @@ def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool:
                       access: str, type_: str, default_pool: str | None) -> None:
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest
+    if access != "striped":
+        raise UserError(f"create_persistent: access '{access}': persistent buffers are striped "
+                        "(every attaching job sees one directory)")
     pool = pick_pool(pool, default_pool, list(store.pools()))
     request = BufferRequest(capacity=capacity, pool=pool, access=access, type=type_)
     allocate_buffer(store, lambda a: _buffer(name, uid, gid, None, True, request, a),
                     capacity=capacity, pool=pool)
 
 
-def set_desired(store, name: str, state) -> bool:
-    """Record the desired state of a buffer; False when there is no such buffer (a job without
-    a jobdw, or a teardown Slurm repeats)."""
+def _update(store, name: str, change) -> bool:
+    """Apply `change(buffer) -> dict of new field values, or None for no change` with
+    compare-and-swap, bumping the generation; False when there is no such buffer."""
     from daccore.errors import Conflict
-    for _ in range(20):
+    for _ in range(50):
         current = store.buffer(name)
         if current is None:
             return False
         buf = current.record
-        if buf.desired_state == state:
+        fields = change(buf)
+        if not fields:
             return True
         try:
-            store.update_buffer(buf.model_copy(update={"desired_state": state,
+            store.update_buffer(buf.model_copy(update={**fields,
                                                        "generation": buf.generation + 1}),
                                 current.mod_revision)
             return True
         except Conflict:
             continue
-    raise Conflict(f"buffer '{name}' kept changing while setting it to {state.value}")
+    raise Conflict(f"buffer '{name}' kept changing while updating it")
 
 
-def wait_for(store, name: str, state, timeout: float) -> None:
+def set_desired(store, name: str, state) -> bool:
+    """Record the desired state of a buffer; False when there is no such buffer (a job without
+    a jobdw, or a teardown Slurm repeats)."""
+    return _update(store, name, lambda b: None if b.desired_state == state
+                   else {"desired_state": state})
+
+
+def attach(store, job: str, nodes: list[str], names: list[str], state=None) -> None:
+    """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
+    them to it (a job buffer: MOUNTED, in the same change)."""
+    def change(b):
+        if b.attachments.get(job) == nodes and (state is None or b.desired_state == state):
+            return None
+        fields = {"attachments": {**b.attachments, job: list(nodes)}}
+        return {**fields, "desired_state": state} if state is not None else fields
+    for name in names:
+        if not _update(store, name, change):
+            raise NotFound(f"persistentdw: no persistent buffer named '{name}'")
+
+
+def detach(store, job: str, names: list[str], state=None) -> None:
+    """Ask for the job's mounts of `names` to go (with `state`, also move them to it)."""
+    def change(b):
+        if job not in b.attachments and (state is None or b.desired_state == state):
+            return None
+        fields = {"attachments": {k: v for k, v in b.attachments.items() if k != job}}
+        return {**fields, "desired_state": state} if state is not None else fields
+    for name in names:
+        _update(store, name, change)
+
+
+def attached_by(store, job: str) -> list[str]:
+    """Persistent buffers that `job` still has attached."""
+    return sorted(n for n, b in store.buffers().items() if b.persistent and job in b.attachments)
+
+
+def destroy(store, name: str, uid: int | None = None) -> None:
+    """Ask for persistent buffer `name` to be deleted; refused while a job has it attached,
+    and for anyone but its owner (or root) when the caller is known."""
+    from daccore.models import State
+
+    def change(b):
+        if uid is not None and uid not in (0, b.owner_uid):
+            raise UserError(f"destroy_persistent: buffer '{name}' belongs to another user")
+        if b.attachments:
+            raise UserError(f"destroy_persistent: buffer '{name}' is attached to job "
+                            f"{', '.join(sorted(b.attachments))}; destroy it once they end")
+        return None if b.desired_state is State.DELETED else {"desired_state": State.DELETED}
+    if not _update(store, name, change):
+        raise NotFound(f"destroy_persistent: no persistent buffer named '{name}'")
+
+
+def wait_for(store, name: str, state, timeout: float, job: str | None = None) -> None:
     """Return once every host of the buffer has reached `state` (for DELETED: once the buffer
-    is gone); raise the step's error, typed by who must act, or AdminError at the deadline."""
+    is gone) and, with `job`, mounts it on exactly the nodes the spec attaches for that job;
+    raise the step's error, typed by who must act, or AdminError at the deadline."""
     from daccore.errors import AdminError, InternalError
     from daccore.models import State
     errors = {"user": UserError, "admin": AdminError, "internal": InternalError}
@@ -153,7 +235,8 @@ def wait_for(store, name: str, state, timeout: float) -> None:
                 raise errors[s.error.category.value](f"buffer {name}: {s.error.message}")
             done = s is not None and s.state is not None and (
                 s.state is State.DELETED if state is State.DELETED else
-                s.state is not State.DELETED and s.state.rank >= state.rank)
+                s.state is not State.DELETED and s.state.rank >= state.rank and
+                (job is None or s.attached.get(job) == buf.attachments.get(job)))
             if not done:
                 where = (s.step or (s.state.value if s.state else "")) if s else ""
                 behind.append(f"{host} ({where or 'not started'})")
@@ -166,13 +249,12 @@ def wait_for(store, name: str, state, timeout: float) -> None:
         delay = min(delay * 1.5, 0.5)
 
 
-def paths_for(name: str, access: str, persistent: list[str], mount_root: str) -> list[str]:
+def paths_for(job: str, access: str, persistent: list[str], mount_root: str) -> list[str]:
     """The KEY=VALUE lines Slurm adds to the job's environment (DataWarp's names)."""
-    root = mount_root.rstrip("/")
-    lines = []
-    if "striped" in access.split(","):
-        lines.append(f"DW_JOB_STRIPED={root}/{name}/striped")
-    if "private" in access.split(","):
-        lines.append(f"DW_JOB_PRIVATE={root}/{name}/private")
-    lines += [f"DW_PERSISTENT_STRIPED_{p}={root}/{p}/striped" for p in persistent]
+    from daccore.layout import mount_path
+    modes = access.split(",")
+    lines = [f"DW_JOB_{kind.upper()}={mount_path(mount_root, job, job, False, kind)}"
+             for kind in ("striped", "private") if kind in modes]
+    lines += [f"DW_PERSISTENT_STRIPED_{p}={mount_path(mount_root, job, p, True)}"
+              for p in persistent]
     return lines

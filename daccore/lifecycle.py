@@ -7,6 +7,11 @@ Teardown (desired DELETED) may come from anywhere and always proceeds, even afte
 so a broken buffer can still be cleaned up. After any other failure the host waits until the
 spec changes (a higher generation): Slurm answers a failed step by holding or tearing down the
 job, not by asking again.
+
+Mounts on compute nodes follow the spec's attachments (job id -> nodes): the "mount" step
+makes the host's mounts match them, mounting what is new and unmounting what is gone. A job
+buffer gets its attachment with MOUNTED and loses it with UNMOUNTED; a persistent buffer stays
+CREATED while jobs attach and detach, so a change of attachments alone also calls for "mount".
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ STEP_FOR = {
 
 
 def next_step(desired: State, reached: State | None, failed_generation: int | None,
-              generation: int) -> tuple[str, State] | None:
+              generation: int, mounts_match: bool = True) -> tuple[str, State] | None:
     """(step, state it reaches), or None when there is nothing to do now.
 
-    `failed_generation` is the spec generation whose step last failed on this host, if any.
+    `failed_generation` is the spec generation whose step last failed on this host, if any;
+    `mounts_match` says whether the host's mounts already match the spec's attachments.
     """
     if desired is State.DELETED:
         return None if reached is State.DELETED else ("delete", State.DELETED)
@@ -38,7 +44,9 @@ def next_step(desired: State, reached: State | None, failed_generation: int | No
         return None
     if reached is None:
         return STEP_FOR[State.CREATED], State.CREATED
-    if reached is State.DELETED or reached.rank >= desired.rank:
+    if reached is State.DELETED:
         return None
+    if reached.rank >= desired.rank:
+        return None if mounts_match else ("mount", reached)
     target = reached.next()
     return STEP_FOR[target], target

@@ -92,6 +92,7 @@ class Pool(Record):
     granularity: Bytes = Field(description="bytes per brick: requests round up to a multiple")
     backend: Backend = Backend.LOCAL
     placement: PlacementPolicy = PlacementPolicy.SINGLE_HOST
+    swap: bool = Field(False, description="whether jobs may ask for swap (#DW swap)")
 
 
 class Brick(Record):
@@ -203,6 +204,8 @@ class Buffer(Record):
     request: BufferRequest
     allocation: Allocation
     desired_state: State = State.CREATED
+    attachments: dict[str, list[Name]] = Field(
+        {}, description="job id -> compute nodes that must see this buffer mounted")
     generation: int = Field(1, ge=1, description="bumped on every change of the spec")
     created_at: float = Field(0.0, description="unix time")
 
@@ -230,6 +233,8 @@ class Status(Record):
     step: str = ""
     progress: Progress | None = None
     error: StatusError | None = None
+    attached: dict[str, list[Name]] = Field(
+        {}, description="job id -> compute nodes this host has mounted the buffer on")
     attempt: int = Field(0, ge=0)
     updated_at: float = 0.0
 

@@ -170,14 +170,23 @@ def _full(args) -> str:
         current = store.buffer(args.token)
         size = current.record.allocation.size if current else 0
         return json.dumps({"token": args.token, "capacity": size, "units": "bytes"})
-    states = {"data_in": State.STAGED_IN, "pre_run": State.MOUNTED, "post_run": State.UNMOUNTED,
-              "data_out": State.STAGED_OUT, "teardown": State.DELETED}
+    if f == "pre_run":
+        _need(args, "token")
+        _pre_run(store, config, args)
+        return ""
+    if f == "post_run":
+        _need(args, "token")
+        _post_run(store, config, args.token)
+        return ""
+    if f == "teardown":
+        _need(args, "token")
+        _teardown(store, config, args.token)
+        return ""
+    states = {"data_in": State.STAGED_IN, "data_out": State.STAGED_OUT}
     if f in states:
         _need(args, "token")
         if jobs.set_desired(store, args.token, states[f]):
-            staging = f in ("data_in", "data_out")
-            jobs.wait_for(store, args.token, states[f],
-                          config.stage_timeout if staging else config.step_timeout)
+            jobs.wait_for(store, args.token, states[f], config.stage_timeout)
         return ""
     # create_persistent
     _need(args, "token", "user", "capacity")
@@ -200,3 +209,60 @@ def _full(args) -> str:
                            pool or None, access, type_, config.default_pool)
     jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
     return f"created {args.token}"
+
+
+def _pre_run(store, config, args) -> None:
+    """Mount the job's buffer and the persistent buffers it attaches on its nodes."""
+    from daccore import jobs
+    from daccore.errors import UserError
+    from daccore.models import State
+    from daccore.units import format_size
+    from dacctl.slurmjob import job_nodes
+    job = args.token
+    current = store.buffer(job)
+    buf = current.record if current else None
+    persistent = buf.request.persistent if buf else \
+        (_script(args, config.lua_directive).persistent if args.job else [])
+    if buf is None and not persistent:
+        return  # nothing of dac's in this job
+    nodes = job_nodes(job, args.nodehostnamefile)
+    if buf is not None and buf.request.swap * len(nodes) > buf.allocation.size:
+        raise UserError(f"swap: {len(nodes)} nodes x {format_size(buf.request.swap)} of swap is "
+                        f"more than the buffer holds ({format_size(buf.allocation.size)})")
+    jobs.attach(store, job, nodes, persistent)
+    if buf is not None:
+        jobs.attach(store, job, nodes, [job], State.MOUNTED)
+        jobs.wait_for(store, job, State.MOUNTED, config.step_timeout, job)
+    for name in persistent:
+        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job)
+
+
+def _post_run(store, config, job: str) -> None:
+    """Unmount the job's buffers from its nodes (the job buffer stays for stage-out)."""
+    from daccore import jobs
+    from daccore.models import State
+    persistent = jobs.attached_by(store, job)
+    jobs.detach(store, job, persistent)
+    if store.buffer(job) is not None:
+        jobs.detach(store, job, [job], State.UNMOUNTED)
+        jobs.wait_for(store, job, State.UNMOUNTED, config.step_timeout, job)
+    for name in persistent:
+        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job)
+
+
+def _teardown(store, config, token: str) -> None:
+    """A job's end (its buffer and any attachments go) or, for a persistent buffer's name,
+    destroy_persistent. Stage-out is not run here yet, so hurry changes nothing."""
+    from daccore import jobs
+    from daccore.models import State
+    current = store.buffer(token)
+    if current is not None and current.record.persistent:
+        jobs.destroy(store, token)
+        jobs.wait_for(store, token, State.DELETED, config.step_timeout)
+        return
+    persistent = jobs.attached_by(store, token)  # pre_run failed, or post_run never came
+    jobs.detach(store, token, persistent)
+    jobs.set_desired(store, token, State.DELETED)
+    jobs.wait_for(store, token, State.DELETED, config.step_timeout)
+    for name in persistent:
+        jobs.wait_for(store, name, State.CREATED, config.step_timeout, token)

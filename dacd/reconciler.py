@@ -122,8 +122,9 @@ class Reconciler:
             statuses = self.store.statuses(name)
             mine = statuses.get(self.host)
             failed = mine.generation if mine and mine.error else None
+            attached = mine.attached if mine else {}
             nxt = next_step(buf.desired_state, mine.state if mine else None, failed,
-                            buf.generation)
+                            buf.generation, mounts_match=attached == buf.attachments)
             if nxt is None:
                 self._reap_if_gone(buf, current.mod_revision, statuses, hosts)
                 return
@@ -132,11 +133,12 @@ class Reconciler:
 
     def _step(self, buf, mine: Status | None, step: str, target: State) -> None:
         name, reached = buf.name, mine.state if mine else None
+        attached = mine.attached if mine else {}
         attempt = (mine.attempt + 1) if mine and mine.step == step else 1
 
         def status(**fields) -> None:
             values = dict(buffer=name, host=self.host, state=reached, generation=buf.generation,
-                          step=step, attempt=attempt, updated_at=time.time())
+                          step=step, attached=attached, attempt=attempt, updated_at=time.time())
             values.update(fields)
             self.store.put_status(Status(**values))
         status()
@@ -144,13 +146,18 @@ class Reconciler:
         try:
             backend = get_backend(self.store.pools()[buf.request.pool].backend.value,
                                   self.config, self.host)
-            self._run_step(backend.name, step, self.host, backend.variables(buf, step),
+            self._run_step(backend.name, step, self.host, backend.variables(buf, step, attached),
                            lambda task: status(step=f"{step}: {task}"))
         except DacError as e:
             log.error("buffer %s (job %s): %s", name, buf.job_id, e)
             status(error=StatusError(category=e.kind, message=str(e),
                                      detail=getattr(e, "output", "")[-8000:]))
             return
+        # mount and unmount make the mounts match the spec; delete removes every one
+        if step in ("mount", "unmount"):
+            attached = buf.attachments
+        elif step == "delete":
+            attached = {}
         status(state=target, step="", error=None)
 
     def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:

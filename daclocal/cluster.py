@@ -29,6 +29,9 @@ from daclocal.slurm import SlurmCluster
 __all__ = ["LocalState", "up", "down", "status", "env_lines", "POOL"]
 
 POOL = "default"
+#: where jobs see buffers on every fake node, and where each node's own view lives
+MOUNT_ROOT = "mnt"
+NODE_ROOTS = "nodes"
 
 
 @dataclass
@@ -69,6 +72,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
     workdir = workdir.resolve()
     if servers < 1 or bricks_per_server < 1:
         raise AdminError("the local DAC needs at least one server with one brick")
+    _reachable_by_jobs(workdir)
     existing = LocalState.load(workdir)
     if existing is not None:
         raise AdminError(f"a local DAC already runs in {workdir}: run "
@@ -95,9 +99,12 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                 bricks.append({"device": device, "capacity": brick_size, "pool": POOL,
                                "name": f"brick{b}", "pcie_switch": str(b % 2)})
             hosts[host] = {"bricks": bricks, "fs_root": str(workdir / "fs" / host)}
+        node_views(workdir)
         config = {"etcd": {"endpoints": [state.endpoint], "timeout": 5},
-                  "pools": {POOL: {"granularity": brick_size, "backend": "local"}},
-                  "hosts": hosts, "lease_ttl": 5}
+                  "pools": {POOL: {"granularity": brick_size, "backend": "local", "swap": True}},
+                  "hosts": hosts, "lease_ttl": 5,
+                  "mount_root": str(workdir / MOUNT_ROOT),
+                  "node_root": str(workdir / NODE_ROOTS / "{node}")}
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         for host in hosts:
             proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
@@ -108,7 +115,9 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         _wait_until_registered(state, servers, timeout)
         if slurm_nodes:
             state.slurm = {"nodes": slurm_nodes, "plugin": slurm_plugin, "pids": {}}
-            cluster = SlurmCluster(workdir, slurm_nodes, slurm_plugin, str(state.config_path))
+            cluster = SlurmCluster(workdir, slurm_nodes, slurm_plugin, str(state.config_path),
+                                   mount_root=str(workdir / MOUNT_ROOT),
+                                   node_roots=str(workdir / NODE_ROOTS))
 
             def record(name: str, pid: int) -> None:
                 state.slurm["pids"][name] = pid
@@ -118,6 +127,35 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
     except BaseException:
         down(workdir)
         raise
+
+
+def _reachable_by_jobs(workdir: Path) -> None:
+    """Jobs run as their user and find buffers under <workdir>/mnt: every directory above
+    must let other users through."""
+    for d in [workdir, *workdir.parents]:
+        if d.exists() and not d.stat().st_mode & 0o001:
+            raise AdminError(f"jobs could not reach their buffers: {d} is not searchable by "
+                             f"other users (mode {d.stat().st_mode & 0o777:04o}); use a "
+                             "--workdir under directories they can enter")
+
+
+def node_views(workdir: Path) -> None:
+    """Every fake compute node gets its own root under <workdir>/nodes/<node>, which its slurmd
+    sees at <workdir>/mnt (daclocal.slurm): the same job path on every node, and no two nodes
+    ever share a mount. nodes/ is a shared mount so dacd's bind mounts propagate into them."""
+    roots = workdir / NODE_ROOTS
+    (workdir / MOUNT_ROOT).mkdir(parents=True, exist_ok=True)
+    roots.mkdir(parents=True, exist_ok=True)
+    if str(roots) not in _mounts():
+        for argv in (["mount", "--bind", str(roots), str(roots)],
+                     ["mount", "--make-shared", str(roots)]):
+            r = subprocess.run(argv, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise AdminError(f"{' '.join(argv)}: {r.stderr.strip()}")
+
+
+def _mounts() -> list[str]:
+    return [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
 
 
 def _wait_until_registered(state: LocalState, servers: int, timeout: float) -> None:
@@ -164,7 +202,8 @@ def down(workdir: Path) -> list[str]:
             done.append(f"loop device {b['device']}")
         Path(b["file"]).unlink(missing_ok=True)
     for leftover in (workdir / "etcd" / "etcd-data", workdir / "bricks", workdir / "slurm" / "state",
-                     workdir / "slurm" / "spool", workdir / "slurm" / "munge", workdir / "fs"):
+                     workdir / "slurm" / "spool", workdir / "slurm" / "munge", workdir / "fs",
+                     workdir / NODE_ROOTS, workdir / MOUNT_ROOT):
         shutil.rmtree(leftover, ignore_errors=True)
     state.config_path.unlink(missing_ok=True)
     (workdir / "state.json").unlink()
@@ -172,13 +211,16 @@ def down(workdir: Path) -> list[str]:
 
 
 def _unmount_under(workdir: Path) -> list[str]:
-    """Buffers still mounted under the workdir (a teardown that never came): unmount them,
-    deepest first, so the loop devices can be detached."""
-    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    mine = sorted((m for m in mounts if m.startswith(str(workdir) + "/")), key=len, reverse=True)
+    """Swap files and buffers still active under the workdir (a teardown that never came):
+    swap off and unmount them, deepest first, so the loop devices can be detached."""
+    inside = str(workdir) + "/"
+    swaps = [line.split()[0] for line in Path("/proc/swaps").read_text().splitlines()[1:]]
+    for f in (f for f in swaps if f.startswith(inside)):
+        subprocess.run(["swapoff", f], capture_output=True)
+    mine = sorted((m for m in _mounts() if m.startswith(inside)), key=len, reverse=True)
     for m in mine:
         subprocess.run(["umount", m], capture_output=True)
-    return [f"mount {m}" for m in mine]
+    return [f"swap {f}" for f in swaps if f.startswith(inside)] + [f"mount {m}" for m in mine]
 
 
 def _store(state: LocalState) -> Store:

@@ -110,12 +110,14 @@ class SlurmCluster:
     """`start()` returns once every node is idle; `stop()` stops what start started."""
 
     def __init__(self, workdir: Path, nodes: int = 2, plugin: str = "lua",
-                 dac_config: str = "", pids: dict | None = None):
+                 dac_config: str = "", pids: dict | None = None, mount_root: str = "",
+                 node_roots: str = ""):
         if plugin not in PLUGINS:
             raise AdminError(f"unknown burst buffer plugin '{plugin}' (choose lua or datawarp)")
         self.base = Path(workdir).resolve() / "slurm"
         self.nodes, self.plugin, self.dac_config = nodes, plugin, dac_config
         self.pids: dict = pids or {}
+        self.mount_root, self.node_roots = mount_root, node_roots
 
     @property
     def conf(self) -> Path:
@@ -160,10 +162,23 @@ class SlurmCluster:
                                    self.base / "log" / "slurmctld.out", env))
         self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
         for node in self.node_names:
-            started(f"slurmd-{node}", spawn([_binary("slurmd"), "-D", "-N", node],
+            started(f"slurmd-{node}", spawn(self._in_node_view(node) +
+                                            [_binary("slurmd"), "-D", "-N", node],
                                             self.base / "log" / f"slurmd-{node}.out", env))
         self._wait(self._nodes_idle, timeout, "slurmd")
         return self
+
+    def _in_node_view(self, node: str) -> list[str]:
+        """The prefix that starts a node's slurmd (and so its jobs) in a mount namespace of its
+        own, where <node_roots>/<node> is seen at mount_root. Slave propagation lets dacd's
+        later bind mounts under the node's root reach its jobs, and nothing of theirs leak
+        back. The node names are ours; the shell only sees them as positional arguments."""
+        if not self.mount_root:
+            return []
+        root = os.path.join(self.node_roots, node)
+        os.makedirs(root, exist_ok=True)
+        return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c",
+                'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", root, self.mount_root]
 
     def _write_configs(self) -> None:
         nodes = "\n".join(

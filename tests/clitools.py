@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -15,7 +16,8 @@ def run(tool, *args, env=None, check=True, timeout=60):
     r = subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=full_env,
                        timeout=timeout)
     if check and r.returncode != 0:
-        raise AssertionError(f"{tool} {' '.join(args)} failed ({r.returncode}): {r.stderr}")
+        raise AssertionError(f"{tool} {' '.join(args)} failed ({r.returncode}): "
+                             f"{r.stdout}{r.stderr}")
     return r
 
 
@@ -23,3 +25,38 @@ def pools(env):
     """`dacctl pools --json`, by pool name."""
     out = run("dacctl", "pools", "--json", env=env).stdout
     return {p["name"]: p for p in json.loads(out)["pools"]}
+
+
+def setup(env, tmp_path, job, capacity, *lines, uid=1234, gid=4321):
+    """Slurm's setup call for a job asking for a striped,private buffer (plus `lines`)."""
+    script = tmp_path / f"job{job}.sh"
+    script.write_text(f"#!/bin/sh\n#DW jobdw capacity={capacity} access_mode=striped,private "
+                      "pool=default\n" + "".join(line + "\n" for line in lines))
+    run("dacctl", "--function", "setup", "--token", str(job), "--caller", "SLURM", "--user",
+        str(uid), "--groupid", str(gid), "--job", str(script), env=env)
+    return script
+
+
+def slurm(env, function, token, *args, check=True):
+    """A Slurm function call as burst_buffer/datawarp makes it."""
+    return run("dacctl", "--function", function, "--token", str(token), *args, env=env,
+               check=check)
+
+
+def wait_for(check, timeout=120, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def reached(store, name, state):
+    def check():
+        statuses = store.statuses(name)
+        for s in statuses.values():
+            assert s.error is None, s.error
+        return statuses and all(s.state is state for s in statuses.values()) and statuses
+    return check

@@ -8,3 +8,13 @@ def mount_of(path):
         if fields[1] == str(path):
             return fields
     return None
+
+
+def mounts():
+    """Every mount point this process sees."""
+    return [line.split()[1] for line in open("/proc/mounts")]
+
+
+def swaps():
+    """Every active swap file or device."""
+    return [line.split()[0] for line in open("/proc/swaps").read().splitlines()[1:]]

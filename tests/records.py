@@ -3,8 +3,9 @@
 from daccore.models import Brick, Buffer, BufferRequest, Host, Pool
 
 
-def pool(name="p", granularity=100, backend="local", placement="across_servers"):
-    return Pool(name=name, granularity=granularity, backend=backend, placement=placement)
+def pool(name="p", granularity=100, backend="local", placement="across_servers", swap=False):
+    return Pool(name=name, granularity=granularity, backend=backend, placement=placement,
+                swap=swap)
 
 
 def host(name, n=4, pool_name="p", capacity=100):

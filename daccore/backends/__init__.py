@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from daccore.config import DacConfig
     from daccore.models import Buffer
 
-__all__ = ["Backend", "register", "get"]
+__all__ = ["Backend", "register", "get", "unservable"]
 
 _REGISTRY: dict[str, type[Backend]] = {}
 
@@ -28,8 +28,10 @@ class Backend(ABC):
         self.config, self.host = config, host
 
     @abstractmethod
-    def variables(self, buffer: Buffer, step: str) -> dict:
-        """The extravars of `playbooks/<name>/<step>.yml` for this buffer on this host."""
+    def variables(self, buffer: Buffer, step: str,
+                  attached: dict[str, list[str]] | None = None) -> dict:
+        """The extravars of `playbooks/<name>/<step>.yml` for this buffer on this host;
+        `attached` is what this host has mounted on compute nodes so far (job -> nodes)."""
 
 
 def register(name: str) -> Callable[[type[Backend]], type[Backend]]:
@@ -47,3 +49,12 @@ def get(name: str, config: DacConfig, host: str, source: str = "config") -> Back
     except KeyError:
         raise ConfigError(source, f"no such backend: '{name}' (choose "
                                   f"{', '.join(sorted(_REGISTRY))})") from None
+
+
+def unservable(backend: str, bricks: int, swap: int) -> str | None:
+    """Why a pool's backend cannot serve a request, or None. Plain data in, so job_process
+    (inside slurmctld) can ask without loading any backend."""
+    if backend == "local" and swap and bricks > 1:
+        return ("the local backend holds swap files only in a one-brick buffer (xfs): btrfs "
+                "cannot put a swap file across devices")
+    return None

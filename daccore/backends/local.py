@@ -1,6 +1,13 @@
 """The `local` backend: a buffer's bricks on one server become one filesystem, xfs on a single
 brick and btrfs (data raid0, metadata raid1) across several, mounted nodev,nosuid under the
 host's fs_root. The job's directories are owned by the job's user, mode 0700.
+
+Compute nodes see the buffer through bind mounts made on the storage server under each node's
+root (`node_root`, default mount_root: near-node flash, where the server is the node; the local
+DAC gives every fake node its own root). Bind mounts keep the source's nodev,nosuid.
+
+    <node root>/<daccore.layout path>  <- <fs>/striped, or <fs>/private/<node>
+    <fs>/swap/<node>                      swap file of that node, when the job asked for swap
 """
 
 from __future__ import annotations
@@ -8,12 +15,16 @@ from __future__ import annotations
 import os
 
 from daccore.backends import Backend, register
+from daccore.layout import mount_path
+
+__all__ = ["LocalBackend"]
 
 
 @register("local")
 class LocalBackend(Backend):
-    def variables(self, buffer, step: str) -> dict:
+    def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
         host = self.config.hosts[self.host]
+        fs_path = os.path.join(host.fs_root, buffer.name)
         devices = [b.device for b in buffer.allocation.bricks if b.host == self.host]
         if len(devices) == 1:
             mkfs = ["mkfs.xfs", "-f", "-q", "-L", _label(buffer.name), devices[0]]
@@ -23,17 +34,51 @@ class LocalBackend(Backend):
                     "-m", "raid1", *devices]
             # name every member, so the mount works even before a `btrfs device scan`
             mount_options = ",".join(["nodev", "nosuid"] + [f"device={d}" for d in devices])
-        access = buffer.request.access.value.split(",")
+        access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
+        want = self._mounts(buffer, fs_path, access, buffer.attachments)
+        have = self._mounts(buffer, fs_path, access, attached or {})
+        if step == "delete":  # whatever may be mounted, even by a step cut short
+            have = {**have, **want}
+            want = {"binds": {}, "swaps": {}, "dirs": {}}
+        user = {"owner": buffer.owner_uid, "group": buffer.owner_gid, "mode": "0700"}
         return {
             "buffer": buffer.name,
             "devices": devices,
             "mkfs_argv": mkfs,
-            "fs_path": os.path.join(host.fs_root, buffer.name),
+            "fs_path": fs_path,
             "mount_options": mount_options,
             "owner_uid": buffer.owner_uid,
             "owner_gid": buffer.owner_gid,
-            "job_dirs": [d for d in ("striped", "private") if d in access],
+            "job_dirs": access,
+            "attach": {
+                "dirs": [{"path": p, **user} for p in sorted(want["dirs"])],
+                "binds": [{"source": s, "target": t, "root": r}
+                          for t, (s, r) in sorted(want["binds"].items())],
+                "unbinds": [{"target": t, "root": r} for t, (_, r) in sorted(have["binds"].items())
+                            if t not in want["binds"]],
+                "swaps": [{"path": p, "size": n} for p, n in sorted(want["swaps"].items())],
+                "unswaps": [p for p in sorted(have["swaps"]) if p not in want["swaps"]],
+            },
         }
+
+    def _mounts(self, buffer, fs_path: str, access: list[str],
+                attachments: dict[str, list[str]]) -> dict:
+        binds: dict[str, tuple[str, str]] = {}  # target -> (source, node root)
+        swaps: dict[str, int] = {}
+        dirs: dict[str, None] = {}
+        for job, nodes in attachments.items():
+            for node in nodes:
+                root = self.config.node_mount_root(node)
+                for kind in access:
+                    source = os.path.join(fs_path, kind)
+                    if kind == "private":
+                        source = os.path.join(source, node)
+                        dirs[source] = None
+                    binds[mount_path(root, job, buffer.name, buffer.persistent, kind)] = \
+                        (source, root)
+                if buffer.request.swap and not buffer.persistent:
+                    swaps[os.path.join(fs_path, "swap", node)] = buffer.request.swap
+        return {"binds": binds, "swaps": swaps, "dirs": dirs}
 
 
 def _label(name: str) -> str:

@@ -4,25 +4,32 @@ import json
 import time
 
 from clitools import pools, run
+from daclocal.slurm import SUBMIT_USER
 
 BUFFER_JOB = """#!/bin/bash
 #SBATCH -N 2
 #SBATCH -o @JOBS@/out-%j.txt
-#DW jobdw capacity=100MiB access_mode=striped type=scratch pool=default
-srun bash -c 'echo "$SLURMD_NODENAME DW_JOB_STRIPED=$DW_JOB_STRIPED"'
+#DW jobdw capacity=100MiB access_mode=striped,private type=scratch pool=default
+srun bash -c 'echo "$SLURMD_NODENAME $(id -un)" > "$DW_JOB_STRIPED/$SLURMD_NODENAME" &&
+  touch "$DW_JOB_PRIVATE/only-$SLURMD_NODENAME" &&
+  echo "$SLURMD_NODENAME $DW_JOB_STRIPED private: $(ls "$DW_JOB_PRIVATE")"'
+echo "striped: $(cat "$DW_JOB_STRIPED"/node* | tr '\\n' ,) $(stat -c %U:%a "$DW_JOB_STRIPED")"
 """
 
 
-def test_a_job_with_a_buffer_runs_and_sees_it_on_both_nodes(slurm):
+def test_a_job_writes_its_buffer_as_the_user_on_both_nodes(slurm):
     job_id, r = slurm.sbatch(BUFFER_JOB)
     assert job_id, r.stderr
     job = slurm.wait(job_id)
     assert job["JobState"] == "COMPLETED", job
     assert job["BurstBufferState"] == "complete"
     with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
-        lines = sorted(f.read().split("\n"))[1:]
-    assert lines == [f"node1 DW_JOB_STRIPED=/mnt/dac/{job_id}/striped",
-                     f"node2 DW_JOB_STRIPED=/mnt/dac/{job_id}/striped"]
+        lines = sorted(f.read().splitlines())
+    striped = f"{slurm.workdir}/mnt/{job_id}/striped"
+    # each node sees the shared directory at the same path, and a private one of its own
+    assert lines == [f"node1 {striped} private: only-node1",
+                     f"node2 {striped} private: only-node2",
+                     f"striped: node1 {SUBMIT_USER},node2 {SUBMIT_USER}, {SUBMIT_USER}:700"]
     # teardown: dacd deletes the filesystem and the buffer, and every brick is free again
     deadline = time.monotonic() + 60
     while pools(slurm.env)["default"]["free_bricks"] != 8:
@@ -30,6 +37,8 @@ def test_a_job_with_a_buffer_runs_and_sees_it_on_both_nodes(slurm):
         time.sleep(0.2)
     instances = json.loads(run("dacctl", "--function", "show_instances", env=slurm.env).stdout)
     assert job_id not in [i["id"] for i in instances["instances"]]
+    mounts = open("/proc/self/mountinfo").read()
+    assert f"{slurm.workdir}/nodes/" not in mounts and f"{slurm.workdir}/fs/" not in mounts
 
 
 def test_a_bad_directive_is_refused_by_sbatch_with_our_one_line(slurm):

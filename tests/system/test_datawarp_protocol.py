@@ -40,7 +40,7 @@ def test_pools_in_datawarp_units(local_dac):
 
 
 def test_a_job_from_setup_to_teardown(local_dac, job, tmp_path):
-    _, env = local_dac
+    workdir, env = local_dac
     script = job(GOOD)
     assert fn(env, "job_process", "--job", script).returncode == 0
     r = fn(env, "setup", "--token", "42", "--caller", "SLURM", "--user", "1000", "--groupid",
@@ -53,16 +53,19 @@ def test_a_job_from_setup_to_teardown(local_dac, job, tmp_path):
     pathfile = tmp_path / "paths"
     assert fn(env, "paths", "--token", "42", "--job", script, "--pathfile",
               str(pathfile)).returncode == 0
-    assert pathfile.read_text() == ("DW_JOB_STRIPED=/mnt/dac/42/striped\n"
-                                    "DW_JOB_PRIVATE=/mnt/dac/42/private\n")
+    assert pathfile.read_text() == (f"DW_JOB_STRIPED={workdir}/mnt/42/striped\n"
+                                    f"DW_JOB_PRIVATE={workdir}/mnt/42/private\n")
     sessions = json.loads(fn(env, "show_sessions").stdout)["sessions"]
     assert [(s["id"], s["owner"]) for s in sessions] == [("42", 1000)]
     # setup again (slurmctld restarted mid-stage-in): the same buffer, not a second one
     fn(env, "setup", "--token", "42", "--caller", "SLURM", "--user", "1000", "--groupid", "1000",
        "--capacity", "default:600MiB", "--job", script)
     assert len(json.loads(fn(env, "show_instances").stdout)["instances"]) == 1
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\nnode2\n")
     for f in ("data_in", "pre_run", "post_run", "data_out", "teardown"):
-        assert fn(env, f, "--token", "42", "--job", script).returncode == 0, f
+        r = fn(env, f, "--token", "42", "--job", script, "--nodehostnamefile", str(nodes))
+        assert (r.returncode, r.stdout) == (0, ""), f
     # teardown returned once dacd had deleted the filesystem and released the bricks
     assert json.loads(fn(env, "show_instances").stdout)["instances"] == []
     assert json.loads(fn(env, "pools").stdout)["pools"][0]["free"] == 8

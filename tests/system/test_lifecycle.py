@@ -11,52 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from clitools import pools, run
-from mounts import mount_of
+from clitools import pools, reached, run, setup, slurm, wait_for
+from mounts import mount_of, mounts, swaps
 from daccore.config import load_config
 from daccore.models import State
 from daccore.store import Store
 
 GiB = 1 << 30
-
-
-@pytest.fixture
-def dac(tmp_path):
-    """Local DAC, 2 servers x 2 bricks of 512 MiB (xfs needs more than 300 MB)."""
-    workdir = tmp_path / "dac"
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "2", "--brick-size", "512MiB")
-    env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
-    yield workdir, env, Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
-    run("dacctl", "local", "down", "--workdir", str(workdir), check=False)
-
-
-def setup(env, tmp_path, job, capacity):
-    script = tmp_path / f"job{job}.sh"
-    script.write_text(f"#!/bin/sh\n#DW jobdw capacity={capacity} access_mode=striped,private "
-                      "pool=default\n")
-    run("dacctl", "--function", "setup", "--token", str(job), "--caller", "SLURM", "--user",
-        "1234", "--groupid", "4321", "--job", str(script), env=env)
-    return script
-
-
-def wait_for(check, timeout=120, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-def reached(store, name, state):
-    def check():
-        statuses = store.statuses(name)
-        for s in statuses.values():
-            assert s.error is None, s.error
-        return statuses and all(s.state is state for s in statuses.values()) and statuses
-    return check
 
 
 @pytest.mark.parametrize("capacity,fstype", [("512MiB", "xfs"), ("1GiB", "btrfs")])
@@ -80,29 +41,40 @@ def test_setup_builds_the_filesystem_and_teardown_frees_everything(dac, tmp_path
     assert pools(env)["default"]["free_bricks"] == 4
 
 
-def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
-    workdir, env, store = dac
+def slurm_call_in_background(env, *args):
+    """A Slurm call that waits for dacd, as Slurm's would: it must survive dacd dying."""
+    return subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function", *args],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+
+
+def kill_during(workdir, env, store, name, step):
+    """SIGKILL the dacd of buffer `name`'s host while it runs `step`, start a new one; returns
+    the new dacd's process."""
     state = json.loads((workdir / "state.json").read_text())
-    script = tmp_path / "job6.sh"
-    script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
-    # setup waits for dacd, as Slurm's call would: it must survive dacd dying under it
-    slurm_call = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dacctl"), "--function", "setup", "--token", "6",
-         "--caller", "SLURM", "--user", "1234", "--groupid", "4321", "--job", str(script)],
-        env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
-    wait_for(lambda: store.buffer("6"), what="the buffer")
-    host = store.buffer("6").record.allocation.primary_host
+    host = store.buffer(name).record.allocation.primary_host
+    wait_for(lambda: (s := store.statuses(name).get(host)) and s.step.startswith(step),
+             what=f"{step} to start")
     pid = next(d["pid"] for d in state["dacd"] if d["host"] == host)
-    wait_for(lambda: (s := store.statuses("6").get(host)) and s.step.startswith("create"),
-             what="create to start")
     os.kill(pid, signal.SIGKILL)
     log = open(workdir / "logs" / f"dacd-{host}-restarted.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"],
+    return subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"],
                              "--host", host], stdout=log, stderr=log,
                             env={k: v for k, v in os.environ.items()
                                  if k not in ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")})
+
+
+def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
+    workdir, env, store = dac
+    script = tmp_path / "job6.sh"
+    script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
+    slurm_call = slurm_call_in_background(env, "setup", "--token", "6", "--caller", "SLURM",
+                                          "--user", "1234", "--groupid", "4321", "--job",
+                                          str(script))
+    wait_for(lambda: store.buffer("6"), what="the buffer")
+    proc = kill_during(workdir, env, store, "6", "create")
     try:
         wait_for(reached(store, "6", State.CREATED), what="created after the restart")
+        host = store.buffer("6").record.allocation.primary_host
         assert mount_of(workdir / "fs" / host / "6")[2] == "xfs"
         assert slurm_call.wait(60) == 0 and slurm_call.stdout.read() == ""
     finally:
@@ -110,8 +82,38 @@ def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
         proc.wait(10)
 
 
-def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(tmp_path):
-    workdir = tmp_path / "small"
+@pytest.mark.parametrize("function,step", [("pre_run", "mount"), ("post_run", "unmount"),
+                                           ("teardown", "delete")])
+def test_a_dacd_killed_mid_step_finishes_it_after_a_restart(dac, tmp_path, function, step):
+    workdir, env, store = dac
+    script = setup(env, tmp_path, 21, "512MiB", "#DW swap 16MiB")
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\nnode2\n")
+    before = {"pre_run": [], "post_run": ["pre_run"], "teardown": ["pre_run"]}[function]
+    for f in before:
+        slurm(env, f, 21, "--job", str(script), "--nodehostnamefile", str(nodes))
+    call = slurm_call_in_background(env, function, "--token", "21", "--job", str(script),
+                                    "--nodehostnamefile", str(nodes))
+    proc = kill_during(workdir, env, store, "21", step)
+    try:
+        assert call.wait(120) == 0 and call.stdout.read() == ""
+        binds = [m for m in mounts() if m.startswith(f"{workdir}/nodes/")]
+        active = [f for f in swaps() if f.startswith(str(workdir))]
+        if function == "pre_run":
+            assert len(binds) == 4 and len(active) == 2  # striped + private, 2 nodes
+            assert store.statuses("21").popitem()[1].attached == {"21": ["node1", "node2"]}
+        else:
+            assert binds == [] and active == []
+        if function == "teardown":
+            assert store.buffer("21") is None and store.claims() == {}
+            assert not [m for m in mounts() if m.startswith(f"{workdir}/fs/")]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(open_dir, tmp_path):
+    workdir = open_dir / "small"
     run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "1",
         "--bricks-per-server", "1", "--brick-size", "200MiB")  # too small for mkfs.xfs
     try:
@@ -148,3 +150,25 @@ def test_when_a_hosts_lease_expires_its_buffers_report_the_failure(dac, tmp_path
     assert (r.returncode, r.stdout) == (1, f"buffer 8: storage host {host} is down (its dacd's "
                                            "lease expired); restart dacd there, or tear the job "
                                            "down\n")
+
+
+def test_a_drained_host_takes_no_new_buffers_and_keeps_serving_its_own(dac, tmp_path):
+    workdir, env, store = dac
+    first = setup(env, tmp_path, 31, "512MiB")
+    drained = store.buffer("31").record.allocation.primary_host
+    store.set_drained(drained, True)
+    assert pools(env)["default"]["free_bricks"] == 2  # the drained host's free brick is out
+    for job in (32, 33):
+        setup(env, tmp_path, job, "512MiB")
+        assert store.buffer(str(job)).record.allocation.hosts != [drained]
+    r = run("dacctl", "--function", "setup", "--token", "34", "--caller", "SLURM", "--user",
+            "1234", "--groupid", "4321", "--job", str(first), env=env, check=False)
+    assert r.returncode == 1
+    assert r.stdout.startswith("no host in pool 'default' has 1 brick of 512MiB free")
+    # the drained host still runs its buffer's whole lifecycle
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\n")
+    for function in ("pre_run", "post_run", "teardown"):
+        slurm(env, function, 31, "--job", str(first), "--nodehostnamefile", str(nodes))
+    assert store.buffer("31") is None
+    assert pools(env)["default"]["free_bricks"] == 0  # 32 and 33 hold the undrained bricks

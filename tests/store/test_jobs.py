@@ -1,0 +1,98 @@
+"""The scheduler side's rules on a real etcd: what job_process refuses, and how attaching,
+detaching and destroying change a buffer's spec (dacd then acts on it: tests/system)."""
+
+import pytest
+
+from daccore import jobs
+from daccore.directives import parse_script
+from daccore.errors import NotFound, UserError
+from daccore.models import State
+
+from records import host, pool
+
+SWAP_OFF = pool("noswap", granularity=100, backend="local", placement="single_host")
+SWAP_ON = pool("swap", granularity=100, backend="local", placement="single_host", swap=True)
+
+
+@pytest.fixture
+def site(store):
+    keepers = []
+    for p, h in ((SWAP_OFF, "h1"), (SWAP_ON, "h2")):
+        store.ensure_pool(p)
+        store.register_host(host(h, 4, pool_name=p.name))
+        keepers.append(store.keep_alive(h, 5))
+    yield store
+    for k in keepers:
+        k.stop()
+
+
+def script(*lines):
+    return parse_script("#!/bin/sh\n" + "".join(line + "\n" for line in lines), "DW")
+
+
+@pytest.mark.parametrize("lines,message", [
+    (["#DW jobdw capacity=100 pool=noswap", "#DW swap 50"],
+     "line 3: swap: pool 'noswap' does not offer swap (the site turned it off)"),
+    (["#DW jobdw capacity=200 pool=swap", "#DW swap 50"],
+     "line 3: swap: the local backend holds swap files only in a one-brick buffer (xfs): btrfs "
+     "cannot put a swap file across devices; ask for at most 100B or drop the swap line"),
+    (["#DW jobdw capacity=100 pool=swap", "#DW swap 150"],
+     "line 3: swap: 150B per node is more than the buffer's capacity 100B"),
+])
+def test_job_process_refuses_swap_the_pool_cannot_give(site, lines, message):
+    with pytest.raises(UserError) as e:
+        jobs.validate(site, script(*lines), None)
+    assert str(e.value) == message
+
+
+def test_job_process_accepts_swap_in_a_one_brick_buffer_of_a_swap_pool(site):
+    jobs.validate(site, script("#DW jobdw capacity=100 pool=swap", "#DW swap 50"), None)
+
+
+def persistent(store, name="pbuf", uid=1000):
+    jobs.create_persistent(store, name, uid, uid, 100, "swap", "striped", "scratch", None)
+    return store.buffer(name).record
+
+
+def test_persistent_buffers_are_striped_only(site):
+    with pytest.raises(UserError, match="access 'private': persistent buffers are striped"):
+        jobs.create_persistent(site, "pb", 1000, 1000, 100, "swap", "private", "scratch", None)
+
+
+def test_attach_and_detach_change_the_spec_and_its_generation(site):
+    before = persistent(site)
+    jobs.attach(site, "7", ["n1", "n2"], ["pbuf"])
+    jobs.attach(site, "8", ["n3"], ["pbuf"])
+    after = site.buffer("pbuf").record
+    assert after.attachments == {"7": ["n1", "n2"], "8": ["n3"]}
+    assert after.generation == before.generation + 2
+    assert after.desired_state is State.CREATED
+    assert jobs.attached_by(site, "7") == ["pbuf"]
+    jobs.attach(site, "7", ["n1", "n2"], ["pbuf"])  # Slurm repeats pre_run: no change
+    assert site.buffer("pbuf").record.generation == after.generation
+    jobs.detach(site, "7", ["pbuf"])
+    assert site.buffer("pbuf").record.attachments == {"8": ["n3"]}
+    with pytest.raises(NotFound, match="no persistent buffer named 'nope'"):
+        jobs.attach(site, "7", ["n1"], ["nope"])
+
+
+def test_destroy_is_refused_while_attached_and_for_another_user(site):
+    persistent(site)
+    jobs.attach(site, "7", ["n1"], ["pbuf"])
+    with pytest.raises(UserError) as e:
+        jobs.destroy(site, "pbuf")
+    assert str(e.value) == ("destroy_persistent: buffer 'pbuf' is attached to job 7; destroy it "
+                            "once they end")
+    jobs.detach(site, "7", ["pbuf"])
+    with pytest.raises(UserError, match="belongs to another user"):
+        jobs.destroy(site, "pbuf", uid=2000)
+    with pytest.raises(UserError, match="line 2: destroy_persistent: buffer 'pbuf' belongs to "
+                                        "another user"):
+        jobs.validate(site, script("#BB destroy_persistent name=pbuf"), None, uid=2000)
+    with pytest.raises(NotFound, match="line 2: destroy_persistent: no persistent buffer"):
+        jobs.validate(site, script("#BB destroy_persistent name=other"), None, uid=1000)
+    assert site.buffer("pbuf").record.desired_state is State.CREATED
+    jobs.destroy(site, "pbuf", uid=1000)
+    assert site.buffer("pbuf").record.desired_state is State.DELETED
+    with pytest.raises(NotFound):
+        jobs.destroy(site, "gone")
