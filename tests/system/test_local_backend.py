@@ -51,7 +51,7 @@ def test_create_builds_mounts_and_owns_then_delete_leaves_nothing(tmp_path, bric
     variables, fs = setup_buffer(tmp_path, devices)
     tasks = []
     run_step("local", "create", "h1", variables, tasks.append)
-    assert "make the filesystem" in tasks
+    assert "make and mount the filesystem" in tasks
     mount = mount_of(fs)
     assert mount and mount[2] == fstype and {"nodev", "nosuid"} <= set(mount[3].split(","))
     for d in ("striped", "private"):
@@ -72,8 +72,8 @@ def test_a_failing_playbook_is_an_admin_error_naming_the_task(tmp_path, bricks):
     variables, _ = setup_buffer(tmp_path, [device])
     with pytest.raises(PlaybookFailed) as e:
         run_step("local", "create", "h1", variables)
-    assert e.value.kind is Kind.ADMIN and e.value.task == "make the filesystem"
-    assert "create failed on h1 at task 'make the filesystem'" in str(e.value)
+    assert e.value.kind is Kind.ADMIN and e.value.task == "make and mount the filesystem"
+    assert "create failed on h1 at task 'make and mount the filesystem'" in str(e.value)
     assert "300MB" in e.value.output and "\n" not in str(e.value)
 
 

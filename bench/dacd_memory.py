@@ -1,0 +1,71 @@
+"""Budget: dacd resident memory <= 150 MB with 50 live buffers.
+
+One dacd (local DAC, one server with 50 loop bricks of 512 MiB) builds 50 real xfs buffers,
+requested by 50 concurrent `dacctl --function setup` calls; its resident set (VmRSS) and peak
+(VmHWM) are read from /proc once all 50 are live, then everything is torn down. ansible-runner's
+playbook processes are children, not dacd: they come and go with each step.
+
+    .venv/bin/python bench/dacd_memory.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import local_dac, steal_meter  # noqa: E402
+
+BUDGET_MB = 150.0
+BUFFERS = 50
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text()
+                  .splitlines() if ":" in line)
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM")}
+
+
+def all_at_once(argvs: list[list[str]], env: dict) -> list[int]:
+    procs = [subprocess.Popen(a, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+             for a in argvs]
+    return [p.wait() for p in procs]
+
+
+def main() -> int:
+    dacctl = str(Path(sys.executable).parent / "dacctl")
+    with local_dac(servers=1, bricks_per_server=BUFFERS) as (state, env, work):
+        pid = state.dacd[0]["pid"]
+        idle = memory_mb(pid)
+        script = work / "job.sh"
+        script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped "
+                          "pool=default\n")
+        cpu = steal_meter()
+        start = time.perf_counter()
+        rcs = all_at_once([[dacctl, "--function", "setup", "--token", str(job), "--caller",
+                            "SLURM", "--user", "4000", "--groupid", "4000", "--job", str(script)]
+                           for job in range(1, BUFFERS + 1)], env)
+        built_s = time.perf_counter() - start
+        mounted = sum(1 for line in Path("/proc/mounts").read_text().splitlines()
+                      if f"{work}/dac/fs/" in line)
+        live = memory_mb(pid)
+        rcs += all_at_once([[dacctl, "--function", "teardown", "--token", str(job), "--job",
+                             str(script)] for job in range(1, BUFFERS + 1)], env)
+        after = memory_mb(pid)
+    print(f"{rcs[:BUFFERS].count(0)} of {BUFFERS} setups ready in {built_s:.1f} s, "
+          f"{mounted} filesystems mounted; teardowns ok: {rcs[BUFFERS:].count(0)}")
+    print(f"dacd RSS: idle {idle['VmRSS']:.1f} MB, with {BUFFERS} live buffers "
+          f"{live['VmRSS']:.1f} MB (peak {live['VmHWM']:.1f} MB), after teardown "
+          f"{after['VmRSS']:.1f} MB (peak {after['VmHWM']:.1f} MB)")
+    print(cpu())
+    peak = max(live["VmHWM"], after["VmHWM"])
+    ok = rcs.count(0) == 2 * BUFFERS and mounted == BUFFERS and peak <= BUDGET_MB
+    print(f"dacd peak resident {peak:.1f} MB, budget {BUDGET_MB:.0f} MB: "
+          f"{'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
