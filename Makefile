@@ -28,14 +28,11 @@ unit: deps
 schema: deps
 	$(PY) -m daccore.schema write
 
+BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory
+
+# every bench runs even after one fails; the exit status says whether all met their budget
 bench: deps
-	$(PY) bench/allocator.py
-	$(PY) bench/pools_summary.py
-	$(PY) bench/alloc_storm.py
-	$(PY) bench/hot_path.py
-	$(PY) bench/lifecycle.py || true  # over budget: docs/performance.md says why
-	$(PY) bench/concurrent_setups.py
-	$(PY) bench/dacd_memory.py
+	@status=0; for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || status=1; done; exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -37,6 +37,22 @@ def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 51
             cluster.down(work / "dac")
 
 
+def many_jobs(env: dict, work: Path, function: str, jobs: int) -> list:
+    """Run `dacctl --function <function>` for jobs 1..jobs all at once, as Slurm would for that
+    many jobs, each asking for one 512 MiB striped buffer; the completed processes, in order."""
+    import subprocess
+    import sys
+    script = work / "job.sh"
+    script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped pool=default\n")
+    extra = ["--caller", "SLURM", "--user", "4000", "--groupid", "4000"] \
+        if function == "setup" else []
+    procs = [subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function",
+                               function, "--token", str(job), "--job", str(script), *extra],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for job in range(1, jobs + 1)]
+    return [subprocess.CompletedProcess(p.args, p.wait(), *p.communicate()) for p in procs]
+
+
 @contextmanager
 def etcd_store(prefix: str = "/bench/"):
     with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:

@@ -11,14 +11,13 @@ allocation, and 50 teardowns run at once; the bricks must all be free at the end
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import local_dac, steal_meter  # noqa: E402
+from common import local_dac, many_jobs, steal_meter  # noqa: E402
 
 from daccore.config import load_config  # noqa: E402
 from daccore.store import Store  # noqa: E402
@@ -29,25 +28,13 @@ BRICKS = 8
 REFUSALS = ("no host in pool 'default' has", "pool 'default' has", "pool 'default' is too busy")
 
 
-def all_at_once(argvs: list[list[str]], env: dict) -> list[subprocess.CompletedProcess]:
-    procs = [subprocess.Popen(a, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for a in argvs]
-    return [subprocess.CompletedProcess(p.args, p.wait(), *p.communicate()) for p in procs]
-
-
 def main() -> int:
-    dacctl = str(Path(sys.executable).parent / "dacctl")
     with local_dac(servers=2, bricks_per_server=4) as (state, env, work):
         store = Store.from_settings(load_config(str(state.config_path), env={}).etcd,
                                     transport="http")
-        script = work / "job.sh"
-        script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped "
-                          "pool=default\n")
         cpu = steal_meter()
         start = time.perf_counter()
-        setups = all_at_once([[dacctl, "--function", "setup", "--token", str(job), "--caller",
-                               "SLURM", "--user", "4000", "--groupid", "4000", "--job",
-                               str(script)] for job in range(1, JOBS + 1)], env)
+        setups = many_jobs(env, work, "setup", JOBS)
         setup_s = time.perf_counter() - start
         ready = [r for r in setups if r.returncode == 0]
         refused = [r for r in setups if r.returncode == 1 and r.stdout.startswith(REFUSALS)
@@ -62,8 +49,7 @@ def main() -> int:
             (b.host, b.brick): name for name, buf in buffers.items()
             for b in buf.allocation.bricks}
         teardown_start = time.perf_counter()
-        teardowns = all_at_once([[dacctl, "--function", "teardown", "--token", str(job), "--job",
-                                  str(script)] for job in range(1, JOBS + 1)], env)
+        teardowns = many_jobs(env, work, "teardown", JOBS)
         wall = time.perf_counter() - start
         teardown_s = time.perf_counter() - teardown_start
         failed_teardowns = [r for r in teardowns if r.returncode != 0]
@@ -71,7 +57,7 @@ def main() -> int:
     print(f"setups: {len(ready)} ready, {len(refused)} refused for capacity, {len(other)} other "
           f"in {setup_s:.1f} s; teardowns: {JOBS - len(failed_teardowns)} ok in {teardown_s:.1f} s")
     for r in other[:3] + failed_teardowns[:3]:
-        print("  unexpected:", r.args[3], r.returncode, r.stdout.strip(), r.stderr.strip()[-300:])
+        print("  unexpected: job", r.args[5], r.returncode, r.stdout.strip(), r.stderr.strip()[-300:])
     print(f"bricks double-claimed: {len(doubles)}; claims agree with allocations: {claims_agree}; "
           f"claims left after teardown: {len(left)}")
     print(cpu())

@@ -10,13 +10,12 @@ playbook processes are children, not dacd: they come and go with each step.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import local_dac, steal_meter  # noqa: E402
+from common import local_dac, many_jobs, steal_meter  # noqa: E402
 
 BUDGET_MB = 150.0
 BUFFERS = 50
@@ -28,31 +27,18 @@ def memory_mb(pid: int) -> dict[str, float]:
     return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM")}
 
 
-def all_at_once(argvs: list[list[str]], env: dict) -> list[int]:
-    procs = [subprocess.Popen(a, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-             for a in argvs]
-    return [p.wait() for p in procs]
-
-
 def main() -> int:
-    dacctl = str(Path(sys.executable).parent / "dacctl")
     with local_dac(servers=1, bricks_per_server=BUFFERS) as (state, env, work):
         pid = state.dacd[0]["pid"]
         idle = memory_mb(pid)
-        script = work / "job.sh"
-        script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped "
-                          "pool=default\n")
         cpu = steal_meter()
         start = time.perf_counter()
-        rcs = all_at_once([[dacctl, "--function", "setup", "--token", str(job), "--caller",
-                            "SLURM", "--user", "4000", "--groupid", "4000", "--job", str(script)]
-                           for job in range(1, BUFFERS + 1)], env)
+        rcs = [r.returncode for r in many_jobs(env, work, "setup", BUFFERS)]
         built_s = time.perf_counter() - start
         mounted = sum(1 for line in Path("/proc/mounts").read_text().splitlines()
                       if f"{work}/dac/fs/" in line)
         live = memory_mb(pid)
-        rcs += all_at_once([[dacctl, "--function", "teardown", "--token", str(job), "--job",
-                             str(script)] for job in range(1, BUFFERS + 1)], env)
+        rcs += [r.returncode for r in many_jobs(env, work, "teardown", BUFFERS)]
         after = memory_mb(pid)
     print(f"{rcs[:BUFFERS].count(0)} of {BUFFERS} setups ready in {built_s:.1f} s, "
           f"{mounted} filesystems mounted; teardowns ok: {rcs[BUFFERS:].count(0)}")

@@ -125,6 +125,7 @@ def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(open_dir,
         assert r.returncode == 1 and r.stdout.count("\n") == 1
         assert r.stdout.startswith("buffer 9: create failed on dac-server-1 at task 'make and "
                                    "mount the filesystem' (rc 1): mkfs.xfs")
+        assert r.stdout.endswith(": Filesystem must be larger than 300MB.\n")
         store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
         (status,) = store.statuses("9").values()
         assert status.error.category.value == "admin" and "300MB" in status.error.detail

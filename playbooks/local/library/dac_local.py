@@ -22,9 +22,9 @@ import sys
 
 
 class Failed(Exception):
-    def __init__(self, msg: str, rc: int = 1):
+    def __init__(self, msg: str, rc: int = 1, stderr: str = ""):
         super().__init__(msg)
-        self.msg, self.rc = msg, rc
+        self.msg, self.rc, self.stderr = msg, rc, stderr
 
 
 def _unescape(path: str) -> str:
@@ -45,7 +45,11 @@ def active_swaps() -> set[str]:
 def run(argv: list[str], done: list[str]) -> None:
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
-        raise Failed(f"{' '.join(argv)}: {(r.stderr or r.stdout).strip()}", r.returncode)
+        # one line for the user (tools like mkfs put the reason first, then their usage); the
+        # whole output goes to the admin
+        output = (r.stderr or r.stdout).strip()
+        first = next((line for line in output.splitlines() if line.strip()), "no output")
+        raise Failed(f"{' '.join(argv)}: {first.strip()}", r.returncode, output)
     done.append(" ".join(argv))
 
 
@@ -135,7 +139,8 @@ def main() -> None:
         action = {"create": create, "attach": attach, "delete": delete}[args.pop("action")]
         action(args["attach"] if action is attach else args, done)
     except Failed as e:
-        print(json.dumps({"failed": True, "msg": e.msg, "rc": e.rc, "changed": bool(done)}))
+        print(json.dumps({"failed": True, "msg": e.msg, "rc": e.rc, "stderr": e.stderr,
+                          "changed": bool(done)}))
         sys.exit(1)
     except OSError as e:
         print(json.dumps({"failed": True, "msg": f"{e.filename}: {e.strerror}", "rc": 1,
