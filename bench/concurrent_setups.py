@@ -57,7 +57,8 @@ def main() -> int:
     print(f"setups: {len(ready)} ready, {len(refused)} refused for capacity, {len(other)} other "
           f"in {setup_s:.1f} s; teardowns: {JOBS - len(failed_teardowns)} ok in {teardown_s:.1f} s")
     for r in other[:3] + failed_teardowns[:3]:
-        print("  unexpected: job", r.args[5], r.returncode, r.stdout.strip(), r.stderr.strip()[-300:])
+        print("  unexpected: job", r.args[5], r.returncode, r.stdout.strip(),
+              r.stderr.strip()[-300:])
     print(f"bricks double-claimed: {len(doubles)}; claims agree with allocations: {claims_agree}; "
           f"claims left after teardown: {len(left)}")
     print(cpu())

@@ -139,6 +139,7 @@ def _update(store, name: str, change) -> bool:
     """Apply `change(buffer) -> dict of new field values, or None for no change` with
     compare-and-swap, bumping the generation; False when there is no such buffer."""
     from daccore.errors import Conflict
+    from daccore.models import State
     for _ in range(50):
         current = store.buffer(name)
         if current is None:
@@ -147,6 +148,10 @@ def _update(store, name: str, change) -> bool:
         fields = change(buf)
         if not fields:
             return True
+        if buf.desired_state is State.DELETED and (
+                fields.get("desired_state", State.DELETED) is not State.DELETED or
+                len(fields.get("attachments", {})) > len(buf.attachments)):
+            raise UserError(f"buffer '{name}' is being torn down")  # never brought back
         try:
             store.update_buffer(buf.model_copy(update={**fields,
                                                        "generation": buf.generation + 1}),

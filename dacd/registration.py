@@ -44,4 +44,5 @@ def host_record(name: str, settings: HostSettings) -> Host:
 
 def pool_records(config: DacConfig) -> list[Pool]:
     return [Pool(name=n, granularity=p.granularity, backend=p.backend,
-                 placement=p.effective_placement, swap=p.swap) for n, p in sorted(config.pools.items())]
+                 placement=p.effective_placement, swap=p.swap)
+            for n, p in sorted(config.pools.items())]

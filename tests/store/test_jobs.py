@@ -96,3 +96,14 @@ def test_destroy_is_refused_while_attached_and_for_another_user(site):
     assert site.buffer("pbuf").record.desired_state is State.DELETED
     with pytest.raises(NotFound):
         jobs.destroy(site, "gone")
+
+
+def test_a_buffer_being_torn_down_is_never_brought_back(site):
+    persistent(site)
+    jobs.destroy(site, "pbuf")
+    with pytest.raises(UserError, match="buffer 'pbuf' is being torn down"):
+        jobs.attach(site, "7", ["n1"], ["pbuf"])
+    with pytest.raises(UserError, match="buffer 'pbuf' is being torn down"):
+        jobs.set_desired(site, "pbuf", State.MOUNTED)
+    jobs.detach(site, "7", ["pbuf"])  # nothing attached: no change, no error
+    assert site.buffer("pbuf").record.desired_state is State.DELETED
