@@ -115,6 +115,7 @@ class DacConfig(Settings):
     lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
                                description="burst_buffer.conf Directive= (burst_buffer/lua)")
     concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")
+    stage_workers: int = Field(4, ge=1, description="copy processes per stage_in/stage_out")
     step_timeout: float = Field(
         270, gt=0, description="seconds setup/pre_run/post_run/teardown wait for dacd; keep it "
                                "below burst_buffer.conf's OtherTimeout (default 300)")

@@ -22,7 +22,7 @@ from daccore.backends import get as get_backend
 from daccore.errors import Conflict, DacError, InternalError, StoreUnavailable
 from daccore.etcd import WatchCompacted
 from daccore.lifecycle import next_step
-from daccore.models import State, Status, StatusError
+from daccore.models import Progress, State, Status, StatusError
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +135,12 @@ class Reconciler:
         name, reached = buf.name, mine.state if mine else None
         attached = mine.attached if mine else {}
         attempt = (mine.attempt + 1) if mine and mine.step == step else 1
+        progress = [mine.progress if mine else None]  # the last staging progress stays shown
 
         def status(**fields) -> None:
             values = dict(buffer=name, host=self.host, state=reached, generation=buf.generation,
-                          step=step, attached=attached, attempt=attempt, updated_at=time.time())
+                          step=step, attached=attached, attempt=attempt, progress=progress[0],
+                          updated_at=time.time())
             values.update(fields)
             self.store.put_status(Status(**values))
         status()
@@ -146,9 +148,20 @@ class Reconciler:
         try:
             backend = get_backend(self.store.pools()[buf.request.pool].backend.value,
                                   self.config, self.host)
-            self._run_step(backend.name, step, self.host, backend.variables(buf, step, attached),
-                           lambda task: status(step=f"{step}: {task}"))
-        except DacError as e:
+            if step in ("stage_in", "stage_out"):
+                if self.host == buf.allocation.primary_host:
+                    def on_progress(p: dict) -> None:
+                        progress[0] = Progress(**p)
+                        status()
+                    self._stage(buf, step, backend, on_progress)
+            else:
+                self._run_step(backend.name, step, self.host,
+                               backend.variables(buf, step, attached),
+                               lambda task: status(step=f"{step}: {task}"))
+        except Exception as e:  # noqa: BLE001 - every failure must reach the waiting Slurm call
+            if not isinstance(e, DacError):
+                log.exception("buffer %s (job %s): %s failed", name, buf.job_id, step)
+                e = InternalError(f"{step} failed on {self.host}: {type(e).__name__}: {e}")
             log.error("buffer %s (job %s): %s", name, buf.job_id, e)
             status(error=StatusError(category=e.kind, message=str(e),
                                      detail=getattr(e, "output", "")[-8000:]))
@@ -159,6 +172,13 @@ class Reconciler:
         elif step == "delete":
             attached = {}
         status(state=target, step="", error=None)
+
+    def _stage(self, buf, step: str, backend, on_progress) -> None:
+        """Staging runs on the primary host, which has the filesystem mounted; progress goes
+        to the status at most once a second (the copier's own pace)."""
+        from dacd.staging import stage
+        fs_path = backend.variables(buf, step)["fs_path"]
+        stage(buf, step.removeprefix("stage_"), fs_path, self.config.stage_workers, on_progress)
 
     def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:
         everywhere = all(statuses.get(h) and statuses[h].state is State.DELETED for h in hosts)

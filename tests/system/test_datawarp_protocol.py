@@ -1,6 +1,7 @@
 """`dacctl --function …` as Slurm's burst_buffer/datawarp (and our burst_buffer.lua) call it."""
 
 import json
+import os
 
 import pytest
 
@@ -39,9 +40,16 @@ def test_pools_in_datawarp_units(local_dac):
                                                "free": 8}]}
 
 
-def test_a_job_from_setup_to_teardown(local_dac, job, tmp_path):
+def test_a_job_from_setup_to_teardown(local_dac, open_dir, job, tmp_path):
     workdir, env = local_dac
-    script = job(GOOD)
+    home = open_dir / "home"
+    (home / "in").mkdir(parents=True)
+    (home / "in" / "data").write_text("42\n")
+    for path in (home, home / "in", home / "in" / "data"):
+        os.chown(path, 1000, 1000)
+    # no job runs between the stages here: stage out what came in
+    script = job(GOOD.replace("/home/u", str(home)).replace("$DW_JOB_STRIPED/out",
+                                                            "$DW_JOB_STRIPED/in"))
     assert fn(env, "job_process", "--job", script).returncode == 0
     r = fn(env, "setup", "--token", "42", "--caller", "SLURM", "--user", "1000", "--groupid",
            "1000", "--capacity", "default:600MiB", "--job", script)
@@ -66,6 +74,8 @@ def test_a_job_from_setup_to_teardown(local_dac, job, tmp_path):
     for f in ("data_in", "pre_run", "post_run", "data_out", "teardown"):
         r = fn(env, f, "--token", "42", "--job", script, "--nodehostnamefile", str(nodes))
         assert (r.returncode, r.stdout) == (0, ""), f
+    assert (home / "out" / "data").read_text() == "42\n"  # staged in, then out, as uid 1000
+    assert (home / "out").stat().st_uid == 1000
     # teardown returned once dacd had deleted the filesystem and released the bricks
     assert json.loads(fn(env, "show_instances").stdout)["instances"] == []
     assert json.loads(fn(env, "pools").stdout)["pools"][0]["free"] == 8

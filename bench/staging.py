@@ -1,0 +1,144 @@
+"""Budgets (issue 5): staging 10,000 small files (about 17 MiB) at >= 1.0x `cp -a` and >= 1.5x
+`rsync -a` throughput; one 2 GiB file at >= 1.0x `cp -a`. Same run, page cache dropped before
+every copy, progress reporting on, the device's raw limit (dd) reported beside them.
+
+Source on the root filesystem, destination in a buffer-like xfs on a 4 GiB loop device (a real
+brick of the local DAC is the same thing). Every tool runs as the same unprivileged user (uid
+4000), as staging does: the copier exactly as dacd starts it (`python3 -I dacd/copier.py`, plan
+on stdin, progress on stdout). Rounds alternate the tools; medians are compared.
+
+    .venv/bin/python bench/staging.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import steal_meter  # noqa: E402
+
+from daclocal import loopdev  # noqa: E402
+from dacd.staging import COPIER, _python  # noqa: E402
+
+UID = GID = 4000
+ROUNDS = 3
+
+
+def as_user(argv: list[str], stdin: str | None = None) -> None:
+    subprocess.run(argv, input=stdin, text=True, check=True, capture_output=True, user=UID,
+                   group=GID, extra_groups=[GID], cwd="/")
+
+
+def drop_caches() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def timed(argv: list[str], dst: Path, stdin: str | None = None) -> float:
+    if dst.exists():
+        shutil.rmtree(dst)
+    drop_caches()
+    t = time.perf_counter()
+    as_user(argv, stdin)
+    os.sync()  # the data is on the device, for every tool alike
+    return time.perf_counter() - t
+
+
+def make_small(root: Path) -> int:
+    total = 0
+    for d in range(100):
+        (root / f"d{d:02}").mkdir(parents=True)
+        for f in range(100):
+            data = os.urandom(1000 + (d * 100 + f) % 1500)
+            (root / f"d{d:02}" / f"f{f:02}").write_bytes(data)
+            total += len(data)
+    return total
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="dac-stage-bench-", dir="/var/tmp"))
+    work.chmod(0o755)
+    img, mnt = work / "brick.img", work / "buffer"
+    device = loopdev.attach(img, 4 << 30)
+    try:
+        subprocess.run(["mkfs.xfs", "-f", "-q", device], check=True)
+        mnt.mkdir()
+        subprocess.run(["mount", "-o", "nodev,nosuid", device, str(mnt)], check=True)
+        os.chown(mnt, UID, GID)
+        src = work / "src"
+        small_bytes = make_small(src / "small")
+        big = src / "big.bin"
+        with open(big, "wb") as f:  # 2 GiB of real data (a sparse file would flatter us)
+            block = os.urandom(8 << 20)
+            for _ in range(256):
+                f.write(block)
+        for dirpath, dirs, files in os.walk(src):
+            for name in dirs + files + [""]:
+                os.chown(os.path.join(dirpath, name), UID, GID)
+        print(f"small: 10,000 files, {small_bytes / 2**20:.1f} MiB; big: 2 GiB")
+
+        def copier(source: Path, kind: str, dst: Path) -> list[str]:
+            plan = {"pairs": [{"type": kind, "source": str(source), "destination": str(dst)}],
+                    "inside": str(mnt), "buffer_side": "destination", "workers": 4}
+            return [_python(), "-I", COPIER], json.dumps(plan)
+
+        cases = {
+            "small": {
+                "dac copier": lambda d: copier(src / "small", "directory", d),
+                "cp -a": lambda d: (["cp", "-a", str(src / "small"), str(d)], None),
+                "rsync -a": lambda d: (["rsync", "-a", str(src / "small") + "/", str(d)], None),
+            },
+            "big": {
+                "dac copier": lambda d: copier(big, "file", d),
+                "cp -a": lambda d: (["cp", "-a", str(big), str(d)], None),
+            },
+        }
+        cpu = steal_meter()
+        times = {case: {tool: [] for tool in tools} for case, tools in cases.items()}
+        for _ in range(ROUNDS):
+            for case, tools in cases.items():
+                for tool, make in tools.items():
+                    dst = mnt / "dst"
+                    argv, stdin = make(dst)
+                    times[case][tool].append(timed(argv, dst, stdin))
+                    shutil.rmtree(dst, ignore_errors=True) if dst.is_dir() else dst.unlink()
+        drop_caches()
+        t = time.perf_counter()
+        subprocess.run(["dd", f"if={big}", f"of={mnt}/dd.bin", "bs=8M", "oflag=direct",
+                        "status=none"], check=True)
+        raw = (2 << 30) / (time.perf_counter() - t) / 2**20
+        subprocess.run(["umount", str(mnt)], check=True)
+    finally:
+        subprocess.run(["umount", "-q", str(mnt)], capture_output=True)
+        loopdev.detach(device, img)
+        shutil.rmtree(work, ignore_errors=True)
+    ok = True
+    sizes = {"small": small_bytes / 2**20, "big": 2048.0}
+    for case, tools in times.items():
+        mine = statistics.median(tools["dac copier"])
+        for tool, samples in tools.items():
+            med = statistics.median(samples)
+            print(f"{case:5s} {tool:10s} median {med:6.2f} s  {sizes[case] / med:7.1f} MiB/s"
+                  f"  (min {min(samples):.2f} s)")
+        for tool, need in (("cp -a", 1.0), ("rsync -a", 1.5)):
+            if tool in tools:
+                ratio = statistics.median(tools[tool]) / mine
+                ok &= ratio >= need
+                print(f"  {case}: {ratio:.2f}x {tool}, budget >= {need}x: "
+                      f"{'PASS' if ratio >= need else 'FAIL'}")
+    print(f"device raw limit (dd, direct, 8 MiB blocks): {raw:.0f} MiB/s")
+    print(cpu())
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Staging through real dacd processes, as the job's user: real uids, real permissions, a real
+filesystem in the buffer."""
+
+import os
+
+from clitools import setup, slurm
+
+UID, GID = 1234, 4321
+
+
+def owned(path, uid=UID, gid=GID, mode=None):
+    os.makedirs(path, exist_ok=True)
+    os.chown(path, uid, gid)
+    if mode is not None:
+        os.chmod(path, mode)
+    return path
+
+
+def write(path, data=b"x", uid=UID, gid=GID, mode=0o640):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)
+
+
+def test_stage_in_and_out_copy_as_the_user(dac, open_dir, tmp_path):
+    workdir, env, store = dac
+    src = owned(open_dir / "in")
+    owned(src / "sub")
+    write(src / "a.txt", b"alpha\n", mode=0o600)
+    write(src / "sub" / "b.bin", os.urandom(3 << 20))
+    os.symlink("/etc/shadow", src / "shadow")
+    with open(src / "sparse", "wb") as f:
+        f.truncate(64 << 20)
+        f.write(b"head")
+    os.chown(src / "sparse", UID, GID)
+    os.utime(src / "a.txt", ns=(1_000_000_000, 1_500_000_000_000_000_000))
+    out = owned(open_dir / "results")
+    script = setup(env, tmp_path, 51, "512MiB",
+                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in "
+                   f"destination={out}/run1")
+    slurm(env, "data_in", 51, "--job", str(script))
+    host = store.buffer("51").record.allocation.primary_host
+    inside = workdir / "fs" / host / "51" / "striped" / "in"
+    assert (inside / "a.txt").read_bytes() == b"alpha\n"
+    st = os.stat(inside / "a.txt")
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777, st.st_mtime_ns) == \
+        (UID, GID, 0o600, 1_500_000_000_000_000_000)
+    assert (inside / "sub" / "b.bin").read_bytes() == (src / "sub" / "b.bin").read_bytes()
+    assert os.readlink(inside / "shadow") == "/etc/shadow"  # a link, not the shadow file
+    assert os.stat(inside / "sparse").st_blocks * 512 < 1 << 20  # still sparse
+    (status,) = store.statuses("51").values()
+    assert status.progress.files_done == status.progress.files_total == 4
+    assert status.progress.bytes_done == status.progress.bytes_total
+
+    slurm(env, "data_out", 51, "--job", str(script))
+    result = out / "run1"
+    assert (result / "a.txt").read_bytes() == b"alpha\n"
+    for path in (result, result / "a.txt", result / "sub" / "b.bin"):
+        st = os.lstat(path)
+        assert (st.st_uid, st.st_gid) == (UID, GID), path
+    slurm(env, "teardown", 51, "--job", str(script))
+
+
+def test_a_file_the_user_cannot_read_is_not_staged(dac, open_dir, tmp_path):
+    _, env, store = dac
+    secret = open_dir / "secret"
+    write(secret, b"root only", uid=0, gid=0, mode=0o600)
+    script = setup(env, tmp_path, 52, "512MiB",
+                   f"#DW stage_in type=file source={secret} destination=$DW_JOB_STRIPED/s")
+    r = slurm(env, "data_in", 52, "--job", str(script), check=False)
+    assert (r.returncode, r.stdout) == (1, f"buffer 52: stage_in failed: {secret}: Permission "
+                                           "denied\n")
+    (status,) = store.statuses("52").values()
+    assert status.error.category.value == "user"
+    slurm(env, "teardown", 52, "--job", str(script))
+
+
+def test_a_link_in_the_buffer_cannot_take_stage_out_outside(dac, open_dir, tmp_path):
+    workdir, env, store = dac
+    src = owned(open_dir / "in2")
+    write(src / "f")
+    out = owned(open_dir / "out2")
+    script = setup(env, tmp_path, 53, "512MiB",
+                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/escape "
+                   f"destination={out}/x")
+    slurm(env, "data_in", 53, "--job", str(script))
+    host = store.buffer("53").record.allocation.primary_host
+    os.symlink("/etc", workdir / "fs" / host / "53" / "striped" / "escape")  # the job made it
+    r = slurm(env, "data_out", 53, "--job", str(script), check=False)
+    fs = workdir / "fs" / host / "53" / "striped"
+    assert (r.returncode, r.stdout) == (1, f"buffer 53: stage_out failed: {fs}/escape: resolves "
+                                           "outside the buffer\n")
+    assert not (out / "x").exists()
+    slurm(env, "teardown", 53, "--job", str(script))
