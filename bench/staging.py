@@ -29,7 +29,7 @@ from daclocal import loopdev  # noqa: E402
 from dacd.staging import COPIER, _python  # noqa: E402
 
 UID = GID = 4000
-ROUNDS = 3
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 
 def as_user(argv: list[str], stdin: str | None = None) -> None:
@@ -87,7 +87,9 @@ def main() -> int:
 
         def copier(source: Path, kind: str, dst: Path) -> list[str]:
             plan = {"pairs": [{"type": kind, "source": str(source), "destination": str(dst)}],
-                    "inside": str(mnt), "buffer_side": "destination", "workers": 4}
+                    "inside": str(mnt), "buffer_side": "destination",
+                    "workers": int(os.environ.get("WORKERS", "4")),
+                    "chunk": int(os.environ.get("CHUNK", str(256 << 20)))}
             return [_python(), "-I", COPIER], json.dumps(plan)
 
         cases = {
