@@ -1,6 +1,8 @@
 """Real sbatch against a real Slurm, through burst_buffer/lua and burst_buffer/datawarp."""
 
 import json
+import os
+import pwd
 import time
 
 from clitools import pools, run
@@ -62,3 +64,37 @@ def test_scontrol_show_burst_lists_our_pool_with_its_sizes(slurm):
     out = slurm.scontrol("show", "burst")
     assert f"Name={slurm.plugin}" in out
     assert "Granularity=512MiB TotalSpace=4GiB" in out
+
+
+STAGED_JOB = """#!/bin/bash
+#SBATCH -N 2
+#SBATCH -o @JOBS@/out-%j.txt
+#DW jobdw capacity=100MiB access_mode=striped type=scratch pool=default
+#DW stage_in type=directory source=@JOBS@/in-@TAG@ destination=$DW_JOB_STRIPED/in
+#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination=@JOBS@/out-@TAG@
+mkdir "$DW_JOB_STRIPED/out"
+srun bash -c 'tr a-z A-Z < "$DW_JOB_STRIPED/in/words" > "$DW_JOB_STRIPED/out/$SLURMD_NODENAME"'
+"""
+
+
+def test_a_job_stages_in_transforms_and_stages_out_as_the_user(slurm):
+    user = pwd.getpwnam(SUBMIT_USER)
+    tag = slurm.plugin
+    src = os.path.join(slurm.jobs, f"in-{tag}")
+    os.mkdir(src)
+    with open(os.path.join(src, "words"), "w") as f:
+        f.write("hello burst buffer\n")
+    for path in (src, os.path.join(src, "words")):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    job_id, r = slurm.sbatch(STAGED_JOB.replace("@TAG@", tag))
+    assert job_id, r.stderr
+    job = slurm.wait(job_id)
+    assert job["JobState"] == "COMPLETED", job
+    out = os.path.join(slurm.jobs, f"out-{tag}")
+    for node in ("node1", "node2"):
+        path = os.path.join(out, node)
+        with open(path) as f:
+            assert f.read() == "HELLO BURST BUFFER\n"
+        st = os.stat(path)
+        assert (st.st_uid, st.st_gid) == (user.pw_uid, user.pw_gid)
+    assert os.stat(out).st_uid == user.pw_uid
