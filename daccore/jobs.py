@@ -14,7 +14,7 @@ from daccore.inventory import summarize
 from daccore.units import format_size
 
 __all__ = ["pick_pool", "validate", "create_job_buffer", "create_persistent", "set_desired",
-           "attach", "detach", "destroy", "wait_for", "paths_for"]
+           "attach", "detach", "needs_stage_out", "destroy", "wait_for", "paths_for"]
 
 
 def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> str:
@@ -196,6 +196,17 @@ def detach(store, job: str, names: list[str], state=None) -> None:
 def attached_by(store, job: str) -> list[str]:
     """Persistent buffers that `job` still has attached."""
     return sorted(n for n, b in store.buffers().items() if b.persistent and job in b.attachments)
+
+
+def needs_stage_out(store, buf) -> bool:
+    """The job ran (its buffer was mounted on its nodes) and has stage_out lines not yet done
+    everywhere. A job cancelled before it ran has produced nothing to stage out."""
+    from daccore.models import State
+    if not buf.request.stage_out or buf.desired_state is State.DELETED:
+        return False
+    reached = [s.state for s in store.statuses(buf.name).values()]
+    return bool(reached) and all(
+        s is not None and State.MOUNTED.rank <= s.rank < State.STAGED_OUT.rank for s in reached)
 
 
 def destroy(store, name: str, uid: int | None = None) -> None:

@@ -46,6 +46,52 @@ def pools(as_json: bool) -> None:
           f"{s.hosts_up}/{s.hosts_down}/{s.hosts_drained}"] for s in summaries]))
 
 
+@cli.command(help="What a buffer (a job id, or a persistent buffer's name) is doing: state per "
+                  "storage host, the running step, staging progress, errors.")
+@click.argument("buffer")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--line", is_flag=True, help="one line (what scontrol show bbstat <job> prints)")
+def status(buffer: str, as_json: bool, line: bool) -> None:
+    import os
+
+    from daccore.errors import NotFound
+    from daccore.status_view import summary_line, view
+    store = _store()
+    current = store.buffer(buffer)
+    # users see their own buffers only; root (Slurm's hooks, admins) sees every one
+    if current is None or os.getuid() not in (0, current.record.owner_uid):
+        raise NotFound(f"no buffer '{buffer}' of yours (a job id or a persistent buffer's name)")
+    v = view(current.record, store.statuses(buffer))
+    if as_json:
+        click.echo(json.dumps(v, indent=2))
+    elif line:
+        click.echo(summary_line(v))
+    else:
+        _show_status(v, summary_line(v))
+
+
+def _show_status(v: dict, headline: str) -> None:
+    from rich.console import Console
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    t = Table("HOST", "STATE", "STEP", "STAGED", "", box=None, pad_edge=False)
+    for h in v["hosts"]:
+        p = h["progress"]
+        bar, staged = "", ""
+        if p:
+            bar = ProgressBar(total=max(p["bytes_total"], 1), completed=p["bytes_done"], width=30)
+            staged = (f"{format_size(p['bytes_done'])}/{format_size(p['bytes_total'])} "
+                      f"{p['files_done']}/{p['files_total']} files")
+        t.add_row(h["host"], h["state"] or "new", h["step"] or "-", staged, bar)
+    console = Console()
+    console.print(headline, highlight=False, markup=False)
+    console.print(t)
+    for h in v["hosts"]:
+        if h["error"]:
+            console.print(f"{h['host']}: {h['error']['category']} error: "
+                          f"{h['error']['message']}", highlight=False, markup=False)
+
+
 @cli.group(help="The all-in-one local DAC: etcd, dacd servers and loop-file bricks on this "
                 "machine.")
 def local() -> None:

@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobexecutionnodefile")
     p.add_argument("--nidlistfile")
     p.add_argument("--pathfile")
-    # Slurm passes --hurry to teardown; it will matter once teardown stages out (issue 5).
+    # teardown --hurry (scancel --hurry): skip the stage-out a teardown would otherwise run
     p.add_argument("--hurry", action="store_true")
     p.add_argument("--debug", action="store_true")
     return p
@@ -180,7 +180,7 @@ def _full(args) -> str:
         return ""
     if f == "teardown":
         _need(args, "token")
-        _teardown(store, config, args.token)
+        _teardown(store, config, args.token, args.hurry)
         return ""
     states = {"data_in": State.STAGED_IN, "data_out": State.STAGED_OUT}
     if f in states:
@@ -250,9 +250,11 @@ def _post_run(store, config, job: str) -> None:
         jobs.wait_for(store, name, State.CREATED, config.step_timeout, job)
 
 
-def _teardown(store, config, token: str) -> None:
+def _teardown(store, config, token: str, hurry: bool = False) -> None:
     """A job's end (its buffer and any attachments go) or, for a persistent buffer's name,
-    destroy_persistent. Stage-out is not run here yet, so hurry changes nothing."""
+    destroy_persistent. A job that ran but whose data_out never came is staged out first,
+    unless hurry; a failed stage-out fails the teardown and keeps the buffer (Slurm holds the
+    job; `scancel --hurry` then tears it down)."""
     from daccore import jobs
     from daccore.models import State
     current = store.buffer(token)
@@ -262,6 +264,9 @@ def _teardown(store, config, token: str) -> None:
         return
     persistent = jobs.attached_by(store, token)  # pre_run failed, or post_run never came
     jobs.detach(store, token, persistent)
+    if current is not None and not hurry and jobs.needs_stage_out(store, current.record):
+        jobs.detach(store, token, [token], State.STAGED_OUT)
+        jobs.wait_for(store, token, State.STAGED_OUT, config.stage_timeout)
     jobs.set_desired(store, token, State.DELETED)
     jobs.wait_for(store, token, State.DELETED, config.step_timeout)
     for name in persistent:

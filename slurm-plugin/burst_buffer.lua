@@ -123,7 +123,19 @@ function slurm_bb_test_data_out(job_id, job_script, ...)
 	return slurm.SUCCESS, ""
 end
 
--- `scontrol show bbstat`: the pools, as dacctl shows them to people.
+-- `scontrol show bbstat`: the pools, as dacctl shows them to people; `scontrol show bbstat
+-- <job>`: that job's buffer in one line (state, step, staging progress, error).
 function slurm_bb_get_status(...)
+	local args = { ... }
+	local first = 1
+	-- 23.02+ puts the caller's uid and gid first; 22.05 passes only what the user typed
+	if #args >= 2 and string.match(tostring(args[1]), "^%d+$")
+			and string.match(tostring(args[2]), "^%d+$") then
+		first = 3
+	end
+	local job = args[first]
+	if job ~= nil and string.match(tostring(job), "^%d+$") then
+		return run("status", quote(DACCTL) .. " status --line " .. quote(job) .. " 2>&1")
+	end
 	return run("status", quote(DACCTL) .. " pools 2>&1")
 end

@@ -1,9 +1,11 @@
 """Staging through real dacd processes, as the job's user: real uids, real permissions, a real
 filesystem in the buffer."""
 
+import json
 import os
 
-from clitools import setup, slurm
+from clitools import run, setup, slurm
+from daccore.units import format_size
 
 UID, GID = 1234, 4321
 
@@ -53,6 +55,19 @@ def test_stage_in_and_out_copy_as_the_user(dac, open_dir, tmp_path):
     (status,) = store.statuses("51").values()
     assert status.progress.files_done == status.progress.files_total == 4
     assert status.progress.bytes_done == status.progress.bytes_total
+    # what people see: dacctl status (table, --json, --line: scontrol show bbstat 51)
+    v = json.loads(run("dacctl", "status", "51", "--json", env=env).stdout)
+    assert v["desired_state"] == "staged_in" and v["hosts"][0]["state"] == "staged_in"
+    assert v["hosts"][0]["progress"]["files_done"] == 4
+    line = run("dacctl", "status", "51", "--line", env=env).stdout
+    total = v["hosts"][0]["progress"]["bytes_total"]
+    assert line == (f"buffer 51: staged_in, staged {format_size(total)}/{format_size(total)} "
+                    "100% 4/4 files\n")
+    table = run("dacctl", "status", "51", env=env).stdout
+    assert table.startswith("buffer 51: staged_in") and host in table and "4/4 files" in table
+    r = run("dacctl", "status", "nope", env=env, check=False)
+    assert (r.returncode, r.stderr.strip()) == (1, "dacctl: user error: no buffer 'nope' of yours (a job id "
+                                                   "or a persistent buffer's name)")
 
     slurm(env, "data_out", 51, "--job", str(script))
     result = out / "run1"
@@ -94,4 +109,50 @@ def test_a_link_in_the_buffer_cannot_take_stage_out_outside(dac, open_dir, tmp_p
     assert (r.returncode, r.stdout) == (1, f"buffer 53: stage_out failed: {fs}/escape: resolves "
                                            "outside the buffer\n")
     assert not (out / "x").exists()
-    slurm(env, "teardown", 53, "--job", str(script))
+    slurm(env, "teardown", 53, "--job", str(script), "--hurry")  # a failed stage-out keeps it
+
+
+def test_teardown_stages_out_a_job_that_ran_unless_hurry(dac, open_dir, tmp_path):
+    workdir, env, store = dac
+    src = owned(open_dir / "in3")
+    write(src / "f", b"result\n")
+    out = owned(open_dir / "out3")
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\n")
+    lines = (f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+             f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in destination={out}/r")
+    # a job that ran (mounted) and was torn down without post_run or data_out: staged out
+    script = setup(env, tmp_path, 54, "512MiB", *lines)
+    for function in ("data_in", "pre_run"):
+        slurm(env, function, 54, "--job", str(script), "--nodehostnamefile", str(nodes))
+    slurm(env, "teardown", 54, "--job", str(script))
+    assert (out / "r" / "f").read_bytes() == b"result\n" and store.buffer("54") is None
+    # the same with --hurry: nothing staged out
+    script = setup(env, tmp_path, 55, "512MiB", *lines[:1],
+                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in "
+                   f"destination={out}/hurried")
+    for function in ("data_in", "pre_run"):
+        slurm(env, function, 55, "--job", str(script), "--nodehostnamefile", str(nodes))
+    slurm(env, "teardown", 55, "--job", str(script), "--hurry")
+    assert not (out / "hurried").exists() and store.buffer("55") is None
+
+
+def test_a_failed_stage_out_keeps_the_buffer_until_a_hurried_teardown(dac, open_dir, tmp_path):
+    _, env, store = dac
+    src = owned(open_dir / "in4")
+    write(src / "f")
+    locked = owned(open_dir / "locked", uid=0, gid=0, mode=0o755)  # the user may not write here
+    script = setup(env, tmp_path, 56, "512MiB",
+                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in "
+                   f"destination={locked}/r")
+    slurm(env, "data_in", 56, "--job", str(script))
+    r = slurm(env, "data_out", 56, "--job", str(script), check=False)
+    assert (r.returncode, r.stdout) == (1, f"buffer 56: stage_out failed: {locked}/r: Permission "
+                                           "denied\n")
+    r = slurm(env, "teardown", 56, "--job", str(script), check=False)
+    assert (r.returncode, r.stdout) == (1, f"buffer 56: stage_out failed: {locked}/r: Permission "
+                                           "denied\n")
+    assert store.buffer("56") is not None  # kept: the data is still there to rescue
+    slurm(env, "teardown", 56, "--job", str(script), "--hurry")
+    assert store.buffer("56") is None

@@ -102,3 +102,9 @@ def test_every_hook_slurm_may_call_is_defined(tmp_path):
 def test_bbstat_shows_the_pools_table(tmp_path):
     rc, out, argv = call(tmp_path, "slurm_bb_get_status('pools')", "echo 'POOL  BACKEND'")
     assert (rc, out, argv) == (0, "POOL  BACKEND", ["pools"])
+
+
+@pytest.mark.parametrize("args", ["'42'", "'1000', '1000', '42'"])
+def test_bbstat_of_a_job_shows_its_buffer_in_one_line(tmp_path, args):
+    rc, out, argv = call(tmp_path, f"slurm_bb_get_status({args})", "echo 'buffer 42: mounted'")
+    assert (rc, out, argv) == (0, "buffer 42: mounted", ["status", "--line", "42"])
