@@ -44,9 +44,10 @@ def _fail(path: str, e: OSError) -> CopyError:
 # -- planning -------------------------------------------------------------------------------------
 
 class Plan:
-    __slots__ = ("dirs", "links", "files", "bytes")
+    __slots__ = ("dirs", "parents", "links", "files", "bytes")
 
     def __init__(self) -> None:
+        self.parents: set[str] = set()  # of single files and links: made if missing
         self.dirs: list[tuple[str, str, os.stat_result]] = []
         self.links: list[tuple[str, str]] = []
         self.files: list[tuple[str, str, os.stat_result]] = []
@@ -88,8 +89,10 @@ def plan(pairs: list[dict], inside: str, buffer_side: str) -> Plan:
         elif stat.S_ISREG(st.st_mode):
             p.files.append((src, dst, st))
             p.bytes += st.st_size
+            p.parents.add(os.path.dirname(dst))
         elif stat.S_ISLNK(st.st_mode):
             p.links.append((src, dst))
+            p.parents.add(os.path.dirname(dst))
         else:
             raise CopyError(f"{src}: not a regular file")
     return p
@@ -269,10 +272,25 @@ def _tasks(p: Plan, chunk: int = CHUNK):
         yield "files", batch
 
 
-def copy(p: Plan, workers: int, report, chunk: int = CHUNK) -> None:
-    for _, dst, _ in p.dirs:
+def _makedirs(path: str) -> None:
+    """Every missing directory made 0700 (os.makedirs would make the intermediate ones 0777
+    under the copier's umask 0). Copied directories get their source's mode at the end;
+    parents the user only named keep 0700."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for d in reversed(missing):
         try:
-            os.makedirs(dst, mode=0o700, exist_ok=True)
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+
+
+def copy(p: Plan, workers: int, report, chunk: int = CHUNK) -> None:
+    for dst in sorted(p.parents) + [d for _, d, _ in p.dirs]:
+        try:
+            _makedirs(dst)
         except OSError as e:
             raise _fail(dst, e) from None
     for src, dst in p.links:

@@ -156,3 +156,38 @@ def test_a_failed_stage_out_keeps_the_buffer_until_a_hurried_teardown(dac, open_
     assert store.buffer("56") is not None  # kept: the data is still there to rescue
     slurm(env, "teardown", 56, "--job", str(script), "--hurry")
     assert store.buffer("56") is None
+
+
+def test_a_list_stages_each_pair_and_a_full_buffer_names_the_file(dac, open_dir, tmp_path):
+    workdir, env, store = dac
+    src = owned(open_dir / "in5")
+    write(src / "one", b"1\n")
+    owned(src / "tree")
+    write(src / "tree" / "two", b"2\n")
+    listing = src / "files.txt"
+    write(listing, f"# what to stage\n{src}/one first/one\n{src}/tree second\n".encode())
+    big = src / "big"
+    with open(big, "wb") as f:  # real data: more than the 512 MiB buffer can hold
+        block = os.urandom(1 << 20)
+        for _ in range(600):
+            f.write(block)
+    os.chown(big, UID, GID)
+    script = setup(env, tmp_path, 57, "512MiB",
+                   f"#DW stage_in type=list source={listing} destination=$DW_JOB_STRIPED/l",
+                   f"#DW stage_out type=file source=$DW_JOB_STRIPED/l/first/one "
+                   f"destination={src}/back")
+    slurm(env, "data_in", 57, "--job", str(script))
+    host = store.buffer("57").record.allocation.primary_host
+    inside = workdir / "fs" / host / "57" / "striped" / "l"
+    assert (inside / "first" / "one").read_bytes() == b"1\n"
+    assert (inside / "second" / "two").read_bytes() == b"2\n"
+    assert os.stat(inside / "first").st_mode & 0o777 == 0o700  # made for a file: private
+    slurm(env, "teardown", 57, "--job", str(script), "--hurry")
+
+    script = setup(env, tmp_path, 58, "512MiB",
+                   f"#DW stage_in type=file source={big} destination=$DW_JOB_STRIPED/big")
+    r = slurm(env, "data_in", 58, "--job", str(script), check=False)
+    fs = workdir / "fs" / store.buffer("58").record.allocation.primary_host / "58"
+    assert (r.returncode, r.stdout) == (1, f"buffer 58: stage_in failed: {fs}/striped/big: No "
+                                           "space left on device\n")
+    slurm(env, "teardown", 58, "--job", str(script), "--hurry")
