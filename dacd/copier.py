@@ -81,7 +81,7 @@ def plan(pairs: list[dict], inside: str, buffer_side: str) -> Plan:
             raise _fail(src, e) from None
         kind = pair["type"]
         if kind == "list":
-            todo[:0] = _read_list(src, pair, buffer_side)
+            todo[:0] = _read_list(src, pair)
         elif kind == "directory":
             if not stat.S_ISDIR(st.st_mode):
                 raise CopyError(f"{src}: not a directory")
@@ -98,16 +98,16 @@ def plan(pairs: list[dict], inside: str, buffer_side: str) -> Plan:
     return p
 
 
-def _read_list(path: str, pair: dict, buffer_side: str) -> list[dict]:
-    """A type=list file: `source destination` per line, relative paths taken from the pair's
-    own directories, blank lines and #comments skipped."""
+def _read_list(path: str, pair: dict) -> list[dict]:
+    """A type=list file: `source destination` per line (absolute sources; a relative
+    destination is taken under the pair's destination), blank lines and #comments skipped.
+    Each entry is a file or a directory, as its source is."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
     except OSError as e:
         raise _fail(path, e) from None
     out = []
-    base_dst = pair["destination"]
     for number, line in enumerate(lines, 1):
         words = line.split()
         if not words or words[0].startswith("#"):
@@ -115,15 +115,12 @@ def _read_list(path: str, pair: dict, buffer_side: str) -> list[dict]:
         if len(words) != 2:
             raise CopyError(f"{path} line {number}: expected 'source destination'")
         src, dst = words
-        if not dst.startswith("/"):
-            dst = os.path.join(base_dst, dst)
-        out.append({"type": "file_or_directory", "source": src, "destination": dst})
-    for item in out:  # the type follows what the source is
         try:
-            item["type"] = "directory" if stat.S_ISDIR(os.lstat(item["source"]).st_mode) \
-                else "file"
+            kind = "directory" if stat.S_ISDIR(os.lstat(src).st_mode) else "file"
         except OSError as e:
-            raise _fail(item["source"], e) from None
+            raise _fail(src, e) from None
+        out.append({"type": kind, "source": src,
+                    "destination": os.path.join(pair["destination"], dst)})
     return out
 
 
