@@ -183,12 +183,7 @@ def _copy_range(src_fd: int, dst_fd: int, start: int, end: int) -> None:
             hole = min(os.lseek(src_fd, data, os.SEEK_HOLE), end)
         except OSError:
             hole = end
-        off = data
-        while off < hole:
-            n = _move(src_fd, dst_fd, hole - off, off)
-            if n == 0:
-                raise OSError(errno.EIO, "the source shrank while being copied")
-            off += n
+        _copy_dense(src_fd, dst_fd, data, hole)
         pos = hole
 
 

@@ -25,6 +25,12 @@ def write(path, data=b"x", uid=UID, gid=GID, mode=0o640):
     os.chmod(path, mode)
 
 
+def stages(src, destination, out_source="$DW_JOB_STRIPED/in"):
+    """A directory staged in to $DW_JOB_STRIPED/in, and `out_source` staged out."""
+    return (f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+            f"#DW stage_out type=directory source={out_source} destination={destination}")
+
+
 def test_stage_in_and_out_copy_as_the_user(dac, open_dir, tmp_path):
     workdir, env, store = dac
     src = owned(open_dir / "in")
@@ -39,9 +45,7 @@ def test_stage_in_and_out_copy_as_the_user(dac, open_dir, tmp_path):
     os.utime(src / "a.txt", ns=(1_000_000_000, 1_500_000_000_000_000_000))
     out = owned(open_dir / "results")
     script = setup(env, tmp_path, 51, "512MiB",
-                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
-                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in "
-                   f"destination={out}/run1")
+                   *stages(src, f"{out}/run1"))
     slurm(env, "data_in", 51, "--job", str(script))
     host = store.buffer("51").record.allocation.primary_host
     inside = workdir / "fs" / host / "51" / "striped" / "in"
@@ -98,9 +102,7 @@ def test_a_link_in_the_buffer_cannot_take_stage_out_outside(dac, open_dir, tmp_p
     write(src / "f")
     out = owned(open_dir / "out2")
     script = setup(env, tmp_path, 53, "512MiB",
-                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
-                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/escape "
-                   f"destination={out}/x")
+                   *stages(src, f"{out}/x", "$DW_JOB_STRIPED/escape"))
     slurm(env, "data_in", 53, "--job", str(script))
     host = store.buffer("53").record.allocation.primary_host
     os.symlink("/etc", workdir / "fs" / host / "53" / "striped" / "escape")  # the job made it
@@ -119,8 +121,7 @@ def test_teardown_stages_out_a_job_that_ran_unless_hurry(dac, open_dir, tmp_path
     out = owned(open_dir / "out3")
     nodes = tmp_path / "nodes"
     nodes.write_text("node1\n")
-    lines = (f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
-             f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in destination={out}/r")
+    lines = stages(src, f"{out}/r")
     # a job that ran (mounted) and was torn down without post_run or data_out: staged out
     script = setup(env, tmp_path, 54, "512MiB", *lines)
     for function in ("data_in", "pre_run"):
@@ -128,9 +129,7 @@ def test_teardown_stages_out_a_job_that_ran_unless_hurry(dac, open_dir, tmp_path
     slurm(env, "teardown", 54, "--job", str(script))
     assert (out / "r" / "f").read_bytes() == b"result\n" and store.buffer("54") is None
     # the same with --hurry: nothing staged out
-    script = setup(env, tmp_path, 55, "512MiB", *lines[:1],
-                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in "
-                   f"destination={out}/hurried")
+    script = setup(env, tmp_path, 55, "512MiB", *stages(src, f"{out}/hurried"))
     for function in ("data_in", "pre_run"):
         slurm(env, function, 55, "--job", str(script), "--nodehostnamefile", str(nodes))
     slurm(env, "teardown", 55, "--job", str(script), "--hurry")
@@ -143,9 +142,7 @@ def test_a_failed_stage_out_keeps_the_buffer_until_a_hurried_teardown(dac, open_
     write(src / "f")
     locked = owned(open_dir / "locked", uid=0, gid=0, mode=0o755)  # the user may not write here
     script = setup(env, tmp_path, 56, "512MiB",
-                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
-                   f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in "
-                   f"destination={locked}/r")
+                   *stages(src, f"{locked}/r"))
     slurm(env, "data_in", 56, "--job", str(script))
     r = slurm(env, "data_out", 56, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (1, f"buffer 56: stage_out failed: {locked}/r: Permission "
