@@ -35,7 +35,8 @@ PERSISTENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 MAX_SCRIPT_BYTES = 16 << 20
 ACCESS_MODES = ("striped", "private", "striped,private")
 STAGE_TYPES = ("file", "directory", "list")
-_VAR = re.compile(r"^\$(?:\{(DW_[A-Z0-9_]+)\}|(DW_[A-Za-z0-9_.-]+))(/.*)?$")
+#: a buffer-side path: $DW_JOB_STRIPED/…, ${DW_JOB_PRIVATE}/…, $DW_PERSISTENT_STRIPED_<name>/…
+BUFFER_PATH = re.compile(r"^\$(?:\{(DW_[A-Z0-9_]+)\}|(DW_[A-Za-z0-9_.-]+))(/.*)?$")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f'\"`\\]")
 
 DIRECTIVES = {
@@ -283,15 +284,15 @@ def _stage(number: int, directive: str, args: list[str]) -> Stage:
         if ".." in path.split("/"):
             raise DirectiveError(number, directive, f"{key} '{_show(path)}' must not contain "
                                                     "'..'")
-        if not (path.startswith("/") or _VAR.match(path)):
+        if not (path.startswith("/") or BUFFER_PATH.match(path)):
             raise DirectiveError(number, directive, f"{key} '{_show(path)}' must be an absolute "
                                                     "path")
     inside, outside = ("destination", "source") if directive == "stage_in" else \
         ("source", "destination")
-    if not _VAR.match(k[inside]):
+    if not BUFFER_PATH.match(k[inside]):
         raise DirectiveError(number, directive, f"{inside} must be under $DW_JOB_STRIPED, "
                                                 "$DW_JOB_PRIVATE or $DW_PERSISTENT_STRIPED_<name>")
-    if _VAR.match(k[outside]):
+    if BUFFER_PATH.match(k[outside]):
         raise DirectiveError(number, directive, f"{outside} '{_show(k[outside])}' must be a path "
                                                 "outside the buffer")
     return Stage(number, directive.removeprefix("stage_"), k["type"], k["source"],
@@ -304,7 +305,7 @@ def _check_stage_targets(found: Directives) -> None:
     for stage in found.stage_in + found.stage_out:
         directive = f"stage_{stage.direction}"
         path = stage.destination if stage.direction == "in" else stage.source
-        m = _VAR.match(path)
+        m = BUFFER_PATH.match(path)
         var = m.group(1) or m.group(2)
         if var in ("DW_JOB_STRIPED", "DW_JOB_PRIVATE"):
             if found.jobdw is None:

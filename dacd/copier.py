@@ -1,11 +1,13 @@
 """The copier: stage data into or out of a buffer as the job's user.
 
-dacd starts `python3 -I dacd/copier.py` (standard library only) with the user's uid, gid and supplementary groups already
-taken (subprocess does setgroups/setgid/setuid before exec), so not one path is opened as root
-and the kernel enforces the user's permissions. The plan comes as JSON on stdin:
+dacd starts `python3 -I dacd/copier.py` (standard library only) with the user's uid, gid and
+supplementary groups already taken (subprocess does setgroups/setgid/setuid before exec), so
+not one path is opened as root and the kernel enforces the user's permissions. The plan comes
+as JSON on stdin:
 
     {"pairs": [{"type": "file|directory|list", "source": "/abs", "destination": "/abs"}],
-     "inside": "/the/buffer/root", "buffer_side": "destination|source", "workers": 4}
+     "inside": "/the/buffer/root", "buffer_side": "destination|source", "workers": 4,
+     "chunk": 268435456}
 
 Stdout carries JSON lines: progress (bytes and files done and in total) at most once a second,
 then {"done": true} or {"error": "<one line naming the path>"}; the exit status is 0 only when
@@ -13,9 +15,10 @@ everything was copied.
 
 How: the tree is walked first (lstat, never following a link); directories are made, symlinks
 are recreated as symlinks, then files are copied by a pool of forked workers with
-copy_file_range (pread/pwrite across filesystems), skipping holes (SEEK_DATA/SEEK_HOLE) so sparse files stay sparse; big files
-are split into chunks so one huge file uses every worker; small files travel in batches so
-thousands of them cost little. Modes and times are set last, directories deepest first.
+copy_file_range (pread/pwrite across filesystems), skipping holes (SEEK_DATA/SEEK_HOLE) so
+sparse files stay sparse; big files are split into chunks so one huge file uses every worker;
+small files travel in batches so thousands of them cost little. Modes and times are set last,
+directories deepest first.
 """
 
 from __future__ import annotations

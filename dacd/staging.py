@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import re
 import shutil
 import subprocess
 import sys
 from typing import Callable
 
+from daccore.directives import BUFFER_PATH
 from daccore.errors import InternalError, UserError
 
 __all__ = ["stage"]
@@ -24,11 +24,10 @@ __all__ = ["stage"]
 #: run by path, so the user's process imports nothing of dac's but this one file
 COPIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "copier.py")
 
-_VAR = re.compile(r"^\$(?:\{(\w+)\}|(\w+))(/.*)?$")
 
 
 def _buffer_path(path: str, fs_path: str, direction: str) -> str:
-    m = _VAR.match(path)
+    m = BUFFER_PATH.match(path)
     if m is None:
         return path
     var, rest = m.group(1) or m.group(2), (m.group(3) or "").lstrip("/")
