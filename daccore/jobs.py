@@ -169,28 +169,30 @@ def set_desired(store, name: str, state) -> bool:
                    else {"desired_state": state})
 
 
-def attach(store, job: str, nodes: list[str], names: list[str], state=None) -> None:
-    """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
-    them to it (a job buffer: MOUNTED, in the same change)."""
+def _attachment(job: str, nodes: list[str] | None, state):
+    """A change for `_update`: the job's attachment becomes `nodes` (None: removed) and, with
+    `state`, the desired state too; None when the spec already says so."""
     def change(b):
         if b.attachments.get(job) == nodes and (state is None or b.desired_state == state):
             return None
-        fields = {"attachments": {**b.attachments, job: list(nodes)}}
+        others = {k: v for k, v in b.attachments.items() if k != job}
+        fields = {"attachments": others if nodes is None else {**others, job: list(nodes)}}
         return {**fields, "desired_state": state} if state is not None else fields
+    return change
+
+
+def attach(store, job: str, nodes: list[str], names: list[str], state=None) -> None:
+    """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
+    them to it (a job buffer: MOUNTED, in the same change)."""
     for name in names:
-        if not _update(store, name, change):
+        if not _update(store, name, _attachment(job, nodes, state)):
             raise NotFound(f"persistentdw: no persistent buffer named '{name}'")
 
 
 def detach(store, job: str, names: list[str], state=None) -> None:
     """Ask for the job's mounts of `names` to go (with `state`, also move them to it)."""
-    def change(b):
-        if job not in b.attachments and (state is None or b.desired_state == state):
-            return None
-        fields = {"attachments": {k: v for k, v in b.attachments.items() if k != job}}
-        return {**fields, "desired_state": state} if state is not None else fields
     for name in names:
-        _update(store, name, change)
+        _update(store, name, _attachment(job, None, state))
 
 
 def attached_by(store, job: str) -> list[str]:

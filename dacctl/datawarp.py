@@ -190,16 +190,15 @@ def _full(args) -> str:
         return ""
     # create_persistent
     _need(args, "token", "user", "capacity")
-    from daccore.directives import ACCESS_MODES, PERSISTENT_NAME
+    from daccore.directives import PERSISTENT_NAME
     from daccore.errors import UserError
     from daccore.units import parse_size
     if not PERSISTENT_NAME.match(args.token):
         raise UserError(f"create_persistent: name '{args.token}' must start with a letter and "
                         "contain only letters, digits, _ . -")
     access, type_ = args.access or "striped", args.type or "scratch"
-    if access not in ACCESS_MODES or type_ != "scratch":
-        raise UserError(f"create_persistent: access '{access}' must be striped, private or "
-                        f"striped,private and type '{type_}' must be scratch")
+    if type_ != "scratch":  # the access mode is jobs.create_persistent's to judge
+        raise UserError(f"create_persistent: type '{type_}' must be scratch")
     pool, _, size = args.capacity.rpartition(":")
     try:
         capacity = parse_size(size)

@@ -114,6 +114,14 @@ def test_persistent_buffers_are_created_attached_and_owned(local_dac, job):
     r = fn(env, "create_persistent", "-c", "CLI", "-t", "9lives", "-u", "1000", "-C",
            "default:512MiB")
     assert r.returncode == 1 and "name '9lives' must start with a letter" in r.stdout
+    r = fn(env, "create_persistent", "-c", "CLI", "-t", "proj2", "-u", "1000", "-C",
+           "default:512MiB", "-a", "private")
+    assert (r.returncode, r.stdout) == (1, "create_persistent: access 'private': persistent "
+                                           "buffers are striped (every attaching job sees one "
+                                           "directory)\n")
+    r = fn(env, "create_persistent", "-c", "CLI", "-t", "proj2", "-u", "1000", "-C",
+           "default:512MiB", "-T", "cache")
+    assert (r.returncode, r.stdout) == (1, "create_persistent: type 'cache' must be scratch\n")
 
 
 def test_usage_errors_and_an_unreachable_etcd_are_one_line_exit_1(local_dac, tmp_path):
