@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
+                      ValidationError, model_validator)
 
 from daccore.config_cache import DEFAULT_PATH, apply_env, config_path, etcd_urls
 from daccore.errors import ConfigError
 from daccore.models import Backend, Name, PlacementPolicy
-from daccore.units import parse_size
+from daccore.units import format_size, parse_size
 
 __all__ = ["DacConfig", "EtcdSettings", "PoolSettings", "BrickSettings", "HostSettings",
            "load_config", "config_path", "DEFAULT_PATH"]
@@ -63,12 +64,71 @@ class EtcdSettings(Settings):
         return etcd_urls(self.endpoints, self.tls)
 
 
+#: a Lustre LNet NID: <address or host name>@<net type><net number>, e.g. 10.0.0.1@o2ib1
+NID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*@[a-z][a-z0-9]*$"
+AnsibleVars = dict[str, Any]
+
+
+class SharedMgs(Settings):
+    host: Name = Field(description="the MGS server's name in the Ansible inventory")
+    nid: str = Field(pattern=NID_PATTERN, description="its NID, used by targets and clients")
+    ansible_vars: AnsibleVars = Field({}, description="inventory variables to reach it")
+
+
+class LustreSettings(Settings):
+    mgs: Annotated[Annotated[Literal["per_buffer"], Tag("per_buffer")]
+                   | Annotated[SharedMgs, Tag("shared")],
+                   Discriminator(lambda v: "per_buffer" if isinstance(v, str) else "shared")] = Field(
+        description="per_buffer: the MGS shares MDT0 on the buffer's primary host; or a "
+                    "shared MGS {host, nid} that the site runs")
+    lnet_suffix: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]*@[a-z][a-z0-9]*$",
+        description="a host's NID is <host name><suffix> (e.g. @o2ib1, -opa@o2ib1) unless the "
+                    "host sets lnet_nid")
+    mdt_size: Size = Field(20 * 1024**3, description="MDT partition of a brick; the rest is OST")
+    max_mdts: int = Field(24, ge=1, description="MDTs per buffer at most (DNE)")
+    max_mdts_per_host: int = Field(1, ge=1, description="MDTs per server and buffer at most")
+    target_root: str = Field("/var/lib/dac/lustre", pattern=r"^/",
+                             description="where servers mount their targets")
+    tuning: Literal["none", "io500"] = Field(
+        "none", description="io500: the lctl settings of the IO500 run (docs/backends.md)")
+
+
+class DaosSettings(Settings):
+    provider: str = Field("ofi+tcp", pattern=r"^(ofi\+[a-z_;+]+|ucx\+[a-z_.,]+)$",
+                          description="fabric provider: ofi+tcp, ofi+cxi (Slingshot), "
+                                      "ofi+verbs or ucx+dc_x (InfiniBand)")
+    targets: int = Field(16, ge=1, description="targets per engine (one engine per socket)")
+    nr_xs_helpers: int = Field(4, ge=0, description="helper xstreams per engine")
+
+
 class PoolSettings(Settings):
     granularity: Size
     backend: Backend = Backend.LOCAL
     placement: PlacementPolicy | None = Field(
         None, description="default: single_host for local, across_servers otherwise")
     swap: bool = Field(False, description="whether jobs may ask for swap (#DW swap)")
+    lustre: LustreSettings | None = Field(None, description="backend lustre only, required")
+    daos: DaosSettings | None = Field(None, description="backend daos only, required")
+
+    @model_validator(mode="after")
+    def _backend_settings(self) -> PoolSettings:
+        for backend in (Backend.LUSTRE, Backend.DAOS):
+            given = getattr(self, backend.value) is not None
+            if given and self.backend is not backend:
+                raise ValueError(f"{backend.value}: settings for backend {backend.value}, but "
+                                 f"the pool's backend is {self.backend.value}")
+            if not given and self.backend is backend:
+                raise ValueError(f"{backend.value}: missing: backend {backend.value} needs its "
+                                 "settings (docs/configuration.md)")
+        if self.lustre and self.lustre.mdt_size >= self.granularity:
+            raise ValueError(f"lustre.mdt_size: {format_size(self.lustre.mdt_size)} leaves no "
+                             f"room for an OST in a brick of {format_size(self.granularity)} "
+                             "(the granularity)")
+        if self.swap and self.backend is not Backend.LOCAL:
+            raise ValueError(f"swap: the {self.backend.value} backend offers no swap (only "
+                             "local does)")
+        return self
 
     @property
     def effective_placement(self) -> PlacementPolicy:
@@ -96,6 +156,13 @@ class HostSettings(Settings):
     bricks: list[BrickSettings] = []
     fs_root: str = Field("/var/lib/dac/fs", pattern=r"^/",
                          description="where this server mounts its buffers' filesystems")
+    lnet_nid: str | None = Field(None, pattern=NID_PATTERN,
+                                 description="this server's Lustre NID (lustre pools)")
+    daos_ranks: dict[int, int] = Field(
+        {}, description="DAOS engine rank of each socket (daos pools): {socket: rank}")
+    ansible_vars: AnsibleVars = Field(
+        {}, description="inventory variables to reach this server from the others' dacd "
+                        "(lustre, daos: a buffer's primary runs the playbook for all its hosts)")
 
 
 class DacConfig(Settings):
@@ -115,6 +182,9 @@ class DacConfig(Settings):
     lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
                                description="burst_buffer.conf Directive= (burst_buffer/lua)")
     concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")
+    ansible_forks: int = Field(20, ge=1, description="hosts a playbook works on at once")
+    node_ansible_vars: AnsibleVars = Field(
+        {}, description="inventory variables to reach compute nodes (lustre, daos clients)")
     stage_workers: int = Field(4, ge=1, description="copy processes per stage_in/stage_out")
     step_timeout: float = Field(
         270, gt=0, description="seconds setup/pre_run/post_run/teardown wait for dacd; keep it "
@@ -144,7 +214,23 @@ class DacConfig(Settings):
                 if b.capacity < pool.granularity:
                     raise ValueError(f"{where}.capacity: {b.capacity} bytes is smaller than "
                                      f"pool '{b.pool}' granularity {pool.granularity}")
+                _backend_reaches(host, hs, b, pool, where)
         return self
+
+    def lnet_nid(self, host: str, pool: str) -> str:
+        """A storage server's NID for a lustre pool (validated at load)."""
+        return self.hosts[host].lnet_nid or f"{host}{self.pools[pool].lustre.lnet_suffix}"
+
+
+def _backend_reaches(host: str, hs: HostSettings, brick: BrickSettings, pool: PoolSettings,
+                     where: str) -> None:
+    """A brick of a lustre or daos pool needs what that backend needs of its host."""
+    if pool.backend is Backend.LUSTRE and not hs.lnet_nid and not pool.lustre.lnet_suffix:
+        raise ValueError(f"hosts.{host}.lnet_nid: missing: its bricks are in lustre pool "
+                         f"'{brick.pool}', which sets no lnet_suffix either")
+    if pool.backend is Backend.DAOS and brick.socket not in hs.daos_ranks:
+        raise ValueError(f"hosts.{host}.daos_ranks: no DAOS rank for socket {brick.socket} "
+                         f"(brick {brick.brick_name} of daos pool '{brick.pool}')")
 
 
 def load_config(path: str | None = None, env: Mapping[str, str] | None = None) -> DacConfig:

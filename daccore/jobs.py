@@ -48,8 +48,10 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
         if capacity > total:
             raise CapacityError(f"line {line}: {directive}: capacity {format_size(capacity)} "
                                 f"is more than pool '{name}' holds ({format_size(total)})")
-        if directive == "jobdw" and d.swap:
-            _check_swap(d, s, capacity)
+        if directive == "jobdw":
+            _check_access(line, d.jobdw.access, s)
+            if d.swap:
+                _check_swap(d, s, capacity)
     if d.persistent or d.create or d.destroy:
         buffers = store.buffer_owners()
         for name in d.persistent:
@@ -71,6 +73,14 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
             if c.name in buffers:
                 raise UserError(f"line {c.line}: create_persistent: a buffer named '{c.name}' "
                                 "already exists")
+
+
+def _check_access(line: int, access: str, pool) -> None:
+    from daccore.backends import unservable
+    why = unservable(pool.backend, 0, 0, access)
+    if why:
+        raise UserError(f"line {line}: jobdw: access_mode={access}: pool '{pool.name}' cannot "
+                        f"serve it: {why}")
 
 
 def _check_swap(d: Directives, pool, capacity: int) -> None:

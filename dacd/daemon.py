@@ -32,7 +32,7 @@ class Daemon:
         self.stopping = threading.Event()
 
     def start(self) -> None:
-        check_devices(self.host, self.settings)
+        check_devices(self.host, self.settings, self.config)
         for pool in pool_records(self.config):
             self.store.ensure_pool(pool)
         record = self.store.register_host(host_record(self.host, self.settings))

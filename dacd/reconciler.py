@@ -8,6 +8,9 @@ into one more pass. A pass asks `daccore.lifecycle.next_step`, runs that step's 
 records the state reached (or the error, with who must act) in status/<buffer>/<host>, and
 repeats. When every host of a buffer has reached DELETED, the primary host's dacd removes the
 spec, the statuses and the claims in one transaction: the bricks are free again.
+
+For a backend whose steps run once for all hosts (lustre, daos: daccore.backends), only the
+primary host's dacd works on the buffer, and it records each state for every host of it.
 """
 
 from __future__ import annotations
@@ -119,6 +122,8 @@ class Reconciler:
             hosts = buf.allocation.hosts
             if self.host not in hosts:
                 return
+            if self._one_run_for_all_hosts(buf) and self.host != buf.allocation.primary_host:
+                return  # the primary runs every step for this buffer's hosts
             statuses = self.store.statuses(name)
             mine = statuses.get(self.host)
             failed = mine.generation if mine and mine.error else None
@@ -137,12 +142,15 @@ class Reconciler:
         attempt = (mine.attempt + 1) if mine and mine.step == step else 1
         progress = [mine.progress if mine else None]  # the last staging progress stays shown
 
+        hosts = buf.allocation.hosts if self._one_run_for_all_hosts(buf) else [self.host]
+
         def status(**fields) -> None:
-            values = dict(buffer=name, host=self.host, state=reached, generation=buf.generation,
+            values = dict(buffer=name, state=reached, generation=buf.generation,
                           step=step, attached=attached, attempt=attempt, progress=progress[0],
                           updated_at=time.time())
             values.update(fields)
-            self.store.put_status(Status(**values))
+            for host in hosts:
+                self.store.put_status(Status(host=host, **values))
         status()
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         try:
@@ -157,7 +165,9 @@ class Reconciler:
             else:
                 self._run_step(backend.name, step, self.host,
                                backend.variables(buf, step, attached),
-                               lambda task: status(step=f"{step}: {task}"))
+                               lambda task: status(step=f"{step}: {task}"),
+                               inventory=backend.inventory(buf, step, attached),
+                               forks=self.config.ansible_forks)
         except Exception as e:  # noqa: BLE001 - every failure must reach the waiting Slurm call
             if not isinstance(e, DacError):
                 log.exception("buffer %s (job %s): %s failed", name, buf.job_id, step)
@@ -172,6 +182,11 @@ class Reconciler:
         elif step == "delete":
             attached = {}
         status(state=target, step="", error=None)
+
+    def _one_run_for_all_hosts(self, buf) -> bool:
+        from daccore.backends import runs_once_for_all_hosts
+        pool = self.store.pools().get(buf.request.pool)
+        return pool is not None and runs_once_for_all_hosts(pool.backend.value)
 
     def _stage(self, buf, step: str, backend, on_progress) -> None:
         """Staging runs on the primary host, which has the filesystem mounted; progress goes

@@ -8,7 +8,7 @@ import stat
 import dacd
 from daccore.config import DacConfig, HostSettings
 from daccore.errors import AdminError, ConfigError
-from daccore.models import Brick, Host, Pool
+from daccore.models import Backend, Brick, Host, Pool
 
 __all__ = ["host_settings", "check_devices", "host_record", "pool_records"]
 
@@ -22,9 +22,13 @@ def host_settings(config: DacConfig, name: str, source: str) -> HostSettings:
                                   f"(hosts: {known}); pass --host or add it") from None
 
 
-def check_devices(name: str, settings: HostSettings) -> None:
-    """Every brick device exists and is a block device, or one line naming the first that isn't."""
+def check_devices(name: str, settings: HostSettings, config: DacConfig) -> None:
+    """Every brick of a local pool is an existing block device, or one line naming the first
+    that isn't. (Lustre bricks are checked by mkfs.lustre and parted when a buffer uses them;
+    DAOS bricks belong to the engines, which name them by PCI address.)"""
     for i, b in enumerate(settings.bricks):
+        if config.pools[b.pool].backend is not Backend.LOCAL:
+            continue
         where = f"hosts.{name}.bricks[{i}].device"
         try:
             mode = os.stat(b.device).st_mode

@@ -1,8 +1,8 @@
 """Running a lifecycle step's playbook through ansible-runner: the only module that imports it.
 
 A fresh private_data_dir per run (a shared one keeps state between runs and races: notes/deps.md),
-facts off, localhost over the local connection with this interpreter, and PATH carrying the
-venv's ansible-playbook. Runner events feed `on_task` (the task being run, for the buffer's
+facts off, pipelining on, the backend's inventory (hosts over the local connection get this
+interpreter unless the inventory names one), and PATH carrying the venv's ansible-playbook. Runner events feed `on_task` (the task being run, for the buffer's
 status); a failure becomes PlaybookFailed with the failing task and its output, bounded.
 """
 
@@ -26,8 +26,10 @@ PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 
 
 def run_step(backend: str, step: str, host: str, extravars: dict,
-             on_task: Callable[[str], None] | None = None) -> None:
-    """Run playbooks/<backend>/<step>.yml on this machine; PlaybookFailed on failure."""
+             on_task: Callable[[str], None] | None = None, inventory: dict | None = None,
+             forks: int = 20) -> None:
+    """Run playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory` (default: this
+    machine); PlaybookFailed, naming the host whose task failed, on failure."""
     import ansible_runner  # ~100 ms: only dacd pays it
 
     project = PLAYBOOKS / backend
@@ -41,7 +43,8 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
             on_task(data.get("task", ""))
         if ev.get("event") == "runner_on_failed" and not failed:
             res = data.get("res", {})
-            failed.update(task=data.get("task", "?"), rc=res.get("rc", -1),
+            failed.update(task=data.get("task", "?"), host=data.get("host", host),
+                          rc=res.get("rc", -1),
                           output="\n".join(filter(None, [res.get("stdout", ""),
                                                          res.get("stderr", ""),
                                                          res.get("msg", "")])))
@@ -53,9 +56,9 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         bindir = os.path.dirname(sys.executable)
         r = ansible_runner.run(
             private_data_dir=workdir, project_dir=str(project), playbook=f"{step}.yml",
-            inventory={"all": {"hosts": {"localhost": {
-                "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}},
-            extravars=extravars, event_handler=event, quiet=True,
+            inventory=_with_interpreter(inventory or {"all": {"hosts": {host: {
+                "ansible_connection": "local"}}}}),
+            extravars=extravars, event_handler=event, quiet=True, forks=forks,
             envvars={"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
                      "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"})
         if (r.status != "successful" or r.rc != 0) and not failed:
@@ -63,10 +66,25 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if r.status != "successful" or r.rc != 0:
-        raise PlaybookFailed(step, failed.get("task", "(before any task)"), host,
+        raise PlaybookFailed(step, failed.get("task", "(before any task)"),
+                             failed.get("host", host),
                              failed.get("rc", r.rc if r.rc is not None else -1),
                              failed.get("output") or output or
                              f"ansible-runner ended with status {r.status}")
+
+
+def _with_interpreter(inventory: dict) -> dict:
+    """Hosts reached over the local connection run modules with this interpreter (the venv's,
+    which has what dac's modules import), unless the inventory says otherwise."""
+    def walk(group: dict) -> None:
+        for hostvars in (group.get("hosts") or {}).values():
+            if hostvars.get("ansible_connection") == "local":
+                hostvars.setdefault("ansible_python_interpreter", sys.executable)
+        for child in (group.get("children") or {}).values():
+            walk(child)
+    for group in inventory.values():
+        walk(group)
+    return inventory
 
 
 def _stdout_tail(r, limit: int = 8000) -> str:

@@ -1,20 +1,29 @@
 """Backends: how a buffer's allocation becomes a filesystem. Each one names its playbook
-directory and turns (buffer, host) into the variables its playbooks take; they register by
-name, and an unknown name is a ConfigError that lists the choices.
+directory and turns (buffer, host) into the inventory and variables its playbooks take; they
+register by name, and an unknown name is a ConfigError that lists the choices.
+
+Two ways to run a step. `local` builds a filesystem per server from that server's bricks, so
+every host's dacd runs its own steps on itself. `lustre` and `daos` build one filesystem across
+servers whose steps must run in order across them (MGS before targets, pool before container),
+so the buffer's primary host runs each step once for all its hosts and compute nodes
+(`one_run_for_all_hosts`), and records the state reached for each host.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Callable
 
 from daccore.errors import ConfigError
+from daccore.layout import mount_path
 
 if TYPE_CHECKING:
     from daccore.config import DacConfig
     from daccore.models import Buffer
 
-__all__ = ["Backend", "register", "get", "unservable"]
+__all__ = ["Backend", "register", "get", "runs_once_for_all_hosts", "unservable",
+           "node_mounts"]
 
 _REGISTRY: dict[str, type[Backend]] = {}
 
@@ -23,9 +32,20 @@ class Backend(ABC):
     """Turn a buffer and a host into playbook variables for create / mount / unmount / delete."""
 
     name = ""
+    one_run_for_all_hosts = False
 
     def __init__(self, config: DacConfig, host: str):
         self.config, self.host = config, host
+
+    def inventory(self, buffer: Buffer, step: str,
+                  attached: dict[str, list[str]] | None = None) -> dict:
+        """The Ansible inventory of a step: by default this host, over the local connection."""
+        return {"all": {"hosts": {self.host: self.host_vars(self.host)}}}
+
+    def host_vars(self, host: str) -> dict:
+        """How Ansible reaches a storage server: this one locally, others as the config says."""
+        local = {"ansible_connection": "local"} if host == self.host else {}
+        return {**local, **self.config.hosts[host].ansible_vars}
 
     @abstractmethod
     def variables(self, buffer: Buffer, step: str,
@@ -42,18 +62,48 @@ def register(name: str) -> Callable[[type[Backend]], type[Backend]]:
     return add
 
 
+def _registry() -> dict[str, type[Backend]]:
+    from daccore.backends import daos, local, lustre  # noqa: F401  (each registers itself)
+    return _REGISTRY
+
+
+def runs_once_for_all_hosts(name: str) -> bool:
+    cls = _registry().get(name)
+    return cls is not None and cls.one_run_for_all_hosts
+
+
 def get(name: str, config: DacConfig, host: str, source: str = "config") -> Backend:
-    from daccore.backends import local  # noqa: F401  (registers itself)
     try:
-        return _REGISTRY[name](config, host)
+        return _registry()[name](config, host)
     except KeyError:
         raise ConfigError(source, f"no such backend: '{name}' (choose "
                                   f"{', '.join(sorted(_REGISTRY))})") from None
 
 
-def unservable(backend: str, bricks: int, swap: int) -> str | None:
+def node_mounts(buffer: Buffer, attachments: dict[str, list[str]], node_root: Callable[[str], str],
+                access: list[str]) -> dict[str, dict[str, str]]:
+    """What each compute node mounts for these attachments: node -> {mount point: the part of
+    the buffer seen there}, the part being `striped` or `private/<node>` (daccore.layout says
+    where, for every backend)."""
+    out: dict[str, dict[str, str]] = {}
+    for job, nodes in attachments.items():
+        for node in nodes:
+            root = node_root(node)
+            for kind in access:
+                part = os.path.join(kind, node) if kind == "private" else kind
+                out.setdefault(node, {})[
+                    mount_path(root, job, buffer.name, buffer.persistent, kind)] = part
+    return out
+
+
+def unservable(backend: str, bricks: int, swap: int, access: str = "striped") -> str | None:
     """Why a pool's backend cannot serve a request, or None. Plain data in, so job_process
     (inside slurmctld) can ask without loading any backend."""
+    if backend == "daos" and "private" in access.split(","):
+        return ("the daos backend has no private mode (a POSIX container is one namespace "
+                "shared by the job's nodes): use access_mode=striped")
+    if swap and backend != "local":
+        return f"the {backend} backend offers no swap"
     if backend == "local" and swap and bricks > 1:
         return ("the local backend holds swap files only in a one-brick buffer (xfs): btrfs "
                 "cannot put a swap file across devices")

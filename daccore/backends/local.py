@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import os
 
-from daccore.backends import Backend, register
-from daccore.layout import mount_path
+from daccore.backends import Backend, node_mounts, register
 
 __all__ = ["LocalBackend"]
 
@@ -66,18 +65,15 @@ class LocalBackend(Backend):
         binds: dict[str, tuple[str, str]] = {}  # target -> (source, node root)
         swaps: dict[str, int] = {}
         dirs: dict[str, None] = {}
-        for job, nodes in attachments.items():
-            for node in nodes:
-                root = self.config.node_mount_root(node)
-                for kind in access:
-                    source = os.path.join(fs_path, kind)
-                    if kind == "private":
-                        source = os.path.join(source, node)
-                        dirs[source] = None
-                    binds[mount_path(root, job, buffer.name, buffer.persistent, kind)] = \
-                        (source, root)
-                if buffer.request.swap and not buffer.persistent:
-                    swaps[os.path.join(fs_path, "swap", node)] = buffer.request.swap
+        root_of = self.config.node_mount_root
+        for node, parts in node_mounts(buffer, attachments, root_of, access).items():
+            for target, part in parts.items():
+                source = os.path.join(fs_path, part)
+                if part != "striped":
+                    dirs[source] = None  # a node's private directory
+                binds[target] = (source, root_of(node))
+            if buffer.request.swap and not buffer.persistent:
+                swaps[os.path.join(fs_path, "swap", node)] = buffer.request.swap
         return {"binds": binds, "swaps": swaps, "dirs": dirs}
 
 

@@ -12,12 +12,13 @@ from records import host, pool
 
 SWAP_OFF = pool("noswap", granularity=100, backend="local", placement="single_host")
 SWAP_ON = pool("swap", granularity=100, backend="local", placement="single_host", swap=True)
+DAOS = pool("daos", granularity=100, backend="daos")
 
 
 @pytest.fixture
 def site(store):
     keepers = []
-    for p, h in ((SWAP_OFF, "h1"), (SWAP_ON, "h2")):
+    for p, h in ((SWAP_OFF, "h1"), (SWAP_ON, "h2"), (DAOS, "h3")):
         store.ensure_pool(p)
         store.register_host(host(h, 4, pool_name=p.name))
         keepers.append(store.keep_alive(h, 5))
@@ -43,6 +44,17 @@ def test_job_process_refuses_swap_the_pool_cannot_give(site, lines, message):
     with pytest.raises(UserError) as e:
         jobs.validate(site, script(*lines), None)
     assert str(e.value) == message
+
+
+@pytest.mark.parametrize("access", ["private", "striped,private"])
+def test_job_process_refuses_private_mode_in_a_daos_pool(site, access):
+    with pytest.raises(UserError) as e:
+        jobs.validate(site, script(f"#DW jobdw capacity=100 pool=daos access_mode={access}"), None)
+    assert str(e.value) == (
+        f"line 2: jobdw: access_mode={access}: pool 'daos' cannot serve it: the daos backend has "
+        "no private mode (a POSIX container is one namespace shared by the job's nodes): use "
+        "access_mode=striped")
+    jobs.validate(site, script("#DW jobdw capacity=100 pool=daos access_mode=striped"), None)
 
 
 def test_job_process_accepts_swap_in_a_one_brick_buffer_of_a_swap_pool(site):

@@ -78,7 +78,7 @@ def test_a_failing_playbook_is_an_admin_error_naming_the_task(tmp_path, bricks):
 
 
 def test_an_unknown_backend_names_the_choices():
-    with pytest.raises(ConfigError, match=r"no such backend: 'nfs' \(choose local\)"):
+    with pytest.raises(ConfigError, match=r"no such backend: 'nfs' \(choose daos, local, lustre\)"):
         get("nfs", DacConfig(), "h1")
 
 

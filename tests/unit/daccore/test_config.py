@@ -14,7 +14,7 @@ GOOD = """
 etcd: {endpoints: ["10.0.0.1:2379"]}
 pools:
   default: {granularity: 1TiB}
-  fast: {granularity: 500GB, backend: lustre}
+  fast: {granularity: 500GB, backend: lustre, lustre: {mgs: per_buffer, lnet_suffix: "@o2ib1"}}
 hosts:
   dac1:
     bricks:
@@ -32,6 +32,24 @@ def test_good_config_loads_with_sizes_in_bytes(tmp_path):
     assert b[0].capacity == 1_400_000_000_000 and b[0].brick_name == "nvme0n1"
     assert b[1].socket == 1 and b[1].pcie_switch == "sw2"
     assert cfg.etcd.urls == ["http://10.0.0.1:2379"]
+
+
+def test_backend_settings_give_nids_and_ranks(tmp_path):
+    cfg = load_config(write(tmp_path, """
+pools:
+  l: {granularity: 1G, backend: lustre, lustre: {mgs: {host: mgs1, nid: 10.0.0.9@o2ib1},
+      lnet_suffix: "-opa@o2ib1", tuning: io500, mdt_size: 100MiB}}
+  d: {granularity: 1G, backend: daos, daos: {provider: ofi+cxi, targets: 24, nr_xs_helpers: 6}}
+hosts:
+  dac1: {daos_ranks: {0: 0, 1: 1}, bricks: [{device: /dev/a, capacity: 1G, pool: l},
+                                           {device: /dev/b, capacity: 1G, pool: d, socket: 1}]}
+  dac2: {lnet_nid: 10.0.0.2@o2ib1, bricks: [{device: /dev/a, capacity: 1G, pool: l}]}
+"""), env={})
+    assert cfg.lnet_nid("dac1", "l") == "dac1-opa@o2ib1"
+    assert cfg.lnet_nid("dac2", "l") == "10.0.0.2@o2ib1"
+    assert cfg.pools["l"].lustre.mgs.nid == "10.0.0.9@o2ib1"
+    assert cfg.pools["l"].lustre.mdt_size == 100 * 1024**2
+    assert cfg.pools["d"].daos.targets == 24 and cfg.hosts["dac1"].daos_ranks[1] == 1
 
 
 def test_missing_default_file_means_defaults():
@@ -78,6 +96,26 @@ def test_dac_config_env_names_the_file(tmp_path):
      "pool: d}]}}", "smaller than pool 'd' granularity"),
     ("pools: {d: {granularity: 1G, colour: red}}", "pools.d.colour: extra inputs are not"),
     ("pools: {d: {granularity: 1G, backend: nfs}}", "pools.d.backend: input should be 'local'"),
+    ("pools: {d: {granularity: 1G, backend: lustre}}",
+     "pools.d: lustre: missing: backend lustre needs its settings"),
+    ("pools: {d: {granularity: 1G, backend: lustre, lustre: {lnet_suffix: '@tcp'}}}",
+     "pools.d.lustre.mgs: field required"),
+    ("pools: {d: {granularity: 1G, backend: lustre, lustre: {mgs: {host: m}}}}",
+     "pools.d.lustre.mgs.shared.nid: field required"),
+    ("pools: {d: {granularity: 1G, lustre: {mgs: per_buffer}}}",
+     "pools.d: lustre: settings for backend lustre, but the pool's backend is local"),
+    ("pools: {d: {granularity: 1G, backend: lustre, lustre: {mgs: per_buffer, mdt_size: 2G}}}",
+     "pools.d: lustre.mdt_size: 2GiB leaves no room for an OST in a brick of 1GiB"),
+    ("pools: {d: {granularity: 1G, backend: daos, daos: {}, swap: true}}",
+     "pools.d: swap: the daos backend offers no swap"),
+    ("pools: {d: {granularity: 1G, backend: daos, daos: {provider: tcp}}}",
+     "pools.d.daos.provider: string should match"),
+    ("pools: {d: {granularity: 1T, backend: lustre, lustre: {mgs: per_buffer}}}\n"
+     "hosts: {h: {bricks: [{device: /dev/x, capacity: 1T, pool: d}]}}",
+     "hosts.h.lnet_nid: missing: its bricks are in lustre pool 'd', which sets no lnet_suffix"),
+    ("pools: {d: {granularity: 1G, backend: daos, daos: {}}}\n"
+     "hosts: {h: {daos_ranks: {0: 3}, bricks: [{device: /dev/x, capacity: 1G, pool: d, "
+     "socket: 1}]}}", "hosts.h.daos_ranks: no DAOS rank for socket 1 (brick x of daos pool 'd')"),
     ("pools: [\n  bad", "line 2"),
     ("- a list", "the top level must be a mapping"),
     ("etcd: {endpoints: []}", "etcd.endpoints: list should have at least 1 item"),

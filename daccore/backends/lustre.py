@@ -1,0 +1,171 @@
+"""The `lustre` backend: one Lustre filesystem per buffer across the servers holding its bricks.
+
+Every server of the buffer is MDS, OSS and (the primary) client for staging, as in the Data
+Accelerator reference architecture. Each brick gets a GPT label and an OST partition; the first
+`max_mdts_per_host` bricks of each server (at most `max_mdts` in all) also get an MDT
+partition of `mdt_size`, placed first. MDT0 is on the primary. The MGS is either per buffer
+(sharing MDT0's device, so it lives and dies with the buffer) or a shared MGS the site runs;
+targets and clients always name the same MGS NID, `mgs_nid`.
+
+    servers   mkfs.lustre, mount -t lustre <partition> <target_root>/<fsname>/<mdtN|ostN>
+    primary   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname> <fs_root>/<buffer>,
+              then striped/ (lfs setstripe -c -1: over every OST) and private/, 0700, the user's
+    clients   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname>/striped (or
+              /private/<node>: a subdirectory mount) at the daccore.layout path
+
+The fsname is 8 lower-case letters derived from the buffer's name and creation time: the same
+on every run of every step, and a new one for a new buffer of the same name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import string
+
+from daccore.backends import Backend, node_mounts, register
+
+__all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
+
+MiB = 1 << 20
+CLIENT_OPTIONS = "flock,nodev,nosuid"
+
+#: the lctl settings of the IO500 run in notes/seeds.md: (side, parameter pattern, value).
+#: Set without -P, per buffer, with the buffer's fsname in the pattern: they go with the mount.
+IO500_TUNING = [
+    ("server", "obdfilter.{fs}-OST*.brw_size", "16"),
+    ("server", "obdfilter.{fs}-OST*.precreate_batch", "1024"),
+    ("client", "osc.{fs}-*.max_pages_per_rpc", "4096"),
+    ("client", "osc.{fs}-*.max_rpcs_in_flight", "128"),
+    ("client", "mdc.{fs}-*.max_rpcs_in_flight", "128"),
+    ("client", "mdc.{fs}-*.max_mod_rpcs_in_flight", "127"),
+    ("client", "llite.{fs}-*.checksum_pages", "0"),
+    ("client", "osc.{fs}-*.checksums", "0"),
+    ("client", "mdc.{fs}-*.checksums", "0"),
+    ("client", "ldlm.namespaces.{fs}-*.lru_size", "12800"),
+    ("client", "ldlm.namespaces.{fs}-*.lru_max_age", "1000"),
+    ("client", "llite.{fs}-*.max_read_ahead_mb", "2048"),
+    ("client", "osc.{fs}-*.short_io_bytes", "65536"),
+]
+
+
+def fsname(buffer) -> str:
+    digest = hashlib.sha256(f"{buffer.name}/{buffer.created_at!r}".encode()).digest()
+    return "".join(string.ascii_lowercase[b % 26] for b in digest[:8])
+
+
+def partition(disk: str, number: int) -> str:
+    """The kernel's name for a disk's partition: nvme0n1 -> nvme0n1p1, sda -> sda1."""
+    return f"{disk}{'p' if disk[-1].isdigit() else ''}{number}"
+
+
+@register("lustre")
+class LustreBackend(Backend):
+    one_run_for_all_hosts = True
+
+    def _settings(self, buffer):
+        return self.config.pools[buffer.request.pool].lustre
+
+    def _servers(self, buffer) -> list[str]:
+        primary = buffer.allocation.primary_host
+        return [primary] + [h for h in buffer.allocation.hosts if h != primary]
+
+    def mgs_nid(self, buffer) -> str:
+        mgs = self._settings(buffer).mgs
+        if mgs == "per_buffer":
+            return self.config.lnet_nid(buffer.allocation.primary_host, buffer.request.pool)
+        return mgs.nid
+
+    def targets(self, buffer) -> dict[str, dict]:
+        """Per server: its disks' partitioning and its targets, in mount order."""
+        s = self._settings(buffer)
+        fs, nid = fsname(buffer), self.mgs_nid(buffer)
+        per_buffer_mgs = s.mgs == "per_buffer"
+        mdt_end = 1 + -(-s.mdt_size // MiB)
+        out: dict[str, dict] = {}
+        mdts = osts = 0
+        for host in self._servers(buffer):
+            disks, targets = [], []
+            for i, brick in enumerate(b for b in buffer.allocation.bricks if b.host == host):
+                with_mdt = i < s.max_mdts_per_host and mdts < s.max_mdts
+                parted = ["parted", "--script", brick.device, "mklabel", "gpt"]
+                if with_mdt:
+                    parted += ["mkpart", "mdt", "1MiB", f"{mdt_end}MiB",
+                               "mkpart", "ost", f"{mdt_end}MiB", "100%"]
+                    mgs = per_buffer_mgs and mdts == 0
+                    targets.append(_target(fs, "mdt", mdts, partition(brick.device, 1),
+                                           None if mgs else nid, s.target_root, mgs))
+                    mdts += 1
+                else:
+                    parted += ["mkpart", "ost", "1MiB", "100%"]
+                disks.append({"device": brick.device, "parted": parted,
+                              "partitions": [partition(brick.device, n)
+                                             for n in range(1, 3 if with_mdt else 2)]})
+                targets.append(_target(fs, "ost", osts, partition(brick.device, 2 if with_mdt else 1),
+                                       nid, s.target_root))
+                osts += 1
+            out[host] = {"disks": disks, "targets": targets}
+        return out
+
+    def tuning(self, buffer, side: str) -> list[str]:
+        if self._settings(buffer).tuning == "none":
+            return []
+        return [f"{name.format(fs=fsname(buffer))}={value}"
+                for where, name, value in IO500_TUNING if where == side]
+
+    def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
+        s, primary = self._settings(buffer), buffer.allocation.primary_host
+        fs, nid = fsname(buffer), self.mgs_nid(buffer)
+        return {
+            "buffer": buffer.name,
+            "fsname": fs,
+            "mgs_nid": nid,
+            "shared_mgs": s.mgs != "per_buffer",
+            "fs_path": os.path.join(self.config.hosts[primary].fs_root, buffer.name),
+            "fs_source": f"{nid}:/{fs}",
+            "client_options": CLIENT_OPTIONS,
+            "target_dir": os.path.join(s.target_root, fs),
+            "owner_uid": buffer.owner_uid,
+            "owner_gid": buffer.owner_gid,
+            "job_dirs": ["striped"] if buffer.persistent else
+            buffer.request.access.value.split(","),
+            "server_tuning": self.tuning(buffer, "server"),
+            "client_tuning": self.tuning(buffer, "client"),
+        }
+
+    def inventory(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
+        s, primary = self._settings(buffer), buffer.allocation.primary_host
+        fs, nid = fsname(buffer), self.mgs_nid(buffer)
+        access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
+        want = node_mounts(buffer, buffer.attachments, self.config.node_mount_root, access)
+        have = node_mounts(buffer, attached or {}, self.config.node_mount_root, access)
+        if step == "delete":  # whatever may be mounted, even by a step cut short
+            have = {n: {**have.get(n, {}), **want.get(n, {})} for n in {*have, *want}}
+            want = {}
+        servers = {h: {**self.host_vars(h), **t} for h, t in self.targets(buffer).items()}
+        # the primary makes each node's private directory before that node mounts it
+        servers[primary]["private_dirs"] = sorted(
+            {part for parts in want.values() for part in parts.values() if part != "striped"})
+        clients = {}
+        for node in sorted({*want, *have}):
+            mine, had = want.get(node, {}), have.get(node, {})
+            clients[node] = {
+                **self.config.node_ansible_vars,
+                "mounts": [{"target": t, "source": f"{nid}:/{fs}/{p}"}
+                           for t, p in sorted(mine.items()) if t not in had],
+                "unmounts": sorted(t for t in had if t not in mine),
+            }
+        groups = {"servers": {"hosts": servers}, "primary": {"hosts": {primary: {}}},
+                  "clients": {"hosts": clients}}
+        if s.mgs != "per_buffer":
+            groups["mgs"] = {"hosts": {s.mgs.host: dict(s.mgs.ansible_vars)}}
+        return {"all": {"children": groups}}
+
+
+def _target(fs: str, kind: str, index: int, device: str, mgsnode: str | None, root: str,
+            mgs: bool = False) -> dict:
+    argv = ["mkfs.lustre", *(["--mgs"] if mgs else []), f"--{kind}", "--reformat",
+            f"--fsname={fs}", f"--index={index}", *([f"--mgsnode={mgsnode}"] if mgsnode else []),
+            device]
+    return {"kind": "mgs" if mgs else kind, "index": index, "device": device, "mkfs": argv,
+            "mount_point": os.path.join(root, fs, f"{kind}{index}")}

@@ -1,0 +1,123 @@
+"""The lustre backend's plan for a buffer: partitions, targets, MGS NID, mounts (pure)."""
+
+import pytest
+
+from daccore.backends import get
+from daccore.backends.lustre import fsname, partition
+from daccore.config import DacConfig
+from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
+
+GiB = 1 << 30
+
+
+def config(mgs="per_buffer", **lustre):
+    return DacConfig.model_validate({
+        "pools": {"l": {"granularity": 100 * GiB, "backend": "lustre",
+                        "lustre": {"mgs": mgs, "lnet_suffix": "@o2ib1", "mdt_size": "20GiB",
+                                   **lustre}}},
+        "node_root": "/nodes/{node}", "mount_root": "/mnt/dac",
+        "hosts": {h: {"fs_root": f"/fs/{h}", "bricks": [
+            {"device": f"/dev/nvme{i}n1", "capacity": 100 * GiB, "pool": "l"}
+            for i in range(3)]} for h in ("dac1", "dac2", "dac3")}})
+
+
+def buffer(bricks, access="striped", attachments=None, primary="dac2"):
+    return Buffer(name="42", owner_uid=1000, owner_gid=100, created_at=1.5,
+                  request=BufferRequest(capacity=100 * GiB * len(bricks), pool="l",
+                                        access=access),
+                  attachments=attachments or {},
+                  allocation=Allocation(primary_host=primary, bricks=[
+                      BrickRef(host=h, brick=f"nvme{i}n1", device=f"/dev/nvme{i}n1",
+                               capacity=100 * GiB) for h, i in bricks]))
+
+
+def test_fsname_is_eight_letters_stable_for_a_buffer_and_new_for_a_new_one():
+    b = buffer([("dac2", 0)])
+    assert fsname(b) == fsname(buffer([("dac2", 0)])) and len(fsname(b)) == 8
+    assert fsname(b).isalpha() and fsname(b).islower()
+    assert fsname(b) != fsname(b.model_copy(update={"created_at": 2.5}))
+
+
+@pytest.mark.parametrize("disk,first", [("/dev/nvme0n1", "/dev/nvme0n1p1"),
+                                        ("/dev/sdb", "/dev/sdb1"), ("/dev/loop3", "/dev/loop3p1")])
+def test_partitions_are_named_as_the_kernel_names_them(disk, first):
+    assert partition(disk, 1) == first
+
+
+def test_mdt0_and_the_mgs_sit_on_the_primary_and_each_server_has_one_mdt():
+    b = buffer([("dac1", 0), ("dac1", 1), ("dac2", 0), ("dac2", 2)])
+    plan = get("lustre", config(), "dac2").targets(b)
+    assert list(plan) == ["dac2", "dac1"]  # the primary first
+    fs = fsname(b)
+    mdt_end = f"{1 + 20 * 1024}MiB"
+    assert plan["dac2"]["disks"][0]["parted"] == [
+        "parted", "--script", "/dev/nvme0n1", "mklabel", "gpt",
+        "mkpart", "mdt", "1MiB", mdt_end, "mkpart", "ost", mdt_end, "100%"]
+    assert plan["dac2"]["disks"][1]["parted"][-4:] == ["mkpart", "ost", "1MiB", "100%"]
+    mkfs = [t["mkfs"] for h in plan for t in plan[h]["targets"]]
+    assert mkfs == [
+        ["mkfs.lustre", "--mgs", "--mdt", "--reformat", f"--fsname={fs}", "--index=0",
+         "/dev/nvme0n1p1"],
+        ["mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=0",
+         "--mgsnode=dac2@o2ib1", "/dev/nvme0n1p2"],
+        ["mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=1",
+         "--mgsnode=dac2@o2ib1", "/dev/nvme2n1p1"],
+        ["mkfs.lustre", "--mdt", "--reformat", f"--fsname={fs}", "--index=1",
+         "--mgsnode=dac2@o2ib1", "/dev/nvme0n1p1"],
+        ["mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=2",
+         "--mgsnode=dac2@o2ib1", "/dev/nvme0n1p2"],
+        ["mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=3",
+         "--mgsnode=dac2@o2ib1", "/dev/nvme1n1p1"]]
+    assert plan["dac1"]["disks"][0]["partitions"] == ["/dev/nvme0n1p1", "/dev/nvme0n1p2"]
+    assert plan["dac1"]["disks"][1]["partitions"] == ["/dev/nvme1n1p1"]
+
+
+def test_the_mdt_ceiling_caps_the_count_across_servers():
+    b = buffer([("dac1", 0), ("dac1", 1), ("dac2", 0), ("dac2", 1), ("dac3", 0)])
+    plan = get("lustre", config(max_mdts=2, max_mdts_per_host=2), "dac2").targets(b)
+    kinds = [(h, t["kind"], t["index"]) for h in plan for t in plan[h]["targets"]]
+    assert [k for k in kinds if k[1] != "ost"] == [("dac2", "mgs", 0), ("dac2", "mdt", 1)]
+    assert [k[2] for k in kinds if k[1] == "ost"] == [0, 1, 2, 3, 4]
+
+
+def test_a_shared_mgs_is_named_by_every_target_and_client():
+    b = buffer([("dac2", 0)], attachments={"7": ["n1"]})
+    backend = get("lustre", config(mgs={"host": "mgs1", "nid": "10.9.9.9@o2ib1"}), "dac2")
+    plan = backend.targets(b)
+    assert all("--mgsnode=10.9.9.9@o2ib1" in t["mkfs"] and "--mgs" not in t["mkfs"]
+               for t in plan["dac2"]["targets"])
+    v = backend.variables(b, "create")
+    assert v["fs_source"] == f"10.9.9.9@o2ib1:/{fsname(b)}" and v["shared_mgs"]
+    inv = backend.inventory(b, "mount")["all"]["children"]
+    assert inv["mgs"]["hosts"] == {"mgs1": {}}
+    assert inv["clients"]["hosts"]["n1"]["mounts"] == [
+        {"target": "/nodes/n1/7/striped", "source": f"10.9.9.9@o2ib1:/{fsname(b)}/striped"}]
+
+
+def test_mounts_follow_attachments_and_private_dirs_are_made_by_the_primary():
+    b = buffer([("dac2", 0)], access="striped,private", attachments={"7": ["n1", "n2"]})
+    backend = get("lustre", config(), "dac2")
+    fs = fsname(b)
+    inv = backend.inventory(b, "mount", attached={"6": ["n2"]})["all"]["children"]
+    assert inv["servers"]["hosts"]["dac2"]["private_dirs"] == ["private/n1", "private/n2"]
+    n1 = inv["clients"]["hosts"]["n1"]
+    assert n1["mounts"] == [
+        {"target": "/nodes/n1/7/private", "source": f"dac2@o2ib1:/{fs}/private/n1"},
+        {"target": "/nodes/n1/7/striped", "source": f"dac2@o2ib1:/{fs}/striped"}]
+    assert inv["clients"]["hosts"]["n2"]["unmounts"] == ["/nodes/n2/6/private",
+                                                         "/nodes/n2/6/striped"]
+    gone = backend.inventory(b, "delete", attached={"7": ["n1"]})["all"]["children"]["clients"]
+    assert gone["hosts"]["n1"]["mounts"] == [] and len(gone["hosts"]["n1"]["unmounts"]) == 2
+    assert gone["hosts"]["n2"]["unmounts"] == ["/nodes/n2/7/private", "/nodes/n2/7/striped"]
+
+
+def test_the_io500_profile_names_the_buffers_own_targets_only():
+    b = buffer([("dac2", 0)])
+    v = get("lustre", config(tuning="io500"), "dac2").variables(b, "create")
+    fs = fsname(b)
+    assert v["server_tuning"] == [f"obdfilter.{fs}-OST*.brw_size=16",
+                                  f"obdfilter.{fs}-OST*.precreate_batch=1024"]
+    assert f"osc.{fs}-*.max_pages_per_rpc=4096" in v["client_tuning"]
+    assert all(p.split(".")[1].startswith(fs) or p.startswith(f"ldlm.namespaces.{fs}")
+               for p in v["client_tuning"])
+    assert get("lustre", config(), "dac2").variables(b, "create")["client_tuning"] == []
