@@ -133,3 +133,31 @@ def test_bad_config_is_one_line_naming_the_field(tmp_path, text, message):
 def test_explicit_missing_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_config(str(tmp_path / "absent.yaml"), env={})
+
+
+def _fields(model, seen=None):
+    """Every setting name of a settings model and the models inside it."""
+    import typing
+
+    from pydantic import BaseModel
+    seen = set() if seen is None else seen
+    for name, field in model.model_fields.items():
+        seen.add(name)
+        for arg in typing.get_args(field.annotation) + (field.annotation,):
+            for inner in (arg, *typing.get_args(arg)):
+                for t in (inner, *typing.get_args(inner)):
+                    if isinstance(t, type) and issubclass(t, BaseModel) and t is not model:
+                        _fields(t, seen)
+    return seen
+
+
+def test_the_sample_config_is_valid_and_shows_every_setting():
+    from pathlib import Path
+
+    from daccore.config import DacConfig
+    sample = Path(__file__).parents[3] / "packaging" / "dac.yaml"
+    cfg = load_config(str(sample), env={})
+    assert set(cfg.pools) == {"default", "fast", "objects"}
+    text = sample.read_text()
+    missing = sorted(f for f in _fields(DacConfig) if f"{f}:" not in text)
+    assert missing == []
