@@ -47,7 +47,7 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
                           rc=res.get("rc", -1),
                           output="\n".join(filter(None, [res.get("stdout", ""),
                                                          res.get("stderr", ""),
-                                                         res.get("msg", "")])))
+                                                         _reason(res)])))
         return True
 
     workdir = tempfile.mkdtemp(prefix=f"dac-{step}-")
@@ -71,6 +71,20 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
                              failed.get("rc", r.rc if r.rc is not None else -1),
                              failed.get("output") or output or
                              f"ansible-runner ended with status {r.status}")
+
+
+def _reason(res: dict) -> str:
+    """The line that says why a task failed (PlaybookFailed shows the last line of the output):
+    the module's message, unless it is the command module's "non-zero return code", where the
+    tool's own last words are better: stderr's, else stdout's (dfuse reports on stdout)."""
+    msg = str(res.get("msg", ""))
+    if msg and msg != "non-zero return code":
+        return msg
+    for stream in ("stderr", "stdout"):
+        lines = [line for line in str(res.get(stream, "")).splitlines() if line.strip()]
+        if lines:
+            return lines[-1]
+    return msg
 
 
 def _with_interpreter(inventory: dict) -> dict:
