@@ -182,6 +182,10 @@ class DacConfig(Settings):
     lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
                                description="burst_buffer.conf Directive= (burst_buffer/lua)")
     concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")
+    metrics_address: str = Field(
+        "", pattern=r"^((\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5})?$",
+        description="host:port where dacd serves Prometheus /metrics, e.g. 127.0.0.1:9560; "
+                    "'' = off (docs/operations.md)")
     ansible_forks: int = Field(20, ge=1, description="hosts a playbook works on at once")
     node_ansible_vars: AnsibleVars = Field(
         {}, description="inventory variables to reach compute nodes (lustre, daos clients)")

@@ -208,6 +208,28 @@ class Store:
                         counts.per_pool[pool] = n
             return Inventory.of_counts(pool_infos, views, counts, r.revision)
 
+    def host_summary_inventory(self, host: str, pools: list[str]) -> Inventory:
+        """`summary_inventory` narrowed to one host, in one read: the pools, the host's
+        capacity index and alive key, and its claims counted in each of `pools` (the pools it
+        has bricks in). `summarize` of it gives that host's share of each pool, so summing the
+        hosts gives the pool's summary; dacd's metrics export it, a read that costs the same
+        on a site of 10 hosts as on one of 1,000."""
+        k = self.keys
+        pools = sorted(set(pools))  # a host's bricks are in a few pools: far below _MAX_TXN_OPS
+        r = self.client.txn([], [
+            range_op(k.pools, prefix_end(k.pools)),
+            range_op(k.capacity(host)),
+            range_op(k.alive_key(host), keys_only=True),
+        ] + [range_op(k.host_claims(p, host), prefix_end(k.host_claims(p, host)),
+                      count_only=True) for p in pools])
+        pool_recs, capacity, alive = r.ranges[:3]
+        counts = ClaimCounts()
+        for pool, n in zip(pools, r.counts[3:]):
+            counts.per_pool[pool] = counts.per_host[(pool, host)] = n
+        views = views_of([kv.value for kv in capacity], {host} if alive else set())
+        return Inventory.of_counts(parse_pools([kv.value for kv in pool_recs]), views, counts,
+                                   r.revision)
+
     def claims(self) -> dict[tuple[str, str], str]:
         """Every claim: (host, brick) -> buffer name."""
         kvs, _ = self.client.range(self.keys.claims, prefix_end(self.keys.claims))

@@ -9,6 +9,7 @@ import threading
 from daccore.config import DacConfig
 from daccore.etcd_stream import LeaseKeeper
 from daccore.store import Store
+from dacd import metrics
 from dacd.reconciler import Reconciler
 from dacd.registration import check_devices, host_record, host_settings, pool_records
 
@@ -29,10 +30,14 @@ class Daemon:
         self.store = Store.from_settings(config.etcd, transport="http")
         self._lease: LeaseKeeper | None = None
         self.reconciler: Reconciler | None = None
+        self.metrics: metrics.MetricsServer | None = None
         self.stopping = threading.Event()
 
     def start(self) -> None:
         check_devices(self.host, self.settings, self.config)
+        if self.config.metrics_address:  # before registering: a taken port stops dacd first
+            self.metrics = metrics.serve(self.config.metrics_address, self.store, self.host,
+                                         self.config)
         for pool in pool_records(self.config):
             self.store.ensure_pool(pool)
         record = self.store.register_host(host_record(self.host, self.settings))
@@ -54,4 +59,7 @@ class Daemon:
         if self._lease is not None:
             self._lease.stop()
             self._lease = None
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
         log.info("host %s stopped", self.host)

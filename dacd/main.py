@@ -1,4 +1,5 @@
-"""`dacd --config FILE [--host NAME]`: the entry point; configures logging and signals."""
+"""`dacd --config FILE [--host NAME] [--metrics-address HOST:PORT]`: the entry point;
+configures logging and signals."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help=f"config file (default: $DAC_CONFIG or {DEFAULT_PATH})")
     p.add_argument("--host", default=socket.gethostname(),
                    help="this server's name in the config (default: the hostname)")
+    p.add_argument("--metrics-address", metavar="HOST:PORT",
+                   help="serve Prometheus /metrics here; wins over metrics_address in the "
+                        "config ('' turns it off)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = p.parse_args(argv)
@@ -26,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = load_config(args.config)
+        if args.metrics_address is not None:
+            config = config.model_copy(update={"metrics_address": args.metrics_address})
         daemon = Daemon(config, args.host, config_path(args.config))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stopping.set())

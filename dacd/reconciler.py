@@ -26,6 +26,7 @@ from daccore.errors import Conflict, DacError, InternalError, StoreUnavailable
 from daccore.etcd import WatchCompacted
 from daccore.lifecycle import next_step
 from daccore.models import Progress, State, Status, StatusError
+from dacd import metrics
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class Reconciler:
             except (StoreUnavailable, InternalError) as e:
                 if self._stopping.is_set():
                     return
+                metrics.etcd_error("watch", e)
                 log.warning("buffer watch failed (%s); resuming from revision %d", e, revision)
                 time.sleep(1)
 
@@ -101,7 +103,8 @@ class Reconciler:
         while True:
             try:
                 self.reconcile(name)
-            except Exception:  # noqa: BLE001 - a worker must never die silently
+            except Exception as e:  # noqa: BLE001 - a worker must never die silently
+                metrics.etcd_error("reconcile", e)
                 log.exception("buffer %s: reconcile failed", name)
             with self._lock:
                 if name in self._again and not self._stopping.is_set():
@@ -117,6 +120,7 @@ class Reconciler:
         while not self._stopping.is_set():
             current = self.store.buffer(name)
             if current is None:
+                metrics.buffer_gone(name)
                 return
             buf = current.record
             hosts = buf.allocation.hosts
@@ -126,6 +130,7 @@ class Reconciler:
                 return  # the primary runs every step for this buffer's hosts
             statuses = self.store.statuses(name)
             mine = statuses.get(self.host)
+            metrics.buffer_seen(buf, self.host, mine)
             failed = mine.generation if mine and mine.error else None
             attached = mine.attached if mine else {}
             nxt = next_step(buf.desired_state, mine.state if mine else None, failed,
@@ -153,6 +158,7 @@ class Reconciler:
                 self.store.put_status(Status(host=host, **values))
         status()
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
+        started, backend = time.monotonic(), None
         try:
             backend = get_backend(self.store.pools()[buf.request.pool].backend.value,
                                   self.config, self.host)
@@ -173,9 +179,11 @@ class Reconciler:
                 log.exception("buffer %s (job %s): %s failed", name, buf.job_id, step)
                 e = InternalError(f"{step} failed on {self.host}: {type(e).__name__}: {e}")
             log.error("buffer %s (job %s): %s", name, buf.job_id, e)
+            metrics.step_finished(step, backend, started, e)
             status(error=StatusError(category=e.kind, message=str(e),
                                      detail=getattr(e, "output", "")[-8000:]))
             return
+        metrics.step_finished(step, backend, started)
         # mount and unmount make the mounts match the spec; delete removes every one
         if step in ("mount", "unmount"):
             attached = buf.attachments

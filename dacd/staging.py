@@ -18,6 +18,7 @@ from typing import Callable
 
 from daccore.directives import BUFFER_PATH
 from daccore.errors import InternalError, UserError
+from dacd.metrics import StageMeter
 
 __all__ = ["stage"]
 
@@ -70,12 +71,14 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     proc.stdin.write(json.dumps(plan))
     proc.stdin.close()
     result: dict = {}
+    meter = StageMeter(direction)
     for line in proc.stdout:
         try:
             message = json.loads(line)
         except ValueError:
             continue
         if "bytes_total" in message:
+            meter.progress(message)
             on_progress(message)
         else:
             result = message
@@ -86,3 +89,4 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     if rc != 0 or not result.get("done"):
         raise InternalError(f"stage_{direction}: the copier ended with exit {rc}: "
                             f"{(stderr.strip().splitlines() or ['no output'])[-1]}")
+    meter.done()

@@ -23,7 +23,7 @@ from daccore.inventory import summarize
 from daccore.store import Store
 from daclocal import loopdev
 from daclocal.etcd_server import EtcdServer
-from daclocal.procs import child_env, is_running, spawn, stop_pid
+from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 from daclocal.slurm import SlurmCluster
 
 __all__ = ["LocalState", "up", "down", "status", "env_lines", "POOL"]
@@ -39,7 +39,7 @@ class LocalState:
     workdir: str
     etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port
     bricks: list[dict] = field(default_factory=list)  # host, file, device
-    dacd: list[dict] = field(default_factory=list)  # host, pid
+    dacd: list[dict] = field(default_factory=list)  # host, pid, metrics (host:port)
     slurm: dict = field(default_factory=dict)  # nodes, plugin, pids
 
     @property
@@ -106,11 +106,13 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                   "mount_root": str(workdir / MOUNT_ROOT),
                   "node_root": str(workdir / NODE_ROOTS / "{node}")}
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        for host in hosts:
+        for host in hosts:  # one config for all; each dacd serves /metrics on its own port
+            metrics = f"127.0.0.1:{free_port()}"
             proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
-                          "--host", host], workdir / "logs" / f"dacd-{host}.log",
+                          "--host", host, "--metrics-address", metrics],
+                         workdir / "logs" / f"dacd-{host}.log",
                          child_env(DAC_CONFIG=str(state.config_path)))
-            state.dacd.append({"host": host, "pid": proc.pid})
+            state.dacd.append({"host": host, "pid": proc.pid, "metrics": metrics})
             state.save()
         _wait_until_registered(state, servers, timeout)
         if slurm_nodes:
@@ -244,7 +246,7 @@ def status(workdir: Path) -> dict:
         "workdir": state.workdir,
         "etcd": {"endpoint": state.endpoint, "pid": state.etcd["pid"],
                  "running": is_running(state.etcd["pid"], state.workdir)},
-        "dacd": [{"host": d["host"], "pid": d["pid"],
+        "dacd": [{"host": d["host"], "pid": d["pid"], "metrics": d.get("metrics"),
                   "running": is_running(d["pid"], state.workdir)} for d in state.dacd],
         "slurm": [{"process": name, "pid": pid, "running": is_running(pid, name.split("-")[0])}
                   for name, pid in state.slurm.get("pids", {}).items()],

@@ -208,3 +208,19 @@ def test_counted_summary_matches_the_full_read_with_claims_on_down_and_drained_h
     assert s.used + s.free <= s.total
     for k in keepers:
         k.stop()
+
+
+def test_host_summaries_add_up_to_the_pool_summary_with_down_and_drained_hosts(store):
+    keepers = register(store, ("h1", "h2", "h3"), n=4)
+    for i in range(5):
+        allocate_buffer(store, buffer_maker(f"j{i}", 200), capacity=200, pool="p")
+    store.set_drained("h2", True)
+    keepers.pop().stop()  # h3 goes down holding whatever it held
+    (whole,) = summarize(store.summary_inventory())
+    shares = {h: summarize(store.host_summary_inventory(h, ["p"]))[0] for h in ("h1", "h2", "h3")}
+    for field in ("total", "free", "used"):
+        assert sum(getattr(s, field) for s in shares.values()) == getattr(whole, field), field
+    assert (shares["h3"].total, shares["h3"].free, shares["h3"].used) == (0, 0, 0)
+    assert shares["h2"].total == 4 and shares["h2"].free == 0
+    for k in keepers:
+        k.stop()
