@@ -28,8 +28,12 @@ __all__ = ["place"]
 
 
 def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
-          rng: random.Random | None = None) -> list[BrickInfo]:
-    """The bricks for a buffer of `capacity` bytes in `pool`, or CapacityError saying why."""
+          rng: random.Random | None = None, busy_mgs: set[str] | None = None) -> list[BrickInfo]:
+    """The bricks for a buffer of `capacity` bytes in `pool`, or CapacityError saying why.
+
+    With `busy_mgs` (the buffer runs its own Lustre MGS on its primary, and these hosts already
+    run one: Lustre allows one per server), the first brick, whose host is the primary, is on a
+    host not in it."""
     info = inv.pools.get(pool)
     if info is None:
         known = ", ".join(sorted(inv.pools)) or "none registered"
@@ -45,8 +49,14 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
     n = bricks_needed(capacity, info.granularity)
     free = inv.free_bricks(pool)
     unit = format_size(info.granularity)
+    if busy_mgs is not None and not set(free) - busy_mgs:
+        raise CapacityError(f"every server of pool '{pool}' with free bricks already runs "
+                            "another buffer's Lustre MGS (one per server); retry when one ends, "
+                            "or have the site use a shared MGS")
     if policy is PlacementPolicy.SINGLE_HOST:
         fits = [h for h, bricks in free.items() if len(bricks) >= n]
+        if busy_mgs is not None:
+            fits = [h for h in fits if h not in busy_mgs]
         if not fits:
             most = max((len(b) for b in free.values()), default=0)
             raise CapacityError(
@@ -62,6 +72,10 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
     hosts = list(free)
     rng.shuffle(hosts)
     hosts.sort(key=lambda h: -len(free[h]))  # stable: random among equals
+    if busy_mgs is not None:  # the primary first: the fullest host that can run the MGS
+        lead = next(h for h in hosts if h not in busy_mgs)
+        hosts.remove(lead)
+        hosts.insert(0, lead)
     chosen: list[BrickInfo] = []
     for host, k in zip(hosts, _round_robin([len(free[h]) for h in hosts], n)):
         if k:

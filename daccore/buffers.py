@@ -27,25 +27,29 @@ __all__ = ["allocate_buffer", "allocation_of"]
 MAX_ATTEMPTS = 25
 
 
-def allocation_of(bricks: list[BrickInfo]) -> Allocation:
-    """The allocation record for chosen bricks; the first brick's host is the primary."""
-    return Allocation(primary_host=bricks[0].host, bricks=[
-        BrickRef(host=b.host, brick=b.name, device=b.device, capacity=b.capacity) for b in bricks])
+def allocation_of(bricks: list[BrickInfo], own_mgs: bool = False) -> Allocation:
+    """The allocation record for chosen bricks; the first brick's host is the primary, and
+    with `own_mgs` holds the buffer's Lustre MGS."""
+    return Allocation(primary_host=bricks[0].host, mgs_host=bricks[0].host if own_mgs else None,
+                      bricks=[BrickRef(host=b.host, brick=b.name, device=b.device,
+                                       capacity=b.capacity) for b in bricks])
 
 
 def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capacity: int,
-                    pool: str, policy: str | None = None,
-                    rng: random.Random | None = None) -> tuple[Buffer, int]:
-    """Create the buffer `make(allocation)` on free bricks of `pool`.
+                    pool: str, policy: str | None = None, rng: random.Random | None = None,
+                    own_mgs: bool = False) -> tuple[Buffer, int]:
+    """Create the buffer `make(allocation)` on free bricks of `pool`; with `own_mgs`, its
+    primary host's MGS slot too.
 
     Returns (buffer, mod_revision). Raises CapacityError when the pool has no room, UserError
     when a buffer of that name exists.
     """
     rng = rng or random.Random()
     for attempt in range(1, MAX_ATTEMPTS + 1):
+        busy = store.mgs_hosts() if own_mgs else None
         with gc_paused():
-            bricks = place(store.inventory(), capacity, pool, policy, rng)
-        buffer = make(allocation_of(bricks))
+            bricks = place(store.inventory(), capacity, pool, policy, rng, busy)
+        buffer = make(allocation_of(bricks, own_mgs))
         try:
             return buffer, store.create_buffer(buffer)
         except AllocationConflict:

@@ -221,6 +221,11 @@ class DacConfig(Settings):
                 _backend_reaches(host, hs, b, pool, where)
         return self
 
+    def own_mgs_pools(self) -> frozenset[str]:
+        """Lustre pools whose buffers run their own MGS: each takes its primary's MGS slot."""
+        return frozenset(n for n, p in self.pools.items()
+                         if p.lustre is not None and p.lustre.mgs == "per_buffer")
+
     def lnet_nid(self, host: str, pool: str) -> str:
         """A storage server's NID for a lustre pool (validated at load)."""
         return self.hosts[host].lnet_nid or f"{host}{self.pools[pool].lustre.lnet_suffix}"

@@ -106,9 +106,10 @@ def _buffer(name: str, uid: int, gid: int, job_id: int | None, persistent: bool,
 
 
 def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
-                      default_pool: str | None) -> bool:
+                      default_pool: str | None, own_mgs_pools: frozenset = frozenset()) -> bool:
     """Allocate the job's jobdw buffer (named after the job). False when the job has none.
-    Idempotent: Slurm may run setup again after a slurmctld restart."""
+    Idempotent: Slurm may run setup again after a slurmctld restart. A buffer in one of
+    `own_mgs_pools` (DacConfig.own_mgs_pools) also takes its primary host's MGS slot."""
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest, StageRequest
     validate(store, d, default_pool, uid)
@@ -125,7 +126,7 @@ def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
                             type=d.jobdw.type, swap=d.swap, stage_in=stages["in"],
                             stage_out=stages["out"], persistent=d.persistent)
     allocate_buffer(store, lambda a: _buffer(name, uid, gid, job_id, False, request, a),
-                    capacity=d.jobdw.capacity, pool=pool)
+                    capacity=d.jobdw.capacity, pool=pool, own_mgs=pool in own_mgs_pools)
     import logging  # not at the top: validate() runs inside slurmctld and needs no logging
     logging.getLogger(__name__).info("buffer %s allocated for job %s (%s in %s)", name, job_id,
              format_size(d.jobdw.capacity), pool)
@@ -133,7 +134,8 @@ def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
 
 
 def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool: str | None,
-                      access: str, type_: str, default_pool: str | None) -> None:
+                      access: str, type_: str, default_pool: str | None,
+                      own_mgs_pools: frozenset = frozenset()) -> None:
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest
     if access != "striped":
@@ -142,7 +144,7 @@ def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool:
     pool = pick_pool(pool, default_pool, list(store.pools()))
     request = BufferRequest(capacity=capacity, pool=pool, access=access, type=type_)
     allocate_buffer(store, lambda a: _buffer(name, uid, gid, None, True, request, a),
-                    capacity=capacity, pool=pool)
+                    capacity=capacity, pool=pool, own_mgs=pool in own_mgs_pools)
 
 
 def _update(store, name: str, change) -> bool:

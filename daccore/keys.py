@@ -6,6 +6,7 @@
     <prefix>alive/<host>               empty        dacd, bound to its lease
     <prefix>claims/<pool>/<host>/<brick>  BrickClaim  dacctl, in the buffer's allocation txn
     <prefix>buffers/<name>             Buffer       dacctl
+    <prefix>mgs/<host>                 BrickClaim   dacctl, same txn: the host's one Lustre MGS
     <prefix>status/<name>/<host>       Status       the dacd of <host>
 """
 
@@ -29,6 +30,7 @@ class Keys:
         self.claims = prefix + "claims/"
         self.buffers = prefix + "buffers/"
         self.statuses = prefix + "status/"
+        self.mgs_slots = prefix + "mgs/"
 
     def pool(self, name: str) -> str:
         return self.pools + name
@@ -51,6 +53,9 @@ class Keys:
 
     def host_claims(self, pool: str, host: str) -> str:
         return f"{self.claims}{pool}/{host}/"
+
+    def mgs(self, host: str) -> str:
+        return self.mgs_slots + host
 
     def buffer(self, name: str) -> str:
         return self.buffers + name

@@ -177,6 +177,9 @@ class BrickRef(Record):
 class Allocation(Record):
     bricks: list[BrickRef] = Field(min_length=1)
     primary_host: Name = Field(description="runs the buffer's staging and, for Lustre, its MGS")
+    mgs_host: Name | None = Field(
+        None, description="the host whose one Lustre MGS slot the buffer holds (a lustre pool "
+                          "with a per-buffer MGS: Lustre runs at most one MGS per server)")
 
     @property
     def hosts(self) -> list[str]:
@@ -190,6 +193,9 @@ class Allocation(Record):
     def _primary_holds_a_brick(self) -> Allocation:
         if self.primary_host not in {b.host for b in self.bricks}:
             raise ValueError(f"primary host '{self.primary_host}' holds none of the bricks")
+        if self.mgs_host not in (None, self.primary_host):
+            raise ValueError(f"the MGS runs on the primary host '{self.primary_host}', not on "
+                             f"'{self.mgs_host}'")
         return self
 
 

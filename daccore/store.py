@@ -250,6 +250,8 @@ class Store:
         if len(set(claim_keys)) != len(claim_keys):
             raise InternalError(f"buffer '{name}': allocation lists a brick twice")
         claim = _dump(_m().BrickClaim(buffer=name))
+        # a per-buffer Lustre MGS also claims its host's one MGS slot
+        claim_keys += [k.mgs(buffer.allocation.mgs_host)] if buffer.allocation.mgs_host else []
         r = self.client.txn(
             [absent(k.buffer(name))] + [absent(c) for c in claim_keys],
             [put_op(k.buffer(name), _dump(buffer))] + [put_op(c, claim) for c in claim_keys],
@@ -260,6 +262,12 @@ class Store:
         if r.ranges[0]:
             raise UserError(f"buffer '{name}' already exists")
         raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by another buffer")
+
+    def mgs_hosts(self) -> set[str]:
+        """Hosts whose one Lustre MGS slot a buffer holds."""
+        kvs, _ = self.client.range(self.keys.mgs_slots, prefix_end(self.keys.mgs_slots),
+                                   keys_only=True)
+        return {Keys.last(kv.key, self.keys.mgs_slots) for kv in kvs}
 
     def buffer(self, name: str) -> Versioned | None:
         kv = self.client.get(self.keys.buffer(name))
@@ -303,6 +311,7 @@ class Store:
         r = self.client.txn(
             [mod_is(k.buffer(name), mod_revision)],
             [delete_op(k.claim(buf.request.pool, b.host, b.brick)) for b in buf.allocation.bricks]
+            + [delete_op(k.mgs(h)) for h in [buf.allocation.mgs_host] if h]
             + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
                delete_op(k.buffer(name))],
         )

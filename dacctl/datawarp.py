@@ -162,7 +162,8 @@ def _full(args) -> str:
     if f == "setup":
         _need(args, "token", "user", "groupid", "job")
         if jobs.create_job_buffer(store, int(args.token), args.user, args.groupid,
-                                  _script(args, config.lua_directive), config.default_pool):
+                                  _script(args, config.lua_directive), config.default_pool,
+                                  config.own_mgs_pools()):
             jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
         return ""
     if f == "real_size":
@@ -205,7 +206,8 @@ def _full(args) -> str:
     except ValueError as e:
         raise UserError(f"create_persistent: capacity {e}") from None
     jobs.create_persistent(store, args.token, args.user, args.groupid or 0, capacity,
-                           pool or None, access, type_, config.default_pool)
+                           pool or None, access, type_, config.default_pool,
+                           config.own_mgs_pools())
     jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
     return f"created {args.token}"
 

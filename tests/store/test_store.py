@@ -224,3 +224,25 @@ def test_host_summaries_add_up_to_the_pool_summary_with_down_and_drained_hosts(s
     assert shares["h2"].total == 4 and shares["h2"].free == 0
     for k in keepers:
         k.stop()
+
+
+def test_a_per_buffer_mgs_takes_its_primarys_one_mgs_slot_until_the_buffer_goes(store):
+    keepers = register(store, ("h1", "h2"), n=4)
+    first, _ = allocate_buffer(store, buffer_maker("m1", 100), capacity=100, pool="p",
+                               own_mgs=True)
+    second, _ = allocate_buffer(store, buffer_maker("m2", 100), capacity=100, pool="p",
+                                own_mgs=True)
+    primaries = {first.allocation.primary_host, second.allocation.primary_host}
+    assert primaries == {"h1", "h2"} and store.mgs_hosts() == {"h1", "h2"}
+    assert first.allocation.mgs_host == first.allocation.primary_host
+    # two bricks on one host each time: both hosts' MGS slots are taken
+    with pytest.raises(CapacityError, match="already runs\n*.*another buffer.s Lustre MGS"):
+        allocate_buffer(store, buffer_maker("m3", 100), capacity=100, pool="p", own_mgs=True)
+    allocate_buffer(store, buffer_maker("plain", 100), capacity=100, pool="p")  # no MGS: fine
+    store.delete_buffer("m1", store.buffer("m1").mod_revision)
+    assert store.mgs_hosts() == {second.allocation.primary_host}
+    third, _ = allocate_buffer(store, buffer_maker("m3", 100), capacity=100, pool="p",
+                               own_mgs=True)
+    assert third.allocation.primary_host == first.allocation.primary_host
+    for k in keepers:
+        k.stop()

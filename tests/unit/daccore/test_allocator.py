@@ -142,3 +142,13 @@ def test_placement_properties(scenario):
             for other, size in groups.items():
                 if used.get(other, 0) + 1 < n:
                     assert used.get(other, 0) == size
+
+
+@pytest.mark.parametrize("placement", ["across_servers", "single_host"])
+def test_a_buffer_with_its_own_mgs_never_leads_from_a_host_running_one(placement):
+    inv = inventory({f"h{i}": [(0, "0")] * 4 for i in range(3)}, placement=placement)
+    for seed in range(50):
+        bricks = place(inv, 2 * G, "p", rng=random.Random(seed), busy_mgs={"h0", "h2"})
+        assert bricks[0].host == "h1"
+    with pytest.raises(CapacityError, match="already runs another buffer's Lustre MGS"):
+        place(inv, G, "p", busy_mgs={"h0", "h1", "h2"})
