@@ -1,0 +1,148 @@
+"""A recorded-command site for the lustre and daos playbooks: storage servers and compute nodes
+that are all this machine, reached by Ansible's local connection, with the strict stand-ins of
+tests/site/bin first on PATH (through dac's per-host `dac_environment` inventory variable).
+Brick devices are placeholder files; every tool call lands in commands.jsonl.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from daccore.backends import get
+from daccore.config import DacConfig
+from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
+from dacd.runner import run_step
+
+SITE_BIN = Path(__file__).resolve().parent / "site" / "bin"
+GiB = 1 << 30
+NODES = ("node1", "node2")
+
+
+class RecordedSite:
+    def __init__(self, root: Path, hosts: int, bricks_per_host: int = 2):
+        self.root = root
+        self.hosts = [f"dac{i}" for i in range(1, hosts + 1)]
+        self.bricks_per_host = bricks_per_host
+        root.mkdir(parents=True, exist_ok=True)
+        root.chmod(0o777)  # the stand-ins also run as the job's user (setpriv)
+        facts = {"hosts": {h: {"nid": f"10.0.0.{i}@tcp", "ranks": [2 * i - 2, 2 * i - 1]}
+                           for i, h in enumerate(self.hosts, 1)}}
+        facts["hosts"]["mgs1"] = {"nid": "10.0.0.100@tcp", "ranks": []}
+        (root / "site.json").write_text(json.dumps(facts))
+        for h in self.hosts:
+            (root / h / "dev").mkdir(parents=True)
+            for b in range(bricks_per_host):
+                (root / h / "dev" / f"nvme{b}n1").write_bytes(b"")
+        for name in ("commands.jsonl", "state.json", "state.lock"):
+            (root / name).touch(mode=0o666)
+            (root / name).chmod(0o666)
+        if not (root / "state.json").read_text():
+            (root / "state.json").write_text("{}")
+
+    def env(self, host: str) -> dict:
+        return {"PATH": f"{SITE_BIN}:{os.environ['PATH']}", "DAC_SITE_DIR": str(self.root),
+                "DAC_SITE_HOST": host}
+
+    def device(self, host: str, brick: int) -> str:
+        return str(self.root / host / "dev" / f"nvme{brick}n1")
+
+    def config(self, backend: str, etcd: str | None = None, **settings) -> dict:
+        """A dac config (as data) with one pool `p` of this backend over every brick."""
+        pool = {"granularity": 100 * GiB, "backend": backend}
+        if backend == "lustre":
+            pool["lustre"] = {"mgs": "per_buffer", "mdt_size": "10GiB",
+                              "target_root": str(self.root / "targets"), **settings}
+        else:
+            pool["daos"] = {"provider": "ofi+tcp", **settings}
+        hosts = {h: {"fs_root": str(self.root / h / "fs"), "lnet_nid": f"10.0.0.{i}@tcp",
+                     "daos_ranks": {0: 2 * i - 2},
+                     "ansible_vars": {"ansible_connection": "local",
+                                      "dac_environment": self.env(h)},
+                     "bricks": [{"device": self.device(h, b), "capacity": 100 * GiB, "pool": "p"}
+                                for b in range(self.bricks_per_host)]}
+                 for i, h in enumerate(self.hosts, 1)}
+        mgs = pool.get("lustre", {}).get("mgs")
+        if isinstance(mgs, dict):
+            mgs.setdefault("ansible_vars", {"ansible_connection": "local",
+                                            "dac_environment": self.env("mgs1")})
+        config = {"pools": {"p": pool}, "hosts": hosts, "ansible_forks": 1,
+                  "mount_root": "/mnt/dac", "node_root": str(self.root / "nodes" / "{node}"),
+                  "node_ansible_vars": {"ansible_connection": "local",
+                                        "dac_environment": self.env("{{ inventory_hostname }}")}}
+        if etcd:
+            config["etcd"] = {"endpoints": [etcd], "timeout": 5}
+            config["lease_ttl"] = 5
+        return config
+
+    def write_config(self, config: dict) -> Path:
+        path = self.root / "dac.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def buffer(self, bricks: list[tuple[str, int]], access="striped", uid=1000, gid=1000,
+               attachments=None, name="42") -> Buffer:
+        return Buffer(name=name, owner_uid=uid, owner_gid=gid, created_at=1.0,
+                      request=BufferRequest(capacity=100 * GiB * len(bricks), pool="p",
+                                            access=access),
+                      attachments=attachments or {},
+                      allocation=Allocation(primary_host=bricks[0][0], bricks=[
+                          BrickRef(host=h, brick=f"nvme{b}n1", device=self.device(h, b),
+                                   capacity=100 * GiB) for h, b in bricks]))
+
+    def run(self, config: dict, backend: str, buf: Buffer, step: str, attached=None,
+            on_task=None) -> None:
+        """One lifecycle step, as the buffer's primary dacd runs it."""
+        b = get(backend, DacConfig.model_validate(config), buf.allocation.primary_host)
+        run_step(backend, step, buf.allocation.primary_host, b.variables(buf, step, attached),
+                 on_task, inventory=b.inventory(buf, step, attached), forks=1)
+
+    def commands(self, clear: bool = True) -> list[tuple]:
+        """(host, argv...) of every call since the last look; site paths shown as <site>."""
+        return self.commands_of(self.calls(clear))
+
+    def commands_of(self, calls: list[dict]) -> list[tuple]:
+        root = str(self.root)
+        return [(c["host"], *(a.replace(root, "<site>") for a in c["argv"])) for c in calls]
+
+    def calls(self, clear: bool = True) -> list[dict]:
+        path = self.root / "commands.jsonl"
+        calls = [json.loads(line) for line in path.read_text().splitlines()]
+        if clear:
+            path.write_text("")
+        return calls
+
+    def state(self) -> dict:
+        return json.loads((self.root / "state.json").read_text())
+
+    def fail(self, tool: str, contains: list[str], host: str | None = None,
+             stderr: str = "injected failure", rc: int = 1) -> None:
+        fault = {"tool": tool, "contains": contains, "rc": rc, "stderr": stderr,
+                 **({"host": host} if host else {})}
+        path = self.root / "faults.json"
+        path.write_text(json.dumps([fault]))
+        path.chmod(0o666)  # a stand-in running as the job's user takes the fault
+
+    def tool(self, host: str, *argv: str) -> None:
+        """Run a stand-in by hand on `host`, as a site's admin would run the real tool."""
+        subprocess.run([str(SITE_BIN / argv[0]), *argv[1:]], check=True, capture_output=True,
+                       env={**os.environ, **self.env(host)})
+
+    def start_shared_mgs(self, host: str) -> None:
+        """The site's long-lived MGS, formatted and started once by its admin."""
+        device, mount_point = self.root / host / "dev" / "mgs", self.root / host / "mgs"
+        device.parent.mkdir(parents=True, exist_ok=True)
+        device.write_bytes(b"")
+        mount_point.mkdir()
+        self.tool(host, "mkfs.lustre", "--mgs", str(device))
+        self.tool(host, "mount", "-t", "lustre", str(device), str(mount_point))
+        self.calls()
+
+    def start_dacd(self, config_path: Path, host: str) -> subprocess.Popen:
+        log = open(self.root / f"dacd-{host}.log", "ab")
+        return subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", str(config_path),
+                                 "--host", host], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "DAC_CONFIG": str(config_path)})
