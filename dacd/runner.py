@@ -43,6 +43,8 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
             on_task(data.get("task", ""))
         if ev.get("event") == "runner_on_failed" and not failed:
             res = data.get("res", {})
+            # a loop's failure is its first failed item's
+            res = next((i for i in res.get("results") or [] if i.get("failed")), res)
             failed.update(task=data.get("task", "?"), host=data.get("host", host),
                           rc=res.get("rc", -1),
                           output="\n".join(filter(None, [res.get("stdout", ""),

@@ -1,0 +1,203 @@
+"""The lustre backend's real playbooks, run by ansible-runner against the recorded-command site
+(tests/site: strict stand-ins for parted, wipefs, udevadm, mkfs.lustre, mount, umount, lctl and
+lfs). Each test asserts the full ordered list of commands; forks=1 makes the order exact."""
+
+import pytest
+
+from daccore.backends.lustre import fsname
+from daccore.errors import PlaybookFailed
+from recorded_site import RecordedSite
+
+NODE = "<site>/nodes/{node}/7/{kind}"
+OPTS = "flock,nodev,nosuid"
+
+
+@pytest.fixture
+def site(tmp_path):
+    return lambda hosts, bricks=2: RecordedSite(tmp_path / "site", hosts, bricks)
+
+
+def ok(calls):
+    """Every call was accepted, except stop.yml's cleanup of what is not there: umounts of
+    what is not mounted, a shared MGS asked to forget a filesystem it never knew."""
+    for c in calls:
+        if c["rc"] != 0:
+            assert (c["argv"][0], c["rc"]) in (("umount", 32), ("lctl", 2)), c
+
+
+def test_one_host_striped_buffer_runs_exactly_these_commands(site):
+    s = site(1)
+    config = s.config("lustre")
+    buf = s.buffer([("dac1", 0), ("dac1", 1)])
+    fs = fsname(buf)
+    d0, d1 = "<site>/dac1/dev/nvme0n1", "<site>/dac1/dev/nvme1n1"
+    t = f"<site>/targets/{fs}"
+    nid = "10.0.0.1@tcp"
+
+    s.run(config, "lustre", buf, "create")
+    calls = s.calls()
+    ok(calls)
+    assert s.commands_of(calls) == [
+        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", f"{t}/ost0"), ("dac1", "umount", f"{t}/ost1"),
+        ("dac1", "umount", f"{t}/mdt0"),
+        ("dac1", "parted", "--script", d0, "mklabel", "gpt", "mkpart", "mdt", "1MiB",
+         "10241MiB", "mkpart", "ost", "10241MiB", "100%"),
+        ("dac1", "parted", "--script", d1, "mklabel", "gpt", "mkpart", "ost", "1MiB", "100%"),
+        ("dac1", "udevadm", "settle"),
+        ("dac1", "mkfs.lustre", "--mgs", "--mdt", "--reformat", f"--fsname={fs}", "--index=0",
+         f"{d0}p1"),
+        ("dac1", "mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=0",
+         f"--mgsnode={nid}", f"{d0}p2"),
+        ("dac1", "mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=1",
+         f"--mgsnode={nid}", f"{d1}p1"),
+        ("dac1", "mount", "-t", "lustre", f"{d0}p1", f"{t}/mdt0"),
+        ("dac1", "mount", "-t", "lustre", f"{d0}p2", f"{t}/ost0"),
+        ("dac1", "mount", "-t", "lustre", f"{d1}p1", f"{t}/ost1"),
+        ("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}", "<site>/dac1/fs/42"),
+        ("dac1", "lfs", "setstripe", "-c", "-1", "<site>/dac1/fs/42/striped"),
+    ]
+    striped = s.root / "dac1" / "fs" / "42" / "striped"
+    assert (striped.stat().st_uid, oct(striped.stat().st_mode & 0o777)) == (1000, "0o700")
+
+    attached = {"7": ["node1", "node2"]}
+    s.run(config, "lustre", buf.model_copy(update={"attachments": attached}), "mount")
+    calls = s.calls()
+    ok(calls)
+    assert s.commands_of(calls) == [
+        (n, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}/striped",
+         NODE.format(node=n, kind="striped")) for n in ("node1", "node2")]
+
+    s.run(config, "lustre", buf, "unmount", attached=attached)
+    assert s.commands() == [(n, "umount", NODE.format(node=n, kind="striped"))
+                            for n in ("node1", "node2")]
+    assert not (s.root / "nodes" / "node1" / "7" / "striped").exists()
+
+    s.run(config, "lustre", buf, "delete")
+    calls = s.calls()
+    assert all(c["rc"] == 0 for c in calls)
+    assert s.commands_of(calls) == [
+        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", f"{t}/ost0"), ("dac1", "umount", f"{t}/ost1"),
+        ("dac1", "umount", f"{t}/mdt0"),
+        ("dac1", "wipefs", "--all", f"{d0}p1"), ("dac1", "wipefs", "--all", f"{d0}p2"),
+        ("dac1", "wipefs", "--all", f"{d1}p1"),
+        ("dac1", "wipefs", "--all", d0), ("dac1", "wipefs", "--all", d1),
+    ]
+    assert sorted(p.name for p in (s.root / "dac1" / "dev").iterdir()) == ["nvme0n1", "nvme1n1"]
+    assert not (s.root / "dac1" / "fs" / "42").exists()
+    assert not (s.root / "targets" / fs).exists()
+
+
+# 4 hosts with a shared MGS and the tuning profile; 2 (enough to show the order across
+# servers, and half the run time) with a per-buffer MGS and no tuning
+@pytest.mark.parametrize("hosts,mgs,tuning", [(2, "per_buffer", "none"), (4, "shared", "io500")])
+def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(site, hosts, mgs, tuning):
+    s = site(hosts)
+    shared = {"host": "mgs1", "nid": "10.0.0.100@tcp"}
+    config = s.config("lustre", mgs=shared if mgs == "shared" else "per_buffer", tuning=tuning)
+    servers = ["dac2", "dac1"] if hosts == 2 else ["dac3", "dac1", "dac2", "dac4"]
+    bricks = [(h, b) for h in servers for b in (0, 1)]
+    buf = s.buffer(bricks, access="striped,private")
+    fs = fsname(buf)
+    primary = servers[0]
+    nid = "10.0.0.100@tcp" if mgs == "shared" else f"10.0.0.{primary[-1]}@tcp"
+    t = f"<site>/targets/{fs}"
+
+    if mgs == "shared":  # the site runs the shared MGS: it is up before any buffer
+        s.start_shared_mgs("mgs1")
+    s.run(config, "lustre", buf, "create")
+    calls = s.calls()
+    ok(calls)
+    cmds = s.commands_of(calls)
+    started = [c for c in cmds if c[1] == "mount"]
+    # MGS (with MDT0, on the primary) first, then one MDT per server, then the 8 OSTs
+    mgs_mount = [(h, c[-1].rsplit("/", 1)[1]) for h, *c in started]
+    expected = ([] if mgs == "shared" else [(primary, "mdt0")]) + \
+        [(h, f"mdt{i}") for i, h in enumerate(servers) if mgs == "shared" or i > 0] + \
+        [(h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)] + \
+        [(primary, "42")]
+    assert mgs_mount == expected
+    formats = [c for c in cmds if c[1] == "mkfs.lustre"]
+    assert len(formats) == 3 * hosts  # an MDT and two OSTs per server
+    assert all(f"--mgsnode={nid}" in c for c in formats if "--mgs" not in c)
+    assert ("--mgs" in formats[0]) == (mgs == "per_buffer")
+    client = [c for c in cmds if c[1] == "mount" and "-o" in c]
+    assert client == [(primary, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}",
+                       f"<site>/{primary}/fs/42")]
+    if mgs == "shared":
+        assert [c for c in cmds if c[1] == "lctl" and c[2] == "ping"] == [
+            (h, "lctl", "ping", nid) for h in servers]
+        assert ("mgs1", "lctl", "erase_lcfg", fs) in cmds  # create's clean start
+    tuned = [c for c in cmds if c[1:3] == ("lctl", "set_param")]
+    if tuning == "io500":
+        assert [c[0] for c in tuned] == servers + [primary]
+        assert tuned[0][3:] == (f"obdfilter.{fs}-OST*.brw_size=16",
+                                f"obdfilter.{fs}-OST*.precreate_batch=1024")
+        assert f"osc.{fs}-*.max_pages_per_rpc=4096" in tuned[-1]
+    else:
+        assert tuned == []
+
+    attached = {"7": ["node1", "node2"]}
+    s.run(config, "lustre", buf.model_copy(update={"attachments": attached}), "mount")
+    calls = s.calls()
+    ok(calls)
+    mounts = [c for c in s.commands_of(calls) if c[1] == "mount"]
+    assert mounts == [
+        (n, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}/{part}",
+         NODE.format(node=n, kind=kind))
+        for n in ("node1", "node2")
+        for kind, part in (("private", f"private/{n}"), ("striped", "striped"))]
+    for n in ("node1", "node2"):
+        d = s.root / primary / "fs" / "42" / "private" / n
+        assert (d.stat().st_uid, oct(d.stat().st_mode & 0o777)) == (1000, "0o700")
+
+    # teardown straight from mounted (the job was cancelled): clients first, MGS last
+    s.run(config, "lustre", buf.model_copy(update={"attachments": attached}), "delete",
+          attached=attached)
+    calls = s.calls()
+    assert all(c["rc"] == 0 for c in calls), calls
+    order = [(c[0], c[-1].replace(f"{t}/", "")) for c in s.commands_of(calls)
+             if c[1] == "umount"]
+    assert order == [
+        (n, NODE.format(node=n, kind=k)) for n in ("node1", "node2")
+        for k in ("private", "striped")] + [(primary, f"<site>/{primary}/fs/42")] + \
+        [(h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)] + \
+        [(h, f"mdt{i}") for i, h in enumerate(servers) if mgs == "shared" or i > 0] + \
+        ([] if mgs == "shared" else [(primary, "mdt0")])
+    mounted = {h: m for h, m in s.state().get("mounts", {}).items() if m}
+    assert list(mounted) == (["mgs1"] if mgs == "shared" else [])  # the site's MGS stays up
+
+
+def test_teardown_after_a_create_that_failed_half_way(site):
+    s = site(2)
+    config = s.config("lustre")
+    buf = s.buffer([("dac1", 0), ("dac2", 0)])
+    fs = fsname(buf)
+    s.fail("mount", ["ost1"], host="dac2", rc=5,
+           stderr="mount.lustre: mount /dev/nvme0n1p2 at ost1 failed: Input/output error")
+    with pytest.raises(PlaybookFailed) as e:
+        s.run(config, "lustre", buf, "create")
+    assert e.value.host == "dac2" and e.value.task == "start the OSTs"
+    assert "Input/output error" in str(e.value)
+    s.calls()
+    s.run(config, "lustre", buf, "delete")
+    calls = s.calls()
+    ok(calls)
+    t = f"<site>/targets/{fs}"
+    assert [c for c in s.commands_of(calls) if c[1] in ("umount", "wipefs")] == [
+        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", f"{t}/ost0"), ("dac2", "umount", f"{t}/ost1"),
+        ("dac2", "umount", f"{t}/mdt1"), ("dac1", "umount", f"{t}/mdt0"),
+        ("dac1", "wipefs", "--all", "<site>/dac1/dev/nvme0n1p1"),
+        ("dac1", "wipefs", "--all", "<site>/dac1/dev/nvme0n1p2"),
+        ("dac2", "wipefs", "--all", "<site>/dac2/dev/nvme0n1p1"),
+        ("dac2", "wipefs", "--all", "<site>/dac2/dev/nvme0n1p2"),
+        ("dac1", "wipefs", "--all", "<site>/dac1/dev/nvme0n1"),
+        ("dac2", "wipefs", "--all", "<site>/dac2/dev/nvme0n1"),
+    ]
+    # what was never mounted was skipped, not an error; what was mounted is stopped
+    rcs = {tuple(c["argv"][1:]): c["rc"] for c in calls if c["argv"][0] == "umount"}
+    assert rcs[(f"{s.root}/targets/{fs}/ost1",)] == 32
+    assert rcs[(f"{s.root}/targets/{fs}/ost0",)] == 0
+    assert not any(s.state().get("mounts", {}).values())
