@@ -7,8 +7,10 @@ from pathlib import Path
 
 import click
 
+from daccore.admin_views import STATES
 from daccore.config import load_config
 from daccore.units import format_size, parse_size
+from dacctl import render
 from dacctl.render import table
 
 
@@ -19,9 +21,24 @@ def _size(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
-def _store():
+def _positive_size(ctx, param, value):
+    size = _size(ctx, param, value)
+    if size <= 0:
+        raise click.BadParameter(f"'{value}' must be greater than zero")
+    return size
+
+
+def _margin(ctx, param, value):
+    from daccore.estimate import parse_margin
+    try:
+        return parse_margin(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _store(config=None):
     from daccore.store import Store
-    return Store.from_settings(load_config().etcd)
+    return Store.from_settings((config or load_config()).etcd)
 
 
 @click.group(help="dac: burst buffers for Slurm. Add --debug to any command for tracebacks.")
@@ -90,6 +107,160 @@ def _show_status(v: dict, headline: str) -> None:
         if h["error"]:
             console.print(f"{h['host']}: {h['error']['category']} error: "
                           f"{h['error']['message']}", highlight=False, markup=False)
+
+
+@cli.command(help="Storage hosts: up, drained or down (its dacd's alive key is gone), free and "
+                  "total bricks per pool (free: held by no buffer), the buffers on each.")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def hosts(as_json: bool) -> None:
+    from daccore.admin_views import host_rows
+    rows = host_rows(_store().inventory(claim_owners=True))
+    click.echo(json.dumps({"hosts": rows}, indent=2) if as_json else render.hosts_table(rows))
+
+
+@cli.command(help="Buffers with their summary state (the lowest any host reached; error when "
+                  "a host failed the current spec; new before any host reported). Yours only, "
+                  "unless you are root.")
+@click.option("--user", help="only this owner's buffers (a login name or a uid)")
+@click.option("--state", type=click.Choice(STATES), help="only buffers in this summary state")
+@click.option("--pool", help="only buffers in this pool")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def buffers(user: str | None, state: str | None, pool: str | None, as_json: bool) -> None:
+    import os
+
+    from daccore.admin_views import buffer_rows, resolve_uid
+    owner = resolve_uid(user) if user else None
+    store = _store()
+    rows = buffer_rows(store.buffers().values(), store.statuses, os.getuid(), owner_uid=owner,
+                       state=state, pool=pool)
+    click.echo(json.dumps({"buffers": rows}, indent=2) if as_json else
+               render.buffers_table(rows))
+
+
+@cli.command(help="Everything about a buffer (a job id or a persistent buffer's name): its "
+                  "spec, each host's status, each error with the tail of its detail. Yours "
+                  "only, unless you are root.")
+@click.argument("buffer")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output, all of the "
+                                                      "error detail included")
+def show(buffer: str, as_json: bool) -> None:
+    import os
+
+    from daccore.admin_views import buffer_detail, visible
+    from daccore.errors import NotFound
+    store = _store()
+    current = store.buffer(buffer)
+    if current is None or not visible(os.getuid(), current.record):
+        raise NotFound(f"no buffer '{buffer}' of yours (a job id or a persistent buffer's name)")
+    d = buffer_detail(current.record, store.statuses(buffer))
+    click.echo(json.dumps(d, indent=2) if as_json else render.buffer_detail(d))
+
+
+@cli.command(help="Place no new buffers on a storage host (root only); the buffers already "
+                  "on it stay until their jobs end.")
+@click.argument("host")
+def drain(host: str) -> None:
+    _set_drained(host, True)
+
+
+@cli.command(help="Place buffers on a drained storage host again (root only).")
+@click.argument("host")
+def undrain(host: str) -> None:
+    _set_drained(host, False)
+
+
+def _set_drained(host: str, drained: bool) -> None:
+    import os
+
+    from daccore import admin
+    # refused before the config is read: a user who may not read it still gets this line
+    admin.require_root(os.getuid(), "drain hosts" if drained else "undrain hosts")
+    held = admin.set_drained(_store(), host, drained, os.getuid())
+    on = (f"; still on it: {len(held)} buffer{'s' if len(held) > 1 else ''} "
+          f"({', '.join(held)})") if drained and held else ""
+    click.echo(f"host {host} {'drained' if drained else 'undrained'}{on}")
+
+
+@cli.command("create-persistent", help="Create a persistent buffer outside any job (what "
+             "'#BB create_persistent' does) and wait until dacd has built it. You own it; "
+             "root may name another owner with --user and --group.")
+@click.option("--name", required=True, help="starts with a letter")
+@click.option("--capacity", required=True, callback=_positive_size, help="e.g. 1TiB")
+@click.option("--pool", help="default: the config's default_pool, else the only pool")
+@click.option("--access", default="striped", show_default=True)
+@click.option("--type", "type_", default="scratch", show_default=True,
+              type=click.Choice(["scratch"]))
+@click.option("--user", "owner_uid", type=click.IntRange(0), help="owner uid (root only)")
+@click.option("--group", "owner_gid", type=click.IntRange(0), help="owner gid (root only)")
+def create_persistent(name: str, capacity: int, pool: str | None, access: str, type_: str,
+                      owner_uid: int | None, owner_gid: int | None) -> None:
+    import os
+
+    from daccore import admin
+    config = load_config()
+    buf = admin.create_persistent(_store(config), config, name, capacity, pool, access, type_,
+                                  (os.getuid(), os.getgid()), (owner_uid, owner_gid))
+    click.echo(f"created persistent buffer {name}: {format_size(buf.allocation.size)} in pool "
+               f"{buf.request.pool} on {', '.join(buf.allocation.hosts)}")
+
+
+@cli.command("destroy-persistent", help="Destroy a persistent buffer (yours, or any as root) "
+             "and wait until dacd has wiped it; refused while a job has it attached.")
+@click.argument("name")
+@click.option("--hurry", is_flag=True, help="as '#BB destroy_persistent hurry': skip the "
+              "stage-out; a persistent buffer has none, so this changes nothing")
+def destroy_persistent(name: str, hurry: bool) -> None:
+    import os
+
+    from daccore import admin
+    config = load_config()
+    admin.destroy_persistent(_store(config), config, name, os.getuid())
+    click.echo(f"destroyed persistent buffer {name}")
+
+
+@cli.command(help="Drop a buffer whose storage hosts are all down for good (root only): its spec "
+                  "and claims go without a teardown, so wipe its bricks by hand.")
+@click.argument("buffer")
+def forget(buffer: str) -> None:
+    import os
+
+    from daccore import admin
+    admin.require_root(os.getuid(), "forget buffers")
+    hosts = admin.forget(_store(), buffer, os.getuid())
+    click.echo(f"buffer {buffer} forgotten; its bricks on {', '.join(hosts)} are free again "
+               "in dac: wipe them before those hosts come back")
+
+
+@cli.command(help="Capacity advice for a job script: the du of its stage-in sources plus a "
+                  "margin (the reference architecture's rule) and the output you expect, "
+                  "rounded up to the pool's bricks. The sources are measured as you, as the "
+                  "stage-in will read them; a path you cannot read fails the estimate (exit 1) "
+                  "after the figures, since it would fail the stage-in.")
+@click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--margin", default="0.25", show_default=True, callback=_margin,
+              help="added to the data, as a fraction (0.25) or a percentage (25%)")
+@click.option("--output", default="0", callback=_size, help="output the job will write into "
+                                                           "its buffer, e.g. 100GiB")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def estimate(script: Path, margin, output: int, as_json: bool) -> None:
+    import os
+
+    from daccore import estimate as est
+    from daccore.directives import parse_script
+    from daccore.errors import UserError
+    config = load_config()
+    try:
+        d = parse_script(script.read_bytes(), config.lua_directive)
+    except OSError as e:
+        raise UserError(f"cannot read the job script {script}: {e.strerror}") from None
+    measured = [est.measure(s.type, s.source) for s in d.stage_in]
+    pool = est.find_pool(_store(config).pools, d.jobdw.pool if d.jobdw else None,
+                         config.default_pool)
+    r = est.report(d, measured, output, margin, pool)
+    click.echo(json.dumps(r, indent=2) if as_json else render.estimate(r))
+    problem = est.problem_line(r, os.getuid())
+    if problem:
+        raise UserError(problem)
 
 
 @cli.group(help="The all-in-one local DAC: etcd, dacd servers and loop-file bricks on this "
