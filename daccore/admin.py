@@ -2,22 +2,40 @@
 outside a job. The buffer rules are `daccore.jobs`'s, the ones Slurm's create_persistent and
 teardown go through; this module adds only who may ask.
 
-Only root counts as an admin: the config names no admin group yet.
+Admins are root and the members of the config's `admin_group`: `rights` maps an admin to uid 0
+for every permission check (never for ownership: what an admin creates is theirs).
 """
 
 from __future__ import annotations
+
+import grp
+from typing import Iterable
 
 from daccore import jobs
 from daccore.directives import PERSISTENT_NAME
 from daccore.errors import NotFound, UserError
 from daccore.models import State
 
-__all__ = ["require_root", "set_drained", "create_persistent", "destroy_persistent", "forget"]
+__all__ = ["rights", "require_root", "set_drained", "create_persistent", "destroy_persistent",
+           "forget"]
+
+
+def rights(uid: int, groups: Iterable[int], admin_group: str) -> int:
+    """The uid dac's permission checks see for a caller: 0 for root and for a member of
+    `admin_group` (by any of its groups), else the caller's own."""
+    if uid == 0 or not admin_group:
+        return uid
+    try:
+        gid = grp.getgrnam(admin_group).gr_gid
+    except KeyError:
+        return uid  # a group this machine does not know has no members here
+    return 0 if gid in set(groups) else uid
 
 
 def require_root(uid: int, what: str) -> None:
+    """`uid` as `rights` gives it."""
     if uid != 0:
-        raise UserError(f"only root may {what}")
+        raise UserError(f"only root or the admin group may {what}")
 
 
 def set_drained(store, host: str, drained: bool, uid: int) -> list[str]:
@@ -35,15 +53,16 @@ def set_drained(store, host: str, drained: bool, uid: int) -> list[str]:
 
 def create_persistent(store, config, name: str, capacity: int, pool: str | None, access: str,
                       type_: str, caller: tuple[int, int],
-                      owner: tuple[int | None, int | None] = (None, None)):
+                      owner: tuple[int | None, int | None] = (None, None), admin: bool = False):
     """Create persistent buffer `name`, wait (config.step_timeout) until every host has built
     it and return its spec. `caller` is the (uid, gid) asking; `owner` (uid, gid), both or
-    neither, is for root only; by default the caller owns the buffer."""
+    neither, is for admins only; by default the caller owns the buffer."""
     uid, gid = owner
     if (uid is None) != (gid is None):
         raise UserError("give --user and --group together (the buffer's owner and group)")
-    if uid is not None and caller[0] != 0 and (uid, gid) != caller:
-        raise UserError("only root may create a buffer for another user (--user, --group)")
+    if uid is not None and not admin and (uid, gid) != caller:
+        raise UserError("only root or the admin group may create a buffer for another user "
+                        "(--user, --group)")
     if not PERSISTENT_NAME.match(name):
         raise UserError(f"create-persistent: name '{name}' must start with a letter and "
                         "contain only letters, digits, _ . -")

@@ -23,7 +23,8 @@ STATES = ("new", "created", "staged_in", "mounted", "unmounted", "staged_out", "
 
 
 def visible(uid: int, buf) -> bool:
-    """The rule of `dacctl status`: the owner sees their buffer, root sees all."""
+    """The rule of `dacctl status`: the owner sees their buffer, admins (uid 0 as
+    daccore.admin.rights gives it) see all."""
     return uid in (0, buf.owner_uid)
 
 

@@ -179,6 +179,10 @@ class DacConfig(Settings):
         description="where a compute node's <mount_root> is, seen from the storage server; "
                     "{node} is the node's name. Default: mount_root itself (near-node flash: "
                     "the storage server is the compute node)")
+    admin_group: str = Field(
+        "", pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$|^$",
+        description="members of this group act as root in dacctl: drain, forget, other users' "
+                    "buffers ('' = root only)")
     lua_directive: str = Field("BB_LUA", pattern=r"^[A-Za-z0-9_]+$",
                                description="burst_buffer.conf Directive= (burst_buffer/lua)")
     concurrency: int = Field(4, ge=1, description="buffers a dacd works on at once")

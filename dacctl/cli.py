@@ -41,6 +41,17 @@ def _store(config=None):
     return Store.from_settings((config or load_config()).etcd)
 
 
+def _rights(config=None) -> int:
+    """The caller's uid for permission checks: 0 for root and the admin group (daccore.admin)."""
+    import os
+
+    from daccore.admin import rights
+    if os.getuid() == 0:
+        return 0  # before reading the config: root may always act, whatever it says
+    return rights(os.getuid(), [os.getgid(), *os.getgroups()],
+                  (config or load_config()).admin_group)
+
+
 @click.group(help="dac: burst buffers for Slurm. Add --debug to any command for tracebacks.")
 def cli() -> None:
     pass
@@ -69,14 +80,12 @@ def pools(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--line", is_flag=True, help="one line (what scontrol show bbstat <job> prints)")
 def status(buffer: str, as_json: bool, line: bool) -> None:
-    import os
-
     from daccore.errors import NotFound
     from daccore.status_view import summary_line, view
     store = _store()
     current = store.buffer(buffer)
-    # users see their own buffers only; root (Slurm's hooks, admins) sees every one
-    if current is None or os.getuid() not in (0, current.record.owner_uid):
+    # users see their own buffers only; root (Slurm's hooks) and admins see every one
+    if current is None or _rights() not in (0, current.record.owner_uid):
         raise NotFound(f"no buffer '{buffer}' of yours (a job id or a persistent buffer's name)")
     v = view(current.record, store.statuses(buffer))
     if as_json:
@@ -126,12 +135,10 @@ def hosts(as_json: bool) -> None:
 @click.option("--pool", help="only buffers in this pool")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def buffers(user: str | None, state: str | None, pool: str | None, as_json: bool) -> None:
-    import os
-
     from daccore.admin_views import buffer_rows, resolve_uid
     owner = resolve_uid(user) if user else None
     store = _store()
-    rows = buffer_rows(store.buffers().values(), store.statuses, os.getuid(), owner_uid=owner,
+    rows = buffer_rows(store.buffers().values(), store.statuses, _rights(), owner_uid=owner,
                        state=state, pool=pool)
     click.echo(json.dumps({"buffers": rows}, indent=2) if as_json else
                render.buffers_table(rows))
@@ -144,13 +151,11 @@ def buffers(user: str | None, state: str | None, pool: str | None, as_json: bool
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output, all of the "
                                                       "error detail included")
 def show(buffer: str, as_json: bool) -> None:
-    import os
-
     from daccore.admin_views import buffer_detail, visible
     from daccore.errors import NotFound
     store = _store()
     current = store.buffer(buffer)
-    if current is None or not visible(os.getuid(), current.record):
+    if current is None or not visible(_rights(), current.record):
         raise NotFound(f"no buffer '{buffer}' of yours (a job id or a persistent buffer's name)")
     d = buffer_detail(current.record, store.statuses(buffer))
     click.echo(json.dumps(d, indent=2) if as_json else render.buffer_detail(d))
@@ -170,12 +175,10 @@ def undrain(host: str) -> None:
 
 
 def _set_drained(host: str, drained: bool) -> None:
-    import os
-
     from daccore import admin
-    # refused before the config is read: a user who may not read it still gets this line
-    admin.require_root(os.getuid(), "drain hosts" if drained else "undrain hosts")
-    held = admin.set_drained(_store(), host, drained, os.getuid())
+    uid = _rights()
+    admin.require_root(uid, "drain hosts" if drained else "undrain hosts")
+    held = admin.set_drained(_store(), host, drained, uid)
     on = (f"; still on it: {len(held)} buffer{'s' if len(held) > 1 else ''} "
           f"({', '.join(held)})") if drained and held else ""
     click.echo(f"host {host} {'drained' if drained else 'undrained'}{on}")
@@ -199,7 +202,8 @@ def create_persistent(name: str, capacity: int, pool: str | None, access: str, t
     from daccore import admin
     config = load_config()
     buf = admin.create_persistent(_store(config), config, name, capacity, pool, access, type_,
-                                  (os.getuid(), os.getgid()), (owner_uid, owner_gid))
+                                  (os.getuid(), os.getgid()), (owner_uid, owner_gid),
+                                  admin=_rights(config) == 0)
     click.echo(f"created persistent buffer {name}: {format_size(buf.allocation.size)} in pool "
                f"{buf.request.pool} on {', '.join(buf.allocation.hosts)}")
 
@@ -210,11 +214,9 @@ def create_persistent(name: str, capacity: int, pool: str | None, access: str, t
 @click.option("--hurry", is_flag=True, help="as '#BB destroy_persistent hurry': skip the "
               "stage-out; a persistent buffer has none, so this changes nothing")
 def destroy_persistent(name: str, hurry: bool) -> None:
-    import os
-
     from daccore import admin
     config = load_config()
-    admin.destroy_persistent(_store(config), config, name, os.getuid())
+    admin.destroy_persistent(_store(config), config, name, _rights(config))
     click.echo(f"destroyed persistent buffer {name}")
 
 
@@ -222,11 +224,10 @@ def destroy_persistent(name: str, hurry: bool) -> None:
                   "and claims go without a teardown, so wipe its bricks by hand.")
 @click.argument("buffer")
 def forget(buffer: str) -> None:
-    import os
-
     from daccore import admin
-    admin.require_root(os.getuid(), "forget buffers")
-    hosts = admin.forget(_store(), buffer, os.getuid())
+    uid = _rights()
+    admin.require_root(uid, "forget buffers")
+    hosts = admin.forget(_store(), buffer, uid)
     click.echo(f"buffer {buffer} forgotten; its bricks on {', '.join(hosts)} are free again "
                "in dac: wipe them before those hosts come back")
 

@@ -24,13 +24,14 @@ _BOOT = ("import site, sys; site.addsitedir(sys.argv.pop(1)); from dacctl.main i
          "sys.exit(main(sys.argv[1:]))")
 
 
-def as_user(env, *args, uid=UID, gid=GID):
-    """`dacctl *args` run as `uid`:`gid` with no supplementary groups."""
+def as_user(env, *args, uid=UID, gid=GID, groups=()):
+    """`dacctl *args` run as `uid`:`gid` with `groups` as its supplementary groups."""
     version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
                              capture_output=True, text=True).stdout.strip()
     assert version == str(tuple(sys.version_info[:2])), \
         f"{SYSTEM_PYTHON} is {version}, the venv's python {sys.version_info[:2]}"
-    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+    extra = [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", *extra,
                            SYSTEM_PYTHON, "-c", _BOOT, sysconfig.get_paths()["purelib"], *args],
                           env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=120)
@@ -77,8 +78,8 @@ def test_hosts_show_bricks_buffers_drain_undrain_and_down(dac, tmp_path):
     assert one_line(run("dacctl", "drain", "nope", env=env, check=False)) == \
         f"dacctl: user error: unknown host 'nope' (hosts: {', '.join(sorted(before))})"
     assert one_line(as_user(env, "undrain", busy)) == \
-        "dacctl: user error: only root may undrain hosts"
-    assert one_line(as_user(env, "drain", idle)) == "dacctl: user error: only root may drain hosts"
+        "dacctl: user error: only root or the admin group may undrain hosts"
+    assert one_line(as_user(env, "drain", idle)) == "dacctl: user error: only root or the admin group may drain hosts"
     assert hosts(env)[idle]["state"] == "up"
     assert run("dacctl", "undrain", busy, env=env).stdout == f"host {busy} undrained\n"
     assert hosts(env)[busy]["state"] == "up" and pools(env)["default"]["hosts_drained"] == 0
@@ -95,7 +96,7 @@ def test_hosts_show_bricks_buffers_drain_undrain_and_down(dac, tmp_path):
         "(scancel the job, or dacctl destroy-persistent); forget is for buffers whose hosts "
         "are gone")
     assert one_line(as_user(env, "forget", "6")) == \
-        "dacctl: user error: only root may forget buffers"
+        "dacctl: user error: only root or the admin group may forget buffers"
     assert run("dacctl", "forget", "6", env=env).stdout == (
         f"buffer 6 forgotten; its bricks on {idle} are free again in dac: wipe them before "
         "those hosts come back\n")
@@ -193,7 +194,7 @@ def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
     refusals = [
         (as_user(env, "create-persistent", "--name", "x", "--capacity", "1MiB", "--user", "0",
                  "--group", "0"),
-         "only root may create a buffer for another user (--user, --group)"),
+         "only root or the admin group may create a buffer for another user (--user, --group)"),
         (run("dacctl", "create-persistent", "--name", "x", "--capacity", "1MiB", "--user", "5",
              env=env, check=False),
          "give --user and --group together (the buffer's owner and group)"),
@@ -270,3 +271,30 @@ def test_estimate_measures_a_tree_as_the_user_and_names_what_they_cannot_read(da
                                                           "DAC_ETCD_ENDPOINTS": ""}).stdout
     assert "advice: capacity=501MiB (400MiB plus 25% margin = 500MiB; pool unknown (etcd " \
            "unreachable at http://127.0.0.1:9" in offline
+
+
+def test_the_admin_group_acts_as_root_in_dacctl(dac, tmp_path):
+    import grp
+
+    import yaml
+    workdir, env, store = dac
+    try:
+        gid = grp.getgrnam("dacadmins").gr_gid
+    except KeyError:
+        subprocess.run(["groupadd", "dacadmins"], check=True)
+        gid = grp.getgrnam("dacadmins").gr_gid
+    setup(env, tmp_path, 9, "512MiB")  # owned by uid 1234 (clitools.setup), not by 5555
+    host = store.buffer("9").record.allocation.primary_host
+    assert one_line(as_user(env, "show", "9", uid=5555, gid=5555)) == \
+        "dacctl: user error: no buffer '9' of yours (a job id or a persistent buffer's name)"
+    config = workdir / "dac.yaml"
+    data = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**data, "admin_group": "dacadmins"}))
+    # a member (by a supplementary group) sees every buffer and may drain; others still not
+    r = as_user(env, "show", "9", "--json", uid=5555, gid=5555, groups=(gid,))
+    assert r.returncode == 0 and json.loads(r.stdout)["buffer"]["owner_uid"] == UID, r.stderr
+    assert as_user(env, "drain", host, uid=5555, gid=5555, groups=(gid,)).returncode == 0
+    assert hosts(env)[host]["state"] == "drained"
+    assert one_line(as_user(env, "undrain", host, uid=5555, gid=5555)) == \
+        "dacctl: user error: only root or the admin group may undrain hosts"
+    assert as_user(env, "undrain", host, uid=5555, gid=5555, groups=(gid,)).returncode == 0
