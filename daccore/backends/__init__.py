@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from daccore.models import Buffer
 
 __all__ = ["Backend", "register", "get", "runs_once_for_all_hosts", "unservable",
-           "node_mounts"]
+           "node_mounts", "prune_list"]
 
 _REGISTRY: dict[str, type[Backend]] = {}
 
@@ -94,6 +94,19 @@ def node_mounts(buffer: Buffer, attachments: dict[str, list[str]], node_root: Ca
                 out.setdefault(node, {})[
                     mount_path(root, job, buffer.name, buffer.persistent, kind)] = part
     return out
+
+
+def prune_list(targets: list[str], root: str) -> list[str]:
+    """The mount points `targets` and their parents below the node's `root`, deepest first:
+    what `rmdir` removes, one by one, once they are unmounted and empty."""
+    root = os.path.normpath(root)
+    dirs = set()
+    for target in targets:
+        path = os.path.normpath(target)
+        while path.startswith(root + os.sep):
+            dirs.add(path)
+            path = os.path.dirname(path)
+    return sorted(dirs, key=lambda d: (-d.count(os.sep), d))
 
 
 def unservable(backend: str, bricks: int, swap: int, access: str = "striped") -> str | None:

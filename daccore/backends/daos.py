@@ -21,7 +21,7 @@ import grp
 import os
 import pwd
 
-from daccore.backends import Backend, node_mounts, register
+from daccore.backends import Backend, node_mounts, prune_list, register
 from daccore.errors import AdminError
 
 __all__ = ["DaosBackend", "pool_label", "CONTAINER"]
@@ -77,11 +77,13 @@ class DaosBackend(Backend):
         if step == "delete":  # whatever may be mounted, even by a step cut short
             have = {n: {**have.get(n, {}), **want.get(n, {})} for n in {*have, *want}}
             want = {}
-        clients = {
-            node: {**self.config.node_ansible_vars,
-                   "mounts": sorted(t for t in want.get(node, {}) if t not in have.get(node, {})),
-                   "unmounts": sorted(t for t in have.get(node, {}) if t not in want.get(node, {}))}
-            for node in sorted({*want, *have})}
+        clients = {}
+        for node in sorted({*want, *have}):
+            gone = sorted(t for t in have.get(node, {}) if t not in want.get(node, {}))
+            clients[node] = {
+                **self.config.node_ansible_vars,
+                "mounts": sorted(t for t in want.get(node, {}) if t not in have.get(node, {})),
+                "unmounts": gone, "prune": prune_list(gone, self.config.node_mount_root(node))}
         return {"all": {"children": {"primary": {"hosts": {primary: self.host_vars(primary)}},
                                      "clients": {"hosts": clients}}}}
 

@@ -23,7 +23,7 @@ import hashlib
 import os
 import string
 
-from daccore.backends import Backend, node_mounts, register
+from daccore.backends import Backend, node_mounts, prune_list, register
 
 __all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
 
@@ -155,6 +155,8 @@ class LustreBackend(Backend):
                            for t, p in sorted(mine.items()) if t not in had],
                 "unmounts": sorted(t for t in had if t not in mine),
             }
+            clients[node]["prune"] = prune_list(clients[node]["unmounts"],
+                                                self.config.node_mount_root(node))
         groups = {"servers": {"hosts": servers}, "primary": {"hosts": {primary: {}}},
                   "clients": {"hosts": clients}}
         if s.mgs != "per_buffer":

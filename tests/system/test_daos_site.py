@@ -68,7 +68,7 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
         ("user", n, "fusermount3", "-u", NODE.format(node=n)) for n in ("node1", "node2")]
     assert all(c["rc"] == 0 for c in calls)
-    assert not (s.root / "nodes" / "node1" / "7" / "striped").exists()
+    assert not (s.root / "nodes" / "node1" / "7").exists()  # mount points and their parents
 
     s.run(config, "daos", buf, "delete")
     calls = s.calls()

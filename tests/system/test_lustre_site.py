@@ -71,7 +71,7 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site):
     s.run(config, "lustre", buf, "unmount", attached=attached)
     assert s.commands() == [(n, "umount", NODE.format(node=n, kind="striped"))
                             for n in ("node1", "node2")]
-    assert not (s.root / "nodes" / "node1" / "7" / "striped").exists()
+    assert not (s.root / "nodes" / "node1" / "7").exists()  # mount points and their parents
 
     s.run(config, "lustre", buf, "delete")
     calls = s.calls()

@@ -121,3 +121,15 @@ def test_the_io500_profile_names_the_buffers_own_targets_only():
     assert all(p.split(".")[1].startswith(fs) or p.startswith(f"ldlm.namespaces.{fs}")
                for p in v["client_tuning"])
     assert get("lustre", config(), "dac2").variables(b, "create")["client_tuning"] == []
+
+
+def test_unmounted_nodes_prune_their_mount_points_and_empty_parents_only():
+    from daccore.backends import prune_list
+    assert prune_list(["/nodes/n1/7/striped", "/nodes/n1/7/private", "/nodes/n1/8/persistent/p"],
+                      "/nodes/n1") == ["/nodes/n1/8/persistent/p", "/nodes/n1/7/private",
+                                       "/nodes/n1/7/striped", "/nodes/n1/8/persistent",
+                                       "/nodes/n1/7", "/nodes/n1/8"]
+    b = buffer([("dac2", 0)], attachments={})
+    inv = get("lustre", config(), "dac2").inventory(b, "unmount", attached={"7": ["n1"]})
+    assert inv["all"]["children"]["clients"]["hosts"]["n1"]["prune"] == [
+        "/nodes/n1/7/striped", "/nodes/n1/7"]
