@@ -82,11 +82,13 @@ def shorten(names: list[str], limit: int = 4) -> str:
     return f"{', '.join(names[:limit])} +{len(names) - limit} more"
 
 
-def host_rows(inv) -> list[dict]:
+def host_rows(inv, lease_ages: dict[str, float] | None = None) -> list[dict]:
     """Per storage host, from an inventory read with `claim_owners=True`: its state (up,
-    drained or down; a host is down when its alive key is gone), and per pool its bricks, how
-    many no buffer holds (`free`, whatever the host's state: only an up host's free bricks
-    take new buffers) and the buffers on it."""
+    drained or down; a host is down when its alive key is gone), seconds since its dacd last
+    renewed its lease (Store.lease_ages), and per pool its bricks, how many no buffer holds
+    (`free`, whatever the host's state: only an up host's free bricks take new buffers) and
+    the buffers on it."""
+    lease_ages = lease_ages or {}
     rows = []
     for name in sorted(inv.hosts):
         h = inv.hosts[name]
@@ -98,6 +100,7 @@ def host_rows(inv) -> list[dict]:
             ("drained" if h.drained else "up")
         rows.append({
             "name": name, "state": state, "alive": h.alive, "drained": h.drained,
+            "lease_age": lease_ages.get(name),
             "pools": {p: {"bricks": n, "free": n - claimed[p], "claimed": claimed[p]}
                       for p, n in sorted(bricks.items())},
             "buffers": sort_names(set(held.values())),

@@ -137,6 +137,11 @@ class GrpcTransport:
             raise _translate(e, "lease keepalive") from e
         raise Unreachable("lease keepalive stream ended without an answer")
 
+    def lease_time_to_live(self, lease: int) -> tuple[int, int]:
+        r = self._unary(self._lease.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest(ID=lease),
+                        "lease time-to-live")
+        return r.TTL, r.grantedTTL
+
     def lease_revoke(self, lease: int) -> None:
         self._unary(self._lease.LeaseRevoke, rpc_pb2.LeaseRevokeRequest(ID=lease), "lease revoke")
 

@@ -257,6 +257,10 @@ class HttpTransport:
         r = self.call("/v3/lease/keepalive", {"ID": str(lease)})
         return int(r.get("result", {}).get("TTL", 0))
 
+    def lease_time_to_live(self, lease: int) -> tuple[int, int]:
+        r = self.call("/v3/lease/timetolive", {"ID": str(lease)})
+        return int(r.get("TTL", -1)), int(r.get("grantedTTL", 0))
+
     def lease_revoke(self, lease: int) -> None:
         self.call("/v3/lease/revoke", {"ID": str(lease)})
 

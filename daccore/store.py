@@ -151,6 +151,17 @@ class Store:
         return LeaseKeeper(self.client, ttl, lambda lease: self.client.put(key, "", lease),
                            name=f"lease-{host}").start()
 
+    def lease_ages(self) -> dict[str, float]:
+        """Live host -> seconds since its dacd last renewed its lease (granted TTL minus what
+        is left): near 0 for a healthy dacd, growing toward the TTL for a stuck one."""
+        kvs, _ = self.client.range(self.keys.alive, prefix_end(self.keys.alive))
+        ages = {}
+        for kv in kvs:
+            left, granted = self.client.lease_time_to_live(kv.lease)
+            if left >= 0:
+                ages[Keys.last(kv.key, self.keys.alive)] = float(granted - left)
+        return ages
+
     def alive(self) -> set[str]:
         kvs, _ = self.client.range(self.keys.alive, prefix_end(self.keys.alive), keys_only=True)
         return {Keys.last(kv.key, self.keys.alive) for kv in kvs}

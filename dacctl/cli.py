@@ -123,7 +123,8 @@ def _show_status(v: dict, headline: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def hosts(as_json: bool) -> None:
     from daccore.admin_views import host_rows
-    rows = host_rows(_store().inventory(claim_owners=True))
+    store = _store()
+    rows = host_rows(store.inventory(claim_owners=True), store.lease_ages())
     click.echo(json.dumps({"hosts": rows}, indent=2) if as_json else render.hosts_table(rows))
 
 

@@ -14,8 +14,9 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
 def hosts_table(rows: list[dict]) -> str:
     """`dacctl hosts`: bricks as free/total per pool, the buffers holding them."""
     from daccore.admin_views import shorten
-    return table(["HOST", "STATE", "BRICKS FREE/TOTAL", "BUFFERS"], [
+    return table(["HOST", "STATE", "LEASE", "BRICKS FREE/TOTAL", "BUFFERS"], [
         [r["name"], r["state"],
+         f"{r['lease_age']:.0f}s ago" if r.get("lease_age") is not None else "-",
          ", ".join(f"{p} {c['free']}/{c['bricks']}" for p, c in r["pools"].items()) or "-",
          f"{len(r['buffers'])}: {shorten(r['buffers'])}" if r["buffers"] else "0"]
         for r in rows])

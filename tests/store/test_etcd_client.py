@@ -50,6 +50,18 @@ def test_an_unrefreshed_lease_expires(etcd):
     assert etcd.lease_keepalive(lease) == 0
 
 
+def test_a_leases_time_to_live_tells_how_long_since_it_was_renewed(etcd):
+    lease = etcd.lease_grant(5)
+    etcd.put("/c/ttl", "", lease)
+    time.sleep(1.2)
+    left, granted = etcd.lease_time_to_live(lease)
+    assert granted == 5 and 2 <= left <= 4  # etcd counts whole seconds
+    etcd.lease_keepalive(lease)
+    assert etcd.lease_time_to_live(lease)[0] >= 4
+    etcd.lease_revoke(lease)
+    assert etcd.lease_time_to_live(lease)[0] == -1
+
+
 def test_lease_keeper_rebinds_after_losing_its_lease(etcd):
     bound = []
     keeper = LeaseKeeper(etcd, 2, lambda lease: (bound.append(lease),

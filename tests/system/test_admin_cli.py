@@ -68,9 +68,11 @@ def test_hosts_show_bricks_buffers_drain_undrain_and_down(dac, tmp_path):
         f"host {busy} drained; still on it: 1 buffer (5)\n"
     assert hosts(env)[busy]["state"] == "drained" and pools(env)["default"]["hosts_drained"] == 1
     table = run("dacctl", "hosts", env=env).stdout.splitlines()
-    assert table[0].split() == ["HOST", "STATE", "BRICKS", "FREE/TOTAL", "BUFFERS"]
-    assert [line.split()[:4] for line in table[1:] if line.startswith(busy)] == \
-        [[busy, "drained", "default", "1/2"]]
+    assert table[0].split() == ["HOST", "STATE", "LEASE", "BRICKS", "FREE/TOTAL", "BUFFERS"]
+    (row,) = [line.split() for line in table[1:] if line.startswith(busy)]
+    assert row[:2] == [busy, "drained"] and row[4:6] == ["default", "1/2"]
+    assert row[2].endswith("s") and int(row[2][:-1]) <= 5 and row[3] == "ago"  # lease_ttl 5
+    assert 0 <= hosts(env)[busy]["lease_age"] <= 5
     # placement skips the drained host, though its free brick is the best fit
     setup(env, tmp_path, 6, "512MiB")
     assert store.buffer("6").record.allocation.hosts == [idle]
