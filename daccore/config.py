@@ -94,6 +94,10 @@ class LustreSettings(Settings):
         "none", description="io500: the lctl settings of the IO500 run (docs/backends.md)")
 
 
+#: the least NVMe a DAOS pool may have on each target (dmg pool create refuses less)
+DAOS_NVME_PER_TARGET = 1 << 30
+
+
 class DaosSettings(Settings):
     provider: str = Field("ofi+tcp", pattern=r"^(ofi\+[a-z_;+]+|ucx\+[a-z_.,]+)$",
                           description="fabric provider: ofi+tcp, ofi+cxi (Slingshot), "
@@ -125,6 +129,13 @@ class PoolSettings(Settings):
             raise ValueError(f"lustre.mdt_size: {format_size(self.lustre.mdt_size)} leaves no "
                              f"room for an OST in a brick of {format_size(self.granularity)} "
                              "(the granularity)")
+        if self.daos and self.granularity < self.daos.targets * DAOS_NVME_PER_TARGET:
+            # a one-brick buffer's pool gets one brick of NVMe on its engine, spread over the
+            # engine's targets; DAOS refuses less than 1 GiB of NVMe per target
+            raise ValueError(f"daos.targets: {self.daos.targets} targets need at least "
+                             f"{format_size(self.daos.targets * DAOS_NVME_PER_TARGET)} per brick "
+                             f"(DAOS: 1GiB of NVMe per target); the granularity is "
+                             f"{format_size(self.granularity)}")
         if self.swap and self.backend is not Backend.LOCAL:
             raise ValueError(f"swap: the {self.backend.value} backend offers no swap (only "
                              "local does)")

@@ -39,10 +39,10 @@ def test_backend_settings_give_nids_and_ranks(tmp_path):
 pools:
   l: {granularity: 1G, backend: lustre, lustre: {mgs: {host: mgs1, nid: 10.0.0.9@o2ib1},
       lnet_suffix: "-opa@o2ib1", tuning: io500, mdt_size: 100MiB}}
-  d: {granularity: 1G, backend: daos, daos: {provider: ofi+cxi, targets: 24, nr_xs_helpers: 6}}
+  d: {granularity: 1T, backend: daos, daos: {provider: ofi+cxi, targets: 24, nr_xs_helpers: 6}}
 hosts:
   dac1: {daos_ranks: {0: 0, 1: 1}, bricks: [{device: /dev/a, capacity: 1G, pool: l},
-                                           {device: /dev/b, capacity: 1G, pool: d, socket: 1}]}
+                                           {device: /dev/b, capacity: 1T, pool: d, socket: 1}]}
   dac2: {lnet_nid: 10.0.0.2@o2ib1, bricks: [{device: /dev/a, capacity: 1G, pool: l}]}
 """), env={})
     assert cfg.lnet_nid("dac1", "l") == "dac1-opa@o2ib1"
@@ -106,15 +106,18 @@ def test_dac_config_env_names_the_file(tmp_path):
      "pools.d: lustre: settings for backend lustre, but the pool's backend is local"),
     ("pools: {d: {granularity: 1G, backend: lustre, lustre: {mgs: per_buffer, mdt_size: 2G}}}",
      "pools.d: lustre.mdt_size: 2GiB leaves no room for an OST in a brick of 1GiB"),
-    ("pools: {d: {granularity: 1G, backend: daos, daos: {}, swap: true}}",
+    ("pools: {d: {granularity: 8GiB, backend: daos, daos: {targets: 16}}}",
+     "pools.d: daos.targets: 16 targets need at least 16GiB per brick (DAOS: 1GiB of NVMe per "
+     "target); the granularity is 8GiB"),
+    ("pools: {d: {granularity: 1T, backend: daos, daos: {}, swap: true}}",
      "pools.d: swap: the daos backend offers no swap"),
-    ("pools: {d: {granularity: 1G, backend: daos, daos: {provider: tcp}}}",
+    ("pools: {d: {granularity: 1T, backend: daos, daos: {provider: tcp}}}",
      "pools.d.daos.provider: string should match"),
     ("pools: {d: {granularity: 1T, backend: lustre, lustre: {mgs: per_buffer}}}\n"
      "hosts: {h: {bricks: [{device: /dev/x, capacity: 1T, pool: d}]}}",
      "hosts.h.lnet_nid: missing: its bricks are in lustre pool 'd', which sets no lnet_suffix"),
-    ("pools: {d: {granularity: 1G, backend: daos, daos: {}}}\n"
-     "hosts: {h: {daos_ranks: {0: 3}, bricks: [{device: /dev/x, capacity: 1G, pool: d, "
+    ("pools: {d: {granularity: 1T, backend: daos, daos: {}}}\n"
+     "hosts: {h: {daos_ranks: {0: 3}, bricks: [{device: /dev/x, capacity: 1T, pool: d, "
      "socket: 1}]}}", "hosts.h.daos_ranks: no DAOS rank for socket 1 (brick x of daos pool 'd')"),
     ("pools: [\n  bad", "line 2"),
     ("- a list", "the top level must be a mapping"),
