@@ -42,6 +42,27 @@ class Backend(ABC):
         """The Ansible inventory of a step: by default this host, over the local connection."""
         return {"all": {"hosts": {self.host: self.host_vars(self.host)}}}
 
+    def client_changes(self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None,
+                       access: list[str]) -> tuple[dict, dict]:
+        """For backends that mount on compute nodes themselves: (the parts the spec wants
+        mounted, node -> {mount point: part}; per node touched, its inventory variables:
+        `mounts` (new mount point -> part), `unmounts` and `prune` (daccore.backends.prune_list)).
+        A delete unmounts whatever may be mounted, even by a step cut short."""
+        root = self.config.node_mount_root
+        want = node_mounts(buffer, buffer.attachments, root, access)
+        have = node_mounts(buffer, attached or {}, root, access)
+        if step == "delete":
+            have = {n: {**have.get(n, {}), **want.get(n, {})} for n in {*have, *want}}
+            want = {}
+        clients = {}
+        for node in sorted({*want, *have}):
+            mine, had = want.get(node, {}), have.get(node, {})
+            gone = sorted(t for t in had if t not in mine)
+            clients[node] = {**self.config.node_ansible_vars,
+                             "mounts": {t: p for t, p in sorted(mine.items()) if t not in had},
+                             "unmounts": gone, "prune": prune_list(gone, root(node))}
+        return want, clients
+
     def host_vars(self, host: str) -> dict:
         """How Ansible reaches a storage server: this one locally, others as the config says."""
         local = {"ansible_connection": "local"} if host == self.host else {}

@@ -21,7 +21,7 @@ import grp
 import os
 import pwd
 
-from daccore.backends import Backend, node_mounts, prune_list, register
+from daccore.backends import Backend, register
 from daccore.errors import AdminError
 
 __all__ = ["DaosBackend", "pool_label", "CONTAINER"]
@@ -72,18 +72,9 @@ class DaosBackend(Backend):
 
     def inventory(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
         primary = buffer.allocation.primary_host
-        want = node_mounts(buffer, buffer.attachments, self.config.node_mount_root, ["striped"])
-        have = node_mounts(buffer, attached or {}, self.config.node_mount_root, ["striped"])
-        if step == "delete":  # whatever may be mounted, even by a step cut short
-            have = {n: {**have.get(n, {}), **want.get(n, {})} for n in {*have, *want}}
-            want = {}
-        clients = {}
-        for node in sorted({*want, *have}):
-            gone = sorted(t for t in have.get(node, {}) if t not in want.get(node, {}))
-            clients[node] = {
-                **self.config.node_ansible_vars,
-                "mounts": sorted(t for t in want.get(node, {}) if t not in have.get(node, {})),
-                "unmounts": gone, "prune": prune_list(gone, self.config.node_mount_root(node))}
+        _, clients = self.client_changes(buffer, step, attached, ["striped"])
+        for node in clients.values():  # dfuse mounts the container: the mount points suffice
+            node["mounts"] = list(node["mounts"])
         return {"all": {"children": {"primary": {"hosts": {primary: self.host_vars(primary)}},
                                      "clients": {"hosts": clients}}}}
 

@@ -23,7 +23,7 @@ import hashlib
 import os
 import string
 
-from daccore.backends import Backend, node_mounts, prune_list, register
+from daccore.backends import Backend, register
 
 __all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
 
@@ -137,26 +137,14 @@ class LustreBackend(Backend):
         s, primary = self._settings(buffer), buffer.allocation.primary_host
         fs, nid = fsname(buffer), self.mgs_nid(buffer)
         access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
-        want = node_mounts(buffer, buffer.attachments, self.config.node_mount_root, access)
-        have = node_mounts(buffer, attached or {}, self.config.node_mount_root, access)
-        if step == "delete":  # whatever may be mounted, even by a step cut short
-            have = {n: {**have.get(n, {}), **want.get(n, {})} for n in {*have, *want}}
-            want = {}
+        want, clients = self.client_changes(buffer, step, attached, access)
+        for node in clients.values():  # a Lustre subdirectory mount of the node's part
+            node["mounts"] = [{"target": t, "source": f"{nid}:/{fs}/{p}"}
+                              for t, p in node["mounts"].items()]
         servers = {h: {**self.host_vars(h), **t} for h, t in self.targets(buffer).items()}
         # the primary makes each node's private directory before that node mounts it
         servers[primary]["private_dirs"] = sorted(
             {part for parts in want.values() for part in parts.values() if part != "striped"})
-        clients = {}
-        for node in sorted({*want, *have}):
-            mine, had = want.get(node, {}), have.get(node, {})
-            clients[node] = {
-                **self.config.node_ansible_vars,
-                "mounts": [{"target": t, "source": f"{nid}:/{fs}/{p}"}
-                           for t, p in sorted(mine.items()) if t not in had],
-                "unmounts": sorted(t for t in had if t not in mine),
-            }
-            clients[node]["prune"] = prune_list(clients[node]["unmounts"],
-                                                self.config.node_mount_root(node))
         groups = {"servers": {"hosts": servers}, "primary": {"hosts": {primary: {}}},
                   "clients": {"hosts": clients}}
         if s.mgs != "per_buffer":
