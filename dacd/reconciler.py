@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from daccore.backends import get as get_backend
-from daccore.errors import Conflict, DacError, InternalError, StoreUnavailable
+from daccore.backends import runs_once_for_all_hosts
+from daccore.errors import AdminError, Conflict, DacError, InternalError, StoreUnavailable
 from daccore.etcd import WatchCompacted
 from daccore.lifecycle import next_step
 from daccore.models import Progress, State, Status, StatusError
@@ -126,7 +127,10 @@ class Reconciler:
             hosts = buf.allocation.hosts
             if self.host not in hosts:
                 return
-            if self._one_run_for_all_hosts(buf) and self.host != buf.allocation.primary_host:
+            pool = self.store.pools().get(buf.request.pool)
+            backend = pool.backend.value if pool else None  # an unknown pool fails the step
+            together = backend is not None and runs_once_for_all_hosts(backend)
+            if together and self.host != buf.allocation.primary_host:
                 return  # the primary runs every step for this buffer's hosts
             statuses = self.store.statuses(name)
             mine = statuses.get(self.host)
@@ -139,15 +143,16 @@ class Reconciler:
                 self._reap_if_gone(buf, current.mod_revision, statuses, hosts)
                 return
             step, target = nxt
-            self._step(buf, mine, step, target)
+            self._step(buf, mine, step, target, backend,
+                       hosts if together else [self.host])
 
-    def _step(self, buf, mine: Status | None, step: str, target: State) -> None:
+    def _step(self, buf, mine: Status | None, step: str, target: State, backend_name: str | None,
+              hosts: list[str]) -> None:
+        """Run `step`, recording its progress and outcome in the status of each of `hosts`."""
         name, reached = buf.name, mine.state if mine else None
         attached = mine.attached if mine else {}
         attempt = (mine.attempt + 1) if mine and mine.step == step else 1
         progress = [mine.progress if mine else None]  # the last staging progress stays shown
-
-        hosts = buf.allocation.hosts if self._one_run_for_all_hosts(buf) else [self.host]
 
         def status(**fields) -> None:
             values = dict(buffer=name, state=reached, generation=buf.generation,
@@ -160,8 +165,10 @@ class Reconciler:
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         started, backend = time.monotonic(), None
         try:
-            backend = get_backend(self.store.pools()[buf.request.pool].backend.value,
-                                  self.config, self.host)
+            if backend_name is None:
+                raise AdminError(f"pool '{buf.request.pool}' is not registered: start a dacd "
+                                 "whose config has it")
+            backend = get_backend(backend_name, self.config, self.host)
             if step in ("stage_in", "stage_out"):
                 if self.host == buf.allocation.primary_host:
                     def on_progress(p: dict) -> None:
@@ -190,11 +197,6 @@ class Reconciler:
         elif step == "delete":
             attached = {}
         status(state=target, step="", error=None)
-
-    def _one_run_for_all_hosts(self, buf) -> bool:
-        from daccore.backends import runs_once_for_all_hosts
-        pool = self.store.pools().get(buf.request.pool)
-        return pool is not None and runs_once_for_all_hosts(pool.backend.value)
 
     def _stage(self, buf, step: str, backend, on_progress) -> None:
         """Staging runs on the primary host, which has the filesystem mounted; progress goes
