@@ -3,15 +3,17 @@ cleanly."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
 from daccore.config import DacConfig
 from daccore.etcd_stream import LeaseKeeper
 from daccore.store import Store
-from dacd import metrics
+from dacd import metrics, runner
 from dacd.reconciler import Reconciler
 from dacd.registration import check_devices, host_record, host_settings, pool_records
+from dacd.warm_ansible import WarmAnsible
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ class Daemon:
         self._lease: LeaseKeeper | None = None
         self.reconciler: Reconciler | None = None
         self.metrics: metrics.MetricsServer | None = None
+        self.warm: WarmAnsible | None = None
         self.stopping = threading.Event()
 
     def start(self) -> None:
@@ -44,7 +47,12 @@ class Daemon:
         self._lease = self.store.keep_alive(self.host, self.config.lease_ttl)
         log.info("host %s registered: %d bricks, drained=%s, lease ttl %ss", self.host,
                  len(record.bricks), record.drained, self.config.lease_ttl)
-        self.reconciler = Reconciler(self.store, self.config, self.host)
+        run_step = None
+        if self.config.warm_ansible:
+            self.warm = WarmAnsible()
+            self.warm.ensure()  # listening before the first step asks
+            run_step = functools.partial(runner.run_step, warm=self.warm)
+        self.reconciler = Reconciler(self.store, self.config, self.host, run_step)
         self.reconciler.start()
 
     def wait(self) -> None:
@@ -62,4 +70,7 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+        if self.warm is not None:
+            self.warm.stop()
+            self.warm = None
         log.info("host %s stopped", self.host)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from daccore.errors import PlaybookFailed
+from dacd.warm_ansible import WarmAnsible
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +26,32 @@ __all__ = ["PLAYBOOKS", "run_step"]
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 
 
+def _no_nap_after_exit() -> None:
+    """ansible-runner closes a playbook's pty after the process has ended, and ptyprocess then
+    sleeps 0.1 s "to give the kernel time" to report a process that may still be exiting: a
+    tenth of a warm step, measured (docs/performance.md). Skip the nap when the process is
+    known to be gone; a live one is still given it."""
+    import ptyprocess
+    close = ptyprocess.PtyProcess.close
+    if getattr(close, "dac_no_nap", False):
+        return
+
+    def close_without_nap(self, force=True):
+        if not self.isalive():
+            self.delayafterclose = 0
+        return close(self, force)
+    close_without_nap.dac_no_nap = True
+    ptyprocess.PtyProcess.close = close_without_nap
+
+
 def run_step(backend: str, step: str, host: str, extravars: dict,
              on_task: Callable[[str], None] | None = None, inventory: dict | None = None,
-             forks: int = 20) -> None:
+             forks: int = 20, warm: WarmAnsible | None = None) -> None:
     """Run playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory` (default: this
-    machine); PlaybookFailed, naming the host whose task failed, on failure."""
+    machine), through `warm`'s server when given; PlaybookFailed, naming the host whose task
+    failed, on failure."""
     import ansible_runner  # ~100 ms: only dacd pays it
+    _no_nap_after_exit()
 
     project = PLAYBOOKS / backend
     if not (project / f"{step}.yml").exists():
@@ -56,13 +77,18 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
     output = ""
     try:
         bindir = os.path.dirname(sys.executable)
+        envvars = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
+                   "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"}
+        # runner runs a `binary` as given: the playbook goes on its command line
+        how = {"playbook": f"{step}.yml"} if warm is None else {
+            "binary": WarmAnsible.CLIENT, "cmdline": f"{step}.yml"}
+        if warm is not None:
+            envvars["DAC_WARM_ANSIBLE"] = warm.ensure()
         r = ansible_runner.run(
-            private_data_dir=workdir, project_dir=str(project), playbook=f"{step}.yml",
+            private_data_dir=workdir, project_dir=str(project), **how,
             inventory=_with_interpreter(inventory or {"all": {"hosts": {host: {
                 "ansible_connection": "local"}}}}),
-            extravars=extravars, event_handler=event, quiet=True, forks=forks,
-            envvars={"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
-                     "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"})
+            extravars=extravars, event_handler=event, quiet=True, forks=forks, envvars=envvars)
         if (r.status != "successful" or r.rc != 0) and not failed:
             output = _stdout_tail(r)  # no task failed: ansible itself did (syntax, start-up)
     finally:
