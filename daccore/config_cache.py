@@ -21,7 +21,7 @@ from typing import Mapping
 __all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings"]
 
 DEFAULT_PATH = "/etc/dac/dac.yaml"
-_VERSION = 1
+_VERSION = 2
 
 
 def config_path(path: str | None = None, env: Mapping[str, str] | None = None) -> str:
@@ -60,7 +60,9 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
     data = _read_cache(cache, identity) if cache else None
     if data is None:
         from daccore.config import load_config  # validates; raises ConfigError
-        data = load_config(source, env={}).model_dump(mode="json")
+        config = load_config(source, env={})
+        data = config.model_dump(mode="json")
+        data["own_mgs_pools"] = sorted(config.own_mgs_pools())  # derived once, by the config
         if cache:
             _write_cache(cache, identity, data)
     data = apply_env(data, env)

@@ -6,6 +6,7 @@ buffer's spec (desired state, attachments) and wait for dacd to reach it.
 
 from __future__ import annotations
 
+import threading
 import time
 
 from daccore.directives import Directives
@@ -243,14 +244,26 @@ def wait_for(store, name: str, state, timeout: float, job: str | None = None) ->
     """Return once every host of the buffer has reached `state` (for DELETED: once the buffer
     is gone) and, with `job`, mounts it on exactly the nodes the spec attaches for that job;
     raise the step's error, typed by who must act, or AdminError at the deadline."""
+    wake = threading.Event()
+    watch = store.wake_on_status(name, wake)
+    try:
+        _wait(store, name, state, timeout, job, wake)
+    finally:
+        watch.close()
+
+
+def _wait(store, name: str, state, timeout: float, job: str | None,
+          wake: threading.Event) -> None:
     from daccore.errors import AdminError, InternalError
     from daccore.models import State
-    errors = {"user": UserError, "admin": AdminError, "internal": InternalError}
     deadline = time.monotonic() + timeout
-    # quick at first (most steps take 0.5-3 s), then no faster than 4 reads a second, so a long
-    # stage-in polled by many jobs stays cheap for etcd
+    errors = {"user": UserError, "admin": AdminError, "internal": InternalError}
+    # a status write wakes us; between them, a read at most every 0.25 s (quick at first: the
+    # watch may start after the write it should see), so a long stage-in polled by many jobs
+    # stays cheap for etcd
     delay = 0.02
     while True:
+        wake.clear()
         current = store.buffer(name)
         if current is None:
             return  # gone: deleted, or a job without a jobdw
@@ -277,7 +290,7 @@ def wait_for(store, name: str, state, timeout: float, job: str | None = None) ->
         if time.monotonic() > deadline:
             raise AdminError(f"buffer {name}: not {state.value} within {timeout:.0f}s on "
                              f"{', '.join(behind) or 'its hosts'}; is dacd running there?")
-        time.sleep(delay)
+        wake.wait(delay)
         delay = min(delay * 1.3, 0.25)
 
 

@@ -8,10 +8,12 @@ of its claim keys, or changes nothing.
 from __future__ import annotations
 
 import json
+import threading
 from collections import namedtuple
 from typing import TYPE_CHECKING
 
-from daccore.errors import AdminError, Conflict, InternalError, NotFound, UserError
+from daccore.errors import (AdminError, Conflict, DacError, InternalError, NotFound,
+                            UserError)
 from daccore.etcd import (KV, Compare, EtcdClient, Op, absent, delete_op, mod_is, put_op,
                           range_op)
 from daccore.gcpause import gc_paused
@@ -339,6 +341,22 @@ class Store:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
 
     # -- watch ---------------------------------------------------------------------------------
+
+    def wake_on_status(self, buffer: str, wake: threading.Event) -> Watch:
+        """Set `wake` whenever a host writes `buffer`'s status, until the returned Watch is
+        closed: a waiting Slurm call learns a step ended at once, not at its next poll. Best
+        effort (the waiter polls too), so a broken watch just stops waking."""
+        prefix = self.keys.buffer_statuses(buffer)
+        w = self.client.watch(prefix, prefix_end(prefix))
+
+        def follow() -> None:
+            try:
+                for _ in w:
+                    wake.set()
+            except DacError:
+                pass
+        threading.Thread(target=follow, name=f"wake-{buffer}", daemon=True).start()
+        return w
 
     def watch_buffers(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every change to a buffer spec from `start_revision` on; the Watch closes it."""

@@ -8,8 +8,8 @@ become one line too, with the traceback on stderr only under --debug.
 job_process, pools and paths run inside slurmctld under its locks, so they take the lean path:
 the cached config (`daccore.config_cache`), the standard-library `http` etcd transport with
 retries capped at HOT_TIMEOUT seconds, and JSON reads; no pydantic, yaml or grpc is imported
-(bench/hot_path.py, docs/performance.md). The other functions run in slurmscriptd and use the
-full path.
+(bench/hot_path.py, docs/performance.md). The other functions run in slurmscriptd: the same
+cached config and transport, with the validated (pydantic) records.
 """
 
 from __future__ import annotations
@@ -104,7 +104,25 @@ def _script(args, lua_directive: str):
 def _dispatch(args) -> str:
     if args.function in HOT:
         return _hot(args)
+    if args.function in ("data_in", "data_out") and args.token and _nothing_to_stage(args):
+        return ""
     return _full(args)
+
+
+def _nothing_to_stage(args) -> bool:
+    """No buffer, or one without stage_in (stage_out) lines whose hosts all live: data_in
+    (data_out) has nothing to do, so it answers on the lean path. dacd still walks the buffer
+    through the (empty) stage step on its way to the next state (daccore/lifecycle.py). A host
+    down is the full path's to report."""
+    from daccore.config_cache import load_settings
+    from daccore.store import Store
+    store = Store.from_dict(load_settings()["etcd"], transport="http")
+    buffer = store.buffer_json(args.token)
+    if buffer is None:
+        return True
+    lines = "stage_in" if args.function == "data_in" else "stage_out"
+    hosts = {brick["host"] for brick in buffer["allocation"]["bricks"]}
+    return not buffer["request"].get(lines) and hosts <= store.alive()
 
 
 def _hot(args) -> str:
@@ -138,15 +156,30 @@ def _hot(args) -> str:
     return ""
 
 
+class _Settings:
+    """The cached config's values the slurmscriptd functions read, as attributes."""
+
+    def __init__(self, data: dict):
+        self.default_pool, self.lua_directive = data["default_pool"], data["lua_directive"]
+        self.step_timeout, self.stage_timeout = data["step_timeout"], data["stage_timeout"]
+        self._own_mgs = frozenset(data["own_mgs_pools"])
+
+    def own_mgs_pools(self) -> frozenset[str]:
+        return self._own_mgs
+
+
 def _full(args) -> str:
-    """The functions Slurm runs in slurmscriptd: validated records, the configured transport."""
+    """The functions Slurm runs in slurmscriptd: validated records; the cached config and the
+    http transport as on the lean path (each call is a process: yaml, config validation and
+    grpc would cost 0.25 s of it; docs/performance.md)."""
     from daccore import jobs
-    from daccore.config import load_config
+    from daccore.config_cache import load_settings
     from daccore.models import State
     from daccore.store import Store
     f = args.function
-    config = load_config()
-    store = Store.from_settings(config.etcd)
+    settings = load_settings()
+    config = _Settings(settings)
+    store = Store.from_dict(settings["etcd"], transport="http")
     if f in ("show_instances", "show_sessions", "show_configurations"):
         buffers = store.buffers()
         if f == "show_instances":

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -136,3 +137,24 @@ def test_usage_errors_and_an_unreachable_etcd_are_one_line_exit_1(local_dac, tmp
     r = fn({"DAC_CONFIG": str(cfg), "DAC_ETCD_ENDPOINTS": ""}, "pools")
     assert r.returncode == 1 and r.stdout.startswith("etcd unreachable at http://127.0.0.1:1")
     assert r.stdout.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_data_in_and_out_with_nothing_to_stage_take_the_lean_path(local_dac, job, tmp_path):
+    """No stage lines: data_in/data_out answer without pydantic or waiting for dacd, and the
+    buffer still walks through its (empty) stage steps to mounted and back to deleted."""
+    _, env = local_dac
+    script = job("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped\n")
+    assert fn(env, "setup", "--token", "61", "--caller", "SLURM", "--user", "1000",
+              "--groupid", "1000", "--job", script).returncode == 0
+    for f in ("data_in", "data_out"):
+        r = run(sys.executable, "-X", "importtime", "-m", "dacctl.main", "--function", f,
+                "--token", "61", "--job", script, env=env, check=False)
+        assert r.returncode == 0 and r.stdout == ""
+        imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines()}
+        assert "pydantic" not in imported and "daccore.models" not in imported, f
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\n")
+    for f in ("pre_run", "post_run", "teardown"):
+        r = fn(env, f, "--token", "61", "--job", script, "--nodehostnamefile", str(nodes))
+        assert (r.returncode, r.stdout) == (0, ""), f
+    assert json.loads(fn(env, "pools").stdout)["pools"][0]["free"] == 8
