@@ -2,8 +2,10 @@
 
 A fresh private_data_dir per run (a shared one keeps state between runs and races: notes/deps.md),
 facts off, pipelining on, the backend's inventory (hosts over the local connection get this
-interpreter unless the inventory names one), and PATH carrying the venv's ansible-playbook. Runner events feed `on_task` (the task being run, for the buffer's
-status); a failure becomes PlaybookFailed with the failing task and its output, bounded.
+interpreter unless the inventory names one), and PATH carrying the venv's ansible-playbook.
+With a warm server (dacd/warm_ansible.py), runner starts its client as the ansible-playbook.
+Runner events feed `on_task` (the task being run, for the buffer's status); a failure becomes
+PlaybookFailed with the failing task and its output, bounded.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
                    "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"}
         # runner runs a `binary` as given: the playbook goes on its command line
         how = {"playbook": f"{step}.yml"} if warm is None else {
-            "binary": WarmAnsible.CLIENT, "cmdline": f"{step}.yml"}
+            "binary": warm.client, "cmdline": f"{step}.yml"}
         if warm is not None:
             envvars["DAC_WARM_ANSIBLE"] = warm.ensure()
         r = ansible_runner.run(

@@ -86,11 +86,20 @@ class WarmAnsible:
     """dacd's handle on its server: started with dacd, restarted if it dies, gone with dacd (it
     reads its stdin, a pipe from dacd, and leaves at end of file, even after a kill -9)."""
 
-    CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_ansible_client.py")
+    CLIENT_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                 "warm_ansible_client.py")
 
     def __init__(self, log=None):
         self._dir = tempfile.mkdtemp(prefix="dac-ansible-")  # 0700, this uid's
         self.socket = os.path.join(self._dir, "sock")
+        # runner's `binary`: the client, started by this interpreter (-IS: standard library
+        # only, milliseconds), executable whatever the install kept of the file's mode
+        self.client = os.path.join(self._dir, "ansible-playbook")
+        with open(self.CLIENT_SOURCE) as f:
+            source = f.read().split("\n", 1)[1]
+        fd = os.open(self.client, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"#!{sys.executable} -IS\n{source}")
         self._log = log  # where the server logs (default: dacd's stderr)
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
@@ -105,7 +114,7 @@ class WarmAnsible:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", "dacd.warm_ansible", self.socket],
                     stdin=subprocess.PIPE, stderr=self._log,
-                    cwd=os.path.dirname(os.path.dirname(self.CLIENT)))
+                    cwd=os.path.dirname(os.path.dirname(self.CLIENT_SOURCE)))
         return self.socket
 
     def stop(self) -> None:

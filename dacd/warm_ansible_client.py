@@ -1,4 +1,4 @@
-#!/usr/bin/python3 -IS
+#!python3 -IS   (WarmAnsible writes this line with dacd's interpreter when it installs the client)
 """`ansible-playbook` for ansible-runner (its `binary`): hands this run to dacd's warm Ansible
 server (dacd/warm_ansible.py) at $DAC_WARM_ANSIBLE and exits with the run's exit code; runs the
 real ansible-playbook itself when no server answers. Standard library only, started with -IS:

@@ -3,7 +3,6 @@ it: same events, exit codes and failures as a fresh ansible-playbook; cold when 
 killed client stops its run; the server leaves with dacd."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -37,9 +36,9 @@ def warm(tmp_path):
 
 
 def runner(project: Path, playbook: str, server: WarmAnsible | None, extra_env=None,
-           socket: str | None = None, **kwargs):
-    """ansible-runner as dacd runs it: through the client when given a server (or a socket),
-    else a fresh ansible-playbook; (result, task names and failures seen as events)."""
+           unstarted: WarmAnsible | None = None, **kwargs):
+    """ansible-runner as dacd runs it: through the client when given a server (started, or
+    not), else a fresh ansible-playbook; (result, task names and failures seen as events)."""
     tasks: list[str] = []
 
     def event(ev):
@@ -50,11 +49,13 @@ def runner(project: Path, playbook: str, server: WarmAnsible | None, extra_env=N
         return True
     env = {"ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit",
            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", **(extra_env or {})}
-    socket = server.ensure() if server is not None else socket
     how = {"playbook": playbook}
-    if socket is not None:
-        env["DAC_WARM_ANSIBLE"] = socket
-        how = {"binary": WarmAnsible.CLIENT, "cmdline": playbook}
+    if server is not None:
+        env["DAC_WARM_ANSIBLE"] = server.ensure()
+        how = {"binary": server.client, "cmdline": playbook}
+    elif unstarted is not None:
+        env["DAC_WARM_ANSIBLE"] = unstarted.socket
+        how = {"binary": unstarted.client, "cmdline": playbook}
     data = project.parent / f"data-{time.monotonic_ns()}"
     data.mkdir()
     r = ansible_runner.run(private_data_dir=str(data), project_dir=str(project), **how,
@@ -108,7 +109,7 @@ def test_without_a_server_the_client_runs_ansible_itself(tmp_path):
     (project / "ok.yml").write_text(PLAY.format(name="t", command="/bin/true"))
     server = WarmAnsible()  # never started: nobody listens on its socket
     try:
-        r, tasks = runner(project, "ok.yml", None, socket=server.socket)
+        r, tasks = runner(project, "ok.yml", None, unstarted=server)
     finally:
         server.stop()
     assert (r.status, r.rc, tasks) == ("successful", 0, ["t"])
