@@ -12,6 +12,7 @@ import time
 from daccore.directives import Directives
 from daccore.errors import CapacityError, NotFound, UserError
 from daccore.inventory import summarize
+from daccore.states import State
 from daccore.units import format_size
 
 __all__ = ["pick_pool", "validate", "create_job_buffer", "create_persistent", "set_desired",
@@ -148,53 +149,66 @@ def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool:
                     capacity=capacity, pool=pool, own_mgs=pool in own_mgs_pools)
 
 
+# From here on a buffer is its spec as plain JSON (Store.buffer_doc): these run in every Slurm
+# call after setup, and pydantic would cost each 0.2 s (docs/performance.md).
+
+def buffer_hosts(buf: dict) -> list[str]:
+    """Allocation.hosts, from a spec in JSON."""
+    return sorted({b["host"] for b in buf["allocation"]["bricks"]})
+
+
+def buffer_size(buf: dict) -> int:
+    """Allocation.size, from a spec in JSON."""
+    return sum(b["capacity"] for b in buf["allocation"]["bricks"])
+
+
 def _update(store, name: str, change) -> bool:
-    """Apply `change(buffer) -> dict of new field values, or None for no change` with
+    """Apply `change(spec) -> dict of new field values (JSON), or None for no change` with
     compare-and-swap, bumping the generation; False when there is no such buffer."""
     from daccore.errors import Conflict
-    from daccore.models import State
+    deleted = State.DELETED.value
     for _ in range(50):
-        current = store.buffer(name)
+        current = store.buffer_doc(name)
         if current is None:
             return False
         buf = current.record
         fields = change(buf)
         if not fields:
             return True
-        if buf.desired_state is State.DELETED and (
-                fields.get("desired_state", State.DELETED) is not State.DELETED or
-                len(fields.get("attachments", {})) > len(buf.attachments)):
+        if buf["desired_state"] == deleted and (
+                fields.get("desired_state", deleted) != deleted or
+                len(fields.get("attachments", {})) > len(buf["attachments"])):
             raise UserError(f"buffer '{name}' is being torn down")  # never brought back
         try:
-            store.update_buffer(buf.model_copy(update={**fields,
-                                                       "generation": buf.generation + 1}),
-                                current.mod_revision)
+            store.update_buffer_doc({**buf, **fields, "generation": buf["generation"] + 1},
+                                    current.mod_revision)
             return True
         except Conflict:
             continue
     raise Conflict(f"buffer '{name}' kept changing while updating it")
 
 
-def set_desired(store, name: str, state) -> bool:
+def set_desired(store, name: str, state: State) -> bool:
     """Record the desired state of a buffer; False when there is no such buffer (a job without
     a jobdw, or a teardown Slurm repeats)."""
-    return _update(store, name, lambda b: None if b.desired_state == state
-                   else {"desired_state": state})
+    return _update(store, name, lambda b: None if b["desired_state"] == state.value
+                   else {"desired_state": state.value})
 
 
-def _attachment(job: str, nodes: list[str] | None, state):
+def _attachment(job: str, nodes: list[str] | None, state: State | None):
     """A change for `_update`: the job's attachment becomes `nodes` (None: removed) and, with
     `state`, the desired state too; None when the spec already says so."""
     def change(b):
-        if b.attachments.get(job) == nodes and (state is None or b.desired_state == state):
+        if b["attachments"].get(job) == nodes and (state is None or
+                                                   b["desired_state"] == state.value):
             return None
-        others = {k: v for k, v in b.attachments.items() if k != job}
+        others = {k: v for k, v in b["attachments"].items() if k != job}
         fields = {"attachments": others if nodes is None else {**others, job: list(nodes)}}
-        return {**fields, "desired_state": state} if state is not None else fields
+        return {**fields, "desired_state": state.value} if state is not None else fields
     return change
 
 
-def attach(store, job: str, nodes: list[str], names: list[str], state=None) -> None:
+def attach(store, job: str, nodes: list[str], names: list[str], state: State | None = None):
     """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
     them to it (a job buffer: MOUNTED, in the same change)."""
     for name in names:
@@ -202,7 +216,7 @@ def attach(store, job: str, nodes: list[str], names: list[str], state=None) -> N
             raise NotFound(f"persistentdw: no persistent buffer named '{name}'")
 
 
-def detach(store, job: str, names: list[str], state=None) -> None:
+def detach(store, job: str, names: list[str], state: State | None = None) -> None:
     """Ask for the job's mounts of `names` to go (with `state`, also move them to it)."""
     for name in names:
         _update(store, name, _attachment(job, None, state))
@@ -210,37 +224,37 @@ def detach(store, job: str, names: list[str], state=None) -> None:
 
 def attached_by(store, job: str) -> list[str]:
     """Persistent buffers that `job` still has attached."""
-    return sorted(n for n, b in store.buffers().items() if b.persistent and job in b.attachments)
+    return sorted(n for n, b in store.buffer_docs().items()
+                  if b.get("persistent") and job in b["attachments"])
 
 
-def needs_stage_out(store, buf) -> bool:
+def needs_stage_out(store, buf: dict) -> bool:
     """The job ran (its buffer was mounted on its nodes) and has stage_out lines not yet done
     everywhere. A job cancelled before it ran has produced nothing to stage out."""
-    from daccore.models import State
-    if not buf.request.stage_out or buf.desired_state is State.DELETED:
+    if not buf["request"].get("stage_out") or buf["desired_state"] == State.DELETED.value:
         return False
-    reached = [s.state for s in store.statuses(buf.name).values()]
+    reached = [s.get("state") for s in store.status_docs(buf["name"]).values()]
     return bool(reached) and all(
-        s is not None and State.MOUNTED.rank <= s.rank < State.STAGED_OUT.rank for s in reached)
+        s is not None and State.MOUNTED.rank <= State(s).rank < State.STAGED_OUT.rank
+        for s in reached)
 
 
 def destroy(store, name: str, uid: int | None = None) -> None:
     """Ask for persistent buffer `name` to be deleted; refused while a job has it attached,
     and for anyone but its owner (or root) when the caller is known."""
-    from daccore.models import State
-
     def change(b):
-        if uid is not None and uid not in (0, b.owner_uid):
+        if uid is not None and uid not in (0, b["owner_uid"]):
             raise UserError(f"destroy_persistent: buffer '{name}' belongs to another user")
-        if b.attachments:
+        if b["attachments"]:
             raise UserError(f"destroy_persistent: buffer '{name}' is attached to job "
-                            f"{', '.join(sorted(b.attachments))}; destroy it once they end")
-        return None if b.desired_state is State.DELETED else {"desired_state": State.DELETED}
+                            f"{', '.join(sorted(b['attachments']))}; destroy it once they end")
+        return None if b["desired_state"] == State.DELETED.value else {
+            "desired_state": State.DELETED.value}
     if not _update(store, name, change):
         raise NotFound(f"destroy_persistent: no persistent buffer named '{name}'")
 
 
-def wait_for(store, name: str, state, timeout: float, job: str | None = None) -> None:
+def wait_for(store, name: str, state: State, timeout: float, job: str | None = None) -> None:
     """Return once every host of the buffer has reached `state` (for DELETED: once the buffer
     is gone) and, with `job`, mounts it on exactly the nodes the spec attaches for that job;
     raise the step's error, typed by who must act, or AdminError at the deadline."""
@@ -252,38 +266,39 @@ def wait_for(store, name: str, state, timeout: float, job: str | None = None) ->
         watch.close()
 
 
-def _wait(store, name: str, state, timeout: float, job: str | None,
+def _wait(store, name: str, state: State, timeout: float, job: str | None,
           wake: threading.Event) -> None:
     from daccore.errors import AdminError, InternalError
-    from daccore.models import State
-    deadline = time.monotonic() + timeout
     errors = {"user": UserError, "admin": AdminError, "internal": InternalError}
+    deadline = time.monotonic() + timeout
     # a status write wakes us; between them, a read at most every 0.25 s (quick at first: the
     # watch may start after the write it should see), so a long stage-in polled by many jobs
     # stays cheap for etcd
     delay = 0.02
     while True:
         wake.clear()
-        current = store.buffer(name)
-        if current is None:
+        buf = store.buffer_json(name)
+        if buf is None:
             return  # gone: deleted, or a job without a jobdw
-        buf = current.record
-        statuses = store.statuses(name)
-        down = sorted(set(buf.allocation.hosts) - store.alive())
+        statuses = store.status_docs(name)
+        hosts = buffer_hosts(buf)
+        down = sorted(set(hosts) - store.alive())
         if down:
             raise AdminError(f"buffer {name}: storage host {', '.join(down)} is down (its dacd's "
                              "lease expired); restart dacd there, or tear the job down")
         behind = []
-        for host in buf.allocation.hosts:
-            s = statuses.get(host)
-            if s is not None and s.error is not None and s.generation >= buf.generation:
-                raise errors[s.error.category.value](f"buffer {name}: {s.error.message}")
-            done = s is not None and s.state is not None and (
-                s.state is State.DELETED if state is State.DELETED else
-                s.state is not State.DELETED and s.state.rank >= state.rank and
-                (job is None or s.attached.get(job) == buf.attachments.get(job)))
+        for host in hosts:
+            s = statuses.get(host) or {}
+            error = s.get("error")
+            if error and s.get("generation", 0) >= buf["generation"]:
+                raise errors[error["category"]](f"buffer {name}: {error['message']}")
+            reached = State(s["state"]) if s.get("state") else None
+            done = reached is not None and (
+                reached is State.DELETED if state is State.DELETED else
+                reached is not State.DELETED and reached.rank >= state.rank and
+                (job is None or s.get("attached", {}).get(job) == buf["attachments"].get(job)))
             if not done:
-                where = (s.step or (s.state.value if s.state else "")) if s else ""
+                where = s.get("step") or (reached.value if reached else "")
                 behind.append(f"{host} ({where or 'not started'})")
         if not behind and state is not State.DELETED:
             return

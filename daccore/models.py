@@ -16,6 +16,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from daccore.errors import Kind
+from daccore.states import State
 
 __all__ = [
     "Name", "Backend", "AccessMode", "BufferType", "PlacementPolicy", "State", "StageType",
@@ -56,29 +57,6 @@ class StageType(str, Enum):
     FILE = "file"
     DIRECTORY = "directory"
     LIST = "list"
-
-
-class State(str, Enum):
-    """A buffer's lifecycle, in order. Teardown may jump to DELETED from anywhere."""
-
-    CREATED = "created"
-    STAGED_IN = "staged_in"
-    MOUNTED = "mounted"
-    UNMOUNTED = "unmounted"
-    STAGED_OUT = "staged_out"
-    DELETED = "deleted"
-
-    @property
-    def rank(self) -> int:
-        return _ORDER.index(self)
-
-    def next(self) -> State | None:
-        """The state after this one, or None after DELETED."""
-        i = self.rank + 1
-        return _ORDER[i] if i < len(_ORDER) else None
-
-
-_ORDER = list(State)
 
 
 class Record(BaseModel):

@@ -298,20 +298,37 @@ class Store:
                                           keys_only=True)
         return [Keys.last(kv.key, self.keys.buffers) for kv in kvs], revision
 
+    # The Slurm functions read and change specs as plain JSON, unvalidated: importing pydantic
+    # would cost each call 0.2 s (docs/performance.md). Specs are written whole by validated
+    # code; what those functions change (desired state, attachments, generation) they take
+    # from validated input, as a pydantic model_copy would, which does not validate either.
+
     def buffer_json(self, name: str) -> dict | None:
-        """The buffer's spec as plain JSON, unvalidated: for the hooks inside slurmctld."""
+        current = self.buffer_doc(name)
+        return current.record if current else None
+
+    def buffer_doc(self, name: str) -> Versioned | None:
+        """The spec as JSON with its revision, for a compare-and-swap."""
         kv = self.client.get(self.keys.buffer(name))
-        return json.loads(kv.value) if kv else None
+        return Versioned(json.loads(kv.value), kv.mod_revision) if kv else None
+
+    def buffer_docs(self) -> dict[str, dict]:
+        kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
+        return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value) for kv in kvs}
 
     def buffers(self) -> dict[str, Buffer]:
         return {b.name: b for b in self._list(_m().Buffer, self.keys.buffers)}
 
     def update_buffer(self, buffer: Buffer, mod_revision: int) -> int:
         """Compare-and-swap the spec; Conflict when someone changed it since `mod_revision`."""
-        key = self.keys.buffer(buffer.name)
-        r = self.client.txn([mod_is(key, mod_revision)], [put_op(key, _dump(buffer))])
+        return self.update_buffer_doc(buffer.model_dump(mode="json"), mod_revision)
+
+    def update_buffer_doc(self, doc: dict, mod_revision: int) -> int:
+        key = self.keys.buffer(doc["name"])
+        r = self.client.txn([mod_is(key, mod_revision)],
+                            [put_op(key, json.dumps(doc, separators=(",", ":")))])
         if not r.succeeded:
-            raise Conflict(f"buffer '{buffer.name}' changed since revision {mod_revision}")
+            raise Conflict(f"buffer '{doc['name']}' changed since revision {mod_revision}")
         return r.revision
 
     def delete_buffer(self, name: str, mod_revision: int) -> None:
@@ -339,6 +356,12 @@ class Store:
 
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
+
+    def status_docs(self, buffer: str) -> dict[str, dict]:
+        """Host -> status as JSON, for the Slurm functions (see buffer_doc)."""
+        prefix = self.keys.buffer_statuses(buffer)
+        kvs, _ = self.client.range(prefix, prefix_end(prefix))
+        return {Keys.last(kv.key, prefix): json.loads(kv.value) for kv in kvs}
 
     # -- watch ---------------------------------------------------------------------------------
 

@@ -114,6 +114,7 @@ def _nothing_to_stage(args) -> bool:
     (data_out) has nothing to do, so it answers on the lean path. dacd still walks the buffer
     through the (empty) stage step on its way to the next state (daccore/lifecycle.py). A host
     down is the full path's to report."""
+    from daccore import jobs
     from daccore.config_cache import load_settings
     from daccore.store import Store
     store = Store.from_dict(load_settings()["etcd"], transport="http")
@@ -121,8 +122,7 @@ def _nothing_to_stage(args) -> bool:
     if buffer is None:
         return True
     lines = "stage_in" if args.function == "data_in" else "stage_out"
-    hosts = {brick["host"] for brick in buffer["allocation"]["bricks"]}
-    return not buffer["request"].get(lines) and hosts <= store.alive()
+    return not buffer["request"].get(lines) and set(jobs.buffer_hosts(buffer)) <= store.alive()
 
 
 def _hot(args) -> str:
@@ -174,7 +174,7 @@ def _full(args) -> str:
     grpc would cost 0.25 s of it; docs/performance.md)."""
     from daccore import jobs
     from daccore.config_cache import load_settings
-    from daccore.models import State
+    from daccore.states import State
     from daccore.store import Store
     f = args.function
     settings = load_settings()
@@ -201,8 +201,8 @@ def _full(args) -> str:
         return ""
     if f == "real_size":
         _need(args, "token")
-        current = store.buffer(args.token)
-        size = current.record.allocation.size if current else 0
+        current = store.buffer_json(args.token)
+        size = jobs.buffer_size(current) if current else 0
         return json.dumps({"token": args.token, "capacity": size, "units": "bytes"})
     if f == "pre_run":
         _need(args, "token")
@@ -249,20 +249,20 @@ def _pre_run(store, config, args) -> None:
     """Mount the job's buffer and the persistent buffers it attaches on its nodes."""
     from daccore import jobs
     from daccore.errors import UserError
-    from daccore.models import State
+    from daccore.states import State
     from daccore.units import format_size
     from dacctl.slurmjob import job_nodes
     job = args.token
-    current = store.buffer(job)
-    buf = current.record if current else None
-    persistent = buf.request.persistent if buf else \
+    buf = store.buffer_json(job)
+    persistent = buf["request"].get("persistent", []) if buf else \
         (_script(args, config.lua_directive).persistent if args.job else [])
     if buf is None and not persistent:
         return  # nothing of dac's in this job
     nodes = job_nodes(job, args.nodehostnamefile)
-    if buf is not None and buf.request.swap * len(nodes) > buf.allocation.size:
-        raise UserError(f"swap: {len(nodes)} nodes x {format_size(buf.request.swap)} of swap is "
-                        f"more than the buffer holds ({format_size(buf.allocation.size)})")
+    swap = buf["request"].get("swap", 0) if buf else 0
+    if buf is not None and swap * len(nodes) > jobs.buffer_size(buf):
+        raise UserError(f"swap: {len(nodes)} nodes x {format_size(swap)} of swap is more than "
+                        f"the buffer holds ({format_size(jobs.buffer_size(buf))})")
     jobs.attach(store, job, nodes, persistent)
     if buf is not None:
         jobs.attach(store, job, nodes, [job], State.MOUNTED)
@@ -274,10 +274,10 @@ def _pre_run(store, config, args) -> None:
 def _post_run(store, config, job: str) -> None:
     """Unmount the job's buffers from its nodes (the job buffer stays for stage-out)."""
     from daccore import jobs
-    from daccore.models import State
+    from daccore.states import State
     persistent = jobs.attached_by(store, job)
     jobs.detach(store, job, persistent)
-    if store.buffer(job) is not None:
+    if store.buffer_json(job) is not None:
         jobs.detach(store, job, [job], State.UNMOUNTED)
         jobs.wait_for(store, job, State.UNMOUNTED, config.step_timeout, job)
     for name in persistent:
@@ -290,15 +290,15 @@ def _teardown(store, config, token: str, hurry: bool = False) -> None:
     unless hurry; a failed stage-out fails the teardown and keeps the buffer (Slurm holds the
     job; `scancel --hurry` then tears it down)."""
     from daccore import jobs
-    from daccore.models import State
-    current = store.buffer(token)
-    if current is not None and current.record.persistent:
+    from daccore.states import State
+    current = store.buffer_json(token)
+    if current is not None and current.get("persistent"):
         jobs.destroy(store, token)
         jobs.wait_for(store, token, State.DELETED, config.step_timeout)
         return
     persistent = jobs.attached_by(store, token)  # pre_run failed, or post_run never came
     jobs.detach(store, token, persistent)
-    if current is not None and not hurry and jobs.needs_stage_out(store, current.record):
+    if current is not None and not hurry and jobs.needs_stage_out(store, current):
         jobs.detach(store, token, [token], State.STAGED_OUT)
         jobs.wait_for(store, token, State.STAGED_OUT, config.stage_timeout)
     jobs.set_desired(store, token, State.DELETED)
