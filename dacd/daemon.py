@@ -47,6 +47,8 @@ class Daemon:
         self._lease = self.store.keep_alive(self.host, self.config.lease_ttl)
         log.info("host %s registered: %d bricks, drained=%s, lease ttl %ss", self.host,
                  len(record.bricks), record.drained, self.config.lease_ttl)
+        if swept := runner.sweep_stale_runs(self.host):
+            log.info("removed %d playbook run directories a killed dacd left", swept)
         run_step = None
         if self.config.warm_ansible:
             self.warm = WarmAnsible()

@@ -23,7 +23,7 @@ from dacd.warm_ansible import WarmAnsible
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PLAYBOOKS", "run_step"]
+__all__ = ["PLAYBOOKS", "run_step", "sweep_stale_runs"]
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 
@@ -75,7 +75,7 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
                                                          _reason(res)])))
         return True
 
-    workdir = tempfile.mkdtemp(prefix=f"dac-{step}-")
+    workdir = tempfile.mkdtemp(prefix=f"{_run_prefix(host)}{step}-")
     output = ""
     try:
         bindir = os.path.dirname(sys.executable)
@@ -101,6 +101,21 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
                              failed.get("rc", r.rc if r.rc is not None else -1),
                              failed.get("output") or output or
                              f"ansible-runner ended with status {r.status}")
+
+
+def _run_prefix(host: str) -> str:
+    # '+' is in no host name, so one host's prefix never matches another's (dac-1 / dac-10)
+    return f"dac-run-{host}+"
+
+
+def sweep_stale_runs(host: str) -> int:
+    """Remove what runs of a killed dacd of `host` left in the temp dir (a run removes its own
+    private_data_dir unless killed); called at dacd start, when none of its runs is live."""
+    import glob
+    stale = glob.glob(os.path.join(tempfile.gettempdir(), f"{_run_prefix(host)}*"))
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(stale)
 
 
 def _reason(res: dict) -> str:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -107,6 +108,10 @@ def test_a_dacd_killed_mid_step_finishes_it_after_a_restart(dac, tmp_path, funct
         if function == "teardown":
             assert store.buffer("21") is None and store.claims() == {}
             assert not [m for m in mounts() if m.startswith(f"{workdir}/fs/")]
+        # the killed dacd's playbook run directory: removed by its successor
+        hosts = [d["host"] for d in json.loads((workdir / "state.json").read_text())["dacd"]]
+        left = [p for h in hosts for p in Path(tempfile.gettempdir()).glob(f"dac-run-{h}+*")]
+        assert left == []
     finally:
         proc.terminate()
         proc.wait(10)
