@@ -28,6 +28,7 @@ echo "debootstrap: $(( $(date +%s) - start )) s (not counted)"
 # the same package sources as this machine (security updates included)
 cp /etc/apt/sources.list.d/*.sources "$dir/etc/apt/sources.list.d/" 2>/dev/null || true
 cp /etc/resolv.conf "$dir/etc/resolv.conf"
+cp /etc/hosts "$dir/etc/hosts"  # every installed machine has one (localhost); debootstrap none
 # Where the network re-signs TLS (a sandbox's proxy), pip needs this machine's CA bundle; a real
 # fresh machine reaches PyPI with Debian's own. Given as SSL_CERT_FILE, it is passed on.
 ca_env=""

@@ -198,8 +198,13 @@ class SlurmCluster:
             os.chmod(key, 0o400)
 
     def _scontrol(self, *args: str) -> str:
-        r = subprocess.run(["scontrol", *args], capture_output=True, text=True,
-                           env=child_env(SLURM_CONF=str(self.conf)), timeout=10)
+        """scontrol's answer; "" when it hangs (slurmctld not answering yet, or a name it
+        cannot resolve), which the waits treat as not ready."""
+        try:
+            r = subprocess.run(["scontrol", *args], capture_output=True, text=True,
+                               env=child_env(SLURM_CONF=str(self.conf)), timeout=10)
+        except subprocess.TimeoutExpired:
+            return ""
         return r.stdout + r.stderr
 
     def _nodes_idle(self) -> bool:
