@@ -18,7 +18,7 @@ if [ -e "$dir" ]; then
     exit 1
 fi
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
-cleanup() { rm -rf --one-file-system "$dir"; }
+cleanup() { [ -n "${KEEP:-}" ] || rm -rf --one-file-system "$dir"; }  # KEEP=1: look inside after
 trap cleanup EXIT
 
 start=$(date +%s)
@@ -44,6 +44,7 @@ unshare --mount --propagation private /bin/bash -eu -c '
     mount --bind "$dir" "$dir"
     mount -t proc proc "$dir/proc"
     mount -t sysfs sys "$dir/sys"
+    mount -t cgroup2 cgroup2 "$dir/sys/fs/cgroup"  # what systemd mounts on a real machine; slurmd needs it
     mount --rbind /dev "$dir/dev"
     mount -t tmpfs tmpfs "$dir/run"
     mount -t tmpfs tmpfs "$dir/tmp"
