@@ -136,6 +136,7 @@ class Server:
         self.sock.bind(path)
         self.sock.listen(64)
         self.key: dict | None = None  # the environment Ansible was imported under
+        self.cold = False  # Ansible would not import here: every run is a fresh one
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.sock, selectors.EVENT_READ)
         self.sel.register(sys.stdin.fileno(), selectors.EVENT_READ)  # dacd's pipe
@@ -162,21 +163,29 @@ class Server:
             request, fds = recv_request(conn)
             if len(fds) != 3:
                 raise ValueError("a request carries stdin, stdout and stderr")
-            if self.key is None:
-                self._import_ansible(request)
-            warm = ansible_key(request["env"], request["cwd"]) == self.key
+            if self.key is None and not self.cold:
+                try:
+                    self._import_ansible(request)
+                except Exception as e:  # noqa: BLE001 - then every run is a fresh one
+                    log.warning("cannot import Ansible (%s: %s): every run goes cold",
+                                type(e).__name__, e)
+                    self.cold = True
+            warm = self.key is not None and ansible_key(request["env"], request["cwd"]) == \
+                self.key
             pid = os.fork()
             if pid == 0:
                 self.sel.close()
                 self.sock.close()
                 os.close(0)
                 _child(conn, request, fds, warm)
+            self.sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, conn))
             # one line per run in dacd's log: a run that goes cold says so
             log.info("run %d %s: %s in %s", pid, "warm" if warm else "cold",
                      " ".join(request["argv"][1:2]), request["cwd"])
-            conn.sendall(f"pid {pid}\n".encode())
-            pidfd = os.pidfd_open(pid)
-            self.sel.register(pidfd, selectors.EVENT_READ, (pid, conn))
+            try:
+                conn.sendall(f"pid {pid}\n".encode())
+            except OSError:
+                pass  # the client left already: its run sees that and stops
         except (OSError, ValueError, KeyError, TypeError) as e:
             try:
                 conn.sendall(f"error {type(e).__name__}: {e}\n".encode())
