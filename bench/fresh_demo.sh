@@ -44,7 +44,7 @@ unshare --mount --propagation private /bin/bash -eu -c '
     mount --bind "$dir" "$dir"
     mount -t proc proc "$dir/proc"
     mount -t sysfs sys "$dir/sys"
-    mount -t cgroup2 cgroup2 "$dir/sys/fs/cgroup"  # what systemd mounts on a real machine; slurmd needs it
+    mount --rbind /sys/fs/cgroup "$dir/sys/fs/cgroup"  # as booted (systemd mounts it): slurmd needs it
     mount --rbind /dev "$dir/dev"
     mount -t tmpfs tmpfs "$dir/run"
     mount -t tmpfs tmpfs "$dir/tmp"
