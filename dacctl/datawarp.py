@@ -8,8 +8,9 @@ become one line too, with the traceback on stderr only under --debug.
 job_process, pools and paths run inside slurmctld under its locks, so they take the lean path:
 the cached config (`daccore.config_cache`), the standard-library `http` etcd transport with
 retries capped at HOT_TIMEOUT seconds, and JSON reads; no pydantic, yaml or grpc is imported
-(bench/hot_path.py, docs/performance.md). The other functions run in slurmscriptd: the same
-cached config and transport, with the validated (pydantic) records.
+(bench/hot_path.py, docs/performance.md). The other functions run in slurmscriptd with the
+same cached config and transport: setup and create_persistent build a spec with the pydantic
+records; the calls after it read and change specs as JSON (daccore/jobs.py says why).
 """
 
 from __future__ import annotations
@@ -169,9 +170,9 @@ class _Settings:
 
 
 def _full(args) -> str:
-    """The functions Slurm runs in slurmscriptd: validated records; the cached config and the
-    http transport as on the lean path (each call is a process: yaml, config validation and
-    grpc would cost 0.25 s of it; docs/performance.md)."""
+    """The functions Slurm runs in slurmscriptd, with the cached config and the http transport
+    as on the lean path (each call is a process: yaml, config validation and grpc would cost
+    0.25 s of it; docs/performance.md)."""
     from daccore import jobs
     from daccore.config_cache import load_settings
     from daccore.states import State
