@@ -22,7 +22,7 @@ from dacd.metrics import StageMeter
 
 __all__ = ["stage"]
 
-#: run by path, so the user's process imports nothing of dac's but this one file
+#: the one file of dac's the user's process runs (it imports nothing of dac's)
 COPIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "copier.py")
 
 
@@ -64,10 +64,15 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     plan = {"pairs": pairs, "inside": os.path.join(fs_path, "striped"), "workers": workers,
             "buffer_side": "destination" if direction == "in" else "source"}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.Popen(
-        [_python(), "-I", COPIER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, cwd="/", env=env, user=buffer.owner_uid,
-        group=buffer.owner_gid, extra_groups=_groups(buffer.owner_uid, buffer.owner_gid))
+    # The copier's file is opened here, as root, and run as /dev/fd/N: dac may be installed
+    # where the user cannot go (a clone under /root, 0700), and a file the user opens through
+    # its own open descriptor needs only the file's own read permission.
+    with open(COPIER, "rb") as source:
+        proc = subprocess.Popen(
+            [_python(), "-I", f"/dev/fd/{source.fileno()}"], pass_fds=(source.fileno(),),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd="/", env=env, user=buffer.owner_uid, group=buffer.owner_gid,
+            extra_groups=_groups(buffer.owner_uid, buffer.owner_gid))
     proc.stdin.write(json.dumps(plan))
     proc.stdin.close()
     result: dict = {}

@@ -188,3 +188,28 @@ def test_a_list_stages_each_pair_and_a_full_buffer_names_the_file(dac, open_dir,
     assert (r.returncode, r.stdout) == (1, f"buffer 58: stage_in failed: {fs}/striped/big: No "
                                            "space left on device\n")
     slurm(env, "teardown", 58, "--job", str(script), "--hurry")
+
+
+def test_the_copier_starts_where_the_user_cannot_reach_dacs_files(open_dir, tmp_path,
+                                                                  monkeypatch):
+    """dac cloned under /root (0700), as on a fresh machine: the user's copier still runs."""
+    import shutil
+    from types import SimpleNamespace
+
+    from daccore.models import StageType
+    from dacd import staging
+    private = tmp_path / "root-only"
+    private.mkdir(mode=0o700)
+    shutil.copy(staging.COPIER, private / "copier.py")
+    monkeypatch.setattr(staging, "COPIER", str(private / "copier.py"))
+    src = owned(open_dir / "src")
+    write(src / "data", b"42\n")
+    fs = owned(open_dir / "fs", 0, 0, 0o755)
+    owned(fs / "striped", mode=0o700)
+    line = SimpleNamespace(type=StageType.DIRECTORY, source=str(src),
+                           destination="$DW_JOB_STRIPED/in")
+    buffer = SimpleNamespace(owner_uid=UID, owner_gid=GID,
+                             request=SimpleNamespace(stage_in=[line], stage_out=[]))
+    staging.stage(buffer, "in", str(fs), 2, lambda progress: None)
+    copied = fs / "striped" / "in" / "data"
+    assert copied.read_bytes() == b"42\n" and copied.stat().st_uid == UID
