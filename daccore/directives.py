@@ -290,8 +290,7 @@ def _stage(number: int, directive: str, args: list[str]) -> Stage:
     inside, outside = ("destination", "source") if directive == "stage_in" else \
         ("source", "destination")
     if not BUFFER_PATH.match(k[inside]):
-        raise DirectiveError(number, directive, f"{inside} must be under $DW_JOB_STRIPED, "
-                                                "$DW_JOB_PRIVATE or $DW_PERSISTENT_STRIPED_<name>")
+        raise DirectiveError(number, directive, f"{inside} must be under $DW_JOB_STRIPED")
     if BUFFER_PATH.match(k[outside]):
         raise DirectiveError(number, directive, f"{outside} '{_show(k[outside])}' must be a path "
                                                 "outside the buffer")
@@ -300,30 +299,33 @@ def _stage(number: int, directive: str, args: list[str]) -> Stage:
 
 
 def _check_stage_targets(found: Directives) -> None:
-    """Each stage line's buffer side names a buffer this job has."""
+    """Each stage line's buffer side is the job buffer's striped directory, which the job has.
+    Staging goes through $DW_JOB_STRIPED only, as in DataWarp's examples: a private directory
+    is one per compute node, and stages run before and after the job, on no node; a persistent
+    buffer is filled and emptied by the jobs that attach it."""
     access = found.jobdw.access if found.jobdw else ""
     for stage in found.stage_in + found.stage_out:
         directive = f"stage_{stage.direction}"
         path = stage.destination if stage.direction == "in" else stage.source
         m = BUFFER_PATH.match(path)
         var = m.group(1) or m.group(2)
-        if var in ("DW_JOB_STRIPED", "DW_JOB_PRIVATE"):
-            if found.jobdw is None:
-                raise DirectiveError(stage.line, directive, f"the job has no buffer for ${var} "
-                                                            "(add a #DW jobdw line)")
-            mode = "striped" if var == "DW_JOB_STRIPED" else "private"
-            if mode not in access.split(","):
-                raise DirectiveError(stage.line, directive, f"${var} needs access_mode={mode} "
-                                                            f"on the jobdw line (it has {access})")
-        elif var.startswith("DW_PERSISTENT_STRIPED_"):
-            name = var.removeprefix("DW_PERSISTENT_STRIPED_")
-            if name not in found.persistent:
-                raise DirectiveError(stage.line, directive, f"${var} needs a '#DW persistentdw "
-                                                            f"name={_show(name)}' line")
-        else:
+        if var == "DW_JOB_PRIVATE":
+            raise DirectiveError(stage.line, directive, "$DW_JOB_PRIVATE cannot be staged (one "
+                                                        "directory per compute node, and stages "
+                                                        "run on none): use $DW_JOB_STRIPED")
+        if var.startswith("DW_PERSISTENT_STRIPED_"):
+            raise DirectiveError(stage.line, directive, f"${var} cannot be staged (a persistent "
+                                                        "buffer is filled by the jobs that "
+                                                        "attach it): use $DW_JOB_STRIPED")
+        if var != "DW_JOB_STRIPED":
             raise DirectiveError(stage.line, directive, f"${_show(var)} is not a buffer variable "
-                                                        "(use $DW_JOB_STRIPED, $DW_JOB_PRIVATE or "
-                                                        "$DW_PERSISTENT_STRIPED_<name>)")
+                                                        "(stage through $DW_JOB_STRIPED)")
+        if found.jobdw is None:
+            raise DirectiveError(stage.line, directive, f"the job has no buffer for ${var} "
+                                                        "(add a #DW jobdw line)")
+        if "striped" not in access.split(","):
+            raise DirectiveError(stage.line, directive, f"${var} needs access_mode=striped "
+                                                        f"on the jobdw line (it has {access})")
 
 
 def _first_line(script: str, prefixes: set[str], directive: str) -> int:

@@ -21,7 +21,7 @@ from daccore.directives import BUFFER_PATH
 from daccore.errors import StoreUnavailable, UserError
 from daccore.units import bricks_needed, format_size, parse_size
 
-__all__ = ["Measure", "measure", "parse_margin", "suggest_size", "target_of", "find_pool",
+__all__ = ["Measure", "measure", "parse_margin", "suggest_size", "find_pool",
            "advise", "report", "problem_line"]
 
 _MiB = 1 << 20
@@ -169,15 +169,6 @@ def suggest_size(n: int) -> str:
 _UNITS = ("PiB", "TiB", "GiB", "MiB", "KiB", "PB", "TB", "GB", "MB", "KB")
 
 
-def target_of(destination: str) -> str:
-    """Which buffer a stage-in line fills: "job", or "persistent:<name>"."""
-    m = BUFFER_PATH.match(destination)
-    var = (m.group(1) or m.group(2)) if m else ""
-    if var.startswith("DW_PERSISTENT_STRIPED_"):
-        return "persistent:" + var.removeprefix("DW_PERSISTENT_STRIPED_")
-    return "job"
-
-
 def find_pool(read_pools, requested: str | None,
               default: str | None) -> tuple[str | None, int | None, str | None]:
     """(pool, granularity, None), or (pool or None, None, why it is unknown). `read_pools()`
@@ -222,13 +213,12 @@ def advise(needed: int, margin: Fraction, granularity: int | None,
 def report(d, measured: list[Measure], output: int, margin: Fraction,
            pool: tuple[str | None, int | None, str | None]) -> dict:
     """The --json form of `dacctl estimate`: `measured` holds one Measure per stage_in line of
-    the directives `d`; only lines filling the job's buffer count toward its capacity."""
+    the directives `d` (each fills the job's buffer: the grammar allows no other target)."""
     lines = []
     for stage, m in zip(d.stage_in, measured):
         lines.append({"line": stage.line, "type": stage.type, "source": stage.source,
-                      "destination": stage.destination, "target": target_of(stage.destination),
-                      **m.as_dict()})
-    job = [x for x in lines if x["target"] == "job"]
+                      "destination": stage.destination, **m.as_dict()})
+    job = lines
     name, granularity, pool_error = pool
     data = sum(x["bytes"] for x in job)
     return {

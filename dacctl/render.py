@@ -99,9 +99,8 @@ def _statuses_table(statuses: dict) -> str:
 def estimate(r: dict) -> str:
     """`dacctl estimate`: per stage_in line what it holds, then the advice."""
     from daccore.units import format_size
-    out = [table(["LINE", "TYPE", "SOURCE", "INTO", "SIZE", "ON DISK", "FILES", "DIRS",
-                  "LINKS"],
-                 [[x["line"], x["type"], x["source"], x["target"], format_size(x["bytes"]),
+    out = [table(["LINE", "TYPE", "SOURCE", "SIZE", "ON DISK", "FILES", "DIRS", "LINKS"],
+                 [[x["line"], x["type"], x["source"], format_size(x["bytes"]),
                    format_size(x["allocated_bytes"]), x["files"], x["dirs"], x["links"]]
                   for x in r["stage_in"]]) if r["stage_in"] else "no stage_in lines"]
     out.append(f"stage-in into the job buffer: {format_size(r['bytes'])} "

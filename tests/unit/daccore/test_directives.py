@@ -79,17 +79,23 @@ def test_only_the_leading_comment_block_counts_and_continuations_join():
       "destination=$DW_JOB_STRIPED/x"], "line 3: stage_in: source '/a/../etc/shadow' must not "
                                         "contain '..'"),
     (["#DW jobdw capacity=1GiB", "#DW stage_in type=file source=/a destination=/tmp/x"],
-     "line 3: stage_in: destination must be under $DW_JOB_STRIPED, $DW_JOB_PRIVATE or "
-     "$DW_PERSISTENT_STRIPED_<name>"),
+     "line 3: stage_in: destination must be under $DW_JOB_STRIPED"),
     (["#DW jobdw capacity=1GiB", "#DW stage_out type=file source=/a destination=/b"],
      "line 3: stage_out: source must be under $DW_JOB_STRIPED"),
     (["#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/x"],
      "line 2: stage_in: the job has no buffer for $DW_JOB_STRIPED (add a #DW jobdw line)"),
-    (["#DW jobdw capacity=1GiB access_mode=striped",
+    (["#DW jobdw capacity=1GiB access_mode=striped,private",
       "#DW stage_in type=file source=/a destination=$DW_JOB_PRIVATE/x"],
-     "line 3: stage_in: $DW_JOB_PRIVATE needs access_mode=private on the jobdw line"),
-    (["#DW stage_in type=file source=/a destination=$DW_PERSISTENT_STRIPED_p1/x"],
-     "line 2: stage_in: $DW_PERSISTENT_STRIPED_p1 needs a '#DW persistentdw name=p1' line"),
+     "line 3: stage_in: $DW_JOB_PRIVATE cannot be staged (one directory per compute node, and "
+     "stages run on none): use $DW_JOB_STRIPED"),
+    (["#DW persistentdw name=p1",
+      "#DW stage_out type=file source=$DW_PERSISTENT_STRIPED_p1/x destination=/a"],
+     "line 3: stage_out: $DW_PERSISTENT_STRIPED_p1 cannot be staged (a persistent buffer is "
+     "filled by the jobs that attach it): use $DW_JOB_STRIPED"),
+    (["#DW jobdw capacity=1GiB access_mode=private",
+      "#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/x"],
+     "line 3: stage_in: $DW_JOB_STRIPED needs access_mode=striped on the jobdw line (it has "
+     "private)"),
     (["#DW jobdw capacity=1GiB", "#DW stage_in type=tarball source=/a "
       "destination=$DW_JOB_STRIPED"], "type 'tarball' must be file, directory or list"),
     (["#DW swap 4GiB"], "line 2: swap: swap needs a #DW jobdw buffer"),

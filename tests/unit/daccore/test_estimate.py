@@ -137,16 +137,15 @@ def test_an_unreachable_etcd_leaves_the_pool_unknown_not_the_estimate_failed():
     assert (name, g) == ("fast", None) and why.startswith("etcd unreachable at")
 
 
-def test_the_report_counts_only_what_goes_into_the_job_buffer(tree):
-    d = parse_script(f"#!/bin/sh\n#DW jobdw capacity=512MiB\n#DW persistentdw name=proj\n"
+def test_the_report_adds_up_every_stage_in_line(tree):
+    d = parse_script(f"#!/bin/sh\n#DW jobdw capacity=512MiB\n"
                      f"#DW stage_in type=directory source={tree}/sub destination=$DW_JOB_STRIPED/s\n"
-                     f"#DW stage_in type=file source={tree}/a "
-                     f"destination=$DW_PERSISTENT_STRIPED_proj/a\n")
+                     f"#DW stage_in type=file source={tree}/a destination=$DW_JOB_STRIPED/a\n")
     measured = [est.measure(s.type, s.source) for s in d.stage_in]
     r = est.report(d, measured, 10 * MiB, Fraction(1, 4), ("default", 512 * MiB, None))
-    assert [x["target"] for x in r["stage_in"]] == ["job", "persistent:proj"]
-    assert r["bytes"] == 100 + 64 * MiB and r["inodes"] == 4 and r["output"] == 10 * MiB
-    assert r["needed"] == 100 + 74 * MiB and r["verdict"] == "enough" and r["bricks"] == 1
+    assert [x["line"] for x in r["stage_in"]] == [3, 4]
+    assert r["bytes"] == 100 + 64 * MiB + 5000 and r["inodes"] == 5 and r["output"] == 10 * MiB
+    assert r["needed"] == 5100 + 74 * MiB and r["verdict"] == "enough" and r["bricks"] == 1
     assert r["margin"] == 0.25 and est.problem_line(r, 1234) is None
 
 
