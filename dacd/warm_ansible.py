@@ -262,8 +262,8 @@ def _child(conn: socket.socket, request: dict, fds: list[int], warm: bool) -> No
         try:
             main()
             rc = 0
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 1
+        except SystemExit as e:  # sys.exit's rules: None is success, any other object 1
+            rc = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
         sys.stdout.flush()
         sys.stderr.flush()
         atexit._run_exitfuncs()  # what a real ansible-playbook's exit runs: its temp dirs go
