@@ -18,15 +18,18 @@ if [ -e "$dir" ]; then
     exit 1
 fi
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf --one-file-system "$dir"; }  # KEEP=1: look inside after
+cleanup() { [ -n "${KEEP:-}" ] || rm -rf --one-file-system "$dir" "$dir.debootstrap.log"; }  # KEEP=1: look inside after
 trap cleanup EXIT
 
 start=$(date +%s)
 debootstrap --variant=minbase --include=make,python3,ca-certificates bookworm "$dir" "$mirror" \
     >"$dir.debootstrap.log" 2>&1
 echo "debootstrap: $(( $(date +%s) - start )) s (not counted)"
-# the same package sources as this machine (security updates included)
-cp /etc/apt/sources.list.d/*.sources "$dir/etc/apt/sources.list.d/" 2>/dev/null || true
+# the same package sources as this machine (security updates included), in place of
+# debootstrap's one-line list
+if cp /etc/apt/sources.list.d/*.sources "$dir/etc/apt/sources.list.d/" 2>/dev/null; then
+    rm -f "$dir/etc/apt/sources.list"
+fi
 cp /etc/resolv.conf "$dir/etc/resolv.conf"
 cp /etc/hosts "$dir/etc/hosts"  # every installed machine has one (localhost); debootstrap none
 # Where the network re-signs TLS (a sandbox's proxy), pip needs this machine's CA bundle; a real
