@@ -5,11 +5,14 @@
 # included. python3 and make are taken as given, as for anyone typing `make demo` after a clone.
 #
 #   bench/fresh_demo.sh [DIR]      (root; DIR default /var/tmp/dac-fresh, removed at the end)
+#   KEEP=1 bench/fresh_demo.sh DIR (keep DIR to look into afterwards)
 #
-# The chroot shares this kernel (loop devices, mounts) but gets its own mount namespace, so
-# nothing it mounts leaks to the host; the repository goes in as a clean clone of HEAD.
+# The chroot shares this kernel (loop devices, mounts) but gets its own mount and pid namespaces:
+# nothing it mounts is seen by the host, and every process it starts dies with it, even when the
+# demo's own teardown does not run. The repository goes in as a clean clone of HEAD.
 set -eu
 dir=${1:-/var/tmp/dac-fresh}
+case $dir in /*) ;; *) dir=$(pwd)/$dir ;; esac
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mirror=http://deb.debian.org/debian
 
@@ -18,16 +21,34 @@ if [ -e "$dir" ]; then
     exit 1
 fi
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf --one-file-system "$dir" "$dir.debootstrap.log"; }  # KEEP=1: look inside after
+
+# Loop devices are the kernel's, not the namespace's: a demo killed before its teardown leaves
+# them attached to files in DIR. losetup shows their paths as the chroot saw them (they may name
+# a file of the host too), so they are matched by device and inode instead.
+detach_our_loops() {
+    [ -d "$dir" ] || return 0
+    local dev ino majmin
+    losetup -l -n -O NAME,BACK-INO,BACK-MAJ:MIN 2>/dev/null | while read -r dev ino majmin; do
+        [ -n "$ino" ] && [ "$majmin" = "$(stat -c '%Hd:%Ld' "$dir")" ] || continue
+        [ -z "$(find "$dir" -xdev -inum "$ino" -print -quit 2>/dev/null)" ] || losetup -d "$dev" || true
+    done
+}
+cleanup() {
+    detach_our_loops
+    # The namespace's mounts died with it; this catches anything that went to the host's.
+    findmnt -rn -o TARGET | grep -F "$dir/" | sort -r | while read -r m; do umount -l "$m" || true; done
+    [ -n "${KEEP:-}" ] || rm -rf --one-file-system "$dir" "$dir.debootstrap.log"
+}
 trap cleanup EXIT
 
 start=$(date +%s)
 debootstrap --variant=minbase --include=make,python3,ca-certificates bookworm "$dir" "$mirror" \
-    >"$dir.debootstrap.log" 2>&1
+    >"$dir.debootstrap.log" 2>&1 || { tail -20 "$dir.debootstrap.log"; exit 1; }
 echo "debootstrap: $(( $(date +%s) - start )) s (not counted)"
-# the same package sources as this machine (security updates included), in place of
-# debootstrap's one-line list
-if cp /etc/apt/sources.list.d/*.sources "$dir/etc/apt/sources.list.d/" 2>/dev/null; then
+# The same Debian sources as this machine (security updates included) in place of debootstrap's
+# one-line list; only Debian's, since other repositories' keys are not in the fresh root.
+if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    cp /etc/apt/sources.list.d/debian.sources "$dir/etc/apt/sources.list.d/"
     rm -f "$dir/etc/apt/sources.list"
 fi
 cp /etc/resolv.conf "$dir/etc/resolv.conf"
@@ -41,19 +62,34 @@ if [ -n "${SSL_CERT_FILE:-}" ] && [ -f "$SSL_CERT_FILE" ]; then
 fi
 git clone -q "$repo" "$dir/root/dac"
 
-# Inside a private mount namespace: the chroot's mounts vanish with it, whatever happens.
-unshare --mount --propagation private /bin/bash -eu -c '
+# A booted Debian 12 has cgroup2 on /sys/fs/cgroup (systemd mounts it) and slurmd will not start
+# without a cgroup filesystem there; a chroot has none, so it gets this machine's own (slurmd
+# refuses a v1/v2 mix, so no fresh cgroup2 mount when this kernel also has v1 hierarchies).
+unshare --mount --pid --fork --propagation private /bin/bash -eu -c '
     dir=$1
+    trap "umount -R \"\$dir\" 2>/dev/null || true" EXIT  # unshare --fork: pid 1 of the namespace
     mount --bind "$dir" "$dir"
     mount -t proc proc "$dir/proc"
     mount -t sysfs sys "$dir/sys"
-    mount --rbind /sys/fs/cgroup "$dir/sys/fs/cgroup"  # as booted (systemd mounts it): slurmd needs it
-    mount --rbind /dev "$dir/dev"
+    mount --rbind /sys/fs/cgroup "$dir/sys/fs/cgroup"
+    mount --rbind /dev "$dir/dev"  # loop devices appear in devtmpfs as the demo attaches them
     mount -t tmpfs tmpfs "$dir/run"
-    mount -t tmpfs tmpfs "$dir/tmp"
-    chmod 1777 "$dir/tmp"
+    mount -t tmpfs -o mode=1777 tmpfs "$dir/tmp"
+    # env -i: nothing of this machine (pip wheel dirs, proxies) helps the fresh one
     chroot "$dir" /usr/bin/env -i HOME=/root TERM=dumb $2 \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        /bin/bash -c "cd /root/dac && s=\$(date +%s) && make demo && \
-            echo \"make demo on a fresh Debian 12, installs included: \$(( \$(date +%s) - s )) s\""
+        /bin/bash -c "cd /root/dac && date +%s.%N > /var/tmp/fresh_demo.start && make demo &&
+                      date +%s.%N > /var/tmp/fresh_demo.end"
 ' fresh_demo "$dir" "$ca_env"
+
+# Where the time went, from what make demo leaves behind: the venv is created right after the
+# system packages (scripts/install-system-deps), .venv/.installed is touched after pip.
+python3 - "$dir" <<'PY'
+import os, sys
+d = sys.argv[1]
+t = lambda p: float(open(d + p).read()) if p.endswith(("start", "end")) else os.stat(d + p).st_mtime
+s, venv, pip, e = (t("/var/tmp/fresh_demo.start"), t("/root/dac/.venv/pyvenv.cfg"),
+                   t("/root/dac/.venv/.installed"), t("/var/tmp/fresh_demo.end"))
+print(f"make demo on a fresh Debian 12, installs included: {e - s:.1f} s "
+      f"(system packages {venv - s:.1f} s, venv + pip {pip - venv:.1f} s, demo {e - pip:.1f} s)")
+PY
