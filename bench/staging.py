@@ -90,7 +90,7 @@ def main() -> int:
                     "inside": str(mnt), "buffer_side": "destination",
                     "workers": int(os.environ.get("WORKERS", "4")),
                     "chunk": int(os.environ.get("CHUNK", str(256 << 20)))}
-            return [_python(), "-I", COPIER], json.dumps(plan)
+            return [_python(), "-I", "-S", COPIER], json.dumps(plan)
 
         cases = {
             "small": {

@@ -17,7 +17,6 @@ import os
 import stat
 from fractions import Fraction
 
-from daccore.directives import BUFFER_PATH
 from daccore.errors import StoreUnavailable, UserError
 from daccore.units import bricks_needed, format_size, parse_size
 

@@ -199,6 +199,11 @@ class Progress(Record):
     bytes_total: int = Field(0, ge=0)
     files_done: int = Field(0, ge=0)
     files_total: int = Field(0, ge=0)
+    rate: int = Field(0, ge=0, description="bytes per second since the copy began")
+    eta: float | None = Field(None, ge=0, description="seconds left at that rate; none while "
+                                                      "counting or before the first bytes")
+    counting: bool = Field(False, description="the tree is still being walked: the totals are "
+                                              "what was found so far")
 
 
 class StatusError(Record):

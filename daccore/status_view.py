@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from daccore.units import format_size
+from daccore.units import format_duration, format_size
 
-__all__ = ["view", "summary_line"]
+__all__ = ["view", "summary_line", "staged_text"]
 
 
 def view(buf, statuses: dict) -> dict:
@@ -28,7 +28,8 @@ def view(buf, statuses: dict) -> dict:
 
 
 def summary_line(v: dict) -> str:
-    """e.g. `buffer 7: staged_in -> mounted, stage_in 12.0MiB/40.0MiB 30% 120/400 files`."""
+    """e.g. `buffer 7: staged_in -> mounted, stage_in, staged 12.0MiB/40.0MiB 30% 120/400 files
+    at 20.0MiB/s, 1s left`."""
     states = sorted({h["state"] or "new" for h in v["hosts"]})
     line = f"buffer {v['buffer']}: {','.join(states)}"
     if states != [v["desired_state"]]:
@@ -36,18 +37,29 @@ def summary_line(v: dict) -> str:
     steps = sorted({h["step"].split(":")[0] for h in v["hosts"] if h["step"]})
     if steps:
         line += f", {','.join(steps)}"
-    done = total = files = files_total = 0
-    for h in v["hosts"]:
-        if h["progress"]:
-            done += h["progress"]["bytes_done"]
-            total += h["progress"]["bytes_total"]
-            files += h["progress"]["files_done"]
-            files_total += h["progress"]["files_total"]
-    if total or files_total:
-        pct = 100 * done // total if total else 100
-        line += (f", staged {format_size(done)}/{format_size(total)} {pct}% "
-                 f"{files}/{files_total} files")
+    progress = [h["progress"] for h in v["hosts"] if h["progress"]]
+    if progress:
+        line += ", staged " + staged_text(progress)
     errors = [h["error"]["message"] for h in v["hosts"] if h["error"]]
     if errors:
         line += f", failed: {errors[0]}"
     return line
+
+
+def staged_text(progress: list[dict]) -> str:
+    """Bytes and files done of the total, the rate and the time left, summed over hosts (only
+    the primary stages): `12.0MiB/40.0MiB 30% 120/400 files at 20.0MiB/s, 1s left`. While the
+    copier still walks the tree the totals only grow: `counting` stands for the time left."""
+    done = sum(p["bytes_done"] for p in progress)
+    total = sum(p["bytes_total"] for p in progress)
+    text = (f"{format_size(done)}/{format_size(total)} {100 * done // total if total else 100}% "
+            f"{sum(p['files_done'] for p in progress)}/{sum(p['files_total'] for p in progress)}"
+            " files")
+    rate = sum(p.get("rate", 0) for p in progress)
+    if rate:
+        text += f" at {format_size(rate)}/s"
+    if any(p.get("counting") for p in progress):
+        text += ", counting"
+    elif done < total and all(p.get("eta") is not None for p in progress):
+        text += f", {format_duration(max(p['eta'] for p in progress))} left"
+    return text

@@ -58,6 +58,16 @@ def format_size(n: int) -> str:
     return f"{text}{_UNITS[exp]}"
 
 
+def format_duration(seconds: float) -> str:
+    """Short: 42 -> '42s', 185 -> '3m05s', 7260 -> '2h01m'."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s // 60 % 60:02d}m"
+
+
 def bricks_needed(capacity: int, granularity: int) -> int:
     """How many bricks of `granularity` bytes hold `capacity` bytes (rounded up)."""
     return -(-capacity // granularity)

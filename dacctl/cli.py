@@ -100,14 +100,15 @@ def _show_status(v: dict, headline: str) -> None:
     from rich.console import Console
     from rich.progress_bar import ProgressBar
     from rich.table import Table
+
+    from daccore.status_view import staged_text
     t = Table("HOST", "STATE", "STEP", "STAGED", "", box=None, pad_edge=False)
     for h in v["hosts"]:
         p = h["progress"]
         bar, staged = "", ""
         if p:
             bar = ProgressBar(total=max(p["bytes_total"], 1), completed=p["bytes_done"], width=30)
-            staged = (f"{format_size(p['bytes_done'])}/{format_size(p['bytes_total'])} "
-                      f"{p['files_done']}/{p['files_total']} files")
+            staged = staged_text([p])
         t.add_row(h["host"], h["state"] or "new", h["step"] or "-", staged, bar)
     console = Console()
     console.print(headline, highlight=False, markup=False)

@@ -81,15 +81,14 @@ def buffer_detail(d: dict) -> str:
 
 
 def _statuses_table(statuses: dict) -> str:
-    from daccore.units import format_size
+    from daccore.status_view import staged_text
     rows = []
     for host, s in statuses.items():
         if s is None:
             rows.append([host, "new", "-", "-", "-", "-", "-"])
             continue
         p = s["progress"]
-        staged = (f"{format_size(p['bytes_done'])}/{format_size(p['bytes_total'])} "
-                  f"{p['files_done']}/{p['files_total']} files") if p else "-"
+        staged = staged_text([p]) if p else "-"
         attached = "; ".join(f"{j}: {','.join(n)}" for j, n in sorted(s["attached"].items()))
         rows.append([host, s["state"] or "new", s["generation"], s["step"] or "-",
                      s["attempt"], attached or "-", staged])

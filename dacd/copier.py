@@ -1,23 +1,27 @@
 """The copier: stage data into or out of a buffer as the job's user.
 
-dacd starts `python3 -I dacd/copier.py` (standard library only) with the user's uid, gid and
-supplementary groups already taken (subprocess does setgroups/setgid/setuid before exec), so
-not one path is opened as root and the kernel enforces the user's permissions. The plan comes
-as JSON on stdin:
+dacd starts `python3 -I -S dacd/copier.py` (standard library only, no site packages) with the
+user's uid, gid and supplementary groups already taken (subprocess does setgroups/setgid/setuid
+before exec), so not one path is opened as root and the kernel enforces the user's permissions.
+The plan comes as JSON on stdin:
 
     {"pairs": [{"type": "file|directory|list", "source": "/abs", "destination": "/abs"}],
      "inside": "/the/buffer/root", "buffer_side": "destination|source", "workers": 4,
      "chunk": 268435456}
 
-Stdout carries JSON lines: progress (bytes and files done and in total) at most once a second,
-then {"done": true} or {"error": "<one line naming the path>"}; the exit status is 0 only when
-everything was copied.
+Stdout carries JSON lines: progress (bytes and files done and in total, the rate in bytes per
+second, the ETA in seconds, and `counting` while the tree is still being walked) at most once a
+second, then {"done": true} or {"error": "<one line naming the path>"}; the exit status is 0 only
+when everything was copied.
 
-How: the tree is walked first (lstat, never following a link); directories are made, symlinks
-are recreated as symlinks, then files are copied by a pool of forked workers with
-copy_file_range (pread/pwrite across filesystems), skipping holes (SEEK_DATA/SEEK_HOLE) so
-sparse files stay sparse; big files are split into chunks so one huge file uses every worker;
-small files travel in batches so thousands of them cost little. Modes and times are set last,
+How: every pair is checked first (absolute, no '..', the buffer side resolving inside the buffer,
+the source there); then the tree is walked (lstat, never following a link) while a pool of
+forked workers already copies what the walk has found: directories are made as they are
+reached, symlinks are recreated as symlinks, files travel to the workers in batches, big files
+in chunks so one huge file uses every worker. A worker opens a batch's sources and asks the
+kernel to read them all ahead (POSIX_FADV_WILLNEED) before copying the first, so a cold disk
+serves many reads at once; data moves with copy_file_range (pread/pwrite across filesystems),
+skipping holes (SEEK_DATA/SEEK_HOLE) so sparse files stay sparse. Modes and times are set last,
 directories deepest first.
 """
 
@@ -25,15 +29,21 @@ from __future__ import annotations
 
 import errno
 import json
+import marshal
 import os
+import select
+import signal
 import stat
+import struct
 import sys
 import time
-from multiprocessing import get_context
 
 CHUNK = 256 << 20  # a big file is split into pieces of this size
 BATCH_BYTES = 32 << 20  # small files travel to a worker in batches up to this size...
-BATCH_FILES = 256  # ...or this many files
+BATCH_FILES = 64  # ...or this many files (all read ahead at once)
+QUEUED = 2  # tasks in flight per worker: the next is there when one ends
+PART = 64 << 20  # a chunk's worker reports its progress every this many bytes
+DIED = "copier failed: a copy worker died"  # killed: by the OOM killer, an admin
 
 
 class CopyError(Exception):
@@ -44,18 +54,7 @@ def _fail(path: str, e: OSError) -> CopyError:
     return CopyError(f"{path}: {e.strerror or e}")
 
 
-# -- planning -------------------------------------------------------------------------------------
-
-class Plan:
-    __slots__ = ("dirs", "parents", "links", "files", "bytes")
-
-    def __init__(self) -> None:
-        self.parents: set[str] = set()  # of single files and links: made if missing
-        self.dirs: list[tuple[str, str, os.stat_result]] = []
-        self.links: list[tuple[str, str]] = []
-        self.files: list[tuple[str, str, os.stat_result]] = []
-        self.bytes = 0
-
+# -- checking the pairs ---------------------------------------------------------------------------
 
 def _inside(path: str, root: str) -> bool:
     """`path` resolves inside `root`: its deepest existing ancestor's real path does."""
@@ -66,10 +65,11 @@ def _inside(path: str, root: str) -> bool:
     return os.path.normpath(real) == root or os.path.normpath(real).startswith(root + os.sep)
 
 
-def plan(pairs: list[dict], inside: str, buffer_side: str) -> Plan:
-    p = Plan()
+def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
+    """Every pair (lists expanded) as (type, source, destination, lstat of the source), each one
+    checked before anything is copied."""
     root = os.path.realpath(inside)
-    todo = list(pairs)
+    todo, out = list(pairs), []
     while todo:
         pair = todo.pop(0)
         src, dst = pair["source"], pair["destination"]
@@ -85,20 +85,13 @@ def plan(pairs: list[dict], inside: str, buffer_side: str) -> Plan:
         kind = pair["type"]
         if kind == "list":
             todo[:0] = _read_list(src, pair)
-        elif kind == "directory":
-            if not stat.S_ISDIR(st.st_mode):
-                raise CopyError(f"{src}: not a directory")
-            _walk(src, dst, st, p)
-        elif stat.S_ISREG(st.st_mode):
-            p.files.append((src, dst, st))
-            p.bytes += st.st_size
-            p.parents.add(os.path.dirname(dst))
-        elif stat.S_ISLNK(st.st_mode):
-            p.links.append((src, dst))
-            p.parents.add(os.path.dirname(dst))
-        else:
+        elif kind == "directory" and not stat.S_ISDIR(st.st_mode):
+            raise CopyError(f"{src}: not a directory")
+        elif kind != "directory" and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             raise CopyError(f"{src}: not a regular file")
-    return p
+        else:
+            out.append((kind, src, dst, st))
+    return out
 
 
 def _read_list(path: str, pair: dict) -> list[dict]:
@@ -127,29 +120,7 @@ def _read_list(path: str, pair: dict) -> list[dict]:
     return out
 
 
-def _walk(src: str, dst: str, st: os.stat_result, p: Plan) -> None:
-    p.dirs.append((src, dst, st))
-    try:
-        entries = list(os.scandir(src))
-    except OSError as e:
-        raise _fail(src, e) from None
-    for entry in entries:
-        s, d = entry.path, os.path.join(dst, entry.name)
-        try:
-            est = entry.stat(follow_symlinks=False)
-        except OSError as e:
-            raise _fail(s, e) from None
-        if entry.is_dir(follow_symlinks=False):
-            _walk(s, d, est, p)
-        elif entry.is_symlink():
-            p.links.append((s, d))
-        elif stat.S_ISREG(est.st_mode):
-            p.files.append((s, d, est))
-            p.bytes += est.st_size
-        # sockets, fifos and devices are not data: skipped
-
-
-# -- copying --------------------------------------------------------------------------------------
+# -- copying data (in the workers) ----------------------------------------------------------------
 
 _KERNEL_COPY = [True]  # copy_file_range, until the kernel refuses it across filesystems
 #: one per worker process (each forks with its own copy), reused for every read
@@ -175,7 +146,18 @@ def _move(src_fd: int, dst_fd: int, count: int, off: int) -> int:
     return n
 
 
-def _copy_range(src_fd: int, dst_fd: int, start: int, end: int) -> None:
+def _copy_dense(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> None:
+    off = start
+    while off < end:
+        n = _move(src_fd, dst_fd, end - off, off)
+        if n == 0:
+            raise OSError(errno.EIO, "the source shrank while being copied")
+        off += n
+        if part:
+            part(n)
+
+
+def _copy_range(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> None:
     """Copy [start, end), skipping holes (the destination already has the final size)."""
     pos = start
     while pos < end:
@@ -189,49 +171,14 @@ def _copy_range(src_fd: int, dst_fd: int, start: int, end: int) -> None:
             hole = min(os.lseek(src_fd, data, os.SEEK_HOLE), end)
         except OSError:
             hole = end
-        _copy_dense(src_fd, dst_fd, data, hole)
+        _copy_dense(src_fd, dst_fd, data, hole, part)
         pos = hole
 
 
-def _copy_task(task: tuple) -> tuple[int, int]:
-    """A batch of whole files, or one chunk of a big one. Returns (bytes, whole files done).
-    A dense whole file costs six system calls here: open, open (created with its mode), copy,
-    utime, close, close; 10,000 small files are bound by exactly that."""
-    kind, items = task
-    copied = files = 0
-    for src, dst, size, mode, atime, mtime, sparse, start, end in items:
-        try:
-            sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as e:
-            raise _fail(src, e) from None
-        try:
-            dfd = _open_dst(dst, mode, whole=kind == "files")
-            try:
-                if kind == "files" and sparse:
-                    os.ftruncate(dfd, size)  # holes stay holes
-                if sparse:
-                    _copy_range(sfd, dfd, start, end)
-                else:
-                    _copy_dense(sfd, dfd, start, end)
-                copied += end - start  # holes count as done: they are the file's bytes too
-                if kind == "files":
-                    os.utime(dfd, ns=(atime, mtime))
-                    files += 1
-            except OSError as e:
-                raise _fail(dst, e) from None
-            finally:
-                os.close(dfd)
-        finally:
-            os.close(sfd)
-    return copied, files
-
-
-def _open_dst(dst: str, mode: int, whole: bool) -> int:
+def _open_dst(dst: str, mode: int) -> int:
     """A whole file is created with its final mode (umask is 0 here); one that already exists
-    (a stage run again) is truncated and given the mode. A chunk opens the file `copy` made."""
+    (a stage run again) is truncated and given the mode."""
     try:
-        if not whole:
-            return os.open(dst, os.O_WRONLY | os.O_NOFOLLOW)
         try:
             return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         except FileExistsError:
@@ -242,33 +189,215 @@ def _open_dst(dst: str, mode: int, whole: bool) -> int:
         raise _fail(dst, e) from None
 
 
-def _copy_dense(src_fd: int, dst_fd: int, start: int, end: int) -> None:
-    off = start
-    while off < end:
-        n = _move(src_fd, dst_fd, end - off, off)
-        if n == 0:
-            raise OSError(errno.EIO, "the source shrank while being copied")
-        off += n
+def _open_sources(items: list) -> list[int]:
+    """Every source of a batch opened and read ahead at once: one cold file after another
+    would wait for the disk once each (10,000 small files: 0.46 s of copying, 0.33 s so)."""
+    fds: list[int] = []
+    try:
+        for item in items:
+            try:
+                fd = os.open(item[0], os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError as e:
+                raise _fail(item[0], e) from None
+            fds.append(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
 
 
-def _tasks(p: Plan, chunk: int = CHUNK):
-    batch: list[tuple] = []
-    batch_bytes = 0
-    for src, dst, st in p.files:
-        item = (src, dst, st.st_size, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns,
-                st.st_blocks * 512 < st.st_size)
-        if st.st_size > chunk:
-            for start in range(0, st.st_size, chunk):
-                yield "chunk", [item + (start, min(start + chunk, st.st_size))]
-            continue
-        batch.append(item + (0, st.st_size))
-        batch_bytes += st.st_size
-        if len(batch) >= BATCH_FILES or batch_bytes >= BATCH_BYTES:
-            yield "files", batch
-            batch, batch_bytes = [], 0
-    if batch:
-        yield "files", batch
+def copy_files(items: list) -> tuple[int, int]:
+    """A batch of whole files (src, dst, size, mode, atime, mtime, sparse): (bytes, files).
+    A small dense file costs eight system calls: open, fadvise, open (created with its mode),
+    read, write, utime, two closes; everything else here is kept out of its way (10,000 files:
+    Python's share 0.11 s of 0.28 s before)."""
+    sources = _open_sources(items)
+    whole, copied = len(_BUFFER), 0
+    try:
+        for sfd, (src, dst, size, mode, atime, mtime, sparse) in zip(sources, items):
+            dfd = _open_dst(dst, mode)
+            try:
+                if sparse:
+                    os.ftruncate(dfd, size)  # holes stay holes
+                    _copy_range(sfd, dfd, 0, size)
+                elif size <= whole and not _KERNEL_COPY[0]:  # one read, one write
+                    n = os.preadv(sfd, [_BUFFER[:size]], 0)
+                    if n < size:
+                        raise OSError(errno.EIO, "the source shrank while being copied")
+                    written = 0
+                    while written < n:
+                        written += os.pwrite(dfd, _BUFFER[written:n], written)
+                else:
+                    _copy_dense(sfd, dfd, 0, size)
+                os.utime(dfd, ns=(atime, mtime))
+            except OSError as e:
+                raise _fail(dst, e) from None
+            finally:
+                os.close(dfd)
+            copied += size  # holes count as done: they are the file's bytes too
+    finally:
+        for fd in sources:
+            os.close(fd)
+    return copied, len(items)
 
+
+def copy_chunk(item: tuple, part=None) -> int:
+    """[start, end) of a big file (src, dst, size, mode, atime, mtime, sparse, start, end) into
+    the file the walk made; every PART bytes copied are told to `part` as they go. Returns the
+    bytes not told (holes included: they are the file's bytes too)."""
+    src, dst, _, _, _, _, sparse, start, end = item
+    told = [0, 0]  # bytes told, bytes copied since
+
+    def count(n: int) -> None:
+        told[1] += n
+        if told[1] >= PART:
+            part(told[1])
+            told[0], told[1] = told[0] + told[1], 0
+    try:
+        sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise _fail(src, e) from None
+    try:
+        try:
+            dfd = os.open(dst, os.O_WRONLY | os.O_NOFOLLOW)
+        except OSError as e:
+            raise _fail(dst, e) from None
+        try:
+            (_copy_range if sparse else _copy_dense)(sfd, dfd, start, end, count if part else None)
+        except OSError as e:
+            raise _fail(dst, e) from None
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+    return end - start - told[0]
+
+
+# -- the workers ----------------------------------------------------------------------------------
+
+def _send(fd: int, message) -> None:
+    data = marshal.dumps(message)
+    data = struct.pack("<I", len(data)) + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _recv(fd: int):
+    """The next message, or None at end of file."""
+    head = _read_exactly(fd, 4)
+    if head is None:
+        return None
+    body = _read_exactly(fd, struct.unpack("<I", head)[0])
+    return None if body is None else marshal.loads(body)
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        more = os.read(fd, n - len(data))
+        if not more:
+            return None
+        data += more
+    return data
+
+
+def _serve(tasks: int, results: int) -> None:
+    """A worker: tasks in, ("part", bytes) while a chunk goes, then ("ok", bytes, files) or
+    ("error", line) per task; leaves when the task pipe closes."""
+    while (task := _recv(tasks)) is not None:
+        try:
+            kind, items = task
+            if kind == "files":
+                out = ("ok", *copy_files(items))
+            else:
+                out = ("ok", copy_chunk(items, lambda n: _send(results, ("part", n, 0))), 0)
+        except CopyError as e:
+            out = ("error", str(e))
+        except Exception as e:  # noqa: BLE001 - one line for the user, never a traceback
+            out = ("error", f"copier failed: {type(e).__name__}: {e}")
+        _send(results, out)
+
+
+class Workers:
+    """Forked copy processes, each with its own task and result pipe. multiprocessing's Pool
+    did the same at 45 ms more per stage (its import and start: 9 % of 10,000 small files)."""
+
+    def __init__(self, n: int):
+        self.procs: list[tuple[int, int, int]] = []  # (pid, task fd, result fd)
+        self.queued: dict[int, int] = {}  # result fd -> tasks in flight
+        for _ in range(max(1, n)):
+            task_r, task_w = os.pipe()
+            result_r, result_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker: only its own two ends stay open
+                code = 1
+                try:
+                    os.close(task_w)
+                    os.close(result_r)
+                    for _, t, r in self.procs:
+                        os.close(t)
+                        os.close(r)
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    _serve(task_r, result_w)
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(task_r)
+            os.close(result_w)
+            self.procs.append((pid, task_w, result_r))
+            self.queued[result_r] = 0
+        self.task_fd = {r: t for _, t, r in self.procs}
+        self.poller = select.poll()
+        for _, _, r in self.procs:
+            self.poller.register(r, select.POLLIN)
+
+    def send(self, task: tuple, on_result) -> None:
+        """To the least busy worker, after waiting for results while every one is full."""
+        while min(self.queued.values()) >= QUEUED:
+            self.wait(on_result)
+        fd = min(self.queued, key=self.queued.get)
+        self.queued[fd] += 1
+        try:
+            _send(self.task_fd[fd], task)
+        except BrokenPipeError:
+            raise CopyError(DIED) from None
+
+    def drain(self, on_result) -> None:
+        while any(self.queued.values()):
+            self.wait(on_result)
+
+    def wait(self, on_result, timeout_ms: int = 1000) -> None:
+        """Results of whatever workers have some, each given to `on_result(bytes, files)`."""
+        for fd, _ in self.poller.poll(timeout_ms):
+            message = _recv(fd)
+            if message is None:
+                raise CopyError(DIED)
+            what, copied, files = message[0], message[1], message[2] if len(message) > 2 else 0
+            if what == "error":
+                raise CopyError(copied)
+            if what == "ok":
+                self.queued[fd] -= 1
+            on_result(copied, files)
+        on_result(0, 0)  # time moves on for the rate even when nothing ended
+
+    def stop(self, kill: bool) -> None:
+        """Close the task pipes (workers leave when done) or kill them; reap every one."""
+        for pid, t, r in self.procs:
+            if kill:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os.close(t)
+        for pid, t, r in self.procs:
+            os.waitpid(pid, 0)
+            os.close(r)
+        self.procs = []
+
+
+# -- the walk (in the main process) ---------------------------------------------------------------
 
 def _makedirs(path: str) -> None:
     """Every missing directory made 0700 (os.makedirs would make the intermediate ones 0777
@@ -285,48 +414,127 @@ def _makedirs(path: str) -> None:
             pass
 
 
-def copy(p: Plan, workers: int, report, chunk: int = CHUNK) -> None:
-    for dst in sorted(p.parents) + [d for _, d, _ in p.dirs]:
-        try:
-            _makedirs(dst)
-        except OSError as e:
-            raise _fail(dst, e) from None
-    for src, dst in p.links:
-        try:
-            target = os.readlink(src)
-            if os.path.lexists(dst):
-                os.unlink(dst)
-            os.symlink(target, dst)
-        except OSError as e:
-            raise _fail(dst, e) from None
-    big = [(src, dst, st) for src, dst, st in p.files if st.st_size > chunk]
-    for src, dst, st in big:  # chunks write into a file of the final size
-        try:
+class Copy:
+    """One stage: walks the checked pairs, hands files to the workers as they are found,
+    keeps the counts for progress, sets modes and times at the end."""
+
+    def __init__(self, workers: Workers, report, chunk: int = CHUNK):
+        self.workers, self.report, self.chunk = workers, report, chunk
+        self.dirs: list[tuple[str, os.stat_result]] = []  # in the order made: parents first
+        self.big: list[tuple[str, os.stat_result]] = []
+        self.batch: list[tuple] = []
+        self.batch_bytes = 0
+        self.bytes_total = self.files_total = self.bytes_done = self.files_done = 0
+        self.counting = True  # until the walk ends: the totals are what it found so far
+
+    def run(self, pairs: list[tuple]) -> None:
+        for kind, src, dst, st in pairs:
+            if kind == "directory":
+                self._walk(src, dst, st)
+            else:
+                try:
+                    _makedirs(os.path.dirname(dst))
+                except OSError as e:
+                    raise _fail(os.path.dirname(dst), e) from None
+                self._entry(src, dst, st)
+        self._flush()
+        self.counting = False
+        self.workers.drain(self._done)
+        for dst, st in self.big + self.dirs[::-1]:  # deepest first: a time set is a change above
+            try:
+                os.chmod(dst, stat.S_IMODE(st.st_mode))
+                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            except OSError as e:
+                raise _fail(dst, e) from None
+        self.files_done = self.files_total
+        self.report(self, final=True)
+
+    def _walk(self, src: str, dst: str, st: os.stat_result) -> None:
+        """Depth first with a stack (trees may be deeper than Python's recursion). A small
+        regular file, nearly every entry, goes straight into the batch: the walk runs beside
+        the workers on the same cores, and its share per file counts (os.path.join and a
+        call per file were a third of it)."""
+        todo = [(src, dst, st)]
+        chunk, batch = self.chunk, self.batch
+        while todo:
+            src, dst, st = todo.pop()
+            try:
+                _makedirs(dst)
+            except OSError as e:
+                raise _fail(dst, e) from None
+            self.dirs.append((dst, st))
+            try:
+                with os.scandir(src) as it:
+                    entries = list(it)
+            except OSError as e:
+                raise _fail(src, e) from None
+            prefix = dst.rstrip("/") + "/"
+            for entry in entries:
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except OSError as e:
+                    raise _fail(entry.path, e) from None
+                mode, size = est.st_mode, est.st_size
+                if stat.S_ISREG(mode) and size <= chunk:
+                    batch.append((entry.path, prefix + entry.name, size, mode & 0o7777,
+                                  est.st_atime_ns, est.st_mtime_ns, est.st_blocks * 512 < size))
+                    self.files_total += 1
+                    self.bytes_total += size
+                    self.batch_bytes += size
+                    if len(batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
+                        self._flush()
+                        batch = self.batch
+                elif stat.S_ISDIR(mode):
+                    todo.append((entry.path, prefix + entry.name, est))
+                else:
+                    self._entry(entry.path, prefix + entry.name, est)
+                    batch = self.batch
+
+    def _entry(self, src: str, dst: str, st: os.stat_result) -> None:
+        """A file, a big file or a symlink; sockets, fifos and devices are not data: skipped."""
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(src)
+                if os.path.lexists(dst):
+                    os.unlink(dst)
+                os.symlink(target, dst)
+            except OSError as e:
+                raise _fail(dst, e) from None
+            self.files_total += 1
+            self.files_done += 1
+            return
+        if not stat.S_ISREG(st.st_mode):
+            return
+        self.files_total += 1
+        self.bytes_total += st.st_size
+        item = (src, dst, st.st_size, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns,
+                st.st_blocks * 512 < st.st_size)
+        if st.st_size <= self.chunk:
+            self.batch.append(item)
+            self.batch_bytes += st.st_size
+            if len(self.batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
+                self._flush()
+            return
+        try:  # chunks write into a file of the final size, given its mode at the end
             fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             os.ftruncate(fd, st.st_size)
             os.close(fd)
         except OSError as e:
             raise _fail(dst, e) from None
-    done_bytes = done_files = 0
-    total_files = len(p.files) + len(p.links)
-    with get_context("fork").Pool(max(1, workers)) as pool:
-        for copied, files in pool.imap_unordered(_copy_task, _tasks(p, chunk)):
-            done_bytes += copied
-            done_files += files
-            report(done_bytes, done_files)
-    for src, dst, st in big:
-        try:
-            os.chmod(dst, stat.S_IMODE(st.st_mode))
-            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-        except OSError as e:
-            raise _fail(dst, e) from None
-    for _, dst, st in reversed(p.dirs):  # deepest first: setting a time is a change above
-        try:
-            os.chmod(dst, stat.S_IMODE(st.st_mode))
-            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-        except OSError as e:
-            raise _fail(dst, e) from None
-    report(done_bytes, total_files, final=True)
+        self.big.append((dst, st))
+        for start in range(0, st.st_size, self.chunk):
+            self.workers.send(("chunk", item + (start, min(start + self.chunk, st.st_size))),
+                              self._done)
+
+    def _flush(self) -> None:
+        if self.batch:
+            self.workers.send(("files", self.batch), self._done)
+            self.batch, self.batch_bytes = [], 0
+
+    def _done(self, copied: int, files: int) -> None:
+        self.bytes_done += copied
+        self.files_done += files
+        self.report(self)
 
 
 def main() -> int:
@@ -334,26 +542,36 @@ def main() -> int:
         sys.stdout.write(json.dumps(fields) + "\n")
         sys.stdout.flush()
     os.umask(0)  # files are created with their source's mode; directories get theirs at the end
+    started = last = time.monotonic()
+
+    def report(c: Copy, final: bool = False) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if final or now - last >= 1.0:
+            last = now
+            rate = c.bytes_done / max(now - started, 1e-3)
+            left = c.bytes_total - c.bytes_done
+            eta = None if c.counting or (left and not rate) else round(left / rate, 1)
+            emit(bytes_done=c.bytes_done, bytes_total=c.bytes_total, files_done=c.files_done,
+                 files_total=c.files_total, rate=round(rate), eta=eta, counting=c.counting)
+    workers = None
     try:
         request = json.load(sys.stdin)
-        p = plan(request["pairs"], request["inside"], request["buffer_side"])
-        total_files = len(p.files) + len(p.links)
-        last = [0.0]
-
-        def report(done_bytes: int, done_files: int, final: bool = False) -> None:
-            now = time.monotonic()
-            if final or now - last[0] >= 1.0:
-                last[0] = now
-                emit(bytes_done=done_bytes, bytes_total=p.bytes, files_done=done_files,
-                     files_total=total_files)
-        report(0, 0)
-        copy(p, int(request.get("workers", 4)), report, int(request.get("chunk", CHUNK)))
+        pairs = check(request["pairs"], request["inside"], request["buffer_side"])
+        emit(bytes_done=0, bytes_total=0, files_done=0, files_total=0, rate=0, eta=None,
+             counting=True)
+        workers = Workers(int(request.get("workers", 4)))
+        Copy(workers, report, int(request.get("chunk", CHUNK))).run(pairs)
+        workers.stop(kill=False)
     except CopyError as e:
         emit(error=str(e))
         return 1
     except Exception as e:  # noqa: BLE001 - one line, never a traceback, for Slurm's Reason
         emit(error=f"copier failed: {type(e).__name__}: {e}")
         return 1
+    finally:
+        if workers and workers.procs:
+            workers.stop(kill=True)
     emit(done=True)
     return 0
 

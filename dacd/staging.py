@@ -1,7 +1,7 @@
 """Staging a job's data in or out, on the buffer's primary host, as the job's user.
 
 The buffer side of each stage line names a buffer variable; here it becomes the path of the
-buffer's filesystem on this host. The copy itself runs in `python3 -I dacd/copier.py`, started with
+buffer's filesystem on this host. The copy itself runs in `python3 -I -S dacd/copier.py`, started with
 the user's uid, gid and supplementary groups (subprocess takes them before exec), so dacd never
 opens a user's path as root. The copier's progress lines become the buffer's status.
 """
@@ -69,7 +69,7 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     # its own open descriptor needs only the file's own read permission.
     with open(COPIER, "rb") as source:
         proc = subprocess.Popen(
-            [_python(), "-I", f"/dev/fd/{source.fileno()}"], pass_fds=(source.fileno(),),
+            [_python(), "-I", "-S", f"/dev/fd/{source.fileno()}"], pass_fds=(source.fileno(),),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             cwd="/", env=env, user=buffer.owner_uid, group=buffer.owner_gid,
             extra_groups=_groups(buffer.owner_uid, buffer.owner_gid))

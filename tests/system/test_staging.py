@@ -64,9 +64,11 @@ def test_stage_in_and_out_copy_as_the_user(dac, open_dir, tmp_path):
     assert v["desired_state"] == "staged_in" and v["hosts"][0]["state"] == "staged_in"
     assert v["hosts"][0]["progress"]["files_done"] == 4
     line = run("dacctl", "status", "51", "--line", env=env).stdout
-    total = v["hosts"][0]["progress"]["bytes_total"]
+    progress = v["hosts"][0]["progress"]
+    total, rate = progress["bytes_total"], progress["rate"]
+    assert rate > 0 and progress["eta"] == 0 and progress["counting"] is False
     assert line == (f"buffer 51: staged_in, staged {format_size(total)}/{format_size(total)} "
-                    "100% 4/4 files\n")
+                    f"100% 4/4 files at {format_size(rate)}/s\n")
     table = run("dacctl", "status", "51", env=env).stdout
     assert table.startswith("buffer 51: staged_in") and host in table and "4/4 files" in table
     r = run("dacctl", "status", "nope", env=env, check=False)

@@ -1,0 +1,125 @@
+"""The copier on its own, run as a real unprivileged user exactly as dacd starts it: its
+progress lines, its forked workers, big files in chunks, and failures found while it walks."""
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from dacd import copier
+from dacd.staging import COPIER, _python
+
+UID = GID = 1234
+
+
+def owned(path, mode=0o755):
+    os.makedirs(path, exist_ok=True)
+    os.chown(path, UID, GID)
+    os.chmod(path, mode)
+    return path
+
+
+def run_copier(src, dst, inside, kind="directory", workers=3, chunk=256 << 20):
+    plan = {"pairs": [{"type": kind, "source": str(src), "destination": str(dst)}],
+            "inside": str(inside), "buffer_side": "destination", "workers": workers,
+            "chunk": chunk}
+    r = subprocess.run([_python(), "-I", "-S", COPIER], input=json.dumps(plan), text=True,
+                       capture_output=True, user=UID, group=GID, extra_groups=[GID], cwd="/",
+                       timeout=120)
+    return r.returncode, [json.loads(line) for line in r.stdout.splitlines()], r.stderr
+
+
+def test_many_files_and_a_chunked_big_file_arrive_whole_with_progress(open_dir):
+    src = owned(open_dir / "src")
+    for d in range(5):
+        owned(src / f"d{d}")
+        for f in range(100):  # more than one batch per directory
+            (src / f"d{d}" / f"f{f}").write_bytes(os.urandom(f * 7))
+    big = os.urandom((5 << 20) + 12345)  # five whole chunks of 1 MiB and a short one
+    (src / "big").write_bytes(big)
+    os.chmod(src / "big", 0o640)
+    os.utime(src / "big", ns=(1_000_000_000, 2_000_000_000))
+    for dirpath, dirs, files in os.walk(src):
+        for name in dirs + files:
+            os.chown(os.path.join(dirpath, name), UID, GID)
+    inside = owned(open_dir / "buffer")
+    rc, lines, stderr = run_copier(src, inside / "in", inside, chunk=1 << 20)
+    assert (rc, stderr, lines[-1]) == (0, "", {"done": True})
+    first, final = lines[0], lines[-2]
+    assert first == {"bytes_done": 0, "bytes_total": 0, "files_done": 0, "files_total": 0,
+                     "rate": 0, "eta": None, "counting": True}
+    total = sum(f * 7 for f in range(100)) * 5 + len(big)
+    assert (final["bytes_done"], final["bytes_total"], final["files_done"],
+            final["files_total"]) == (total, total, 501, 501)
+    assert final["counting"] is False and final["eta"] == 0 and final["rate"] > 0
+    assert (inside / "in" / "big").read_bytes() == big
+    st = os.stat(inside / "in" / "big")
+    assert (st.st_uid, st.st_mode & 0o7777, st.st_mtime_ns) == (UID, 0o640, 2_000_000_000)
+    for d in range(5):
+        for f in range(100):
+            copied = inside / "in" / f"d{d}" / f"f{f}"
+            assert copied.read_bytes() == (src / f"d{d}" / f"f{f}").read_bytes()
+
+
+def test_a_directory_found_unreadable_mid_walk_fails_the_stage_naming_it(open_dir):
+    src = owned(open_dir / "src")
+    owned(src / "a")
+    for f in range(300):
+        (src / "a" / f"f{f}").write_bytes(b"x")
+        os.chown(src / "a" / f"f{f}", UID, GID)
+    owned(src / "secret", mode=0o755)
+    os.chown(src / "secret", 0, 0)
+    os.chmod(src / "secret", 0o700)  # root's, inside the user's tree
+    inside = owned(open_dir / "buffer")
+    rc, lines, _ = run_copier(src, inside / "in", inside)
+    assert rc == 1 and lines[-1] == {"error": f"{src}/secret: Permission denied"}
+    assert not any(line.get("done") for line in lines)
+
+
+def test_a_tree_deeper_than_pythons_recursion_limit_is_copied(open_dir):
+    src = owned(open_dir / "src")
+    inside = owned(open_dir / "buffer")
+    try:
+        deep = src
+        for _ in range(1100):  # os.makedirs, os.walk and shutil.rmtree all recurse
+            deep = deep / "d"
+            deep.mkdir()
+        (deep / "leaf").write_bytes(b"bottom")
+        subprocess.run(["chown", "-R", f"{UID}:{GID}", str(src)], check=True)
+        rc, lines, _ = run_copier(src, inside / "in", inside, workers=1)
+        assert (rc, lines[-1]) == (0, {"done": True})
+        assert (inside / "in" / deep.relative_to(src) / "leaf").read_bytes() == b"bottom"
+    finally:
+        subprocess.run(["rm", "-rf", str(src), str(inside)], check=True)
+
+
+def test_a_chunk_tells_its_progress_as_it_goes(tmp_path, monkeypatch):
+    monkeypatch.setattr(copier, "PART", 1 << 20)
+    data = os.urandom(5 << 20)
+    (tmp_path / "src").write_bytes(data)
+    with open(tmp_path / "dst", "wb") as f:
+        f.truncate(len(data))
+    told = []
+    item = (str(tmp_path / "src"), str(tmp_path / "dst"), len(data), 0o644, 0, 0, False,
+            1 << 20, len(data) - 1000)
+    rest = copier.copy_chunk(item, told.append)
+    assert told and all(n >= 1 << 20 for n in told)
+    assert sum(told) + rest == len(data) - 1000 - (1 << 20)
+    copied = (tmp_path / "dst").read_bytes()
+    assert copied[1 << 20:-1000] == data[1 << 20:-1000] and copied[:1 << 20] == bytes(1 << 20)
+
+
+def test_a_worker_that_dies_fails_the_stage_in_one_line(tmp_path):
+    workers = copier.Workers(1)
+    try:
+        ((pid, _, _),) = workers.procs
+        os.kill(pid, signal.SIGKILL)
+        item = (str(tmp_path / "nope"), str(tmp_path / "x"), 1, 0o644, 0, 0, False)
+        with pytest.raises(copier.CopyError, match="^copier failed: a copy worker died$"):
+            workers.send(("files", [item]), lambda copied, files: None)
+            workers.drain(lambda copied, files: None)
+    finally:
+        workers.stop(kill=True)
+    assert workers.procs == []
