@@ -3,8 +3,11 @@ progress lines, its forked workers, big files in chunks, and failures found whil
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +126,21 @@ def test_a_worker_that_dies_fails_the_stage_in_one_line(tmp_path):
     finally:
         workers.stop(kill=True)
     assert workers.procs == []
+
+
+def test_a_big_copy_goes_to_the_disk_as_it_goes_and_leaves_the_page_cache_alone():
+    """Every WRITEBACK bytes are handed to the disk and dropped from the cache, the source's
+    too: what stays cached of a 60 MiB source is at most the last step."""
+    work = Path(tempfile.mkdtemp(dir="/var/tmp"))  # not /tmp: tmpfs pages cannot be dropped
+    try:
+        data = os.urandom(60 << 20)
+        (work / "src").write_bytes(data)
+        os.sync()
+        item = (str(work / "src"), str(work / "dst"), len(data), 0o644, 0, 0, False)
+        assert copier.copy_files([item]) == (len(data), 1)
+        resident = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES",
+                                   str(work / "src")], capture_output=True, text=True, check=True)
+        assert int(resident.stdout) <= copier.WRITEBACK
+        assert (work / "dst").read_bytes() == data
+    finally:
+        shutil.rmtree(work)
