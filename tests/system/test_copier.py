@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -114,10 +115,15 @@ def test_a_chunk_tells_its_progress_as_it_goes(tmp_path, monkeypatch):
     assert copied[1 << 20:-1000] == data[1 << 20:-1000] and copied[:1 << 20] == bytes(1 << 20)
 
 
-def test_a_worker_that_dies_fails_the_stage_in_one_line(tmp_path):
+def test_a_worker_yields_the_cpu_and_one_that_dies_fails_the_stage_in_one_line(tmp_path):
     workers = copier.Workers(1)
     try:
         ((pid, _, _),) = workers.procs
+        # the worker yields the CPU to the walk feeding it
+        deadline = time.monotonic() + 5
+        while os.getpriority(os.PRIO_PROCESS, pid) != os.nice(0) + copier.WORKER_NICE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         os.kill(pid, signal.SIGKILL)
         item = (str(tmp_path / "nope"), str(tmp_path / "x"), 1, 0o644, 0, 0, False)
         with pytest.raises(copier.CopyError, match="^copier failed: a copy worker died$"):
