@@ -4,15 +4,16 @@ every copy, progress reporting on, the device's raw limit (dd) reported beside t
 
 Source on the root filesystem, destination in a buffer-like xfs on a 4 GiB loop device (a real
 brick of the local DAC is the same thing). Every tool runs as the same unprivileged user (uid
-4000), as staging does: the copier exactly as dacd starts it (`python3 -I dacd/copier.py`, plan
-on stdin, progress on stdout). Rounds alternate the tools; medians are compared.
+4000), as staging does: the copier exactly as dacd starts it (`python3 -I -S dacd/copier.py`,
+plan on stdin, progress on stdout). Rounds alternate the tools, each round starting with the
+next one (whichever runs first after a removal must not always be the same tool), and a copy
+starts 1 s after the last one's removal was synced; medians are compared.
 
     .venv/bin/python bench/staging.py
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -26,14 +27,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import steal_meter  # noqa: E402
 
 from daclocal import loopdev  # noqa: E402
+from dacd.copier import encode_plan  # noqa: E402
 from dacd.staging import COPIER, _python  # noqa: E402
 
 UID = GID = 4000
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 
-def as_user(argv: list[str], stdin: str | None = None) -> None:
-    subprocess.run(argv, input=stdin, text=True, check=True, capture_output=True, user=UID,
+def as_user(argv: list[str], stdin: bytes | None = None) -> None:
+    subprocess.run(argv, input=stdin, check=True, capture_output=True, user=UID,
                    group=GID, extra_groups=[GID], cwd="/")
 
 
@@ -42,9 +44,11 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def timed(argv: list[str], dst: Path, stdin: str | None = None) -> float:
+def timed(argv: list[str], dst: Path, stdin: bytes | None = None) -> float:
     if dst.exists():
         shutil.rmtree(dst)
+    os.sync()
+    time.sleep(1)  # xfs frees what the last removal left in the background: on no tool's clock
     drop_caches()
     t = time.perf_counter()
     as_user(argv, stdin)
@@ -85,12 +89,11 @@ def main() -> int:
                 os.chown(os.path.join(dirpath, name), UID, GID)
         print(f"small: 10,000 files, {small_bytes / 2**20:.1f} MiB; big: 2 GiB")
 
-        def copier(source: Path, kind: str, dst: Path) -> list[str]:
-            plan = {"pairs": [{"type": kind, "source": str(source), "destination": str(dst)}],
-                    "inside": str(mnt), "buffer_side": "destination",
-                    "workers": int(os.environ.get("WORKERS", "4")),
-                    "chunk": int(os.environ.get("CHUNK", str(256 << 20)))}
-            return [_python(), "-I", "-S", COPIER], json.dumps(plan)
+        def copier(source: Path, kind: str, dst: Path) -> tuple[list[str], bytes]:
+            plan = encode_plan([{"type": kind, "source": str(source), "destination": str(dst)}],
+                               str(mnt), "destination", int(os.environ.get("WORKERS", "4")),
+                               int(os.environ.get("CHUNK", str(256 << 20))))
+            return [_python(), "-I", "-S", COPIER], plan
 
         cases = {
             "small": {
@@ -105,9 +108,10 @@ def main() -> int:
         }
         cpu = steal_meter()
         times = {case: {tool: [] for tool in tools} for case, tools in cases.items()}
-        for _ in range(ROUNDS):
+        for round_ in range(ROUNDS):
             for case, tools in cases.items():
-                for tool, make in tools.items():
+                order = list(tools.items())
+                for tool, make in order[round_ % len(order):] + order[:round_ % len(order)]:
                     dst = mnt / "dst"
                     argv, stdin = make(dst)
                     times[case][tool].append(timed(argv, dst, stdin))

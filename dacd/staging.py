@@ -1,9 +1,10 @@
 """Staging a job's data in or out, on the buffer's primary host, as the job's user.
 
 The buffer side of each stage line names a buffer variable; here it becomes the path of the
-buffer's filesystem on this host. The copy itself runs in `python3 -I -S dacd/copier.py`, started with
-the user's uid, gid and supplementary groups (subprocess takes them before exec), so dacd never
-opens a user's path as root. The copier's progress lines become the buffer's status.
+buffer's filesystem on this host. The copy itself runs in `python3 -I -S dacd/copier.py`,
+started with the user's uid, gid and supplementary groups (subprocess takes them before exec),
+so dacd never opens a user's path as root. The copier's progress lines become the buffer's
+status.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 
 from daccore.directives import BUFFER_PATH
 from daccore.errors import InternalError, UserError
+from dacd.copier import encode_plan
 from dacd.metrics import StageMeter
 
 __all__ = ["stage"]
@@ -61,8 +63,8 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     pairs = [{"type": r.type.value,
               "source": _buffer_path(r.source, fs_path, direction),
               "destination": _buffer_path(r.destination, fs_path, direction)} for r in requests]
-    plan = {"pairs": pairs, "inside": os.path.join(fs_path, "striped"), "workers": workers,
-            "buffer_side": "destination" if direction == "in" else "source"}
+    plan = encode_plan(pairs, os.path.join(fs_path, "striped"),
+                       "destination" if direction == "in" else "source", workers)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
     # The copier's file is opened here, as root, and run as /dev/fd/N: dac may be installed
     # where the user cannot go (a clone under /root, 0700), and a file the user opens through
@@ -73,7 +75,7 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             cwd="/", env=env, user=buffer.owner_uid, group=buffer.owner_gid,
             extra_groups=_groups(buffer.owner_uid, buffer.owner_gid))
-    proc.stdin.write(json.dumps(plan))
+    proc.stdin.buffer.write(plan)
     proc.stdin.close()
     result: dict = {}
     meter = StageMeter(direction)

@@ -26,13 +26,12 @@ def owned(path, mode=0o755):
 
 
 def run_copier(src, dst, inside, kind="directory", workers=3, chunk=256 << 20):
-    plan = {"pairs": [{"type": kind, "source": str(src), "destination": str(dst)}],
-            "inside": str(inside), "buffer_side": "destination", "workers": workers,
-            "chunk": chunk}
-    r = subprocess.run([_python(), "-I", "-S", COPIER], input=json.dumps(plan), text=True,
-                       capture_output=True, user=UID, group=GID, extra_groups=[GID], cwd="/",
-                       timeout=120)
-    return r.returncode, [json.loads(line) for line in r.stdout.splitlines()], r.stderr
+    plan = copier.encode_plan([{"type": kind, "source": str(src), "destination": str(dst)}],
+                              str(inside), "destination", workers, chunk)
+    r = subprocess.run([_python(), "-I", "-S", COPIER], input=plan, capture_output=True,
+                       user=UID, group=GID, extra_groups=[GID], cwd="/", timeout=120)
+    return (r.returncode, [json.loads(line) for line in r.stdout.decode().splitlines()],
+            r.stderr.decode())
 
 
 def test_many_files_and_a_chunked_big_file_arrive_whole_with_progress(open_dir):
@@ -65,6 +64,16 @@ def test_many_files_and_a_chunked_big_file_arrive_whole_with_progress(open_dir):
         for f in range(100):
             copied = inside / "in" / f"d{d}" / f"f{f}"
             assert copied.read_bytes() == (src / f"d{d}" / f"f{f}").read_bytes()
+
+
+def test_an_empty_directory_is_copied_and_done_at_once(open_dir):
+    src = owned(open_dir / "src" / "empty", mode=0o750)
+    inside = owned(open_dir / "buffer")
+    rc, lines, stderr = run_copier(src, inside / "in", inside)
+    assert (rc, stderr, lines[-1]) == (0, "", {"done": True})
+    assert lines[-2] == {"bytes_done": 0, "bytes_total": 0, "files_done": 0, "files_total": 0,
+                         "rate": 0, "eta": 0.0, "counting": False}
+    assert os.listdir(inside / "in") == [] and os.stat(inside / "in").st_mode & 0o7777 == 0o750
 
 
 def test_a_directory_found_unreadable_mid_walk_fails_the_stage_naming_it(open_dir):
@@ -150,3 +159,28 @@ def test_a_big_copy_goes_to_the_disk_as_it_goes_and_leaves_the_page_cache_alone(
         assert (work / "dst").read_bytes() == data
     finally:
         shutil.rmtree(work)
+
+
+def test_the_plan_carries_any_path_but_one_with_a_nul():
+    odd = os.fsdecode(b"/data/caf\xe9\nline two")  # not UTF-8, and a newline
+    pairs = [{"type": "directory", "source": odd, "destination": "/buffer/striped/in"},
+             {"type": "list", "source": "/home/a/list", "destination": "/buffer/striped"}]
+    plan = copier.encode_plan(pairs, "/buffer/striped", "destination", 3, 1 << 20)
+    assert copier.decode_plan(plan) == (pairs, "/buffer/striped", "destination", 3, 1 << 20)
+    with pytest.raises(ValueError, match="NUL"):
+        copier.encode_plan([{"type": "file", "source": "/a\0b", "destination": "/b"}],
+                           "/b", "destination", 1)
+    with pytest.raises(copier.CopyError, match="^copier failed: stdin holds no plan$"):
+        copier.decode_plan(b'{"pairs": []}')
+
+
+def test_a_name_that_is_not_utf8_arrives_byte_for_byte(open_dir):
+    src = owned(open_dir / "src")
+    name = b"caf\xe9\nx"
+    with open(os.path.join(os.fsencode(src), name), "wb") as f:
+        f.write(b"latin-1 and a newline")
+    os.chown(os.path.join(os.fsencode(src), name), UID, GID)
+    inside = owned(open_dir / "buffer")
+    rc, lines, _ = run_copier(src, inside / "in", inside)
+    assert (rc, lines[-1]) == (0, {"done": True})
+    assert os.listdir(os.fsencode(inside / "in")) == [name]
