@@ -609,9 +609,9 @@ def main() -> int:
     try:
         pairs, inside, buffer_side, n, chunk = decode_plan(sys.stdin.buffer.read())
         pairs = check(pairs, inside, buffer_side)
-        copy = Copy(None, report, chunk)
+        workers = Workers(n)
+        copy = Copy(workers, report, chunk)
         emit(_progress_line(copy, 0, None))
-        copy.workers = workers = Workers(n)
         copy.run(pairs)
         workers.stop(kill=False)
     except CopyError as e:
