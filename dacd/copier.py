@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import marshal
+import mmap
 import os
 import select
 import signal
@@ -125,8 +126,9 @@ def _read_list(path: str, pair: dict) -> list[dict]:
 # -- copying data (in the workers) ----------------------------------------------------------------
 
 _KERNEL_COPY = [True]  # copy_file_range, until the kernel refuses it across filesystems
-#: one per worker process (each forks with its own copy), reused for every read
-_BUFFER = memoryview(bytearray(1 << 20))
+#: one per worker process (each forks with its own copy), reused for every read; anonymous
+#: memory, so a process that only imports this module (dacd, for encode_plan) never touches it
+_BUFFER = memoryview(mmap.mmap(-1, 1 << 20))
 
 
 def _move(src_fd: int, dst_fd: int, count: int, off: int) -> int:
