@@ -126,9 +126,10 @@ def _read_list(path: str, pair: dict) -> list[dict]:
 # -- copying data (in the workers) ----------------------------------------------------------------
 
 _KERNEL_COPY = [True]  # copy_file_range, until the kernel refuses it across filesystems
-#: one per worker process (each forks with its own copy), reused for every read; anonymous
-#: memory, so a process that only imports this module (dacd, for encode_plan) never touches it
-_BUFFER = memoryview(mmap.mmap(-1, 1 << 20))
+#: one per worker process, reused for every read: private anonymous memory, so each forked
+#: worker writes its own copy (mmap's default, MAP_SHARED, would hand every worker the same
+#: pages) and a process that only imports this module (dacd, for encode_plan) never touches it
+_BUFFER = memoryview(mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE))
 
 
 def _move(src_fd: int, dst_fd: int, count: int, off: int) -> int:
