@@ -7,7 +7,8 @@ brick of the local DAC is the same thing). Every tool runs as the same unprivile
 4000), as staging does: the copier exactly as dacd starts it (`python3 -I -S dacd/copier.py`,
 plan on stdin, progress on stdout). Rounds alternate the tools, each round starting with the
 next one (whichever runs first after a removal must not always be the same tool), and a copy
-starts 1 s after the last one's removal was synced; medians are compared.
+starts 1 s after the last one's removal was synced; medians are compared. Every copy is
+compared with its source after its timing.
 
     .venv/bin/python bench/staging.py
 """
@@ -54,6 +55,14 @@ def timed(argv: list[str], dst: Path, stdin: bytes | None = None) -> float:
     as_user(argv, stdin)
     os.sync()  # the data is on the device, for every tool alike
     return time.perf_counter() - t
+
+
+def check_copy(source: Path, copy: Path, tool: str) -> None:
+    """Every copy compared with its source, off the clock: a fast wrong copy is no copy."""
+    argv = (["diff", "-r", "-q", "--no-dereference", str(source), str(copy)] if source.is_dir()
+            else ["cmp", "-s", str(source), str(copy)])
+    if subprocess.run(argv, capture_output=True).returncode != 0:
+        raise SystemExit(f"{tool}: the copy of {source} differs from it")
 
 
 def make_small(root: Path) -> int:
@@ -115,6 +124,7 @@ def main() -> int:
                     dst = mnt / "dst"
                     argv, stdin = make(dst)
                     times[case][tool].append(timed(argv, dst, stdin))
+                    check_copy(src / "small" if case == "small" else big, dst, tool)
                     shutil.rmtree(dst, ignore_errors=True) if dst.is_dir() else dst.unlink()
         drop_caches()
         t = time.perf_counter()
