@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -117,6 +118,7 @@ class SlurmCluster:
         self.base = Path(workdir).resolve() / "slurm"
         self.nodes, self.plugin, self.dac_config = nodes, plugin, dac_config
         self.pids: dict = pids or {}
+        self.procs: dict = {}  # what this start spawned, so a daemon that dies says how
         self.mount_root, self.node_roots = mount_root, node_roots
 
     @property
@@ -145,6 +147,7 @@ class SlurmCluster:
 
         def started(name: str, proc) -> None:
             self.pids[name] = proc.pid
+            self.procs[name] = proc
             if on_started:
                 on_started(name, proc.pid)
         m = self.base / "munge"
@@ -216,9 +219,21 @@ class SlurmCluster:
         while not ready():
             dead = [n for n, pid in self.pids.items() if not is_running(pid, _marker(n))]
             if dead or time.monotonic() > deadline:
-                why = f"{', '.join(dead)} exited" if dead else f"not ready in {timeout:.0f}s"
-                raise AdminError(f"Slurm did not start: {what} {why} (logs: {self.base}/log)")
+                why = (", ".join(f"{n} {self._how_ended(n)}" for n in dead) if dead
+                       else f"{what} not ready in {timeout:.0f}s")
+                raise AdminError(f"Slurm did not start: {why} (logs: {self.base}/log)")
             time.sleep(0.05)
+
+    def _how_ended(self, name: str) -> str:
+        """`exited (status 1)`, `killed by SIGTERM`: a daemon that dies before it logs
+        anything leaves only this to go on."""
+        proc = self.procs.get(name)
+        rc = proc.poll() if proc else None
+        if rc is None:
+            return "exited"
+        if rc < 0:
+            return f"killed by {signal.Signals(-rc).name}"
+        return f"exited (status {rc})"
 
     def stop(self) -> list[str]:
         stopped = []

@@ -1,0 +1,44 @@
+"""A Slurm daemon that dies while the local DAC starts says how, in the one line."""
+
+import subprocess
+
+import pytest
+
+from daccore.errors import AdminError
+from daclocal.slurm import SlurmCluster
+
+
+def started(cluster: SlurmCluster, name: str, argv: list[str]) -> subprocess.Popen:
+    proc = subprocess.Popen(argv)
+    cluster.pids[name], cluster.procs[name] = proc.pid, proc
+    return proc
+
+
+def test_a_daemon_that_exits_gives_its_status(tmp_path):
+    cluster = SlurmCluster(tmp_path)
+    started(cluster, "munged", ["sh", "-c", "exit 3", "munged"]).wait()
+    with pytest.raises(AdminError) as e:
+        cluster._wait(lambda: False, 5, "munged")
+    assert str(e.value) == (f"Slurm did not start: munged exited (status 3) (logs: "
+                            f"{tmp_path.resolve()}/slurm/log)")
+
+
+def test_a_daemon_killed_by_a_signal_names_it(tmp_path):
+    cluster = SlurmCluster(tmp_path)
+    proc = started(cluster, "slurmctld", ["sleep", "60"])
+    proc.terminate()
+    proc.wait()
+    with pytest.raises(AdminError, match="start: slurmctld killed by SIGTERM"):
+        cluster._wait(lambda: False, 5, "slurmctld")
+
+
+def test_a_daemon_from_an_earlier_start_still_reads_as_exited(tmp_path):
+    cluster = SlurmCluster(tmp_path, pids={"munged": 2 ** 22 + 1})  # no such process
+    with pytest.raises(AdminError, match="start: munged exited \\(logs"):
+        cluster._wait(lambda: False, 5, "munged")
+
+
+def test_a_daemon_that_never_gets_ready_says_what_was_awaited(tmp_path):
+    cluster = SlurmCluster(tmp_path)
+    with pytest.raises(AdminError, match="start: slurmd on node1 not ready in 0s"):
+        cluster._wait(lambda: False, 0, "slurmd on node1")
