@@ -232,7 +232,10 @@ class SlurmCluster:
         if rc is None:
             return "exited"
         if rc < 0:
-            return f"killed by {signal.Signals(-rc).name}"
+            try:
+                return f"killed by {signal.Signals(-rc).name}"
+            except ValueError:  # a real-time signal has no name
+                return f"killed by signal {-rc}"
         return f"exited (status {rc})"
 
     def stop(self) -> list[str]:

@@ -1,5 +1,7 @@
 """A Slurm daemon that dies while the local DAC starts says how, in the one line."""
 
+import os
+import signal
 import subprocess
 
 import pytest
@@ -42,3 +44,12 @@ def test_a_daemon_that_never_gets_ready_says_what_was_awaited(tmp_path):
     cluster = SlurmCluster(tmp_path)
     with pytest.raises(AdminError, match="start: slurmd on node1 not ready in 0s"):
         cluster._wait(lambda: False, 0, "slurmd on node1")
+
+
+def test_a_signal_without_a_name_is_given_by_number(tmp_path):
+    cluster = SlurmCluster(tmp_path)
+    proc = started(cluster, "munged", ["sleep", "60"])
+    os.kill(proc.pid, signal.SIGRTMIN + 2)
+    proc.wait()
+    with pytest.raises(AdminError, match=f"start: munged killed by signal {signal.SIGRTMIN + 2} "):
+        cluster._wait(lambda: False, 5, "munged")
