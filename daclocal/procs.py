@@ -38,17 +38,30 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
                                 env=env, close_fds=True)
 
 
+#: /proc/<pid>/stat's flag for a kernel thread, which has no command line either
+_PF_KTHREAD = 0x00200000
+
+
 def is_running(pid: int, marker: str = "") -> bool:
     """True when `pid` is alive and, given a marker, its command line contains it (so a pid
-    reused by an unrelated process is never mistaken for ours)."""
+    reused by an unrelated process is never mistaken for ours).
+
+    A process caught inside execve has no command line yet: Popen returns once the old program
+    is gone, before the kernel has laid out the new one's arguments (13 of 200 spawns of `sleep`
+    read an empty command line right after Popen here, with a cold page cache; a `make demo` run
+    just after the test suite took its munged for dead and left it running). So an empty command line counts as running,
+    unless it is a kernel thread's."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return False
-    if stat.rsplit(")", 1)[1].split()[0] == "Z":
+    fields = stat.rsplit(b")", 1)[1].split()
+    if fields[0] == b"Z":
         return False
-    return marker in cmdline
+    if not cmdline:
+        return not int(fields[6]) & _PF_KTHREAD
+    return marker.encode() in cmdline.replace(b"\0", b" ")
 
 
 def stop_pid(pid: int, marker: str = "", timeout: float = 10.0) -> None:
