@@ -48,9 +48,9 @@ def is_running(pid: int, marker: str = "") -> bool:
 
     A process caught inside execve has no command line yet: Popen returns once the old program
     is gone, before the kernel has laid out the new one's arguments (13 of 200 spawns of `sleep`
-    read an empty command line right after Popen here, with a cold page cache; a `make demo` run
-    just after the test suite took its munged for dead and left it running). So an empty command line counts as running,
-    unless it is a kernel thread's."""
+    read an empty command line right after Popen here, with a cold page cache; a `make demo`
+    run just after the test suite took its munged for dead and left it running). So an empty
+    command line counts as running, unless it is a kernel thread's."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         stat = Path(f"/proc/{pid}/stat").read_bytes()
