@@ -216,6 +216,18 @@ class DacConfig(Settings):
         3500, gt=0, description="seconds data_in/data_out wait; keep it below StageInTimeout "
                                 "and StageOutTimeout")
 
+    slurm_user: str = Field(
+        "root", pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$",
+        description="slurm.conf's SlurmUser: with root, the only account that may run "
+                    "`dacctl --function` (docs/security.md)")
+    min_owner_uid: int = Field(
+        1000, ge=0, description="lowest uid (and gid) a buffer may belong to; dacd skips a "
+                                "record below it. 0 lets root own buffers (docs/security.md)")
+    user_service: str = Field(
+        "", pattern=r"^((\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5})?$",
+        description="host:port of dac's user service, which answers users' dacctl commands "
+                    "after checking their munge credential ('' = none; docs/security.md)")
+
     def node_mount_root(self, node: str) -> str:
         return (self.node_root or self.mount_root).replace("{node}", node)
 
