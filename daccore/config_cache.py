@@ -18,7 +18,7 @@ import os
 import tempfile
 from typing import Mapping
 
-__all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings"]
+__all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings", "cache_dir"]
 
 DEFAULT_PATH = "/etc/dac/dac.yaml"
 _VERSION = 2
@@ -91,7 +91,15 @@ def _identity(source: str) -> list:
 
 def _cache_file(source: str, env: Mapping[str, str]) -> str | None:
     import hashlib
+    d = cache_dir(env)
     name = hashlib.sha1(os.path.abspath(source).encode()).hexdigest()[:16] + ".json"
+    return os.path.join(d, name) if d else None
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
+    """The caller's cache directory: $DAC_CACHE_DIR, else /var/cache/dac, else a 0700 one
+    under the temp dir; the first the caller owns, writable by no one else. None if none is."""
+    env = os.environ if env is None else env
     uid = os.geteuid()
     for d in (env.get("DAC_CACHE_DIR"), "/var/cache/dac",
               os.path.join(tempfile.gettempdir(), f"dac-cache-{uid}")):
@@ -103,7 +111,7 @@ def _cache_file(source: str, env: Mapping[str, str]) -> str | None:
         except OSError:
             continue
         if st.st_uid == uid and not st.st_mode & 0o022 and os.access(d, os.W_OK):
-            return os.path.join(d, name)
+            return d
     return None
 
 
