@@ -32,7 +32,8 @@ class EtcdServer:
     def __init__(self, workdir: Path, client_port: int = 0, peer_port: int = 0,
                  pid: int = 0, tls: tuple[str, str, str] | None = None, secure: bool = True,
                  owners: dict[str, tuple[int, int]] | None = None,
-                 extra_grants: dict[str, list[tuple[str, str]]] | None = None):
+                 extra_grants: dict[str, list[tuple[str, str]]] | None = None,
+                 flags: tuple[str, ...] = ()):
         """`tls` = (cacert, cert, key): serve https and require client certificates signed by
         the CA; the same cert and key serve as the health check's client identity. Without
         `tls`, `secure` makes a CA and certificates in `workdir/pki`, serves https with client
@@ -43,6 +44,7 @@ class EtcdServer:
         self.client_port, self.peer_port, self.pid = client_port, peer_port, pid
         self.secure = secure and tls is None
         self.owners, self.extra_grants = owners, extra_grants or {}
+        self.flags = list(flags)  # more etcd flags, e.g. a short --auth-token-ttl for tests
         self.tls = tls
         if self.secure:
             self.tls = (str(self.pki_dir / "ca.pem"), str(self.pki_dir / "server.pem"),
@@ -90,7 +92,7 @@ class EtcdServer:
                           "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                           "--initial-cluster", f"dac-local={peer}",
                           "--heartbeat-interval", "10", "--election-timeout", "100",
-                          "--log-level", "warn", *self._tls_flags()], self.log)
+                          "--log-level", "warn", *self._tls_flags(), *self.flags], self.log)
             self.pid = proc.pid
             if self._wait_healthy(proc, timeout):
                 if self.secure:
