@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Mapping
 
 __all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings", "cache_dir"]
@@ -101,8 +100,11 @@ def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
     under the temp dir; the first the caller owns, writable by no one else. None if none is."""
     env = os.environ if env is None else env
     uid = os.geteuid()
-    for d in (env.get("DAC_CACHE_DIR"), "/var/cache/dac",
-              os.path.join(tempfile.gettempdir(), f"dac-cache-{uid}")):
+    for d in (env.get("DAC_CACHE_DIR"), "/var/cache/dac", "temp"):
+        if d == "temp":
+            # `tempfile` costs the hooks ~8 ms to import (it imports `random`): only here
+            import tempfile
+            d = os.path.join(tempfile.gettempdir(), f"dac-cache-{uid}")
         if not d:
             continue
         try:

@@ -85,7 +85,9 @@ class EtcdServer:
             make_pki(self.pki_dir)
         for _ in range(5):  # a free port can be taken between probing and binding
             self.client_port, self.peer_port = free_port(), free_port()
-            client, peer = self.endpoint, f"http://127.0.0.1:{self.peer_port}"
+            # the peer port too: raft messages from anyone who can connect would be trusted
+            scheme = "https" if self.secure else "http"
+            client, peer = self.endpoint, f"{scheme}://127.0.0.1:{self.peer_port}"
             proc = spawn([find_etcd(), "--name", "dac-local",
                           "--data-dir", str(self.workdir / "etcd-data"),
                           "--listen-client-urls", client, "--advertise-client-urls", client,
@@ -112,8 +114,10 @@ class EtcdServer:
         if not self.tls:
             return []
         cacert, cert, key = self.tls
+        peer = ["--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file",
+                cacert, "--peer-client-cert-auth"] if self.secure else []
         return ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", cacert,
-                "--client-cert-auth"]
+                "--client-cert-auth", *peer]
 
     def _wait_healthy(self, proc, timeout: float) -> bool:
         context = None
