@@ -24,9 +24,11 @@ _prefixes = itertools.count()
 
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory):
-    # store tests use prefixes of their own (/test<pid>-<n>/, /c/...): admin may write them
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"),
-                        extra_grants={"admin": [("readwrite", "/")]}).start()
+    # Store tests use prefixes of their own (/test<pid>-<n>/, /c/...): admin may write them.
+    # System tests that run dacd and the hooks here use /site<pid>-<n>/: every role may.
+    server = EtcdServer(tmp_path_factory.mktemp("etcd"), extra_grants={
+        "admin": [("readwrite", "/")], "dacd": [("readwrite", "/site")],
+        "slurm": [("readwrite", "/site")]}).start()
     yield server
     server.stop()
 
