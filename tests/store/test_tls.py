@@ -13,8 +13,8 @@ from daccore.store import Store
 
 def settings_env(server, cert=True):
     s = server.settings()
-    env = {"ETCDCTL_ENDPOINTS": s["endpoints"][0].removeprefix("https://"),  # as etcdctl users write it
-           "ETCDCTL_CACERT": s["cacert"]}
+    bare = s["endpoints"][0].removeprefix("https://")  # as etcdctl users write it
+    env = {"ETCDCTL_ENDPOINTS": bare, "ETCDCTL_CACERT": s["cacert"]}
     if cert:
         env.update(ETCDCTL_CERT=s["cert"], ETCDCTL_KEY=s["key"])
     return s, env
