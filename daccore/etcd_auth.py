@@ -151,7 +151,11 @@ class Credential:
         if not isinstance(cached, dict) or cached.get("credential") != identity:
             return {}
         tokens = cached.get("tokens")
-        return tokens if isinstance(tokens, dict) else {}
+        if not isinstance(tokens, dict):
+            return {}
+        # a token goes into an HTTP header as it is: nothing that could end the line
+        return {e: t for e, t in tokens.items() if isinstance(t, str) and t.isprintable()
+                and " " not in t}
 
     def _write_cache(self, endpoint: str, token: str) -> None:
         cache = self._cache_file()

@@ -229,5 +229,7 @@ def _credentials(cacert: str | None, cert: str | None, key: str | None):
             with open(path, "rb") as f:
                 return f.read()
         except OSError as e:
-            raise AdminError(f"cannot read etcd TLS file {path}: {e.strerror}") from e
+            raise AdminError(f"cannot read etcd TLS file {path}: {e.strerror} (only the "
+                             "accounts dac runs as may: root, SlurmUser; see "
+                             "docs/security.md)") from e
     return grpc.ssl_channel_credentials(read(cacert), read(key), read(cert))

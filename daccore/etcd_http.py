@@ -191,7 +191,9 @@ class HttpTransport:
                 if cert:
                     ctx.load_cert_chain(cert, key)
             except (OSError, ssl.SSLError) as e:
-                raise AdminError(f"cannot load etcd TLS files {cacert}, {cert}, {key}: {e}") from e
+                raise AdminError(f"cannot load etcd TLS files {cacert}, {cert}, {key}: {e} "
+                                 "(only the accounts dac runs as may read them: root, "
+                                 "SlurmUser; see docs/security.md)") from e
             self._ssl = ctx
         return self._ssl
 

@@ -47,6 +47,8 @@ def test_a_cached_token_is_served_only_from_a_private_file_of_the_caller(cred, t
     cache.unlink()
     link.rename(cache)
     assert cred._read_cache()["https://e1"] == "tok1"
+    cred._write_cache("https://e3", "tok3\r\nX-Injected: 1")
+    assert "https://e3" not in cred._read_cache()  # never a line break into a header
     (tmp_path / "slurm").write_text("slurm:new-password\n")  # the credential was replaced
     assert cred._read_cache() == {}
 
