@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from daccore.etcd import EtcdClient
+from daccore.etcd_auth import Credential
 from daccore.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
 from daccore.models import Brick, Host, Pool
 from daccore.store import Store
@@ -56,9 +57,14 @@ def many_jobs(env: dict, work: Path, function: str, jobs: int) -> list:
 @contextmanager
 def etcd_store(prefix: str = "/bench/"):
     with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:
-        server = EtcdServer(Path(d)).start()
+        # secure, as a site's etcd is: TLS with client certificates, RBAC (admin, on prefix)
+        server = EtcdServer(Path(d), extra_grants={"admin": [("readwrite", prefix)]}).start()
+        s = server.settings()
         try:
-            yield Store(EtcdClient([server.endpoint], timeout=10), prefix)
+            yield Store(EtcdClient(s["endpoints"], cacert=s["cacert"], cert=s["cert"],
+                                   key=s["key"], timeout=10,
+                                   credential=Credential(f"{s['credentials_dir']}/admin",
+                                                         "admin")), prefix)
         finally:
             server.stop()
 

@@ -54,6 +54,10 @@ class EtcdSettings(Settings):
     prefix: str = Field("/dac/v1/", pattern=r"^/.*/$")
     transport: Literal["grpc", "http"] = Field(
         "grpc", description="grpc, or http for etcd's JSON gateway (see daccore.etcd)")
+    credentials_dir: str = Field(
+        "/etc/dac/etcd", description="one file per etcd role (dacd, slurm, admin), each "
+        "'<user>:<password>' and readable only by the account acting in that role "
+        "(docs/security.md)")
 
     @property
     def tls(self) -> bool:

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Mapping
 
-__all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings"]
+__all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings", "cache_dir"]
 
 DEFAULT_PATH = "/etc/dac/dac.yaml"
 _VERSION = 2
@@ -91,10 +90,21 @@ def _identity(source: str) -> list:
 
 def _cache_file(source: str, env: Mapping[str, str]) -> str | None:
     import hashlib
+    d = cache_dir(env)
     name = hashlib.sha1(os.path.abspath(source).encode()).hexdigest()[:16] + ".json"
+    return os.path.join(d, name) if d else None
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
+    """The caller's cache directory: $DAC_CACHE_DIR, else /var/cache/dac, else a 0700 one
+    under the temp dir; the first the caller owns, writable by no one else. None if none is."""
+    env = os.environ if env is None else env
     uid = os.geteuid()
-    for d in (env.get("DAC_CACHE_DIR"), "/var/cache/dac",
-              os.path.join(tempfile.gettempdir(), f"dac-cache-{uid}")):
+    for d in (env.get("DAC_CACHE_DIR"), "/var/cache/dac", "temp"):
+        if d == "temp":
+            # `tempfile` costs the hooks ~8 ms to import (it imports `random`): only here
+            import tempfile
+            d = os.path.join(tempfile.gettempdir(), f"dac-cache-{uid}")
         if not d:
             continue
         try:
@@ -103,7 +113,7 @@ def _cache_file(source: str, env: Mapping[str, str]) -> str | None:
         except OSError:
             continue
         if st.st_uid == uid and not st.st_mode & 0o022 and os.access(d, os.W_OK):
-            return os.path.join(d, name)
+            return d
     return None
 
 

@@ -7,6 +7,7 @@
     ├── AdminError                the site's setup is wrong or down; an admin fixes it
     │   ├── ConfigError           the config file or environment is invalid
     │   ├── StoreUnavailable      etcd cannot be reached (retryable)
+    │   ├── NoCredential          this account cannot read the etcd credential it needs
     │   └── PlaybookFailed        a lifecycle step's playbook failed on a storage host
     └── InternalError             a bug or a broken invariant in dac itself
         └── Conflict              a compare-and-swap lost a race (retryable by re-reading)
@@ -76,6 +77,17 @@ class StoreUnavailable(AdminError):
             "(check DAC_ETCD_ENDPOINTS, ETCDCTL_ENDPOINTS or etcd.endpoints in the config)"
         )
         self.endpoints = endpoints
+
+
+class NoCredential(AdminError):
+    def __init__(self, path: str, role: str, reason: str):
+        holder = {"dacd": "root on storage servers", "slurm": "the Slurm controller's SlurmUser",
+                  "admin": "root on admin hosts"}.get(role, "the account that runs it")
+        super().__init__(
+            f"cannot read the etcd credential {path} ({reason}): the '{role}' credential is for "
+            f"{holder}; run this as that account, or an admin must create the file "
+            "(docs/security.md, 'What a site must set up')")
+        self.path, self.role = path, role
 
 
 class PlaybookFailed(AdminError):

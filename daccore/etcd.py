@@ -27,6 +27,7 @@ from daccore.errors import InternalError, StoreUnavailable
 if TYPE_CHECKING:
     from typing import Callable, Iterator, Protocol, TypeVar
 
+    from daccore.etcd_auth import Credential
     from daccore.etcd_stream import Watch
     T = TypeVar("T")
 
@@ -42,7 +43,7 @@ class EtcdRequestError(InternalError):
 
     def __init__(self, what: str, code: int | None, message: str):
         super().__init__(f"etcd refused {what}: {message} (code {code})")
-        self.code = code
+        self.code, self.reason = code, message
 
 
 class Unreachable(Exception):
@@ -142,13 +143,16 @@ class EtcdClient:
 
     def __init__(self, endpoints: list[str], *, cacert: str | None = None,
                  cert: str | None = None, key: str | None = None, timeout: float = 5.0,
-                 transport: str = "grpc"):
+                 transport: str = "grpc", credential: Credential | None = None):
+        """`credential`: the etcd user to act as (daccore.etcd_auth); None on an etcd
+        without RBAC."""
         if transport not in TRANSPORTS:
             raise ValueError(f"unknown etcd transport '{transport}' (choose grpc or http)")
         self.endpoints = list(endpoints)
         self.timeout = timeout
         self.transport = transport
         self._tls = (cacert, cert, key)
+        self.credential = credential
         self._transports: list[Transport] | None = None
         self._lock = threading.Lock()
         self._preferred = 0
@@ -160,8 +164,8 @@ class EtcdClient:
                     from daccore.etcd_grpc import GrpcTransport as cls
                 else:
                     from daccore.etcd_http import HttpTransport as cls  # type: ignore[assignment]
-                self._transports = [cls(e, *self._tls, timeout=self.timeout)
-                                    for e in self.endpoints]
+                self._transports = [cls(e, *self._tls, timeout=self.timeout,
+                                        credential=self.credential) for e in self.endpoints]
             return self._transports
 
     def _call(self, fn: Callable[[Transport], T]) -> T:

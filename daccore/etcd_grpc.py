@@ -1,12 +1,13 @@
 """The `grpc` transport: etcd's native gRPC API, synchronous, through the protobuf stubs that
 aetcd generates and ships (`aetcd.rpc`); aetcd's own client is asyncio-only, and dacd is built
-on threads. Every gRPC error is translated here, and nowhere else.
+on threads. Every gRPC error is translated here, and nowhere else. With etcd's RBAC on, each call
+carries the role's token as `token` metadata (daccore.etcd_auth gets and renews it).
 """
 
 from __future__ import annotations
 
 import queue
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import urlsplit
 
 import grpc
@@ -15,6 +16,9 @@ from aetcd.rpc import kv_pb2, rpc_pb2, rpc_pb2_grpc
 from daccore.errors import AdminError
 from daccore.etcd import (KV, Compare, EtcdRequestError, Event, Op, TxnResult, Unreachable,
                           WatchMessage)
+
+if TYPE_CHECKING:
+    from daccore.etcd_auth import Credential
 
 __all__ = ["GrpcTransport"]
 
@@ -69,9 +73,11 @@ class GrpcTransport:
     """One endpoint, one channel (gRPC channels are thread-safe and reconnect by themselves)."""
 
     def __init__(self, endpoint: str, cacert: str | None = None, cert: str | None = None,
-                 key: str | None = None, *, timeout: float = 5.0):
+                 key: str | None = None, *, timeout: float = 5.0,
+                 credential: Credential | None = None):
         self.endpoint = endpoint
         self.timeout = timeout
+        self.credential = credential
         url = urlsplit(endpoint)
         target = f"{url.hostname or '127.0.0.1'}:{url.port or 2379}"
         # Large inventories: 1,000 hosts x 24 bricks is ~3 MB in one range.
@@ -83,12 +89,30 @@ class GrpcTransport:
         self._kv = rpc_pb2_grpc.KVStub(self._channel)
         self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
         self._watch = rpc_pb2_grpc.WatchStub(self._channel)
+        self._auth = rpc_pb2_grpc.AuthStub(self._channel)
+
+    def _authed(self, fn):
+        """`fn(metadata)`, with the role's token when there is a credential."""
+        if self.credential is None:
+            return fn(None)
+        return self.credential.call(self.endpoint, self.authenticate,
+                                    lambda token: fn((("token", token),)))
+
+    def authenticate(self, user: str, password: str) -> str:
+        try:
+            return self._auth.Authenticate(rpc_pb2.AuthenticateRequest(name=user,
+                                                                       password=password),
+                                           timeout=self.timeout).token
+        except grpc.RpcError as e:
+            raise _translate(e, "authenticate") from e
 
     def _unary(self, method, request, what: str):
-        try:
-            return method(request, timeout=self.timeout)
-        except grpc.RpcError as e:
-            raise _translate(e, what) from e
+        def once(metadata):
+            try:
+                return method(request, timeout=self.timeout, metadata=metadata)
+            except grpc.RpcError as e:
+                raise _translate(e, what) from e
+        return self._authed(once)
 
     def close(self) -> None:
         self._channel.close()
@@ -129,13 +153,16 @@ class GrpcTransport:
         return r.ID
 
     def lease_keepalive(self, lease: int) -> int:
-        try:
-            for r in self._lease.LeaseKeepAlive(iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease)]),
-                                                timeout=self.timeout):
-                return r.TTL
-        except grpc.RpcError as e:
-            raise _translate(e, "lease keepalive") from e
-        raise Unreachable("lease keepalive stream ended without an answer")
+        def once(metadata):
+            try:
+                for r in self._lease.LeaseKeepAlive(
+                        iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease)]), timeout=self.timeout,
+                        metadata=metadata):
+                    return r.TTL
+            except grpc.RpcError as e:
+                raise _translate(e, "lease keepalive") from e
+            raise Unreachable("lease keepalive stream ended without an answer")
+        return self._authed(once)
 
     def lease_time_to_live(self, lease: int) -> tuple[int, int]:
         r = self._unary(self._lease.LeaseTimeToLive, rpc_pb2.LeaseTimeToLiveRequest(ID=lease),
@@ -148,21 +175,25 @@ class GrpcTransport:
     def watch(self, key: str, range_end: str | None, start_revision: int) -> _GrpcWatch:
         create = rpc_pb2.WatchCreateRequest(key=key.encode(), start_revision=start_revision,
                                             range_end=range_end.encode() if range_end else b"")
-        return _GrpcWatch(self._watch, rpc_pb2.WatchRequest(create_request=create))
+        request = rpc_pb2.WatchRequest(create_request=create)
+        return self._authed(lambda metadata: _GrpcWatch(self, request, metadata))
 
 
 class _GrpcWatch:
     """One bidirectional Watch stream. The request side stays open until close(): etcd ends a
     watch whose client has half-closed the stream."""
 
-    def __init__(self, stub: rpc_pb2_grpc.WatchStub, request: rpc_pb2.WatchRequest):
+    def __init__(self, transport: GrpcTransport, request: rpc_pb2.WatchRequest, metadata):
+        self._transport, self._metadata = transport, metadata
         self._requests: queue.Queue = queue.Queue()
         self._requests.put(request)
-        self._call = stub.Watch(iter(self._requests.get, None))
+        self._call = transport._watch.Watch(iter(self._requests.get, None), metadata=metadata)
 
     def __iter__(self) -> Iterator[WatchMessage]:
         try:
             for r in self._call:
+                if r.canceled:
+                    self._renew_if_rejected(r.cancel_reason)
                 yield WatchMessage(
                     revision=r.header.revision,
                     events=[Event("delete" if ev.type == kv_pb2.Event.DELETE else "put",
@@ -172,7 +203,18 @@ class _GrpcWatch:
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.CANCELLED:
                 raise Unreachable("watch cancelled") from e
+            if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                self._renew_if_rejected(e.details() or "invalid auth token")
             raise _translate(e, "watch") from e
+
+    def _renew_if_rejected(self, reason: str) -> None:
+        """A watch etcd cancels for its token: renew it and break the stream, so the resuming
+        Watch opens a new one with the fresh token."""
+        from daccore.etcd_auth import token_rejected
+        t = self._transport
+        if t.credential is not None and self._metadata and token_rejected(None, reason):
+            t.credential.renew(t.endpoint, self._metadata[0][1], t.authenticate)
+            raise Unreachable("etcd token expired; renewed")
 
     def close(self) -> None:
         self._requests.put(None)
@@ -187,5 +229,7 @@ def _credentials(cacert: str | None, cert: str | None, key: str | None):
             with open(path, "rb") as f:
                 return f.read()
         except OSError as e:
-            raise AdminError(f"cannot read etcd TLS file {path}: {e.strerror}") from e
+            raise AdminError(f"cannot read etcd TLS file {path}: {e.strerror} (only the "
+                             "accounts dac runs as may: root, SlurmUser; see "
+                             "docs/security.md)") from e
     return grpc.ssl_channel_credentials(read(cacert), read(key), read(cert))

@@ -66,20 +66,25 @@ class Store:
         self.keys = Keys(prefix)
 
     @classmethod
-    def from_settings(cls, etcd: EtcdSettings, transport: str | None = None) -> Store:
-        """`transport` overrides the configured one."""
+    def from_settings(cls, etcd: EtcdSettings, transport: str | None = None,
+                      role: str = "admin") -> Store:
+        """`transport` overrides the configured one; `role` is the etcd identity to act as:
+        dacd (storage servers), slurm (the Slurm hooks), admin (root on admin hosts)."""
         client = EtcdClient(etcd.urls, cacert=etcd.cacert, cert=etcd.cert, key=etcd.key,
-                            timeout=etcd.timeout, transport=transport or etcd.transport)
+                            timeout=etcd.timeout, transport=transport or etcd.transport,
+                            credential=_credential(etcd.credentials_dir, role, cache=False))
         return cls(client, etcd.prefix)
 
     @classmethod
     def from_dict(cls, etcd: dict, transport: str | None = None,
-                  max_timeout: float | None = None) -> Store:
-        """From `config_cache.load_settings()["etcd"]`, for the hooks inside slurmctld."""
+                  max_timeout: float | None = None, role: str = "slurm") -> Store:
+        """From `config_cache.load_settings()["etcd"]`, for the hooks inside slurmctld: one
+        process per call, so the role's token is cached on disk (daccore.etcd_auth)."""
         timeout = etcd["timeout"] if max_timeout is None else min(etcd["timeout"], max_timeout)
         client = EtcdClient(etcd["urls"], cacert=etcd.get("cacert"), cert=etcd.get("cert"),
                             key=etcd.get("key"), timeout=timeout,
-                            transport=transport or etcd["transport"])
+                            transport=transport or etcd["transport"],
+                            credential=_credential(etcd["credentials_dir"], role, cache=True))
         return cls(client, etcd["prefix"])
 
     # -- pools ---------------------------------------------------------------------------------
@@ -425,6 +430,13 @@ class Store:
             if extra and current == (kv.mod_revision if kv else 0):
                 raise _GuardFailed(extra)
         raise Conflict(f"{key} kept changing under {attempts} attempts to update it")
+
+
+def _credential(directory: str, role: str, cache: bool):
+    from daccore.etcd_auth import ROLES, Credential
+    if role not in ROLES:
+        raise ValueError(f"unknown etcd role '{role}' (choose {', '.join(ROLES)})")
+    return Credential(f"{directory.rstrip('/')}/{role}", role, cache=cache)
 
 
 def _dump(record: BaseModel) -> str:

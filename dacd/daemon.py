@@ -29,7 +29,7 @@ class Daemon:
         # The http transport, whatever the config says: dacd forks (ansible-runner, the copier),
         # and gRPC's threads make fork unsafe. Seen: "Other threads are currently calling into
         # gRPC, skipping fork() handlers", then ansible-runner failed before its first task.
-        self.store = Store.from_settings(config.etcd, transport="http")
+        self.store = Store.from_settings(config.etcd, transport="http", role="dacd")
         self._lease: LeaseKeeper | None = None
         self.reconciler: Reconciler | None = None
         self.metrics: metrics.MetricsServer | None = None

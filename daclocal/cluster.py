@@ -48,7 +48,7 @@ class LocalState:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.etcd['client_port']}"
+        return f"https://127.0.0.1:{self.etcd['client_port']}"
 
     def save(self) -> None:
         path = Path(self.workdir) / "state.json"
@@ -100,7 +100,8 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                                "name": f"brick{b}", "pcie_switch": str(b % 2)})
             hosts[host] = {"bricks": bricks, "fs_root": str(workdir / "fs" / host)}
         node_views(workdir)
-        config = {"etcd": {"endpoints": [state.endpoint], "timeout": 5},
+        # TLS with client certificates and RBAC, as a site's etcd must be (docs/security.md)
+        config = {"etcd": {**etcd.settings(), "timeout": 5},
                   "pools": {POOL: {"granularity": brick_size, "backend": "local", "swap": True}},
                   "hosts": hosts, "lease_ttl": 5,
                   "mount_root": str(workdir / MOUNT_ROOT),
@@ -203,7 +204,8 @@ def down(workdir: Path) -> list[str]:
             loopdev.detach(b["device"], Path(b["file"]))
             done.append(f"loop device {b['device']}")
         Path(b["file"]).unlink(missing_ok=True)
-    for leftover in (workdir / "etcd" / "etcd-data", workdir / "bricks", workdir / "slurm" / "state",
+    for leftover in (workdir / "etcd" / "etcd-data", workdir / "etcd" / "credentials",
+                     workdir / "etcd" / "pki", workdir / "bricks", workdir / "slurm" / "state",
                      workdir / "slurm" / "spool", workdir / "slurm" / "munge", workdir / "fs",
                      workdir / NODE_ROOTS, workdir / MOUNT_ROOT):
         shutil.rmtree(leftover, ignore_errors=True)

@@ -50,7 +50,7 @@ class RecordedSite:
     def device(self, host: str, brick: int) -> str:
         return str(self.root / host / "dev" / f"nvme{brick}n1")
 
-    def config(self, backend: str, etcd: str | None = None, **settings) -> dict:
+    def config(self, backend: str, etcd: str | dict | None = None, **settings) -> dict:
         """A dac config (as data) with one pool `p` of this backend over every brick."""
         pool = {"granularity": 100 * GiB, "backend": backend}
         if backend == "lustre":
@@ -73,8 +73,9 @@ class RecordedSite:
                   "mount_root": "/mnt/dac", "node_root": str(self.root / "nodes" / "{node}"),
                   "node_ansible_vars": {"ansible_connection": "local",
                                         "dac_environment": self.env("{{ inventory_hostname }}")}}
-        if etcd:
-            config["etcd"] = {"endpoints": [etcd], "timeout": 5}
+        if etcd:  # an endpoint, or the `etcd` settings of a secure server (TLS files, roles)
+            config["etcd"] = {**(etcd if isinstance(etcd, dict) else {"endpoints": [etcd]}),
+                              "timeout": 5}
             config["lease_ttl"] = 5
         return config
 

@@ -149,9 +149,9 @@ def test_a_refused_request_is_not_mistaken_for_an_outage(etcd):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_client_fails_over_to_a_live_endpoint(etcd_server, transport):
-    client = EtcdClient(["http://127.0.0.1:1", etcd_server.endpoint], timeout=3,
-                        transport=transport)
+def test_client_fails_over_to_a_live_endpoint(etcd_server, etcd_client, transport):
+    client = etcd_client(etcd_server, transport=transport,
+                         endpoints=["https://127.0.0.1:1", etcd_server.endpoint])
     client.put("/c/failover", "ok")
     assert client.get("/c/failover").value == b"ok"
 

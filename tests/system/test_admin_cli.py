@@ -292,6 +292,12 @@ def test_the_admin_group_acts_as_root_in_dacctl(dac, tmp_path):
     config = workdir / "dac.yaml"
     data = yaml.safe_load(config.read_text())
     config.write_text(yaml.safe_dump({**data, "admin_group": "dacadmins"}))
+    # as a site does with admin_group: its members may read the admin etcd credential and the
+    # client key (docs/security.md, "What a site must set up")
+    etcd_dir = workdir / "etcd"
+    for secret in (etcd_dir / "credentials" / "admin", etcd_dir / "pki" / "client.key"):
+        os.chown(secret, 0, gid)
+        secret.chmod(0o640)
     # a member (by a supplementary group) sees every buffer and may drain; others still not
     r = as_user(env, "show", "9", "--json", uid=5555, gid=5555, groups=(gid,))
     assert r.returncode == 0 and json.loads(r.stdout)["buffer"]["owner_uid"] == UID, r.stderr

@@ -133,7 +133,9 @@ def test_usage_errors_and_an_unreachable_etcd_are_one_line_exit_1(local_dac, tmp
     r = fn(env, "job_process", "--job", str(tmp_path / "missing.sh"))
     assert r.returncode == 1 and r.stdout.startswith("cannot read the job script")
     cfg = tmp_path / "dac.yaml"
-    cfg.write_text("etcd: {endpoints: ['127.0.0.1:1'], timeout: 1}\n")
+    (tmp_path / "slurm").write_text("slurm:secret\n")  # a credential, so etcd is the fault
+    cfg.write_text(f"etcd: {{endpoints: ['127.0.0.1:1'], timeout: 1, "
+                   f"credentials_dir: {tmp_path}}}\n")
     r = fn({"DAC_CONFIG": str(cfg), "DAC_ETCD_ENDPOINTS": ""}, "pools")
     assert r.returncode == 1 and r.stdout.startswith("etcd unreachable at http://127.0.0.1:1")
     assert r.stdout.count("\n") == 1 and "Traceback" not in r.stderr

@@ -99,7 +99,9 @@ def test_bad_input_to_dacctl_is_one_line_and_non_zero(tmp_path):
 
 def test_dacctl_with_etcd_down_says_so_in_bounded_time(tmp_path):
     cfg = tmp_path / "dac.yaml"
-    cfg.write_text("etcd: {endpoints: ['127.0.0.1:1'], timeout: 1}\n")
+    (tmp_path / "admin").write_text("admin:secret\n")  # a credential, so etcd is the fault
+    cfg.write_text(f"etcd: {{endpoints: ['127.0.0.1:1'], timeout: 1, "
+                   f"credentials_dir: {tmp_path}}}\n")
     start = time.monotonic()
     r = run("dacctl", "pools", env={"DAC_CONFIG": str(cfg), "DAC_ETCD_ENDPOINTS": ""},
             check=False)

@@ -23,7 +23,7 @@ def site_dac(open_dir, etcd_server):
     def boot(backend, **settings):
         # open_dir: DAOS's stand-ins also run as the job's user and must reach the site
         s = RecordedSite(open_dir / "site", 2, bricks_per_host=1)
-        config = s.config(backend, etcd=etcd_server.endpoint, **settings)
+        config = s.config(backend, etcd=etcd_server.settings(), **settings)
         config["etcd"]["prefix"] = f"/site{os.getpid()}-{next(_prefixes)}/"
         path = s.write_config(config)
         for host in s.hosts:
