@@ -65,15 +65,17 @@ def _run_munge(argv: list[str], data: bytes | None) -> subprocess.CompletedProce
 def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
     """(uid, gid, request) from a credential, as munged verified it; UserError when munged
     refuses it (bad, altered, replayed, expired, another key) or its payload is no request."""
-    r = _run_munge([*_munge_argv("unmunge", socket_path), "--numeric"], credential)
+    r = _run_munge(_munge_argv("unmunge", socket_path), credential)
     meta, _, payload = r.stdout.partition(b"\n\n")
-    fields = dict(line.split(b":", 1) for line in meta.splitlines() if b":" in line)
-    status = fields.get(b"STATUS", b"").strip()
-    if r.returncode != 0 or status != b"0":
-        why = r.stderr.decode(errors="replace").strip().splitlines() or [f"status {status}"]
-        raise UserError(f"credential refused: {why[-1].removeprefix('unmunge: Error: ')[:200]}")
+    # "STATUS: Replayed credential (17)", "UID: alice (1234)": the text, then the number
+    fields = {k.strip(): v.strip().decode(errors="replace") for k, _, v in
+              (line.partition(b":") for line in meta.splitlines())}
+    status = fields.get(b"STATUS", "")
+    if r.returncode != 0 or not status.endswith("(0)"):
+        why = status.rpartition(" (")[0] or " ".join(r.stderr.decode(errors="replace").split())
+        raise UserError(f"credential refused: {why.removeprefix('unmunge: Error: ')[:200]}")
     try:
-        uid, gid = int(fields[b"UID"]), int(fields[b"GID"])
+        uid, gid = (int(fields[k].rpartition("(")[2].rstrip(")")) for k in (b"UID", b"GID"))
         request = json.loads(payload)
     except (KeyError, ValueError):
         raise UserError("credential refused: its payload is not a dac request") from None
@@ -150,11 +152,21 @@ class _Handler(socketserver.StreamRequestHandler):
         return line
 
     def _reply(self, reply: dict) -> None:
+        """Send the reply, then read what the client still sends (an oversize request) for up
+        to a second: closing with unread bytes would reset the connection, and a reset makes
+        the client's kernel drop the reply before dacctl reads it."""
+        c = self.connection
         try:
-            self.connection.settimeout(READ_TIMEOUT)
-            self.connection.sendall(json.dumps(reply).encode() + b"\n")
+            c.settimeout(READ_TIMEOUT)
+            c.sendall(json.dumps(reply).encode() + b"\n")
+            c.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + 1.0
+            while (left := deadline - time.monotonic()) > 0:
+                c.settimeout(left)
+                if not c.recv(65536):
+                    break
         except OSError:
-            pass  # the client went away: nothing is owed to it
+            pass  # the client went away or kept sending: nothing more is owed to it
 
 
 class _Server(socketserver.ThreadingTCPServer):
