@@ -292,3 +292,15 @@ def test_usersvc_a_missing_service_or_munged_is_one_line_naming_the_admin(usersv
         line.endswith("(an admin must start munged on this host)"), line
     # root reads etcd itself, with no service at all
     assert run("dacctl", "buffers", env={**env, "DAC_CONFIG": str(broken)}).returncode == 0
+
+
+def test_usersvc_the_systemd_unit_verifies_and_runs_the_service_unprivileged(tmp_path):
+    unit = (Path(__file__).resolve().parents[2] / "packaging" / "dac-users.service").read_text()
+    path = tmp_path / "dac-users.service"
+    path.write_text(unit.replace("/opt/dac/venv/bin/dacctl",
+                                 str(Path(sys.executable).parent / "dacctl")))
+    r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+    assert (r.returncode, r.stdout + r.stderr) == (0, "")
+    assert "ExecStart=/opt/dac/venv/bin/dacctl user-service\n" in unit
+    assert "User=slurm\n" in unit and "NoNewPrivileges=yes\n" in unit
+    assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE\n" in unit
