@@ -10,6 +10,7 @@ service sends it as it is, and dacctl prints it the same whichever path it came 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from daccore.errors import NotFound, UserError
@@ -26,17 +27,19 @@ class Caller:
     rights: int
 
 
-_NAME = (str, 128)  # a buffer, pool or state name: bounded, the rules below check the rest
+#: a buffer's or pool's name, as daccore.models.Name: nothing else may reach a store key
+_NAME = (str, re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"))
+_WORD = (str, re.compile(r"^[a-z_,]{1,64}$"))  # a state, access mode or type: its rule checks it
 _INT = (int, None)
 
 #: verb -> its arguments and their types; every argument may be None (not given).
 VERBS: dict[str, dict[str, tuple]] = {
     "status": {"buffer": _NAME},
     "pools": {},
-    "buffers": {"owner_uid": _INT, "state": _NAME, "pool": _NAME},
+    "buffers": {"owner_uid": _INT, "state": _WORD, "pool": _NAME},
     "show": {"buffer": _NAME},
-    "create-persistent": {"name": _NAME, "capacity": _INT, "pool": _NAME, "access": _NAME,
-                          "type": _NAME, "owner_uid": _INT, "owner_gid": _INT},
+    "create-persistent": {"name": _NAME, "capacity": _INT, "pool": _NAME, "access": _WORD,
+                          "type": _WORD, "owner_uid": _INT, "owner_gid": _INT},
     "destroy-persistent": {"name": _NAME},
 }
 
@@ -47,13 +50,15 @@ def check_args(verb: str, args: object) -> dict:
         raise UserError(f"unknown request '{str(verb)[:40]}' (requests: {', '.join(VERBS)})")
     if not isinstance(args, dict) or set(args) - set(VERBS[verb]):
         raise UserError(f"{verb}: arguments must be some of: {', '.join(VERBS[verb]) or 'none'}")
-    for key, (kind, limit) in VERBS[verb].items():
+    for key, (kind, pattern) in VERBS[verb].items():
         value = args.get(key)
         if value is None:
             continue
-        if type(value) is not kind or (kind is int and not 0 <= value < 1 << 63) or \
-                (limit and len(value) > limit):
+        if type(value) is not kind or (kind is int and not 0 <= value < 1 << 63):
             raise UserError(f"{verb}: argument '{key}' is not a valid {kind.__name__}")
+        if pattern and not pattern.fullmatch(value):
+            raise UserError(f"{verb}: argument '{key}' is not a valid name (letters, digits, "
+                            "_ . : - and at most 128 of them)")
     return {k: args.get(k) for k in VERBS[verb]}
 
 

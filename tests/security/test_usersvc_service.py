@@ -221,7 +221,11 @@ def test_usersvc_refuses_replayed_altered_foreign_and_malformed_credentials(user
         (usersvc_request("create-persistent", name="x", capacity=1 << 20, owner_uid="1234"),
          "create-persistent: argument 'owner_uid' is not a valid int"),
         (usersvc_request("status", buffer="x" * 500),
-         "status: argument 'buffer' is not a valid str"),
+         "status: argument 'buffer' is not a valid name (letters, digits, _ . : - and at most "
+         "128 of them)"),
+        (usersvc_request("show", buffer="7/../../pools/default"),
+         "show: argument 'buffer' is not a valid name (letters, digits, _ . : - and at most "
+         "128 of them)"),
     ]:
         reply = usersvc_send(address, usersvc_credential(B, payload, sock) + b"\n")
         assert usersvc_error(reply) == ("user", expected)
