@@ -308,3 +308,55 @@ def test_usersvc_the_systemd_unit_verifies_and_runs_the_service_unprivileged(tmp
     assert "ExecStart=/opt/dac/venv/bin/dacctl user-service\n" in unit
     assert "User=slurm\n" in unit and "NoNewPrivileges=yes\n" in unit
     assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE\n" in unit
+
+
+def test_usersvc_admin_rights_come_from_the_verified_gid_and_group_database(usersvc_dac):
+    """Admin rights through the service: from the uid and gid munge verified and the group
+    database, never from the client's own supplementary groups (munge does not carry them)."""
+    import grp
+
+    from daclocal.procs import child_env, stop_pid
+    workdir, env, store, config = usersvc_dac
+    try:
+        admins = grp.getgrnam("usersvc-adm").gr_gid
+    except KeyError:
+        subprocess.run(["groupadd", "usersvc-adm"], check=True)
+        admins = grp.getgrnam("usersvc-adm").gr_gid
+    run("dacctl", "create-persistent", "--name", "abuf", "--capacity", "1MiB", "--user",
+        str(A[0]), "--group", str(A[1]), env=env)
+    # the service reads admin_group when it starts: restart it with one set
+    data = yaml.safe_load((workdir / "dac.yaml").read_text())
+    (workdir / "dac.yaml").write_text(yaml.safe_dump({**data, "admin_group": "usersvc-adm"}))
+    state = json.loads((workdir / "state.json").read_text())
+    stop_pid(state["users"]["service"], "user-service")
+    log = open(workdir / "logs" / "user-service-2.log", "wb")
+    service = subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "user-service"],
+                               env=child_env(DAC_CONFIG=str(workdir / "dac.yaml")),
+                               stdout=log, stderr=subprocess.STDOUT)
+    try:
+        host, port = config.user_service.rsplit(":", 1)
+        deadline = time.monotonic() + 30
+        while True:
+            assert service.poll() is None and time.monotonic() < deadline, "no service"
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        show = usersvc_request("show", buffer="abuf")
+        # B with a supplementary admin group: munge says uid 5678 gid 8765, nothing more
+        r = subprocess.run(["setpriv", f"--reuid={B[0]}", f"--regid={B[1]}",
+                            f"--groups={admins}", "munge", f"--socket={config.munge_socket}",
+                            "-s", show], capture_output=True, timeout=10)
+        assert usersvc_error(usersvc_send(config.user_service, r.stdout.strip() + b"\n")) == \
+            ("user", "no buffer 'abuf' of yours (a job id or a persistent buffer's name)")
+        # B running with the admin group as its primary group: munge vouches for that gid
+        r = subprocess.run(["setpriv", f"--reuid={B[0]}", f"--regid={admins}",
+                            "--clear-groups", "munge", f"--socket={config.munge_socket}", "-s",
+                            show], capture_output=True, timeout=10)
+        reply = usersvc_send(config.user_service, r.stdout.strip() + b"\n")
+        assert reply["ok"]["buffer"]["owner_uid"] == A[0]
+    finally:
+        service.terminate()
+        service.wait(30)
+        log.close()
