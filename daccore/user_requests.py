@@ -46,7 +46,7 @@ VERBS: dict[str, dict[str, tuple]] = {
 
 def check_args(verb: str, args: object) -> dict:
     """`args` if they are exactly what `verb` takes, each of its type; else a UserError."""
-    if verb not in VERBS:
+    if not isinstance(verb, str) or verb not in VERBS:
         raise UserError(f"unknown request '{str(verb)[:40]}' (requests: {', '.join(VERBS)})")
     if not isinstance(args, dict) or set(args) - set(VERBS[verb]):
         raise UserError(f"{verb}: arguments must be some of: {', '.join(VERBS[verb]) or 'none'}")

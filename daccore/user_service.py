@@ -253,4 +253,7 @@ def ask(config, verb: str, args: dict, timeout: float | None = None) -> dict:
     except (ValueError, KeyError, TypeError):
         raise AdminError(f"dac's user service at {where} answered something that is not a "
                          "reply: an admin must check it is dac's") from None
-    raise _KINDS.get(kind, InternalError)(" ".join(str(message).split()))
+    # one line, and nothing a terminal would act on, whatever the other end sent
+    line = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in " ".join(
+        str(message).split()))
+    raise _KINDS.get(kind, InternalError)(line)

@@ -240,6 +240,11 @@ def test_usersvc_refuses_replayed_altered_foreign_and_malformed_credentials(user
     assert usersvc_error(usersvc_send(address, b"MUNGE:garbage:\n"))[1].startswith(
         "credential refused: ")
 
+    # through dacctl: a name with escapes never reaches the store, nor the terminal
+    r = usersvc_as(env, B, "status", "\x1b[2Jabuf")
+    assert usersvc_line(r) == ("dacctl: user error: status: argument 'buffer' is not a valid "
+                               "name (letters, digits, _ . : - and at most 128 of them)")
+
     # the service is still up and still answers A
     assert usersvc_as(env, A, "status", "abuf", "--line").stdout == "buffer abuf: created\n"
     assert store.buffer("abuf").record.owner_uid == A[0]

@@ -14,6 +14,7 @@ def test_check_args_fills_what_was_not_given_with_none():
 
 @pytest.mark.parametrize("verb, args, message", [
     ("drain", {}, "unknown request 'drain' (requests: " + ", ".join(VERBS) + ")"),
+    (["pools"], {}, "unknown request '['pools']' (requests: " + ", ".join(VERBS) + ")"),
     ("show", {"buffer": "7", "rights": 0}, "show: arguments must be some of: buffer"),
     ("show", ["7"], "show: arguments must be some of: buffer"),
     ("pools", {"x": 1}, "pools: arguments must be some of: none"),
