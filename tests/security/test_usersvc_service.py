@@ -58,7 +58,7 @@ def usersvc_as(env, user, *args, timeout=120):
     version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
                              capture_output=True, text=True).stdout.strip()
     assert version == str(tuple(sys.version_info[:2])), version
-    return subprocess.run(["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}",
+    return subprocess.run(["/usr/bin/setpriv", f"--reuid={user[0]}", f"--regid={user[1]}",
                            "--clear-groups", SYSTEM_PYTHON, "-c", _BOOT,
                            sysconfig.get_paths()["purelib"], *args],
                           env={**os.environ, **env}, capture_output=True, text=True,
@@ -299,6 +299,10 @@ def test_usersvc_a_missing_service_or_munged_is_one_line_naming_the_admin(usersv
     assert r.returncode == 2 and line.startswith(
         "dacctl: admin error: munge cannot make a credential here: ") and \
         line.endswith("(an admin must start munged on this host)"), line
+    r = usersvc_as({**env, "PATH": "/nonexistent"}, A, "pools")
+    assert r.returncode == 2 and usersvc_line(r) == (
+        "dacctl: admin error: munge is not installed on this host: an admin must install munge "
+        "(dac's user service authenticates users with it)")
     # root reads etcd itself, with no service at all
     assert run("dacctl", "buffers", env={**env, "DAC_CONFIG": str(broken)}).returncode == 0
 
