@@ -369,3 +369,22 @@ def test_usersvc_admin_rights_come_from_the_verified_gid_and_group_database(user
         service.terminate()
         service.wait(30)
         log.close()
+
+
+def test_usersvc_local_status_shows_munged_and_the_service_and_down_stops_them(usersvc_dac):
+    from daclocal.procs import is_running
+    workdir, env, store, config = usersvc_dac
+    report = json.loads(run("dacctl", "local", "status", "--workdir", str(workdir),
+                            "--json").stdout)
+    rows = {r["process"]: r for r in report["users"]}
+    assert set(rows) == {"munged", "user-service"} and all(r["running"] for r in rows.values())
+    assert rows["user-service"]["address"] == config.user_service
+    assert rows["munged"]["address"] == config.munge_socket
+    text = run("dacctl", "local", "status", "--workdir", str(workdir)).stdout
+    assert f"users   user-service {config.user_service} pid {rows['user-service']['pid']} " \
+           "running" in text
+    down = run("dacctl", "local", "down", "--workdir", str(workdir)).stdout
+    assert f"user service (pid {rows['user-service']['pid']})" in down
+    assert f"munged (pid {rows['munged']['pid']})" in down
+    assert not is_running(rows["user-service"]["pid"], "user-service")
+    assert not is_running(rows["munged"]["pid"], "munged")
