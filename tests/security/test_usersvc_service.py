@@ -293,6 +293,13 @@ def test_usersvc_a_missing_service_or_munged_is_one_line_naming_the_admin(usersv
     assert r.returncode == 2 and usersvc_line(r) == (
         "dacctl: admin error: dac's user service at 127.0.0.1:9 is unreachable: Connection "
         "refused (an admin must start it: systemctl start dac-users)")
+    # estimate still gives its figures, the pool unknown, as with etcd down
+    script = workdir.parent / "job.sh"
+    script.write_text("#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=striped\n")
+    script.chmod(0o644)
+    r = usersvc_as({**env, "DAC_CONFIG": str(broken)}, A, "estimate", str(script))
+    assert r.returncode == 0 and "pool unknown (dac's user service at 127.0.0.1:9 is " \
+        "unreachable" in r.stdout, (r.stdout, r.stderr)
     broken.write_text(yaml.safe_dump({**data, "munge_socket": "/nonexistent/munge.socket"}))
     r = usersvc_as({**env, "DAC_CONFIG": str(broken)}, A, "buffers")
     line = usersvc_line(r)
