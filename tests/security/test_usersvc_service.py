@@ -395,3 +395,26 @@ def test_usersvc_local_status_shows_munged_and_the_service_and_down_stops_them(u
     assert f"munged (pid {rows['munged']['pid']})" in down
     assert not is_running(rows["user-service"]["pid"], "user-service")
     assert not is_running(rows["munged"]["pid"], "munged")
+
+
+def test_usersvc_parallel_requests_each_get_their_own_callers_answer(usersvc_dac):
+    workdir, env, store, config = usersvc_dac
+    run("dacctl", "create-persistent", "--name", "abuf", "--capacity", "1MiB", "--user",
+        str(A[0]), "--group", str(A[1]), env=env)
+    creds = [(user, usersvc_credential(user, usersvc_request("show", buffer="abuf"),
+                                       config.munge_socket)) for user in (A, B) * 12]
+    replies = [None] * len(creds)
+
+    def send(i):
+        replies[i] = usersvc_send(config.user_service, creds[i][1] + b"\n")
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(creds))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for (user, _), reply in zip(creds, replies):
+        if user == A:
+            assert reply["ok"]["buffer"]["name"] == "abuf"
+        else:
+            assert usersvc_error(reply) == ("user", "no buffer 'abuf' of yours (a job id or a "
+                                                    "persistent buffer's name)")
