@@ -231,6 +231,10 @@ class DacConfig(Settings):
         "", pattern=r"^((\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5})?$",
         description="host:port of dac's user service, which answers users' dacctl commands "
                     "after checking their munge credential ('' = none; docs/security.md)")
+    munge_socket: str = Field(
+        "", pattern=r"^(/.*)?$",
+        description="munged's socket, for the user service and its clients ('' = munge's "
+                    "default, /run/munge/munge.socket.2)")
 
     def node_mount_root(self, node: str) -> str:
         return (self.node_root or self.mount_root).replace("{node}", node)

@@ -17,7 +17,7 @@ import os
 import stat
 from fractions import Fraction
 
-from daccore.errors import StoreUnavailable, UserError
+from daccore.errors import AdminError, UserError
 from daccore.units import bricks_needed, format_size, parse_size
 
 __all__ = ["Measure", "measure", "parse_margin", "suggest_size", "find_pool",
@@ -171,12 +171,12 @@ _UNITS = ("PiB", "TiB", "GiB", "MiB", "KiB", "PB", "TB", "GB", "MB", "KB")
 def find_pool(read_pools, requested: str | None,
               default: str | None) -> tuple[str | None, int | None, str | None]:
     """(pool, granularity, None), or (pool or None, None, why it is unknown). `read_pools()`
-    returns the pools by name (Store.pools); an unreachable etcd makes the pool unknown, not
-    the estimate fail."""
+    returns the pools by name (Store.pools); an unreachable etcd (or user service) makes the
+    pool unknown, not the estimate fail."""
     from daccore.jobs import pick_pool
     try:
         pools = read_pools()
-    except StoreUnavailable as e:
+    except AdminError as e:  # etcd, or dac's user service, unreachable
         return requested or default, None, str(e)
     try:
         name = pick_pool(requested, default, list(pools))

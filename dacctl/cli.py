@@ -52,6 +52,21 @@ def _rights(config=None) -> int:
                   (config or load_config()).admin_group)
 
 
+def _answer(verb: str, config=None, **args) -> dict:
+    """A people command's answer (daccore.user_requests): root and admins read etcd with their
+    own credential; everyone else asks dac's user service, which checks who they are with munge
+    (users hold no etcd credential), or reads directly where the config names no service."""
+    import os
+
+    from daccore.user_requests import Caller, answer
+    config = config or load_config()
+    rights = _rights(config)
+    if rights != 0 and config.user_service:
+        from daccore.user_service import ask
+        return ask(config, verb, args)
+    return answer(_store(config), config, Caller(os.getuid(), os.getgid(), rights), verb, args)
+
+
 @click.group(help="dac: burst buffers for Slurm. Add --debug to any command for tracebacks.")
 def cli() -> None:
     pass
@@ -60,18 +75,17 @@ def cli() -> None:
 @cli.command(help="Pools with their granularity and brick counts.")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def pools(as_json: bool) -> None:
-    from daccore.inventory import summarize
-    summaries = summarize(_store().summary_inventory())
+    summaries = _answer("pools")["pools"]
     if as_json:
-        click.echo(json.dumps({"pools": [s.as_dict() for s in summaries]}, indent=2))
+        click.echo(json.dumps({"pools": summaries}, indent=2))
         return
     click.echo(table(
         ["POOL", "BACKEND", "GRANULARITY", "TOTAL", "FREE", "USED", "HOSTS UP/DOWN/DRAINED"],
-        [[s.name, s.backend, format_size(s.granularity),
-          f"{s.total} ({format_size(s.total * s.granularity)})",
-          f"{s.free} ({format_size(s.free * s.granularity)})",
-          f"{s.used} ({format_size(s.used * s.granularity)})",
-          f"{s.hosts_up}/{s.hosts_down}/{s.hosts_drained}"] for s in summaries]))
+        [[s["name"], s["backend"], format_size(s["granularity"]),
+          f"{s['total_bricks']} ({format_size(s['total_bytes'])})",
+          f"{s['free_bricks']} ({format_size(s['free_bytes'])})",
+          f"{s['used_bricks']} ({format_size(s['used_bytes'])})",
+          f"{s['hosts_up']}/{s['hosts_down']}/{s['hosts_drained']}"] for s in summaries]))
 
 
 @cli.command(help="What a buffer (a job id, or a persistent buffer's name) is doing: state per "
@@ -80,14 +94,8 @@ def pools(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--line", is_flag=True, help="one line (what scontrol show bbstat <job> prints)")
 def status(buffer: str, as_json: bool, line: bool) -> None:
-    from daccore.errors import NotFound
-    from daccore.status_view import summary_line, view
-    store = _store()
-    current = store.buffer(buffer)
-    # users see their own buffers only; root (Slurm's hooks) and admins see every one
-    if current is None or _rights() not in (0, current.record.owner_uid):
-        raise NotFound(f"no buffer '{buffer}' of yours (a job id or a persistent buffer's name)")
-    v = view(current.record, store.statuses(buffer))
+    from daccore.status_view import summary_line
+    v = _answer("status", buffer=buffer)  # users see their own buffers only
     if as_json:
         click.echo(json.dumps(v, indent=2))
     elif line:
@@ -137,11 +145,9 @@ def hosts(as_json: bool) -> None:
 @click.option("--pool", help="only buffers in this pool")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def buffers(user: str | None, state: str | None, pool: str | None, as_json: bool) -> None:
-    from daccore.admin_views import buffer_rows, resolve_uid
+    from daccore.admin_views import resolve_uid
     owner = resolve_uid(user) if user else None
-    store = _store()
-    rows = buffer_rows(store.buffers().values(), store.statuses, _rights(), owner_uid=owner,
-                       state=state, pool=pool)
+    rows = _answer("buffers", owner_uid=owner, state=state, pool=pool)["buffers"]
     click.echo(json.dumps({"buffers": rows}, indent=2) if as_json else
                render.buffers_table(rows))
 
@@ -153,13 +159,7 @@ def buffers(user: str | None, state: str | None, pool: str | None, as_json: bool
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output, all of the "
                                                       "error detail included")
 def show(buffer: str, as_json: bool) -> None:
-    from daccore.admin_views import buffer_detail, visible
-    from daccore.errors import NotFound
-    store = _store()
-    current = store.buffer(buffer)
-    if current is None or not visible(_rights(), current.record):
-        raise NotFound(f"no buffer '{buffer}' of yours (a job id or a persistent buffer's name)")
-    d = buffer_detail(current.record, store.statuses(buffer))
+    d = _answer("show", buffer=buffer)
     click.echo(json.dumps(d, indent=2) if as_json else render.buffer_detail(d))
 
 
@@ -199,15 +199,10 @@ def _set_drained(host: str, drained: bool) -> None:
 @click.option("--group", "owner_gid", type=click.IntRange(0), help="owner gid (root only)")
 def create_persistent(name: str, capacity: int, pool: str | None, access: str, type_: str,
                       owner_uid: int | None, owner_gid: int | None) -> None:
-    import os
-
-    from daccore import admin
-    config = load_config()
-    buf = admin.create_persistent(_store(config), config, name, capacity, pool, access, type_,
-                                  (os.getuid(), os.getgid()), (owner_uid, owner_gid),
-                                  admin=_rights(config) == 0)
-    click.echo(f"created persistent buffer {name}: {format_size(buf.allocation.size)} in pool "
-               f"{buf.request.pool} on {', '.join(buf.allocation.hosts)}")
+    buf = _answer("create-persistent", name=name, capacity=capacity, pool=pool, access=access,
+                  type=type_, owner_uid=owner_uid, owner_gid=owner_gid)
+    click.echo(f"created persistent buffer {name}: {format_size(buf['size'])} in pool "
+               f"{buf['pool']} on {', '.join(buf['hosts'])}")
 
 
 @cli.command("destroy-persistent", help="Destroy a persistent buffer (yours, or any as root) "
@@ -216,9 +211,7 @@ def create_persistent(name: str, capacity: int, pool: str | None, access: str, t
 @click.option("--hurry", is_flag=True, help="as '#BB destroy_persistent hurry': skip the "
               "stage-out; a persistent buffer has none, so this changes nothing")
 def destroy_persistent(name: str, hurry: bool) -> None:
-    from daccore import admin
-    config = load_config()
-    admin.destroy_persistent(_store(config), config, name, _rights(config))
+    _answer("destroy-persistent", name=name)
     click.echo(f"destroyed persistent buffer {name}")
 
 
@@ -257,13 +250,33 @@ def estimate(script: Path, margin, output: int, as_json: bool) -> None:
     except OSError as e:
         raise UserError(f"cannot read the job script {script}: {e.strerror}") from None
     measured = [est.measure(s.type, s.source) for s in d.stage_in]
-    pool = est.find_pool(_store(config).pools, d.jobdw.pool if d.jobdw else None,
+    pool = est.find_pool(lambda: _granularities(config), d.jobdw.pool if d.jobdw else None,
                          config.default_pool)
     r = est.report(d, measured, output, margin, pool)
     click.echo(json.dumps(r, indent=2) if as_json else render.estimate(r))
     problem = est.problem_line(r, os.getuid())
     if problem:
         raise UserError(problem)
+
+
+def _granularities(config) -> dict:
+    """Pool name -> an object with its `granularity`, as est.find_pool reads Store.pools."""
+    from types import SimpleNamespace
+    return {p["name"]: SimpleNamespace(granularity=p["granularity"])
+            for p in _answer("pools", config)["pools"]}
+
+
+@cli.command("user-service", help="Run dac's user service (as SlurmUser, under systemd: "
+             "packaging/dac-users.service): it answers users' status, pools, buffers, show, "
+             "create-persistent and destroy-persistent for the uid their munge credential "
+             "proves, on the config's user_service (host:port).")
+def user_service() -> None:
+    import logging
+
+    from daccore.user_service import serve
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s dac-user-service[%(process)d] %(message)s")
+    serve(load_config())
 
 
 @cli.group(help="The all-in-one local DAC: etcd, dacd servers and loop-file bricks on this "
@@ -323,6 +336,8 @@ def status(workdir: Path, as_json: bool) -> None:
                    f"{attached}/{len(bricks)} loop bricks attached")
     for p in report.get("slurm", []):
         click.echo(f"slurm   {p['process']} pid {p['pid']} {_up(p['running'])}")
+    for p in report.get("users", []):
+        click.echo(f"users   {p['process']} {p['address']} pid {p['pid']} {_up(p['running'])}")
     for p in report.get("pools", []):
         click.echo(f"pool    {p['name']}: {p['free_bricks']}/{p['total_bricks']} bricks free, "
                    f"{p['hosts_up']} hosts up")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from daccore.store import Store
 from daclocal import loopdev
 from daclocal.etcd_server import EtcdServer
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
-from daclocal.slurm import SlurmCluster
+from daclocal.slurm import SlurmCluster, munge_socket, start_munged
 
 __all__ = ["LocalState", "up", "down", "status", "env_lines", "POOL"]
 
@@ -41,6 +42,7 @@ class LocalState:
     bricks: list[dict] = field(default_factory=list)  # host, file, device
     dacd: list[dict] = field(default_factory=list)  # host, pid, metrics (host:port)
     slurm: dict = field(default_factory=dict)  # nodes, plugin, pids
+    users: dict = field(default_factory=dict)  # munged, service (pids), address: the user service
 
     @property
     def config_path(self) -> Path:
@@ -105,7 +107,9 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                   "pools": {POOL: {"granularity": brick_size, "backend": "local", "swap": True}},
                   "hosts": hosts, "lease_ttl": 5,
                   "mount_root": str(workdir / MOUNT_ROOT),
-                  "node_root": str(workdir / NODE_ROOTS / "{node}")}
+                  "node_root": str(workdir / NODE_ROOTS / "{node}"),
+                  "user_service": f"127.0.0.1:{free_port()}",
+                  "munge_socket": str(munge_socket(workdir))}
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         for host in hosts:  # one config for all; each dacd serves /metrics on its own port
             metrics = f"127.0.0.1:{free_port()}"
@@ -116,6 +120,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
             state.dacd.append({"host": host, "pid": proc.pid, "metrics": metrics})
             state.save()
         _wait_until_registered(state, servers, timeout)
+        _start_user_service(state, config["user_service"], timeout)
         if slurm_nodes:
             state.slurm = {"nodes": slurm_nodes, "plugin": slurm_plugin, "pids": {}}
             cluster = SlurmCluster(workdir, slurm_nodes, slurm_plugin, str(state.config_path),
@@ -125,11 +130,39 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
             def record(name: str, pid: int) -> None:
                 state.slurm["pids"][name] = pid
                 state.save()
-            cluster.start(timeout, on_started=record)
+            cluster.start(timeout, on_started=record, munged=False)  # ours, started above
         return state
     except BaseException:
         down(workdir)
         raise
+
+
+def _start_user_service(state: LocalState, address: str, timeout: float) -> None:
+    """The local DAC's one munged (Slurm's too) and dac's user service, through which users'
+    dacctl commands reach etcd; returns once the service listens."""
+    workdir = Path(state.workdir)
+    state.users = {"address": address}
+    state.users["munged"] = start_munged(workdir, timeout).pid
+    state.save()
+    log = workdir / "logs" / "user-service.log"
+    proc = spawn([sys.executable, "-m", "dacctl.main", "user-service"], log,
+                 child_env(DAC_CONFIG=str(state.config_path)))
+    state.users["service"] = proc.pid
+    state.save()
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise AdminError(f"the user service exited: {last} (log: {log})")
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AdminError(f"the user service did not listen on {address} within "
+                                 f"{timeout:.0f}s (log: {log})") from None
+            time.sleep(0.05)
 
 
 def _reachable_by_jobs(workdir: Path) -> None:
@@ -189,6 +222,11 @@ def down(workdir: Path) -> list[str]:
     if state.slurm:
         done += SlurmCluster(workdir, state.slurm["nodes"], state.slurm["plugin"],
                              pids=state.slurm["pids"]).stop()
+    for name, marker in (("service", "user-service"), ("munged", "munged")):
+        pid = state.users.get(name)
+        if pid and is_running(pid, marker):
+            stop_pid(pid, marker)
+            done.append(f"{'user service' if name == 'service' else name} (pid {pid})")
     for d in state.dacd:
         if is_running(d["pid"], state.workdir):
             stop_pid(d["pid"], state.workdir)
@@ -252,6 +290,7 @@ def status(workdir: Path) -> dict:
                   "running": is_running(d["pid"], state.workdir)} for d in state.dacd],
         "slurm": [{"process": name, "pid": pid, "running": is_running(pid, name.split("-")[0])}
                   for name, pid in state.slurm.get("pids", {}).items()],
+        "users": _user_rows(state),
         "bricks": [{"host": b["host"], "device": b["device"],
                     "attached": loopdev.backing_file(b["device"]) == b["file"]}
                    for b in state.bricks],
@@ -261,6 +300,17 @@ def status(workdir: Path) -> dict:
     except DacError as e:
         report["pools_error"] = str(e)
     return report
+
+
+def _user_rows(state: LocalState) -> list[dict]:
+    """munged and the user service: pid, whether it runs, where users reach it."""
+    u, sock = state.users, str(munge_socket(Path(state.workdir)))
+    rows = [{"process": "munged", "pid": u["munged"], "address": sock,
+             "running": is_running(u["munged"], "munged")}] if u.get("munged") else []
+    if u.get("service"):
+        rows.append({"process": "user-service", "pid": u["service"], "address": u["address"],
+                     "running": is_running(u["service"], "user-service")})
+    return rows
 
 
 def _require(workdir: Path) -> LocalState:

@@ -21,7 +21,7 @@ from pathlib import Path
 from daccore.errors import AdminError
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 
-__all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS"]
+__all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS", "start_munged", "munge_socket"]
 
 #: Slurm refuses burst buffers to root's jobs; demo and tests submit as this user.
 SUBMIT_USER = "dacuser"
@@ -102,6 +102,39 @@ def ensure_submit_user() -> pwd.struct_passwd:
         return pwd.getpwnam(SUBMIT_USER)
 
 
+def munge_socket(workdir: Path) -> Path:
+    """The local DAC's one munged socket: Slurm's (AuthInfo) and dac's user service's."""
+    return Path(workdir).resolve() / "slurm" / "munge" / "munge.socket"
+
+
+def start_munged(workdir: Path, timeout: float = 30.0) -> subprocess.Popen:
+    """Start the local DAC's munged, with a key of its own, on `munge_socket(workdir)`; returns
+    once the socket answers. Every user may use it, as on a Slurm node."""
+    base = Path(workdir).resolve() / "slurm"
+    m = base / "munge"
+    for sub in ("run", "log", "munge", "munge/key"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o755)
+    os.chmod(m, 0o755)  # munged insists on these modes
+    os.chmod(m / "key", 0o700)
+    key = m / "key" / "munge.key"
+    if not key.exists():
+        key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o400)
+    proc = spawn([_binary("munged"), "--foreground", "--force", f"--socket={m}/munge.socket",
+                  f"--key-file={key}", f"--pid-file={base}/run/munged.pid",
+                  f"--log-file={base}/log/munged.log", f"--seed-file={m}/munged.seed"],
+                 base / "log" / "munged.out")
+    deadline = time.monotonic() + timeout
+    while not (m / "munge.socket").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = "it exited" if proc.poll() is not None else f"no socket in {timeout:.0f}s"
+            stop_pid(proc.pid, "munged")
+            raise AdminError(f"munged did not start: {why} (log: {base}/log/munged.log)")
+        time.sleep(0.02)
+    return proc
+
+
 def _marker(name: str) -> str:
     """What the command line of process `name` contains: slurmd-node1 -> slurmd."""
     return name.split("-")[0]
@@ -133,16 +166,15 @@ class SlurmCluster:
         """What a shell needs to talk to this Slurm."""
         return {"SLURM_CONF": str(self.conf)}
 
-    def start(self, timeout: float = 30.0, on_started=None) -> SlurmCluster:
-        """Start munged, slurmctld and the slurmd; `on_started(name, pid)` records each pid as
-        soon as it exists, so a failure part-way can still be cleaned up."""
+    def start(self, timeout: float = 30.0, on_started=None, munged: bool = True) -> SlurmCluster:
+        """Start munged (unless `munged` is False: the caller started it, `start_munged`),
+        slurmctld and the slurmd; `on_started(name, pid)` records each pid as soon as it
+        exists, so a failure part-way can still be cleaned up."""
         ensure_submit_user()
-        for sub in ("etc", "state", "run", "log", "munge", "munge/key"):
+        for sub in ("etc", "state", "run", "log"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         for node in self.node_names:
             (self.base / "spool" / node).mkdir(parents=True, exist_ok=True)
-        os.chmod(self.base / "munge", 0o755)  # munged insists on these modes
-        os.chmod(self.base / "munge" / "key", 0o700)
         self._write_configs()
 
         def started(name: str, proc) -> None:
@@ -150,14 +182,8 @@ class SlurmCluster:
             self.procs[name] = proc
             if on_started:
                 on_started(name, proc.pid)
-        m = self.base / "munge"
-        started("munged", spawn([_binary("munged"), "--foreground", "--force",
-                                 f"--socket={m}/munge.socket", f"--key-file={m}/key/munge.key",
-                                 f"--pid-file={self.base}/run/munged.pid",
-                                 f"--log-file={self.base}/log/munged.log",
-                                 f"--seed-file={m}/munged.seed"],
-                                self.base / "log" / "munged.out"))
-        self._wait(lambda: (m / "munge.socket").exists(), timeout, "munged")
+        if munged:
+            started("munged", start_munged(self.base.parent, timeout))
         env = child_env(DAC_CONFIG=self.dac_config, SLURM_CONF=str(self.conf),
                         DACCTL=str(Path(sys.executable).parent / "dacctl"),
                         DAC_SLURM_LOG=str(self.base / "log" / "dacctl.log"))
@@ -195,10 +221,6 @@ class SlurmCluster:
             shutil.copy(LUA_SCRIPT, self.base / "etc" / "burst_buffer.lua")
         else:
             bb.write_text(_BB_DATAWARP.format(dacctl=Path(sys.executable).parent / "dacctl"))
-        key = self.base / "munge" / "key" / "munge.key"
-        if not key.exists():
-            key.write_bytes(os.urandom(1024))
-            os.chmod(key, 0o400)
 
     def _scontrol(self, *args: str) -> str:
         """scontrol's answer; "" when it hangs (slurmctld not answering yet, or a name it

@@ -1,0 +1,122 @@
+"""What users' dacctl commands answer (status, pools, buffers, show, create-persistent,
+destroy-persistent), and the one set of rules that scopes them to the caller's own buffers.
+
+Two paths reach `answer`: dacctl itself, for root and admins, who read etcd with their own
+credential; and dac's user service (daccore.user_service), for everyone else, with the uid
+and gid munge verified. Both pass the caller's rights (daccore.admin.rights) the same way, so
+what a user sees cannot depend on the path. Every answer is a plain JSON-ready dict: the
+service sends it as it is, and dacctl prints it the same whichever path it came by.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from daccore.errors import NotFound, UserError
+
+__all__ = ["Caller", "VERBS", "answer", "check_args"]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks: `rights` is `daccore.admin.rights` of uid (0 for root and admins)."""
+
+    uid: int
+    gid: int
+    rights: int
+
+
+#: a buffer's or pool's name, as daccore.models.Name: nothing else may reach a store key
+_NAME = (str, re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"))
+_WORD = (str, re.compile(r"^[a-z_,]{1,64}$"))  # a state, access mode or type: its rule checks it
+_INT = (int, None)
+
+#: verb -> its arguments and their types; every argument may be None (not given).
+VERBS: dict[str, dict[str, tuple]] = {
+    "status": {"buffer": _NAME},
+    "pools": {},
+    "buffers": {"owner_uid": _INT, "state": _WORD, "pool": _NAME},
+    "show": {"buffer": _NAME},
+    "create-persistent": {"name": _NAME, "capacity": _INT, "pool": _NAME, "access": _WORD,
+                          "type": _WORD, "owner_uid": _INT, "owner_gid": _INT},
+    "destroy-persistent": {"name": _NAME},
+}
+
+
+def check_args(verb: str, args: object) -> dict:
+    """`args` if they are exactly what `verb` takes, each of its type; else a UserError."""
+    if not isinstance(verb, str) or verb not in VERBS:
+        raise UserError(f"unknown request '{str(verb)[:40]}' (requests: {', '.join(VERBS)})")
+    if not isinstance(args, dict) or set(args) - set(VERBS[verb]):
+        raise UserError(f"{verb}: arguments must be some of: {', '.join(VERBS[verb]) or 'none'}")
+    for key, (kind, pattern) in VERBS[verb].items():
+        value = args.get(key)
+        if value is None:
+            continue
+        if type(value) is not kind or (kind is int and not 0 <= value < 1 << 63):
+            raise UserError(f"{verb}: argument '{key}' is not a valid {kind.__name__}")
+        if pattern and not pattern.fullmatch(value):
+            raise UserError(f"{verb}: argument '{key}' is not a valid name (letters, digits, "
+                            "_ . : - and at most 128 of them)")
+    return {k: args.get(k) for k in VERBS[verb]}
+
+
+def answer(store, config, caller: Caller, verb: str, args: dict) -> dict:
+    """The answer to `verb` for `caller`; a DacError when refused."""
+    a = check_args(verb, args)
+    return _HANDLERS[verb](store, config, caller, **a)
+
+
+def _mine(store, caller: Caller, name: str):
+    from daccore.admin_views import visible
+    current = store.buffer(name)
+    if current is None or not visible(caller.rights, current.record):
+        raise NotFound(f"no buffer '{name}' of yours (a job id or a persistent buffer's name)")
+    return current.record
+
+
+def _status(store, config, caller, buffer):
+    from daccore.status_view import view
+    return view(_mine(store, caller, buffer), store.statuses(buffer))
+
+
+def _pools(store, config, caller):
+    from daccore.inventory import summarize
+    return {"pools": [s.as_dict() for s in summarize(store.summary_inventory())]}
+
+
+def _buffers(store, config, caller, owner_uid, state, pool):
+    from daccore.admin_views import STATES, buffer_rows
+    if state is not None and state not in STATES:
+        raise UserError(f"no state '{state}' (states: {', '.join(STATES)})")
+    return {"buffers": buffer_rows(store.buffers().values(), store.statuses, caller.rights,
+                                   owner_uid=owner_uid, state=state, pool=pool)}
+
+
+def _show(store, config, caller, buffer):
+    from daccore.admin_views import buffer_detail
+    return buffer_detail(_mine(store, caller, buffer), store.statuses(buffer))
+
+
+def _create(store, config, caller, name, capacity, pool, access, type, owner_uid, owner_gid):
+    from daccore import admin
+    if name is None or capacity is None or capacity <= 0:
+        raise UserError("create-persistent: give a name and a capacity greater than zero")
+    buf = admin.create_persistent(store, config, name, capacity, pool, access or "striped",
+                                  type or "scratch", (caller.uid, caller.gid),
+                                  (owner_uid, owner_gid), admin=caller.rights == 0)
+    return {"name": buf.name, "size": buf.allocation.size, "pool": buf.request.pool,
+            "hosts": buf.allocation.hosts}
+
+
+def _destroy(store, config, caller, name):
+    from daccore import admin
+    if name is None:
+        raise UserError("destroy-persistent: give the buffer's name")
+    admin.destroy_persistent(store, config, name, caller.rights)
+    return {"name": name}
+
+
+_HANDLERS = {"status": _status, "pools": _pools, "buffers": _buffers, "show": _show,
+             "create-persistent": _create, "destroy-persistent": _destroy}
