@@ -295,9 +295,8 @@ class Store:
 
     def buffer_owners(self) -> dict[str, int]:
         """Buffer name -> owner uid, read without validating every spec (job_process)."""
-        kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
-        return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value)["owner_uid"]
-                for kv in kvs}
+        return {name: doc["owner_uid"] for name, doc in self.buffer_docs().items()
+                if isinstance(doc.get("owner_uid"), int)}
 
     def buffer_names(self) -> tuple[list[str], int]:
         """Every buffer's name, and the revision of the read (to watch from)."""
@@ -320,8 +319,18 @@ class Store:
         return Versioned(json.loads(kv.value), kv.mod_revision) if kv else None
 
     def buffer_docs(self) -> dict[str, dict]:
+        """Every spec that is a JSON object: one that is not is no buffer any Slurm call can
+        act on, and must not stop the calls for the others (dacd logs it, docs/security.md)."""
         kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
-        return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value) for kv in kvs}
+        docs = {}
+        for kv in kvs:
+            try:
+                doc = json.loads(kv.value)
+            except ValueError:  # not JSON, or not UTF-8
+                continue
+            if isinstance(doc, dict):
+                docs[Keys.last(kv.key, self.keys.buffers)] = doc
+        return docs
 
     def buffers(self) -> dict[str, Buffer]:
         return {b.name: b for b in self._list(_m().Buffer, self.keys.buffers)}

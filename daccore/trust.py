@@ -69,7 +69,7 @@ def check_owner(uid: int, gid: int, min_owner_uid: int) -> None:
     for what, value in (("uid", uid), ("gid", gid)):
         if value < min_owner_uid:
             raise UserError(f"owner {what} {value} is below min_owner_uid {min_owner_uid}: "
-                            "buffers belong to ordinary users (ask an admin)")
+                            "a buffer belongs to an ordinary user and group")
 
 
 def check_attachment(job: str, nodes: list[str]) -> None:

@@ -57,6 +57,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         #: buffer name or status key -> (why it is skipped, the generation refused): logged once
         self._refused: dict[str, tuple[str, int]] = {}
+        self._refusal = f"refused by {host}: "  # how a refusal's status message starts
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -155,6 +156,10 @@ class Reconciler:
                 return
             self._refused.pop(name, None)
             mine = statuses.get(self.host)
+            if mine and mine.error and mine.error.message.startswith(self._refusal):
+                # the record was refused and is sane now: carry on where it was
+                mine = mine.model_copy(update={"error": None, "generation": buf.generation})
+                self.store.put_status(mine)
             metrics.buffer_seen(buf, self.host, mine)
             failed = mine.generation if mine and mine.error else None
             attached = mine.attached if mine else {}
@@ -211,7 +216,7 @@ class Reconciler:
             {"buffer": name, "host": self.host}
         self.store.put_status(Status(**fields, generation=generation, updated_at=time.time(),
                                      error=StatusError(category=Kind.ADMIN,
-                                                       message=f"refused by {self.host}: {why}")))
+                                                       message=f"{self._refusal}{why}")))
 
     def _step(self, buf, mine: Status | None, step: str, target: State, backend_name: str | None,
               hosts: list[str]) -> None:

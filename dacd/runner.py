@@ -108,18 +108,25 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
 
 
 def _run_prefix(host: str) -> str:
-    # '+' is in no host name, so one host's prefix never matches another's (dac-1 / dac-10)
-    return f"dac-run-{host}+"
+    # '+' is in no host name, so the parts split back apart (see sweep_stale_runs); the pid
+    # keeps the runs of two dacds posing as one host apart (local DACs side by side)
+    return f"dac-run-{os.getpid()}+{host}+"
 
 
 def sweep_stale_runs(host: str) -> int:
     """Remove what runs of a killed dacd of `host` left in the temp dir (a run removes its own
-    private_data_dir unless killed); called at dacd start, when none of its runs is live."""
-    import glob
-    stale = glob.glob(os.path.join(tempfile.gettempdir(), f"{_run_prefix(host)}*"))
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    return len(stale)
+    private_data_dir unless killed); called at dacd start. A live process's runs are left."""
+    swept = 0
+    for entry in os.scandir(tempfile.gettempdir()):
+        pid, _, rest = entry.name.removeprefix("dac-run-").partition("+")
+        if not (entry.name.startswith("dac-run-") and pid.isdigit() and
+                rest.startswith(f"{host}+")):
+            continue
+        if int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        swept += 1
+    return swept
 
 
 def _reason(res: dict) -> str:

@@ -175,11 +175,11 @@ def test_show_prints_the_spec_the_statuses_and_the_error_of_a_failed_stage_in(da
 def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
     workdir, env, store = dac
     out = run("dacctl", "create-persistent", "--name", "proj1", "--capacity", "600MiB",
-              env=env).stdout
+              "--user", "5678", "--group", "8765", env=env).stdout
     rec = store.buffer("proj1").record
     (host,) = rec.allocation.hosts
     assert out == f"created persistent buffer proj1: 1GiB in pool default on {host}\n"
-    assert rec.persistent and (rec.owner_uid, rec.owner_gid) == (0, 0)
+    assert rec.persistent and (rec.owner_uid, rec.owner_gid) == (5678, 8765)
     assert mount_of(workdir / "fs" / host / "proj1")  # dacd built it before dacctl returned
     assert store.statuses("proj1")[host].state.value == "created"
 
@@ -200,6 +200,11 @@ def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
         (run("dacctl", "create-persistent", "--name", "x", "--capacity", "1MiB", "--user", "5",
              env=env, check=False),
          "give --user and --group together (the buffer's owner and group)"),
+        # root owns no buffer unless the config's min_owner_uid is 0 (docs/security.md)
+        (run("dacctl", "create-persistent", "--name", "x", "--capacity", "1MiB", env=env,
+             check=False),
+         "owner uid 0 is below min_owner_uid 1000: a buffer belongs to an ordinary user and "
+         "group"),
         (run("dacctl", "create-persistent", "--name", "9lives", "--capacity", "1MiB", env=env,
              check=False),
          "create-persistent: name '9lives' must start with a letter and contain only letters, "
