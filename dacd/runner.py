@@ -153,7 +153,8 @@ def _write_unsafe(workdir: str, name: str, data: dict) -> str:
     path = os.path.join(workdir, name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        yaml.dump(data, f, Dumper=_unsafe_dumper(), default_flow_style=False)
+        # in order: the inventory's host order is the order Ansible starts them in
+        yaml.dump(data, f, Dumper=_unsafe_dumper(), default_flow_style=False, sort_keys=False)
     return path
 
 
