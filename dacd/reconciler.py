@@ -196,7 +196,7 @@ class Reconciler:
         or refused at a new generation (a writer changed the record, still badly)."""
         last = self._refused.get(key)
         if last is None or last[0] != why:
-            log.error("skipping %s until it changes", why)
+            log.error("skipping %s (until the record changes)", why)
         self._refused[key] = (why, generation)
         return last != (why, generation)
 
