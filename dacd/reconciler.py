@@ -285,7 +285,6 @@ class Reconciler:
                 self.schedule(buf.name)  # the spec moved on meanwhile: look again
 
 
-
 def _named_hosts(text: bytes | str) -> set[str]:
     """The hosts a refused record's allocation names, as far as it can be read."""
     try:
