@@ -20,8 +20,8 @@ from daccore.errors import Kind
 from daccore.states import State
 
 __all__ = [
-    "Name", "BufferName", "JobKey", "Backend", "AccessMode", "BufferType", "PlacementPolicy", "State", "StageType",
-    "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
+    "Name", "BufferName", "JobKey", "Backend", "AccessMode", "BufferType", "PlacementPolicy",
+    "State", "StageType", "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
     "Allocation", "Buffer", "Progress", "StatusError", "Status", "RECORDS",
 ]
 

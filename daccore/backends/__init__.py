@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from daccore.config import BrickSettings, DacConfig
     from daccore.models import BrickRef, Buffer
 
-__all__ = ["Backend", "Templated", "templated", "register", "get", "runs_once_for_all_hosts", "unservable",
-           "node_mounts", "prune_list"]
+__all__ = ["Backend", "Templated", "templated", "register", "get", "runs_once_for_all_hosts",
+           "unservable", "node_mounts", "prune_list"]
 
 _REGISTRY: dict[str, type[Backend]] = {}
 

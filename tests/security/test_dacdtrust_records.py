@@ -121,7 +121,7 @@ def test_dacdtrust_root_or_system_owner_is_refused(dacdtrust_dac, owner):
 def other_disk(tmp_path):
     """A disk that is no brick of dac's, with data on it."""
     path = tmp_path / "other-disk"
-    device = loopdev.attach(path, 64 * MiB)
+    device = loopdev.attach(path, 512 * MiB)  # big enough for mkfs.xfs: a real target
     marker = b"not dac's: a user's data\n" * 1000
     with open(device, "r+b") as f:
         f.write(marker)
