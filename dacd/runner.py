@@ -122,11 +122,23 @@ def sweep_stale_runs(host: str) -> int:
         if not (entry.name.startswith("dac-run-") and pid.isdigit() and
                 rest.startswith(f"{host}+")):
             continue
-        if int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+        if int(pid) != os.getpid() and _running_dacd(pid):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         swept += 1
     return swept
+
+
+def _running_dacd(pid: str) -> bool:
+    """Whether `pid` is a live dacd (not a zombie left by a kill -9, not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X") and b"dacd" in cmdline
 
 
 def _reason(res: dict) -> str:
