@@ -15,6 +15,7 @@ from daccore import jobs
 from daccore.directives import PERSISTENT_NAME
 from daccore.errors import NotFound, UserError
 from daccore.models import State
+from daccore.trust import check_owner
 
 __all__ = ["rights", "require_root", "set_drained", "create_persistent", "destroy_persistent",
            "forget"]
@@ -69,6 +70,7 @@ def create_persistent(store, config, name: str, capacity: int, pool: str | None,
     if store.buffer(name) is not None:  # before placement: a full pool would say "no room"
         raise UserError(f"buffer '{name}' already exists")
     uid, gid = (uid, gid) if uid is not None else caller
+    check_owner(uid, gid, config.min_owner_uid)
     jobs.create_persistent(store, name, uid, gid, capacity, pool, access, type_,
                            config.default_pool, config.own_mgs_pools())
     jobs.wait_for(store, name, State.CREATED, config.step_timeout)

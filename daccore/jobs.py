@@ -211,6 +211,8 @@ def _attachment(job: str, nodes: list[str] | None, state: State | None):
 def attach(store, job: str, nodes: list[str], names: list[str], state: State | None = None):
     """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
     them to it (a job buffer: MOUNTED, in the same change)."""
+    from daccore.trust import check_attachment
+    check_attachment(job, nodes)  # what dacd would refuse to act on is never written
     for name in names:
         if not _update(store, name, _attachment(job, nodes, state)):
             raise NotFound(f"persistentdw: no persistent buffer named '{name}'")
@@ -225,7 +227,7 @@ def detach(store, job: str, names: list[str], state: State | None = None) -> Non
 def attached_by(store, job: str) -> list[str]:
     """Persistent buffers that `job` still has attached."""
     return sorted(n for n, b in store.buffer_docs().items()
-                  if b.get("persistent") and job in b["attachments"])
+                  if b.get("persistent") and job in (b.get("attachments") or ()))
 
 
 def needs_stage_out(store, buf: dict) -> bool:

@@ -15,18 +15,26 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from daccore import trust
 from daccore.errors import Kind
 from daccore.states import State
 
 __all__ = [
-    "Name", "Backend", "AccessMode", "BufferType", "PlacementPolicy", "State", "StageType",
-    "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
+    "Name", "BufferName", "JobKey", "Backend", "AccessMode", "BufferType", "PlacementPolicy",
+    "State", "StageType", "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
     "Allocation", "Buffer", "Progress", "StatusError", "Status", "RECORDS",
 ]
 
-#: Names that are safe inside an etcd key and a path: buffers, hosts, bricks, pools.
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
-Bytes = Annotated[int, Field(gt=0, description="bytes")]
+#: Names that are safe inside an etcd key and a path: hosts, bricks, pools, compute nodes.
+#: The patterns and bounds are daccore.trust's, which dacd checks every record against.
+Name = Annotated[str, Field(pattern=trust.NAME)]
+#: A job id (a job's buffer) or a persistent buffer's name.
+BufferName = Annotated[str, Field(pattern=trust.BUFFER_NAME)]
+#: An attachment's key: the job id.
+JobKey = Annotated[str, Field(pattern=trust.JOB_KEY)]
+Bytes = Annotated[int, Field(gt=0, le=trust.MAX_BYTES, description="bytes")]
+#: A stage line's path, as the user wrote it (the copier resolves it as the user).
+StagePath = Annotated[str, Field(min_length=1, max_length=trust.MAX_PATH)]
 
 
 class Backend(str, Enum):
@@ -128,8 +136,8 @@ class BrickClaim(Record):
 
 class StageRequest(Record):
     type: StageType
-    source: str
-    destination: str
+    source: StagePath
+    destination: StagePath
 
 
 class BufferRequest(Record):
@@ -139,16 +147,18 @@ class BufferRequest(Record):
     pool: Name
     access: AccessMode = AccessMode.STRIPED
     type: BufferType = BufferType.SCRATCH
-    swap: int = Field(0, ge=0, description="bytes of swap per compute node")
-    stage_in: list[StageRequest] = []
-    stage_out: list[StageRequest] = []
-    persistent: list[Name] = Field([], description="persistent buffers the job attaches")
+    swap: int = Field(0, ge=0, le=trust.MAX_BYTES, description="bytes of swap per compute node")
+    stage_in: list[StageRequest] = Field([], max_length=trust.MAX_STAGE_LINES)
+    stage_out: list[StageRequest] = Field([], max_length=trust.MAX_STAGE_LINES)
+    persistent: list[BufferName] = Field([], max_length=trust.MAX_STAGE_LINES,
+                                         description="persistent buffers the job attaches")
 
 
 class BrickRef(Record):
     host: Name
     brick: Name
-    device: str
+    device: str = Field(description="for people reading the record: dacd takes the device from "
+                                    "its own config, by brick name (daccore.trust)")
     capacity: Bytes
 
 
@@ -169,6 +179,8 @@ class Allocation(Record):
 
     @model_validator(mode="after")
     def _primary_holds_a_brick(self) -> Allocation:
+        if len({(b.host, b.brick) for b in self.bricks}) != len(self.bricks):
+            raise ValueError("a brick is listed twice")
         if self.primary_host not in {b.host for b in self.bricks}:
             raise ValueError(f"primary host '{self.primary_host}' holds none of the bricks")
         if self.mgs_host not in (None, self.primary_host):
@@ -180,17 +192,19 @@ class Allocation(Record):
 class Buffer(Record):
     """A buffer's spec: written by dacctl (the scheduler side) only."""
 
-    name: Name
-    owner_uid: int = Field(ge=0)
-    owner_gid: int = Field(ge=0)
-    job_id: int | None = None
+    name: BufferName
+    owner_uid: int = Field(ge=0, lt=2**32, description="at or above the config's "
+                                                        "min_owner_uid (daccore.trust)")
+    owner_gid: int = Field(ge=0, lt=2**32)
+    job_id: int | None = Field(None, ge=0, lt=2**32)
     persistent: bool = False
     request: BufferRequest
     allocation: Allocation
     desired_state: State = State.CREATED
-    attachments: dict[str, list[Name]] = Field(
-        {}, description="job id -> compute nodes that must see this buffer mounted")
-    generation: int = Field(1, ge=1, description="bumped on every change of the spec")
+    attachments: dict[JobKey, Annotated[list[Name], Field(max_length=trust.MAX_NODES)]] = Field(
+        {}, max_length=trust.MAX_JOBS,
+        description="job id -> compute nodes that must see this buffer mounted")
+    generation: int = Field(1, ge=1, lt=2**63, description="bumped on every change of the spec")
     created_at: float = Field(0.0, description="unix time")
 
 

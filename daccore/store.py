@@ -291,11 +291,17 @@ class Store:
         kv = self.client.get(self.keys.buffer(name))
         return Versioned(_load(_m().Buffer, kv), kv.mod_revision) if kv else None
 
+    def buffer_text(self, name: str) -> Versioned | None:
+        """The spec as etcd holds it, unparsed, with its key: for dacd, which checks every
+        record itself (daccore.trust) so that a bad one is skipped, not raised."""
+        key = self.keys.buffer(name)
+        kv = self.client.get(key)
+        return Versioned((key, kv.value), kv.mod_revision) if kv else None
+
     def buffer_owners(self) -> dict[str, int]:
         """Buffer name -> owner uid, read without validating every spec (job_process)."""
-        kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
-        return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value)["owner_uid"]
-                for kv in kvs}
+        return {name: doc["owner_uid"] for name, doc in self.buffer_docs().items()
+                if isinstance(doc.get("owner_uid"), int)}
 
     def buffer_names(self) -> tuple[list[str], int]:
         """Every buffer's name, and the revision of the read (to watch from)."""
@@ -318,8 +324,18 @@ class Store:
         return Versioned(json.loads(kv.value), kv.mod_revision) if kv else None
 
     def buffer_docs(self) -> dict[str, dict]:
+        """Every spec that is a JSON object: one that is not is no buffer any Slurm call can
+        act on, and must not stop the calls for the others (dacd logs it, docs/security.md)."""
         kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
-        return {Keys.last(kv.key, self.keys.buffers): json.loads(kv.value) for kv in kvs}
+        docs = {}
+        for kv in kvs:
+            try:
+                doc = json.loads(kv.value)
+            except ValueError:  # not JSON, or not UTF-8
+                continue
+            if isinstance(doc, dict):
+                docs[Keys.last(kv.key, self.keys.buffers)] = doc
+        return docs
 
     def buffers(self) -> dict[str, Buffer]:
         return {b.name: b for b in self._list(_m().Buffer, self.keys.buffers)}
@@ -362,6 +378,12 @@ class Store:
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
 
+    def status_texts(self, buffer: str) -> dict[str, tuple[str, str]]:
+        """Host -> (key, status as etcd holds it, unparsed): for dacd (see buffer_text)."""
+        prefix = self.keys.buffer_statuses(buffer)
+        kvs, _ = self.client.range(prefix, prefix_end(prefix))
+        return {Keys.last(kv.key, prefix): (kv.key, kv.value) for kv in kvs}
+
     def status_docs(self, buffer: str) -> dict[str, dict]:
         """Host -> status as JSON, for the Slurm functions (see buffer_doc)."""
         prefix = self.keys.buffer_statuses(buffer)
@@ -389,6 +411,13 @@ class Store:
     def watch_buffers(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every change to a buffer spec from `start_revision` on; the Watch closes it."""
         return self._watch(_m().Buffer, self.keys.buffers, start_revision)
+
+    def watch_buffer_names(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
+        """As watch_buffers, without reading the records (`record` is None): a daemon that
+        checks each record when it acts on it, so one bad record never stops the watch."""
+        prefix = self.keys.buffers
+        w = self.client.watch(prefix, prefix_end(prefix), start_revision)
+        return w, (Change(Keys.last(ev.kv.key, prefix), None, ev.kv.mod_revision) for ev in w)
 
     def watch_statuses(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         return self._watch(_m().Status, self.keys.statuses, start_revision)

@@ -131,6 +131,7 @@ def _hot(args) -> str:
     from daccore import jobs
     from daccore.config_cache import load_settings
     from daccore.store import Store
+    from daccore.trust import check_owner
     f = args.function
     settings = load_settings()
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
@@ -177,6 +178,7 @@ def _full(args) -> str:
     from daccore.config_cache import load_settings
     from daccore.states import State
     from daccore.store import Store
+    from daccore.trust import check_owner
     f = args.function
     settings = load_settings()
     config = _Settings(settings)
@@ -195,6 +197,7 @@ def _full(args) -> str:
             {"id": b.name, "links": {"instance": b.name}} for b in buffers.values()]})
     if f == "setup":
         _need(args, "token", "user", "groupid", "job")
+        check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))
         if jobs.create_job_buffer(store, int(args.token), args.user, args.groupid,
                                   _script(args, config.lua_directive), config.default_pool,
                                   config.own_mgs_pools()):
@@ -239,11 +242,25 @@ def _full(args) -> str:
         capacity = parse_size(size)
     except ValueError as e:
         raise UserError(f"create_persistent: capacity {e}") from None
-    jobs.create_persistent(store, args.token, args.user, args.groupid or 0, capacity,
+    # DataWarp's create_persistent names no group: the owner's primary group, never root's
+    gid = args.groupid if args.groupid is not None else _primary_gid(args.user)
+    check_owner(args.user, gid, settings.get("min_owner_uid", 1000))
+    jobs.create_persistent(store, args.token, args.user, gid, capacity,
                            pool or None, access, type_, config.default_pool,
                            config.own_mgs_pools())
     jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
     return f"created {args.token}"
+
+
+def _primary_gid(uid: int) -> int:
+    import pwd
+
+    from daccore.errors import UserError
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        raise UserError(f"create_persistent: uid {uid} has no passwd entry here to take its "
+                        "group from") from None
 
 
 def _pre_run(store, config, args) -> None:

@@ -11,11 +11,19 @@ spec, the statuses and the claims in one transaction: the bricks are free again.
 
 For a backend whose steps run once for all hosts (lustre, daos: daccore.backends), only the
 primary host's dacd works on the buffer, and it records each state for every host of it.
+
+Nothing read from etcd is trusted: the watch carries names only, and each pass reads the spec
+and the statuses unparsed and checks them (daccore.trust). A record that breaks a rule is
+logged once (one line naming its key and the rule; again only if the reason changes) and
+skipped until it changes, and the host's status says so (category admin) when the record
+names this host; the watch and every other buffer go on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,10 +31,11 @@ from typing import Callable
 
 from daccore.backends import get as get_backend
 from daccore.backends import runs_once_for_all_hosts
-from daccore.errors import AdminError, Conflict, DacError, InternalError, StoreUnavailable
+from daccore.errors import Conflict, DacError, InternalError, Kind, StoreUnavailable
 from daccore.etcd import WatchCompacted
 from daccore.lifecycle import next_step
 from daccore.models import Progress, State, Status, StatusError
+from daccore.trust import BUFFER_NAME, Untrusted, parse_buffer, shown
 from dacd import metrics
 
 log = logging.getLogger(__name__)
@@ -46,6 +55,9 @@ class Reconciler:
         self._stopping = threading.Event()
         self._watch = None
         self._thread: threading.Thread | None = None
+        #: buffer name or status key -> (why it is skipped, the generation refused): logged once
+        self._refused: dict[str, tuple[str, int]] = {}
+        self._refusal = f"refused by {host}: "  # how a refusal's status message starts
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -74,7 +86,7 @@ class Reconciler:
     def _follow(self, revision: int = 0) -> None:
         while not self._stopping.is_set():
             try:
-                self._watch, changes = self.store.watch_buffers(revision + 1)
+                self._watch, changes = self.store.watch_buffer_names(revision + 1)
                 for change in changes:
                     revision = change.revision
                     self.schedule(change.name)
@@ -119,32 +131,92 @@ class Reconciler:
     def reconcile(self, name: str) -> None:
         """Take steps for `name` until this host has nothing left to do for it."""
         while not self._stopping.is_set():
-            current = self.store.buffer(name)
+            current = self.store.buffer_text(name)
             if current is None:
                 metrics.buffer_gone(name)
+                self._refused.pop(name, None)
                 return
-            buf = current.record
+            (key, text), mod_revision = current
+            try:
+                buf = parse_buffer(key, text, self.config)
+            except Untrusted as e:
+                self._refuse(name, str(e), text)
+                return
             hosts = buf.allocation.hosts
             if self.host not in hosts:
                 return
-            pool = self.store.pools().get(buf.request.pool)
-            backend = pool.backend.value if pool else None  # an unknown pool fails the step
-            together = backend is not None and runs_once_for_all_hosts(backend)
+            backend = self.config.pools[buf.request.pool].backend.value  # parse_buffer checked
+            together = runs_once_for_all_hosts(backend)
             if together and self.host != buf.allocation.primary_host:
                 return  # the primary runs every step for this buffer's hosts
-            statuses = self.store.statuses(name)
+            try:
+                statuses = self._statuses(name)
+            except Untrusted as e:
+                self._refuse(name, str(e), None)
+                return
+            self._refused.pop(name, None)
             mine = statuses.get(self.host)
+            if mine and mine.error and mine.error.message.startswith(self._refusal):
+                # the record was refused and is sane now: carry on where it was
+                mine = mine.model_copy(update={"error": None, "generation": buf.generation})
+                self.store.put_status(mine)
             metrics.buffer_seen(buf, self.host, mine)
             failed = mine.generation if mine and mine.error else None
             attached = mine.attached if mine else {}
             nxt = next_step(buf.desired_state, mine.state if mine else None, failed,
                             buf.generation, mounts_match=attached == buf.attachments)
             if nxt is None:
-                self._reap_if_gone(buf, current.mod_revision, statuses, hosts)
+                self._reap_if_gone(buf, mod_revision, statuses, hosts)
                 return
             step, target = nxt
             self._step(buf, mine, step, target, backend,
                        hosts if together else [self.host])
+
+    def _statuses(self, name: str) -> dict[str, Status]:
+        """The buffer's statuses, each checked: another host's bad one counts as absent (it
+        can only hold back the final reap), this host's own is Untrusted (its state decides
+        whether to make a filesystem)."""
+        out = {}
+        for host, (key, text) in self.store.status_texts(name).items():
+            try:
+                status = Status.model_validate_json(text)
+                if (status.buffer, status.host) != (name, host):
+                    raise ValueError(f"names {shown(status.buffer)}/{shown(status.host)}")
+            except ValueError as e:  # pydantic's ValidationError is one
+                why = f"{key}: not a valid status: {shown(str(e).splitlines()[0], 120)}"
+                if host == self.host:
+                    raise Untrusted(why) from None
+                self._log_once(key, why)
+                continue
+            out[host] = status
+        return out
+
+    def _log_once(self, key: str, why: str, generation: int = 0) -> bool:
+        """Log `why` unless it was the last word on `key`; True when `key` is newly refused
+        or refused at a new generation (a writer changed the record, still badly)."""
+        last = self._refused.get(key)
+        if last is None or last[0] != why:
+            log.error("skipping %s (until the record changes)", why)
+        self._refused[key] = (why, generation)
+        return last != (why, generation)
+
+    def _refuse(self, name: str, why: str, text: bytes | str | None) -> None:
+        """Log once and skip; tell the waiting Slurm call why, in this host's status, when
+        the record (`text`: the spec) names this host under a sane buffer name. This host's
+        own status, when that is what is bad, is left for an admin to look at."""
+        generation = _generation(text) if text is not None else 0
+        if not self._log_once(name, why, generation) or text is None or \
+                not re.match(BUFFER_NAME, name) or self.host not in _named_hosts(text):
+            return
+        try:
+            mine = self._statuses(name).get(self.host)
+        except Untrusted:
+            return
+        fields = mine.model_dump(exclude={"error", "generation", "updated_at"}) if mine else \
+            {"buffer": name, "host": self.host}
+        self.store.put_status(Status(**fields, generation=generation, updated_at=time.time(),
+                                     error=StatusError(category=Kind.ADMIN,
+                                                       message=f"{self._refusal}{why}")))
 
     def _step(self, buf, mine: Status | None, step: str, target: State, backend_name: str | None,
               hosts: list[str]) -> None:
@@ -165,9 +237,6 @@ class Reconciler:
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         started, backend = time.monotonic(), None
         try:
-            if backend_name is None:
-                raise AdminError(f"pool '{buf.request.pool}' is not registered: start a dacd "
-                                 "whose config has it")
             backend = get_backend(backend_name, self.config, self.host)
             if step in ("stage_in", "stage_out"):
                 if self.host == buf.allocation.primary_host:
@@ -215,3 +284,20 @@ class Reconciler:
             except Conflict:
                 self.schedule(buf.name)  # the spec moved on meanwhile: look again
 
+
+def _named_hosts(text: bytes | str) -> set[str]:
+    """The hosts a refused record's allocation names, as far as it can be read."""
+    try:
+        bricks = json.loads(text)["allocation"]["bricks"]
+        return {b["host"] for b in bricks if isinstance(b.get("host"), str)}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return set()
+
+
+def _generation(text: bytes | str) -> int:
+    """A refused record's generation where it is a sane one (the Slurm side compares it)."""
+    try:
+        g = json.loads(text)["generation"]
+    except (ValueError, TypeError, KeyError):
+        return 0
+    return g if type(g) is int and 0 <= g < 2**63 else 0

@@ -10,6 +10,7 @@ PlaybookFailed with the failing task and its output, bounded.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -86,11 +87,14 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
             "binary": warm.client, "cmdline": f"{step}.yml"}
         if warm is not None:
             envvars["DAC_WARM_ANSIBLE"] = warm.ensure()
+        inventory_file = _write_unsafe(workdir, "inventory/hosts.yml", _with_interpreter(
+            inventory or {"all": {"hosts": {host: {"ansible_connection": "local"}}}}))
+        # runner passes an existing env/extravars as `-e @file`, and nothing else
+        _write_unsafe(workdir, "env/extravars", extravars)
         r = ansible_runner.run(
             private_data_dir=workdir, project_dir=str(project), **how,
-            inventory=_with_interpreter(inventory or {"all": {"hosts": {host: {
-                "ansible_connection": "local"}}}}),
-            extravars=extravars, event_handler=event, quiet=True, forks=forks, envvars=envvars)
+            inventory=inventory_file, event_handler=event, quiet=True, forks=forks,
+            envvars=envvars)
         if (r.status != "successful" or r.rc != 0) and not failed:
             output = _stdout_tail(r)  # no task failed: ansible itself did (syntax, start-up)
     finally:
@@ -104,18 +108,37 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
 
 
 def _run_prefix(host: str) -> str:
-    # '+' is in no host name, so one host's prefix never matches another's (dac-1 / dac-10)
-    return f"dac-run-{host}+"
+    # '+' is in no host name, so the parts split back apart (see sweep_stale_runs); the pid
+    # keeps the runs of two dacds posing as one host apart (local DACs side by side)
+    return f"dac-run-{os.getpid()}+{host}+"
 
 
 def sweep_stale_runs(host: str) -> int:
     """Remove what runs of a killed dacd of `host` left in the temp dir (a run removes its own
-    private_data_dir unless killed); called at dacd start, when none of its runs is live."""
-    import glob
-    stale = glob.glob(os.path.join(tempfile.gettempdir(), f"{_run_prefix(host)}*"))
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    return len(stale)
+    private_data_dir unless killed); called at dacd start. A live process's runs are left."""
+    swept = 0
+    for entry in os.scandir(tempfile.gettempdir()):
+        pid, _, rest = entry.name.removeprefix("dac-run-").partition("+")
+        if not (entry.name.startswith("dac-run-") and pid.isdigit() and
+                rest.startswith(f"{host}+")):
+            continue
+        if int(pid) != os.getpid() and _running_dacd(pid):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        swept += 1
+    return swept
+
+
+def _running_dacd(pid: str) -> bool:
+    """Whether `pid` is a live dacd (not a zombie left by a kill -9, not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X") and b"dacd" in cmdline
 
 
 def _reason(res: dict) -> str:
@@ -130,6 +153,50 @@ def _reason(res: dict) -> str:
         if lines:
             return lines[-1]
     return msg
+
+
+def _write_unsafe(workdir: str, name: str, data: dict) -> str:
+    """Write `data` as YAML with every string tagged `!unsafe`, so Ansible never templates
+    it: values come from buffer records, and `{{ lookup('pipe', ...) }}` in one would run as
+    root. ansible-runner itself writes dicts as JSON, where Ansible renders every string.
+    Only admin-written config vars (daccore.backends.Templated) stay plain. Mapping keys are
+    never templated by Ansible (measured with ansible-core 2.19), and are strict names."""
+    import yaml
+    path = os.path.join(workdir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        # in order: the inventory's host order is the order Ansible starts them in
+        yaml.dump(data, f, Dumper=_unsafe_dumper(), default_flow_style=False, sort_keys=False)
+    return path
+
+
+@functools.cache
+def _unsafe_dumper():
+    import yaml
+
+    from daccore.backends import Templated
+    base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+    class UnsafeDumper(base):  # type: ignore[misc, valid-type]
+        def represent_mapping(self, tag, mapping, flow_style=None):
+            # keys plain (inventory host names must stay names), values tagged
+            node = super().represent_mapping(tag, mapping, flow_style)
+            for key, _ in node.value:
+                if key.tag == "!unsafe":
+                    key.tag = "tag:yaml.org,2002:str"
+            return node
+
+    def unsafe(dumper, text: str):
+        # Ansible resolves an !unsafe scalar's type again as if untagged ('0700' would become
+        # 448, '' None): such strings stay plain. None of them can hold a Jinja delimiter.
+        if dumper.resolve(yaml.ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
+            return dumper.represent_str(text)
+        return dumper.represent_scalar("!unsafe", text)
+
+    UnsafeDumper.add_representer(str, unsafe)
+    UnsafeDumper.add_representer(Templated, lambda d, s: d.represent_str(str(s)))
+    return UnsafeDumper
+
 
 
 def _with_interpreter(inventory: dict) -> dict:

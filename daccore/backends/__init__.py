@@ -15,15 +15,15 @@ import os
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Callable
 
-from daccore.errors import ConfigError
+from daccore.errors import AdminError, ConfigError
 from daccore.layout import mount_path
 
 if TYPE_CHECKING:
-    from daccore.config import DacConfig
-    from daccore.models import Buffer
+    from daccore.config import BrickSettings, DacConfig
+    from daccore.models import BrickRef, Buffer
 
-__all__ = ["Backend", "register", "get", "runs_once_for_all_hosts", "unservable",
-           "node_mounts", "prune_list"]
+__all__ = ["Backend", "Templated", "templated", "register", "get", "runs_once_for_all_hosts",
+           "unservable", "node_mounts", "prune_list"]
 
 _REGISTRY: dict[str, type[Backend]] = {}
 
@@ -58,7 +58,7 @@ class Backend(ABC):
         for node in sorted({*want, *have}):
             mine, had = want.get(node, {}), have.get(node, {})
             gone = sorted(t for t in had if t not in mine)
-            clients[node] = {**self.config.node_ansible_vars,
+            clients[node] = {**templated(self.config.node_ansible_vars),
                              "mounts": {t: p for t, p in sorted(mine.items()) if t not in had},
                              "unmounts": gone, "prune": prune_list(gone, root(node))}
         return want, clients
@@ -66,13 +66,44 @@ class Backend(ABC):
     def host_vars(self, host: str) -> dict:
         """How Ansible reaches a storage server: this one locally, others as the config says."""
         local = {"ansible_connection": "local"} if host == self.host else {}
-        return {**local, **self.config.hosts[host].ansible_vars}
+        return {**local, **templated(self.config.hosts[host].ansible_vars)}
+
+    def brick(self, buffer: Buffer, ref: BrickRef) -> BrickSettings:
+        """A brick of the allocation as the config has it: its device comes from there, never
+        from the record (daccore.trust)."""
+        host = self.config.hosts.get(ref.host)
+        brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) \
+            if host else None
+        if brick is None:
+            raise AdminError(f"buffer {buffer.name}: brick {ref.host}:{ref.brick} is not in "
+                             "this server's config; give every dacd the same config")
+        return brick
+
+    def device(self, buffer: Buffer, ref: BrickRef) -> str:
+        return self.brick(buffer, ref).device
 
     @abstractmethod
     def variables(self, buffer: Buffer, step: str,
                   attached: dict[str, list[str]] | None = None) -> dict:
         """The extravars of `playbooks/<name>/<step>.yml` for this buffer on this host;
         `attached` is what this host has mounted on compute nodes so far (job -> nodes)."""
+
+
+class Templated(str):
+    """A string an admin wrote in the config (`ansible_vars`, `node_ansible_vars`): Ansible
+    may template it. Every other string reaches a playbook marked unsafe (dacd.runner), so
+    nothing read from a record is ever rendered as Jinja."""
+
+
+def templated(value):
+    """`value` with every string in it marked Templated."""
+    if isinstance(value, str):
+        return Templated(value)
+    if isinstance(value, dict):
+        return {k: templated(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [templated(v) for v in value]
+    return value
 
 
 def register(name: str) -> Callable[[type[Backend]], type[Backend]]:

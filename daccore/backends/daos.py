@@ -41,13 +41,7 @@ class DaosBackend(Backend):
         """The engine ranks of the buffer's bricks."""
         ranks = set()
         for ref in buffer.allocation.bricks:
-            host = self.config.hosts.get(ref.host)
-            brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) \
-                if host else None
-            if brick is None:
-                raise AdminError(f"buffer {buffer.name}: brick {ref.host}:{ref.brick} is not "
-                                 "in this server's config; give every dacd the same config")
-            ranks.add(host.daos_ranks[brick.socket])
+            ranks.add(self.config.hosts[ref.host].daos_ranks[self.brick(buffer, ref).socket])
         return sorted(ranks)
 
     def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:

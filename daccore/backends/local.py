@@ -24,7 +24,7 @@ class LocalBackend(Backend):
     def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
         host = self.config.hosts[self.host]
         fs_path = os.path.join(host.fs_root, buffer.name)
-        devices = [b.device for b in buffer.allocation.bricks if b.host == self.host]
+        devices = [self.device(buffer, b) for b in buffer.allocation.bricks if b.host == self.host]
         if len(devices) == 1:
             mkfs = ["mkfs.xfs", "-f", "-q", "-L", _label(buffer.name), devices[0]]
             mount_options = "nodev,nosuid"

@@ -23,7 +23,7 @@ import hashlib
 import os
 import string
 
-from daccore.backends import Backend, register
+from daccore.backends import Backend, register, templated
 
 __all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
 
@@ -86,22 +86,23 @@ class LustreBackend(Backend):
         mdts = osts = 0
         for host in self._servers(buffer):
             disks, targets = [], []
-            for i, brick in enumerate(b for b in buffer.allocation.bricks if b.host == host):
+            for i, ref in enumerate(b for b in buffer.allocation.bricks if b.host == host):
+                device = self.device(buffer, ref)
                 with_mdt = i < s.max_mdts_per_host and mdts < s.max_mdts
-                parted = ["parted", "--script", brick.device, "mklabel", "gpt"]
+                parted = ["parted", "--script", device, "mklabel", "gpt"]
                 if with_mdt:
                     parted += ["mkpart", "mdt", "1MiB", f"{mdt_end}MiB",
                                "mkpart", "ost", f"{mdt_end}MiB", "100%"]
                     mgs = per_buffer_mgs and mdts == 0
-                    targets.append(_target(fs, "mdt", mdts, partition(brick.device, 1),
+                    targets.append(_target(fs, "mdt", mdts, partition(device, 1),
                                            None if mgs else nid, s.target_root, mgs))
                     mdts += 1
                 else:
                     parted += ["mkpart", "ost", "1MiB", "100%"]
-                disks.append({"device": brick.device, "parted": parted,
-                              "partitions": [partition(brick.device, n)
+                disks.append({"device": device, "parted": parted,
+                              "partitions": [partition(device, n)
                                              for n in range(1, 3 if with_mdt else 2)]})
-                targets.append(_target(fs, "ost", osts, partition(brick.device, 2 if with_mdt else 1),
+                targets.append(_target(fs, "ost", osts, partition(device, 2 if with_mdt else 1),
                                        nid, s.target_root))
                 osts += 1
             out[host] = {"disks": disks, "targets": targets}
@@ -148,7 +149,7 @@ class LustreBackend(Backend):
         groups = {"servers": {"hosts": servers}, "primary": {"hosts": {primary: {}}},
                   "clients": {"hosts": clients}}
         if s.mgs != "per_buffer":
-            groups["mgs"] = {"hosts": {s.mgs.host: dict(s.mgs.ansible_vars)}}
+            groups["mgs"] = {"hosts": {s.mgs.host: templated(dict(s.mgs.ansible_vars))}}
         return {"all": {"children": groups}}
 
 

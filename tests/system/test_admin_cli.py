@@ -108,10 +108,11 @@ def test_hosts_show_bricks_buffers_drain_undrain_and_down(dac, tmp_path):
 def test_buffers_list_filter_and_show_users_only_their_own(dac, tmp_path):
     _, env, store = dac
     setup(env, tmp_path, 7, "512MiB")  # owned by 1234
-    run("dacctl", "create-persistent", "--name", "proj", "--capacity", "100MiB", env=env)
+    run("dacctl", "create-persistent", "--name", "proj", "--capacity", "100MiB", "--user", "5678",
+        "--group", "8765", env=env)  # root owns no buffer (min_owner_uid)
     everything = dacctl_json(env, "buffers")["buffers"]
     assert [(b["name"], b["owner_uid"], b["owner"], b["job"], b["state"]) for b in everything] \
-        == [("7", UID, str(UID), 7, "created"), ("proj", 0, "root", None, "created")]
+        == [("7", UID, str(UID), 7, "created"), ("proj", 5678, "5678", None, "created")]
     assert everything[0]["size"] == 512 << 20 and everything[0]["pool"] == "default"
     assert everything[0]["hosts"] == store.buffer("7").record.allocation.hosts
 
@@ -120,15 +121,15 @@ def test_buffers_list_filter_and_show_users_only_their_own(dac, tmp_path):
             run("dacctl", "buffers", "--json", *args, env=env)
         assert r.returncode == 0, r.stderr
         return [b["name"] for b in json.loads(r.stdout)["buffers"]]
-    assert names("--user", str(UID)) == ["7"] and names("--user", "root") == ["proj"]
+    assert names("--user", str(UID)) == ["7"] and names("--user", "5678") == ["proj"]
     assert names("--state", "created") == ["7", "proj"] and names("--state", "mounted") == []
     assert names("--pool", "default") == ["7", "proj"] and names("--pool", "other") == []
     assert names(user=True) == ["7"]  # a user sees their own buffers only
-    assert names("--user", "root", user=True) == []
+    assert names("--user", "5678", user=True) == []
     table = run("dacctl", "buffers", env=env).stdout.splitlines()
     assert table[0].split() == ["NAME", "OWNER", "JOB", "STATE", "DESIRED", "SIZE", "POOL",
                                 "HOSTS", "AGE"]
-    assert table[2].split()[:6] == ["proj", "root", "-", "created", "created", "512MiB"]
+    assert table[2].split()[:6] == ["proj", "5678", "-", "created", "created", "512MiB"]
     assert one_line(run("dacctl", "buffers", "--user", "no-such-user", env=env, check=False)) \
         == "dacctl: user error: no user named 'no-such-user' (give a login name or a uid)"
 
@@ -175,11 +176,11 @@ def test_show_prints_the_spec_the_statuses_and_the_error_of_a_failed_stage_in(da
 def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
     workdir, env, store = dac
     out = run("dacctl", "create-persistent", "--name", "proj1", "--capacity", "600MiB",
-              env=env).stdout
+              "--user", "5678", "--group", "8765", env=env).stdout
     rec = store.buffer("proj1").record
     (host,) = rec.allocation.hosts
     assert out == f"created persistent buffer proj1: 1GiB in pool default on {host}\n"
-    assert rec.persistent and (rec.owner_uid, rec.owner_gid) == (0, 0)
+    assert rec.persistent and (rec.owner_uid, rec.owner_gid) == (5678, 8765)
     assert mount_of(workdir / "fs" / host / "proj1")  # dacd built it before dacctl returned
     assert store.statuses("proj1")[host].state.value == "created"
 
@@ -200,6 +201,11 @@ def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
         (run("dacctl", "create-persistent", "--name", "x", "--capacity", "1MiB", "--user", "5",
              env=env, check=False),
          "give --user and --group together (the buffer's owner and group)"),
+        # root owns no buffer unless the config's min_owner_uid is 0 (docs/security.md)
+        (run("dacctl", "create-persistent", "--name", "x", "--capacity", "1MiB", env=env,
+             check=False),
+         "owner uid 0 is below min_owner_uid 1000: a buffer belongs to an ordinary user and "
+         "group"),
         (run("dacctl", "create-persistent", "--name", "9lives", "--capacity", "1MiB", env=env,
              check=False),
          "create-persistent: name '9lives' must start with a letter and contain only letters, "
@@ -207,7 +213,7 @@ def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
         (run("dacctl", "create-persistent", "--name", "mine", "--capacity", "1MiB", env=env,
              check=False), "buffer 'mine' already exists"),
         (run("dacctl", "create-persistent", "--name", "p", "--capacity", "1MiB", "--access",
-             "private", env=env, check=False),
+             "private", "--user", str(UID), "--group", str(GID), env=env, check=False),
          "create_persistent: access 'private': persistent buffers are striped (every attaching "
          "job sees one directory)"),
         (as_user(env, "destroy-persistent", "proj1"), "no persistent buffer 'proj1' of yours"),

@@ -110,7 +110,7 @@ def test_a_dacd_killed_mid_step_finishes_it_after_a_restart(dac, tmp_path, funct
             assert not [m for m in mounts() if m.startswith(f"{workdir}/fs/")]
         # the killed dacd's playbook run directory: removed by its successor
         hosts = [d["host"] for d in json.loads((workdir / "state.json").read_text())["dacd"]]
-        left = [p for h in hosts for p in Path(tempfile.gettempdir()).glob(f"dac-run-{h}+*")]
+        left = [p for h in hosts for p in Path(tempfile.gettempdir()).glob(f"dac-run-*+{h}+*")]
         assert left == []
     finally:
         proc.terminate()

@@ -1,0 +1,128 @@
+"""What a buffer record may hold: the one place of the rules that dacctl writes by and dacd
+reads by, so that dacctl can never write what dacd would refuse.
+
+etcd is a boundary, not a proof: dacd (root) acts on every record it reads, so it checks each
+one before acting (docs/security.md, "dacd trusts nothing it reads"):
+
+- names (buffers, hosts, bricks, pools, compute nodes) and attachment keys (job ids) match
+  the strict patterns below: nothing that a path, a shell or Jinja would read specially;
+- the owner's uid and gid are at or above the config's `min_owner_uid` (root only where the
+  config says 0);
+- every brick is one this dacd's config lists, on the host and in the pool the record says,
+  with the capacity the config gives it; the device is never read from the record;
+- sizes and counts are bounded: the request fits in the bricks allocated, swap in the
+  request, stage lines and attachments in fixed limits.
+
+Static rules (patterns, bounds) are in `daccore.models` through the constants here; the rules
+that need dacd's config are `check_buffer`. No pydantic at import: the Slurm hooks use the
+patterns on their hot path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from daccore.errors import AdminError, UserError
+
+if TYPE_CHECKING:
+    from daccore.config import DacConfig
+    from daccore.models import Buffer
+
+__all__ = ["NAME", "BUFFER_NAME", "JOB_KEY", "MAX_BYTES", "MAX_PATH", "MAX_STAGE_LINES",
+           "MAX_JOBS", "MAX_NODES", "Untrusted", "check_buffer", "check_owner",
+           "check_attachment", "parse_buffer", "shown"]
+
+#: hosts, bricks, pools, compute nodes: safe inside an etcd key, a path and an argv.
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+#: a job's buffer is named after its job id; a persistent buffer as directives.PERSISTENT_NAME.
+BUFFER_NAME = r"^(?:[0-9]{1,10}|[A-Za-z][A-Za-z0-9_.-]{0,63})$"
+#: attachment keys are Slurm job ids (uint32).
+JOB_KEY = r"^[0-9]{1,10}$"
+#: 1 EiB: more than any pool; keeps sums of sizes far from overflowing anything downstream.
+MAX_BYTES = 1 << 60
+#: Linux's PATH_MAX, for a stage line's source and destination.
+MAX_PATH = 4096
+#: per direction; a job script with more is better served by one `type=list` line.
+MAX_STAGE_LINES = 1000
+#: jobs attaching one persistent buffer at once, and compute nodes of one job.
+MAX_JOBS = 10_000
+MAX_NODES = 100_000
+
+_NAME, _JOB = re.compile(NAME), re.compile(JOB_KEY)
+
+
+class Untrusted(AdminError):
+    """A record dacd refuses to act on: etcd was written by something other than dac's
+    validated writers, or the dacds' configs disagree. An admin must look."""
+
+
+def shown(value, limit: int = 60) -> str:
+    """An untrusted value fit for one log line: quoted, escaped, cut short."""
+    text = ascii(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def check_owner(uid: int, gid: int, min_owner_uid: int) -> None:
+    """Writers and dacd alike: root (or a system account) owns a buffer only when the config
+    says so (`min_owner_uid: 0`)."""
+    for what, value in (("uid", uid), ("gid", gid)):
+        if value < min_owner_uid:
+            raise UserError(f"owner {what} {value} is below min_owner_uid {min_owner_uid}: "
+                            "a buffer belongs to an ordinary user and group")
+
+
+def check_attachment(job: str, nodes: list[str]) -> None:
+    """What the Slurm functions may record as an attachment (job id -> compute nodes)."""
+    if not _JOB.match(job):
+        raise UserError(f"job id {shown(job)} is not a number")
+    bad = [n for n in nodes if not _NAME.match(n)]
+    if bad or len(nodes) > MAX_NODES:
+        raise AdminError(f"job {job}: unusable node names {shown(bad or len(nodes))}")
+
+
+def parse_buffer(key: str, text: str | bytes, config: DacConfig) -> Buffer:
+    """The buffer record at `key`, checked by every rule, or Untrusted with one line naming
+    the key and the first rule it breaks."""
+    from pydantic import ValidationError
+
+    from daccore.models import Buffer
+    try:
+        buf = Buffer.model_validate_json(text)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "record"
+        raise Untrusted(f"{key}: {shown(where, 80)}: {err['msg']}") from None
+    if key.rsplit("/", 1)[-1] != buf.name:
+        raise Untrusted(f"{key}: names buffer {shown(buf.name)}")
+    try:
+        check_buffer(buf, config)
+    except (UserError, AdminError) as e:
+        raise Untrusted(f"{key}: {e}") from None
+    return buf
+
+
+def check_buffer(buf: Buffer, config: DacConfig) -> None:
+    """The rules that need the config: the owner, the bricks and the sizes."""
+    check_owner(buf.owner_uid, buf.owner_gid, config.min_owner_uid)
+    pool = buf.request.pool
+    if pool not in config.pools:
+        raise AdminError(f"pool {shown(pool)} is not in this dacd's config")
+    for ref in buf.allocation.bricks:
+        host = config.hosts.get(ref.host)
+        brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) \
+            if host else None
+        if brick is None:
+            raise AdminError(f"brick {ref.host}:{ref.brick} is not in this dacd's config")
+        if brick.pool != pool:
+            raise AdminError(f"brick {ref.host}:{ref.brick} is in pool '{brick.pool}', not "
+                             f"'{pool}'")
+        if ref.capacity != brick.capacity:
+            raise AdminError(f"brick {ref.host}:{ref.brick} holds {brick.capacity} bytes, not "
+                             f"{ref.capacity}")
+    if buf.request.capacity > buf.allocation.size:
+        raise AdminError(f"capacity {buf.request.capacity} is more than its bricks hold "
+                         f"({buf.allocation.size})")
+    if buf.request.swap > buf.request.capacity:
+        raise AdminError(f"swap {buf.request.swap} is more than the capacity "
+                         f"{buf.request.capacity}")
