@@ -90,8 +90,8 @@ def check_every_output(env, job, shown: str):
             r = dacctl_as(env, *args, uid=uid, gid=gid)
             text = assert_clean(r.stdout + r.stderr, f"uid {uid} dacctl {' '.join(args)}")
             assert r.returncode == 0, text
-            if args[0] != "buffers":
-                assert shown in text, (args, text)
+            if args[0] != "buffers":  # rich wraps the table's lines at 80 columns in a pipe
+                assert shown in text.replace("\n", ""), (args, text)
         r = dacctl_as(env, "status", job, "--json", uid=uid, gid=gid)
         assert_clean(r.stdout, "status --json")
     other = dacctl_as(env, "status", job, uid=OTHER_UID, gid=OTHER_GID)
