@@ -24,7 +24,7 @@ import re
 from collections import namedtuple
 
 from daccore.errors import UserError
-from daccore.units import parse_size
+from daccore.units import parse_capacity
 
 __all__ = ["DirectiveError", "JobDW", "Stage", "CreatePersistent", "DestroyPersistent",
            "Directives", "parse_script", "PERSISTENT_NAME", "DIRECTIVES"]
@@ -158,6 +158,13 @@ def _split(number: int, text: str) -> tuple[str, list[str]]:
                              f"contains {what}, which directives do not allow")
     if any("\udc80" <= c <= "\udcff" for c in text):  # surrogateescape'd bytes
         raise DirectiveError(number, "directive", "is not valid UTF-8")
+    # Slurm ends a capacity at an ASCII space only: `capacity=1GiB<U+00A0>pool=p` is 1 byte there
+    odd = next((c for c in text if c.isspace() and c != " "), None)
+    if odd:
+        first = text.split()[0]
+        raise DirectiveError(number, "jobdw" if "=" in first else _show(first),
+                             f"contains the space U+{ord(odd):04X}; separate words with ASCII "
+                             "spaces")
     words = text.split()
     if not words:
         raise DirectiveError(number, "directive", "is empty (expected one of "
@@ -200,11 +207,11 @@ def _keys(number: int, directive: str, args: list[str], required: tuple[str, ...
 
 
 def _size(number: int, directive: str, key: str, text: str) -> int:
+    # Slurm reads this text too (units.parse_capacity says how): it must mean the same there
     try:
-        value = parse_size(text)
-    except ValueError:
-        raise DirectiveError(number, directive, f"{key} '{_show(text)}' is not a size like "
-                                                "1TiB, 500GB or 1048576") from None
+        value = parse_capacity(text)
+    except ValueError as e:
+        raise DirectiveError(number, directive, f"{key} '{_show(text)}' {e}") from None
     if value <= 0:
         raise DirectiveError(number, directive, f"{key} '{text}' must be greater than zero")
     return value
@@ -271,11 +278,22 @@ def _swap(number: int, args: list[str], previous: int) -> int:
         raise DirectiveError(number, "swap", "swap is given twice")
     if len(args) != 1 or "=" in args[0]:
         raise DirectiveError(number, "swap", "expected one size, as in '#DW swap 4GiB'")
+    try:
+        parse_capacity(args[0])
+    except ValueError:
+        # burst_buffer/datawarp reads a swap size's leading number as GiB per node (strtol)
+        raise DirectiveError(number, "swap", f"size '{_show(args[0])}' must be whole ASCII "
+                                             "digits and a unit K, M, G, T, P with iB or B, "
+                                             "as in 4GiB") from None
     return _size(number, "swap", "size", args[0])
 
 
 def _stage(number: int, directive: str, args: list[str]) -> Stage:
     k = _keys(number, directive, args, required=("type", "source", "destination"))
+    if any("capacity=" in v for v in k.values()):
+        # Slurm takes the first `capacity=` anywhere on a directive line as the buffer's size
+        raise DirectiveError(number, directive, "a path contains 'capacity=', which Slurm "
+                                                "would read as a buffer size")
     if k["type"] not in STAGE_TYPES:
         raise DirectiveError(number, directive, f"type '{_show(k['type'])}' must be file, "
                                                 "directory or list")

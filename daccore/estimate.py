@@ -158,11 +158,11 @@ def parse_margin(text: str) -> Fraction:
 
 
 def suggest_size(n: int) -> str:
-    """The shortest size to write in a directive that parses back to exactly `n`: `1.5GiB`,
-    `3TB` (pools may have decimal bricks), `1537MiB`, else bytes."""
-    exact = [format_size(n)] + [f"{n // parse_size('1' + u)}{u}" for u in _UNITS
-                                if n % parse_size("1" + u) == 0]
-    return min((s for s in exact if parse_size(s) == n), key=len, default=str(n))
+    """The shortest size to write in a directive that parses back to exactly `n`: `1536MiB`,
+    `3TB` (pools may have decimal bricks), `1537MiB`, else bytes. Whole numbers only: Slurm
+    reads `1.5GiB` as 1 byte, so directives refuse it (units.parse_capacity)."""
+    exact = [f"{n // parse_size('1' + u)}{u}" for u in _UNITS if n % parse_size("1" + u) == 0]
+    return min(exact, key=len, default=str(n))
 
 
 _UNITS = ("PiB", "TiB", "GiB", "MiB", "KiB", "PB", "TB", "GB", "MB", "KB")

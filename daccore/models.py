@@ -13,10 +13,11 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from daccore import trust
 from daccore.errors import Kind
+from daccore.escape import printable
 from daccore.states import State
 
 __all__ = [
@@ -220,10 +221,23 @@ class Progress(Record):
                                               "what was found so far")
 
 
+#: bound of an error's detail, in characters once escaped
+DETAIL_MAX = 8192
+
+# A message names user paths, whose bytes may be anything: escaped on the way in, a record
+# always serializes (surrogates do not) and prints no control character (daccore/escape.py).
+# Text already printable passes unchanged, so reading a record back changes nothing.
+Line = Annotated[str, BeforeValidator(lambda v: printable(v) if isinstance(v, str) else v)]
+#: the newest end is kept: the failing task's output comes last
+Detail = Annotated[str, BeforeValidator(
+    lambda v: printable(v, "\n\t")[-DETAIL_MAX:] if isinstance(v, str) else v)]
+
+
 class StatusError(Record):
     category: Kind
-    message: str = Field(description="one line, for the user or admin")
-    detail: str = Field("", max_length=8192, description="bounded debug output, for the admin")
+    message: Line = Field(description="one line, for the user or admin")
+    detail: Detail = Field("", max_length=DETAIL_MAX,
+                           description="bounded debug output, for the admin")
 
 
 class Status(Record):
@@ -233,7 +247,7 @@ class Status(Record):
     host: Name
     state: State | None = Field(None, description="last state reached; none before the first")
     generation: int = Field(0, ge=0, description="the spec generation this status answers")
-    step: str = ""
+    step: Line = ""
     progress: Progress | None = None
     error: StatusError | None = None
     attached: dict[str, list[Name]] = Field(

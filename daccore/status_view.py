@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from daccore.escape import printable
 from daccore.units import format_duration, format_size
 
 __all__ = ["view", "summary_line", "staged_text"]
@@ -43,7 +44,7 @@ def summary_line(v: dict) -> str:
     errors = [h["error"]["message"] for h in v["hosts"] if h["error"]]
     if errors:
         line += f", failed: {errors[0]}"
-    return line
+    return printable(line)  # Slurm prints it to whoever ran scontrol show bbstat
 
 
 def staged_text(progress: list[dict]) -> str:

@@ -108,7 +108,9 @@ def _show_status(v: dict, headline: str) -> None:
     from rich.console import Console
     from rich.progress_bar import ProgressBar
     from rich.table import Table
+    from rich.text import Text
 
+    from daccore.escape import printable
     from daccore.status_view import staged_text
     t = Table("HOST", "STATE", "STEP", "STAGED", "", box=None, pad_edge=False)
     for h in v["hosts"]:
@@ -117,14 +119,16 @@ def _show_status(v: dict, headline: str) -> None:
         if p:
             bar = ProgressBar(total=max(p["bytes_total"], 1), completed=p["bytes_done"], width=30)
             staged = staged_text([p])
-        t.add_row(h["host"], h["state"] or "new", h["step"] or "-", staged, bar)
+        # Text: no rich markup in a cell; printable: no control character (daccore/escape.py)
+        t.add_row(*(Text(printable(x)) for x in (h["host"], h["state"] or "new",
+                                                  h["step"] or "-", staged)), bar)
     console = Console()
-    console.print(headline, highlight=False, markup=False)
+    console.print(printable(headline), highlight=False, markup=False)
     console.print(t)
     for h in v["hosts"]:
         if h["error"]:
-            console.print(f"{h['host']}: {h['error']['category']} error: "
-                          f"{h['error']['message']}", highlight=False, markup=False)
+            console.print(printable(f"{h['host']}: {h['error']['category']} error: "
+                                    f"{h['error']['message']}"), highlight=False, markup=False)
 
 
 @cli.command(help="Storage hosts: up, drained or down (its dacd's alive key is gone), free and "

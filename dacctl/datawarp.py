@@ -82,8 +82,10 @@ def run(argv: list[str]) -> int:
 
 
 def _one_line(text: str) -> str:
-    """Slurm shows stdout as the message: never more than one line of it."""
-    return " ".join(text.split("\n")).strip()[:1000]
+    """Slurm shows stdout as the message: never more than one line of it, and no control
+    character (it reaches sbatch's terminal and the job's Reason)."""
+    from daccore.escape import printable
+    return printable(" ".join(text.split("\n")).strip())[:1000]
 
 
 def _need(args, *names: str) -> None:

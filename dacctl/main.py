@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     except DacError as e:
         if debug:
             raise
-        print(f"dacctl: {e.kind.value} error: {e}", file=sys.stderr)
+        from daccore.escape import printable
+        print(printable(f"dacctl: {e.kind.value} error: {e}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("dacctl: interrupted", file=sys.stderr)

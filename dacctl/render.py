@@ -1,12 +1,17 @@
-"""Plain-text tables for people; `--json` output is produced by the commands themselves."""
+"""Plain-text tables for people; `--json` output is produced by the commands themselves.
+
+Every cell and line goes through `printable`: a path, a message or a step may hold any byte a
+user put in a file name, and none may reach a terminal raw (daccore/escape.py)."""
 
 from __future__ import annotations
+
+from daccore.escape import printable
 
 __all__ = ["table", "hosts_table", "buffers_table", "buffer_detail", "estimate"]
 
 
 def table(headers: list[str], rows: list[list[object]]) -> str:
-    cells = [headers] + [[str(c) for c in r] for r in rows]
+    cells = [headers] + [[printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
@@ -70,14 +75,16 @@ def buffer_detail(d: dict) -> str:
               for x in a["bricks"]]
     lines += [f"attached    job {j} on {', '.join(nodes)}"
               for j, nodes in sorted(b["attachments"].items())] or ["attached    -"]
+    table_at = len(lines) + 1
     lines += ["", _statuses_table(d["statuses"])]
     for host, s in d["statuses"].items():
         if s and s["error"]:
             e = s["error"]
             lines.append(f"{host}: {e['category']} error (generation {s['generation']}): "
                          f"{e['message']}")
-            lines += ["  " + x for x in e["detail"].rstrip().splitlines()[-DETAIL_TAIL:]]
-    return "\n".join(lines)
+            lines += ["  " + x for x in e["detail"].rstrip().split("\n")[-DETAIL_TAIL:]]
+    # the table is printable cell by cell: its newlines are its own
+    return "\n".join(x if i == table_at else printable(x) for i, x in enumerate(lines))
 
 
 def _statuses_table(statuses: dict) -> str:

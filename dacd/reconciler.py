@@ -33,6 +33,7 @@ from daccore.backends import get as get_backend
 from daccore.backends import runs_once_for_all_hosts
 from daccore.errors import Conflict, DacError, InternalError, Kind, StoreUnavailable
 from daccore.etcd import WatchCompacted
+from daccore.escape import printable
 from daccore.lifecycle import next_step
 from daccore.models import Progress, State, Status, StatusError
 from daccore.trust import BUFFER_NAME, Untrusted, parse_buffer, shown
@@ -254,9 +255,10 @@ class Reconciler:
             if not isinstance(e, DacError):
                 log.exception("buffer %s (job %s): %s failed", name, buf.job_id, step)
                 e = InternalError(f"{step} failed on {self.host}: {type(e).__name__}: {e}")
-            log.error("buffer %s (job %s): %s", name, buf.job_id, e)
+            message = printable(str(e))  # a path in it may hold any byte (daccore/escape.py)
+            log.error("buffer %s (job %s): %s", name, buf.job_id, message)
             metrics.step_finished(step, backend, started, e)
-            status(error=StatusError(category=e.kind, message=str(e),
+            status(error=StatusError(category=e.kind, message=message,
                                      detail=getattr(e, "output", "")[-8000:]))
             return
         metrics.step_finished(step, backend, started)

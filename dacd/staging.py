@@ -19,6 +19,7 @@ from typing import Callable
 
 from daccore.directives import BUFFER_PATH
 from daccore.errors import InternalError, UserError
+from daccore.escape import escape
 from dacd.copier import encode_plan
 from dacd.metrics import StageMeter
 
@@ -91,9 +92,10 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
             result = message
     stderr = proc.stderr.read()
     rc = proc.wait()
+    # the copier's JSON carries a name's bytes as \udcXX surrogates: escaped here, once
     if "error" in result:
-        raise UserError(f"stage_{direction} failed: {result['error']}")
+        raise UserError(f"stage_{direction} failed: {escape(result['error'])}")
     if rc != 0 or not result.get("done"):
         raise InternalError(f"stage_{direction}: the copier ended with exit {rc}: "
-                            f"{(stderr.strip().splitlines() or ['no output'])[-1]}")
+                            f"{escape((stderr.strip().splitlines() or ['no output'])[-1])}")
     meter.done()

@@ -99,7 +99,7 @@ def test_a_bad_margin_is_refused(text):
 
 
 def test_a_suggested_size_parses_back_to_exactly_the_bytes():
-    assert est.suggest_size(3 * 512 * MiB) == "1.5GiB"
+    assert est.suggest_size(3 * 512 * MiB) == "1536MiB"  # Slurm reads 1.5GiB as 1 byte
     assert est.suggest_size(1537 * MiB) == "1537MiB"
     assert est.suggest_size(3 * 10**12) == "3TB"
     assert est.suggest_size(2 * GiB) == "2GiB"
@@ -109,7 +109,7 @@ def test_a_suggested_size_parses_back_to_exactly_the_bytes():
 def test_advice_adds_the_margin_and_rounds_up_to_whole_bricks():
     a = est.advise(1 * GiB, Fraction(1, 4), 512 * MiB, None)
     assert a["with_margin"] == 1280 * MiB and a["bricks"] == 3
-    assert a["capacity"] == 1536 * MiB and a["suggestion"] == "1.5GiB"
+    assert a["capacity"] == 1536 * MiB and a["suggestion"] == "1536MiB"
     assert a["verdict"] == "no jobdw"
 
 
