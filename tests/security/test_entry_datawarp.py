@@ -62,8 +62,10 @@ def test_entry_bbstat_cannot_run_local_down_on_a_forged_state(dw):
     victim, sleeper = victim_file("dac-entry-brick.img"), root_sleeper()
     try:
         workdir = forged_workdir(ALICE, victim, sleeper.pid)
-        for verb in ("down", "status", "up"):
+        for verb in ("down", "status", "up"):  # "--": scontrol's own options end there
             dw.bbstat(ALICE, "local", verb, "--workdir", str(workdir))
+            dw.as_user(ALICE, "scontrol", "--", "show", "bbstat", "local", verb, "--workdir",
+                       str(workdir))
         assert victim.read_text() == "root's own data\n"
         assert sleeper.poll() is None, "root's process was killed"
     finally:
@@ -87,6 +89,7 @@ def test_entry_bbstat_shows_no_other_users_paths_or_errors(dw, tmp_path):
     ["--function", "paths", "--token", "7", "--pathfile", "/tmp/dac-entry-alice-paths"],
 ])
 def test_entry_dacctl_function_run_by_a_user_is_refused(dw, argv):
+    Path("/tmp/dac-entry-alice-paths").unlink(missing_ok=True)  # an earlier run's, not ours
     r = dw.dacctl(ALICE, *argv)
     assert r.returncode == 1
     assert r.stdout.startswith("dacctl --function is for Slurm only") and \
