@@ -289,6 +289,17 @@ def local() -> None:
     pass
 
 
+def _local_root_only(verb: str) -> None:
+    """The local DAC's processes, loop devices and mounts are root's: so are its commands
+    (and daclocal.cluster refuses a workdir or state file anyone else could have written)."""
+    import os
+
+    from daccore.errors import UserError
+    if os.geteuid() != 0 or os.getuid() != 0:
+        raise UserError(f"dacctl local {verb} is for root only: the local DAC runs etcd, dacd "
+                        "and loop devices as root")
+
+
 _workdir = click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
                         default=Path(".dac-local"), show_default=True,
                         help="where the local DAC keeps its state, bricks and logs")
@@ -305,6 +316,7 @@ _workdir = click.option("--workdir", type=click.Path(file_okay=False, path_type=
               type=click.Choice(["lua", "datawarp"]), help="Slurm's burst buffer plugin")
 def up(workdir: Path, servers: int, bricks_per_server: int, brick_size: int, slurm_nodes: int,
        slurm_plugin: str) -> None:
+    _local_root_only("up")
     from daclocal import cluster
     state = cluster.up(workdir, servers, bricks_per_server, brick_size,
                        slurm_nodes=slurm_nodes, slurm_plugin=slurm_plugin)
@@ -325,6 +337,7 @@ def env(workdir: Path) -> None:
 @_workdir
 @click.option("--json", "as_json", is_flag=True)
 def status(workdir: Path, as_json: bool) -> None:
+    _local_root_only("status")
     from daclocal import cluster
     report = cluster.status(workdir)
     if as_json:
@@ -356,6 +369,7 @@ def _up(running: bool) -> str:
 @local.command(help="Stop everything `up` started here and remove its bricks.")
 @_workdir
 def down(workdir: Path) -> None:
+    _local_root_only("down")
     from daclocal import cluster
     stopped = cluster.down(workdir)
     click.echo(f"stopped: {', '.join(stopped)}" if stopped else

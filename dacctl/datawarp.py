@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 #: Longest a hook inside slurmctld waits for an unreachable etcd before failing.
@@ -60,14 +61,20 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str]) -> int:
     debug = "--debug" in argv
+    from dacctl.slurm_args import Refused
     try:
+        settings = _settings_for_caller()
         args = _parser().parse_args(argv)
-        out = _dispatch(args)
+        _check_args(args, settings)
+        out = _dispatch(args, settings)
         if out:
             sys.stdout.write(out if out.endswith("\n") else out + "\n")
         return 0
     except _Usage as e:
         print(_one_line(f"dacctl: {e}"))
+        return 1
+    except Refused as e:
+        print(_one_line(str(e)))
         return 1
     except Exception as e:  # noqa: BLE001 - the one place every error becomes one line
         from daccore.errors import DacError
@@ -79,6 +86,60 @@ def run(argv: list[str]) -> int:
         else:
             print(_one_line(f"dac internal error: {type(e).__name__}: {e} (rerun with --debug)"))
         return 1
+
+
+def _settings_for_caller() -> dict:
+    """The cached config, once the caller is known to be root or SlurmUser. Anyone else is
+    refused before any argument is looked at (a user reaching dacctl through a setuid wrapper
+    or a misconfigured GetSysStatus gets nothing done as root)."""
+    import os
+
+    from daccore.config_cache import load_settings
+    from dacctl.slurm_args import require_slurm
+    try:
+        settings = load_settings()
+    except Exception:  # noqa: BLE001 - unreadable config: only root may go on, to be told why
+        if os.getuid() != 0:
+            require_slurm(None)
+        raise
+    settings["trusted_uids"] = require_slurm(settings["slurm_user"])
+    return settings
+
+
+#: Functions whose token may be a persistent buffer's name rather than a job id.
+_NAMED = ("create_persistent", "teardown")
+
+
+def _check_args(args, settings: dict) -> None:
+    """Every argument Slurm passes, checked before any is used (dacctl/slurm_args.py)."""
+    from dacctl import slurm_args as sa
+    trusted, minimum = settings["trusted_uids"], settings["min_owner_uid"]
+    if args.token is not None:
+        if args.function == "create_persistent":
+            from daccore.directives import PERSISTENT_NAME
+            if not PERSISTENT_NAME.fullmatch(args.token):
+                raise sa.Refused(f"create_persistent: name {args.token!r} must start with a "
+                                 "letter and contain only letters, digits, _ . -")
+        else:
+            sa.token(args.token, args.function in _NAMED)
+    for name in ("user", "groupid"):
+        if getattr(args, name) is not None:
+            sa.owner_id(getattr(args, name), f"--{name}", minimum)
+    args.job_fd = None
+    if args.job is not None:
+        args.job_fd = sa.open_read(args.job, "the job script", trusted, None, ("script",))
+    for name in ("nodehostnamefile", "nidlistfile", "jobexecutionnodefile"):
+        path = getattr(args, name)
+        if path is not None:
+            job = sa.job_id(args.token or "", "--token")
+            setattr(args, name, sa.open_read(path, f"the node file (--{name})", trusted, job,
+                                             ("client_nids",)))
+    if args.pathfile is not None:
+        if args.function != "paths":
+            raise sa.Refused(f"--pathfile is for --function paths only, not {args.function}")
+        job = sa.job_id(args.token or "", "--token")
+        args.pathfile = sa.open_write(args.pathfile, "the path file", trusted, job,
+                                      ("path", "pathfile"))
 
 
 def _one_line(text: str) -> str:
@@ -97,30 +158,33 @@ def _need(args, *names: str) -> None:
 def _script(args, lua_directive: str):
     from daccore.directives import parse_script
     from daccore.errors import AdminError
-    try:
-        with open(args.job, "rb") as f:
-            return parse_script(f.read(), lua_directive)
+    try:  # the fd _check_args opened: the file it checked, read once
+        os.lseek(args.job_fd, 0, os.SEEK_SET)
+        data = b""
+        while chunk := os.read(args.job_fd, 1 << 20):
+            data += chunk
+        return parse_script(data, lua_directive)
     except OSError as e:
         raise AdminError(f"cannot read the job script {args.job}: {e.strerror}") from None
 
 
-def _dispatch(args) -> str:
+def _dispatch(args, settings: dict) -> str:
     if args.function in HOT:
-        return _hot(args)
-    if args.function in ("data_in", "data_out") and args.token and _nothing_to_stage(args):
+        return _hot(args, settings)
+    if args.function in ("data_in", "data_out") and args.token and \
+            _nothing_to_stage(args, settings):
         return ""
-    return _full(args)
+    return _full(args, settings)
 
 
-def _nothing_to_stage(args) -> bool:
+def _nothing_to_stage(args, settings: dict) -> bool:
     """No buffer, or one without stage_in (stage_out) lines whose hosts all live: data_in
     (data_out) has nothing to do, so it answers on the lean path. dacd still walks the buffer
     through the (empty) stage step on its way to the next state (daccore/lifecycle.py). A host
     down is the full path's to report."""
     from daccore import jobs
-    from daccore.config_cache import load_settings
     from daccore.store import Store
-    store = Store.from_dict(load_settings()["etcd"], transport="http")
+    store = Store.from_dict(settings["etcd"], transport="http")
     buffer = store.buffer_json(args.token)
     if buffer is None:
         return True
@@ -128,14 +192,12 @@ def _nothing_to_stage(args) -> bool:
     return not buffer["request"].get(lines) and set(jobs.buffer_hosts(buffer)) <= store.alive()
 
 
-def _hot(args) -> str:
+def _hot(args, settings: dict) -> str:
     """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc."""
     from daccore import jobs
-    from daccore.config_cache import load_settings
     from daccore.store import Store
     from daccore.trust import check_owner
     f = args.function
-    settings = load_settings()
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
     if f == "pools":
         from daccore.inventory import summarize
@@ -155,7 +217,7 @@ def _hot(args) -> str:
         access = ""
         persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
     lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
-    with open(args.pathfile, "w") as out:
+    with open(args.pathfile, "w", closefd=True) as out:  # the fd _check_args opened
         out.write("".join(line + "\n" for line in lines))
     return ""
 
@@ -172,17 +234,15 @@ class _Settings:
         return self._own_mgs
 
 
-def _full(args) -> str:
+def _full(args, settings: dict) -> str:
     """The functions Slurm runs in slurmscriptd, with the cached config and the http transport
     as on the lean path (each call is a process: yaml, config validation and grpc would cost
     0.25 s of it; docs/performance.md)."""
     from daccore import jobs
-    from daccore.config_cache import load_settings
     from daccore.states import State
     from daccore.store import Store
     from daccore.trust import check_owner
     f = args.function
-    settings = load_settings()
     config = _Settings(settings)
     store = Store.from_dict(settings["etcd"], transport="http")
     if f in ("show_instances", "show_sessions", "show_configurations"):
@@ -244,9 +304,9 @@ def _full(args) -> str:
         capacity = parse_size(size)
     except ValueError as e:
         raise UserError(f"create_persistent: capacity {e}") from None
-    # DataWarp's create_persistent names no group: the owner's primary group, never root's
-    gid = args.groupid if args.groupid is not None else _primary_gid(args.user)
-    check_owner(args.user, gid, settings.get("min_owner_uid", 1000))
+    gid = args.groupid if args.groupid is not None else \
+        _primary_gid(args.user, settings["min_owner_uid"])
+    check_owner(args.user, gid, settings["min_owner_uid"])
     jobs.create_persistent(store, args.token, args.user, gid, capacity,
                            pool or None, access, type_, config.default_pool,
                            config.own_mgs_pools())
@@ -254,15 +314,16 @@ def _full(args) -> str:
     return f"created {args.token}"
 
 
-def _primary_gid(uid: int) -> int:
+def _primary_gid(uid: int, minimum: int) -> int:
+    """Slurm's create_persistent passes no group: the owner's primary one, as DataWarp did."""
     import pwd
 
-    from daccore.errors import UserError
+    from dacctl.slurm_args import Refused, owner_id
     try:
-        return pwd.getpwuid(uid).pw_gid
+        gid = pwd.getpwuid(uid).pw_gid
     except KeyError:
-        raise UserError(f"create_persistent: uid {uid} has no passwd entry here to take its "
-                        "group from") from None
+        raise Refused(f"create_persistent: uid {uid} has no account here, so no group") from None
+    return owner_id(gid, "the owner's group", minimum)
 
 
 def _pre_run(store, config, args) -> None:

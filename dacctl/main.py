@@ -10,7 +10,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--function" in argv:  # Slurm's dw_wlm_cli protocol: its own lean path and error rules
+    # Slurm's dw_wlm_cli protocol: its own lean path and error rules, and root or SlurmUser
+    # only (dacctl/slurm_args.py); "--function=x" and argparse's abbreviations go there too
+    if any(a.startswith("--fu") for a in argv):
         from dacctl.datawarp import run
         return run(argv)
     debug = "--debug" in argv

@@ -3,13 +3,20 @@
 Everything `up` starts is written to `<workdir>/state.json` as soon as it exists, so `down` (or
 a failed `up` cleaning after itself) stops exactly that and nothing else: processes are matched
 by pid *and* command line, loop devices by their backing file.
+
+All of it runs as root on what state.json says, so the workdir, every directory above it and
+state.json must be root's alone (`_trusted_workdir`): a state file a user wrote would otherwise
+name the pids root kills and the files root deletes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -56,14 +63,43 @@ class LocalState:
         path = Path(self.workdir) / "state.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.chmod(0o644)  # whatever the umask: load refuses a state file others can write
         tmp.replace(path)
 
     @classmethod
     def load(cls, workdir: Path) -> LocalState | None:
+        """The state `up` wrote, from a workdir and file only root can change; the workdir
+        it records is this one, whatever the file says."""
+        _trusted_workdir(workdir)
         try:
-            return cls(**json.loads((workdir / "state.json").read_text()))
+            fd = os.open(workdir / "state.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
+        except OSError as e:
+            raise AdminError(f"{workdir}/state.json: {e.strerror}; refused") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+                raise AdminError(f"{workdir}/state.json is not root's alone (owner uid "
+                                 f"{st.st_uid}, mode {st.st_mode & 0o777:04o}); refused: "
+                                 "the local DAC acts as root on what it says")
+            data = json.loads(f.read(1 << 20))
+        return cls(**{**data, "workdir": str(workdir)})
+
+
+def _trusted_workdir(workdir: Path) -> None:
+    """The workdir and every directory above it belong to root and no one else can write to
+    them (a sticky one, such as /tmp, only above the workdir); no link on the way."""
+    for d in [workdir, *workdir.parents]:
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            continue  # `up` makes it, root-owned
+        writable = st.st_mode & 0o022 and (d == workdir or not st.st_mode & stat.S_ISVTX)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or writable:
+            raise AdminError(f"{d} is not a directory of root's alone (owner uid {st.st_uid}, "
+                             f"mode {st.st_mode & 0o7777:04o}); refused: use a --workdir "
+                             "only root can change")
 
 
 def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: int = 1 << 30,
@@ -228,8 +264,10 @@ def down(workdir: Path) -> list[str]:
             stop_pid(pid, marker)
             done.append(f"{'user service' if name == 'service' else name} (pid {pid})")
     for d in state.dacd:
-        if is_running(d["pid"], state.workdir):
-            stop_pid(d["pid"], state.workdir)
+        # the command line `up` gave this dacd, so no other process is ever taken for it
+        marker = f"dacd.main --config {state.config_path} --host {d['host']} "
+        if is_running(d["pid"], marker):
+            stop_pid(d["pid"], marker)
             done.append(f"dacd {d['host']} (pid {d['pid']})")
     if state.etcd.get("pid"):
         etcd = EtcdServer(workdir / "etcd", pid=state.etcd["pid"])
@@ -237,11 +275,15 @@ def down(workdir: Path) -> list[str]:
             etcd.stop()
             done.append(f"etcd (pid {state.etcd['pid']})")
     done += _unmount_under(workdir)
+    bricks = workdir / "bricks"
     for b in state.bricks:
+        name = os.path.basename(b["file"])
+        if b["file"] != str(bricks / name) or not _BRICK_FILE.fullmatch(name):
+            continue  # not a brick `up` made: never root's to detach or delete
         if loopdev.backing_file(b["device"]) == b["file"]:
             loopdev.detach(b["device"], Path(b["file"]))
             done.append(f"loop device {b['device']}")
-        Path(b["file"]).unlink(missing_ok=True)
+        _unlink_beneath(bricks, name)
     for leftover in (workdir / "etcd" / "etcd-data", workdir / "etcd" / "credentials",
                      workdir / "etcd" / "pki", workdir / "bricks", workdir / "slurm" / "state",
                      workdir / "slurm" / "spool", workdir / "slurm" / "munge", workdir / "fs",
@@ -250,6 +292,23 @@ def down(workdir: Path) -> list[str]:
     state.config_path.unlink(missing_ok=True)
     (workdir / "state.json").unlink()
     return done
+
+
+_BRICK_FILE = re.compile(r"dac-server-[0-9]{1,3}-brick[0-9]{1,3}\.img")
+
+
+def _unlink_beneath(directory: Path, name: str) -> None:
+    """Remove `name` from `directory` itself, never through a link."""
+    try:
+        fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _unmount_under(workdir: Path) -> list[str]:

@@ -73,7 +73,7 @@ OtherTimeout=60
 
 _BB_DATAWARP = """\
 GetSysState={dacctl}
-GetSysStatus={dacctl}
+GetSysStatus={bbstat}
 DefaultPool=default
 Flags=EmulateCray,EnablePersistent
 StageInTimeout=60
@@ -186,6 +186,7 @@ class SlurmCluster:
             started("munged", start_munged(self.base.parent, timeout))
         env = child_env(DAC_CONFIG=self.dac_config, SLURM_CONF=str(self.conf),
                         DACCTL=str(Path(sys.executable).parent / "dacctl"),
+                        DAC_BBSTAT=str(Path(sys.executable).parent / "dac-bbstat"),
                         DAC_SLURM_LOG=str(self.base / "log" / "dacctl.log"))
         started("slurmctld", spawn([_binary("slurmctld"), "-D", "-c"],
                                    self.base / "log" / "slurmctld.out", env))
@@ -220,7 +221,8 @@ class SlurmCluster:
             bb.write_text(_BB_LUA)
             shutil.copy(LUA_SCRIPT, self.base / "etc" / "burst_buffer.lua")
         else:
-            bb.write_text(_BB_DATAWARP.format(dacctl=Path(sys.executable).parent / "dacctl"))
+            bin_ = Path(sys.executable).parent
+            bb.write_text(_BB_DATAWARP.format(dacctl=bin_ / "dacctl", bbstat=bin_ / "dac-bbstat"))
 
     def _scontrol(self, *args: str) -> str:
         """scontrol's answer; "" when it hangs (slurmctld not answering yet, or a name it

@@ -6,6 +6,7 @@ Install it as burst_buffer.lua next to slurm.conf. Every hook forwards to the sa
 
 Environment, inherited from the process that starts slurmctld:
   DACCTL          path of dacctl (default /usr/local/bin/dacctl)
+  DAC_BBSTAT      path of dac-bbstat, for `scontrol show bbstat` (default /usr/local/bin/dac-bbstat)
   DAC_CONFIG      dac's config file, passed through to dacctl
   DAC_SLURM_LOG   file that receives dacctl's stderr (default /dev/null)
 
@@ -19,6 +20,7 @@ Why it is written this way:
 --]]
 
 local DACCTL = os.getenv("DACCTL") or "/usr/local/bin/dacctl"
+local DAC_BBSTAT = os.getenv("DAC_BBSTAT") or "/usr/local/bin/dac-bbstat"
 local LOG = os.getenv("DAC_SLURM_LOG") or "/dev/null"
 
 local function quote(s)
@@ -123,19 +125,27 @@ function slurm_bb_test_data_out(job_id, job_script, ...)
 	return slurm.SUCCESS, ""
 end
 
--- `scontrol show bbstat`: the pools, as dacctl shows them to people; `scontrol show bbstat
--- <job>`: that job's buffer in one line (state, step, staging progress, error).
+-- `scontrol show bbstat [job]`: dac-bbstat, read-only, which accepts at most a job id (the
+-- pools; that job's buffer in one line). Whatever else a user types is refused there, never
+-- passed to dacctl. 23.02+ puts the caller's uid and gid first: dac-bbstat gets them in its
+-- environment (a user cannot set slurmctld's) and shows the full line, errors included, only
+-- to the buffer's owner, root and admin_group. 22.05 passes only what the user typed, so two
+-- numbers there are the user's words, not an identity: it is told apart by the error table
+-- 23.02 added to the `slurm` module (slurm.ESLURM_BURST_BUFFER_PERMISSION).
 function slurm_bb_get_status(...)
 	local args = { ... }
-	local first = 1
-	-- 23.02+ puts the caller's uid and gid first; 22.05 passes only what the user typed
-	if #args >= 2 and string.match(tostring(args[1]), "^%d+$")
-			and string.match(tostring(args[2]), "^%d+$") then
-		first = 3
+	local caller = ""
+	if slurm.ESLURM_BURST_BUFFER_PERMISSION ~= nil then
+		local uid, gid = tostring(table.remove(args, 1)), tostring(table.remove(args, 1))
+		if string.match(uid, "^%d+$") and string.match(gid, "^%d+$") then
+			caller = uid .. ":" .. gid
+		end
 	end
-	local job = args[first]
-	if job ~= nil and string.match(tostring(job), "^%d+$") then
-		return run("status", quote(DACCTL) .. " status --line " .. quote(job) .. " 2>&1")
+	local cmd = "DAC_BBSTAT_CALLER=" .. quote(caller) .. " " .. quote(DAC_BBSTAT)
+	for _, a in ipairs(args) do
+		cmd = cmd .. " " .. quote(a)
 	end
-	return run("status", quote(DACCTL) .. " pools 2>&1")
+	-- its one line (a usage or an error) is for the user: Slurm shows only its own on ERROR
+	local _, out = run("bbstat", cmd .. " 2>>" .. quote(LOG))
+	return slurm.SUCCESS, out
 end

@@ -66,14 +66,12 @@ def test_scontrol_show_burst_lists_our_pool_with_its_sizes(slurm):
     assert "Granularity=512MiB TotalSpace=4GiB" in out
 
 
-def test_scontrol_show_bbstat_shows_the_pools_and_hosts(slurm):
-    # lua: get_status with no job id shows the pools; datawarp: bbstat <args> runs dacctl <args>
-    args = () if slurm.plugin == "lua" else ("pools",)
-    out = slurm.scontrol("show", "bbstat", *args)
-    assert "POOL" in out and "default" in out and "512MiB" in out, out
-    if slurm.plugin == "datawarp":
-        out = slurm.scontrol("show", "bbstat", "hosts")
-        assert "dac-server-1" in out and "dac-server-2" in out, out
+def test_scontrol_show_bbstat_shows_the_pools(slurm):
+    # both plugins run dac-bbstat: no job id shows the pools, and nothing else is accepted
+    out = slurm.scontrol("show", "bbstat")
+    assert "POOL" in out and "default" in out and "512MiB" in out and "2/0/0" in out, out
+    out = slurm.scontrol("show", "bbstat", "hosts")
+    assert out.strip() == "dac-bbstat: usage: scontrol show bbstat [job id]", out
 
 
 STAGED_JOB = """#!/bin/bash

@@ -99,12 +99,46 @@ def test_every_hook_slurm_may_call_is_defined(tmp_path):
     assert out == "true"
 
 
-def test_bbstat_shows_the_pools_table(tmp_path):
-    rc, out, argv = call(tmp_path, "slurm_bb_get_status('pools')", "echo 'POOL  BACKEND'")
-    assert (rc, out, argv) == (0, "POOL  BACKEND", ["pools"])
+def bbstat(tmp_path, lua_call, version="22.05"):
+    """get_status with a stand-in dac-bbstat; returns (rc, its argv, DAC_BBSTAT_CALLER)."""
+    fake = tmp_path / "dac-bbstat"
+    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done "
+                    f"> {tmp_path}/argv\n"
+                    f"printf '%s' \"$DAC_BBSTAT_CALLER\" > {tmp_path}/caller\necho shown\n")
+    fake.chmod(0o755)
+    marker = "slurm.ESLURM_BURST_BUFFER_PERMISSION = 2035" if version != "22.05" else ""
+    script = tmp_path / "run.lua"
+    script.write_text(HARNESS.replace("dofile(", marker + "\ndofile(")
+                      % {"lua": json.dumps(str(LUA)), "call": lua_call})
+    r = subprocess.run(["lua5.1", str(script)], capture_output=True, text=True, timeout=20,
+                       env={"DAC_BBSTAT": str(fake), "DACCTL": "/nonexistent",
+                            "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    rc, _, out = r.stdout.partition("\n")
+    assert out == "shown"
+    return (int(rc), (tmp_path / "argv").read_text().splitlines(),
+            (tmp_path / "caller").read_text())
 
 
-@pytest.mark.parametrize("args", ["'42'", "'1000', '1000', '42'"])
-def test_bbstat_of_a_job_shows_its_buffer_in_one_line(tmp_path, args):
-    rc, out, argv = call(tmp_path, f"slurm_bb_get_status({args})", "echo 'buffer 42: mounted'")
-    assert (rc, out, argv) == (0, "buffer 42: mounted", ["status", "--line", "42"])
+def test_bbstat_runs_only_dac_bbstat_with_what_the_user_typed(tmp_path):
+    assert bbstat(tmp_path, "slurm_bb_get_status()") == (0, [], "")
+    assert bbstat(tmp_path, "slurm_bb_get_status('42')") == (0, ["42"], "")
+
+
+def test_bbstat_on_22_05_never_takes_typed_numbers_for_the_caller(tmp_path):
+    # 22.05 passes only the user's words: `scontrol show bbstat 0 0 42` claims nothing
+    assert bbstat(tmp_path, "slurm_bb_get_status('0', '0', '42')") == (0, ["0", "0", "42"], "")
+
+
+def test_bbstat_on_23_02_hands_on_the_caller_slurm_names(tmp_path):
+    assert bbstat(tmp_path, "slurm_bb_get_status('1234', '4321', '42')", "23.02") == \
+        (0, ["42"], "1234:4321")
+    assert bbstat(tmp_path, "slurm_bb_get_status('1234', '4321')", "23.02") == \
+        (0, [], "1234:4321")
+
+
+def test_bbstat_never_reaches_dacctl_whatever_is_typed(tmp_path):
+    for words in ("'drain', 'dac-server-1'", "'--function', 'paths', '--token', '1'",
+                  "'local', 'down'"):
+        rc, argv, _ = bbstat(tmp_path, f"slurm_bb_get_status({words})")
+        assert rc == 0 and argv[0] in ("drain", "--function", "local")  # dac-bbstat refuses

@@ -1,0 +1,124 @@
+"""`dac-bbstat [job id]`: what `scontrol show bbstat` prints, and nothing else.
+
+Slurm runs it as SlurmUser with words a user typed: burst_buffer/datawarp as `GetSysStatus`
+(with everything after `scontrol show bbstat`), burst_buffer/lua through `slurm_bb_get_status`.
+So it accepts at most one argument, a job id, never reaches `--function`, an admin verb or
+`local`, and only reads etcd. What it shows depends on who asks, where Slurm says:
+
+* no argument: the pools (sizes and host counts, the same for everyone);
+* a job id, caller unknown (datawarp; lua before 23.02): the public line, which anyone may
+  read about any job: states, step names, staging counts, and `failed` without the text
+  (errors name paths and files of the job's owner);
+* a job id, caller known (lua 23.02+ passes the caller's uid and gid first; burst_buffer.lua
+  hands them over in DAC_BBSTAT_CALLER=<uid>:<gid>, which a user cannot set in slurmctld's
+  environment): the full line, errors included, for the buffer's owner, root and `admin_group`.
+
+Standard library and the lean store path only: datawarp gives GetSysStatus 2 s.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["main", "public_line", "full_line"]
+
+USAGE = "usage: scontrol show bbstat [job id]"
+#: etcd gets this long of datawarp's fixed 2 s for GetSysStatus
+TIMEOUT = 1.5
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from dacctl.slurm_args import JOB_ID
+    # Exit 0 even for a refusal or an error: burst_buffer/datawarp replaces the output of a
+    # failed GetSysStatus with "Error running dwstat", and the one line is for the user.
+    if len(argv) > 1 or (argv and not JOB_ID.fullmatch(argv[0])):
+        print(f"dac-bbstat: {USAGE}")
+        return 0
+    try:
+        print(_answer(argv[0] if argv else None))
+    except Exception as e:  # noqa: BLE001 - Slurm prints stdout: one line, never a traceback
+        from daccore.errors import DacError
+        print(f"dac-bbstat: {e}" if isinstance(e, DacError) else
+              f"dac-bbstat: internal error: {type(e).__name__}")
+    return 0
+
+
+def _answer(job: str | None) -> str:
+    from daccore.config_cache import load_settings
+    from daccore.store import Store
+    settings = load_settings()
+    store = Store.from_dict(settings["etcd"], transport="http", max_timeout=TIMEOUT)
+    if job is None:
+        return _pools(store)
+    buf = store.buffer_json(job)
+    if buf is None:
+        return f"no buffer for job {job}"
+    v = _view(buf, store.status_docs(job))
+    caller = _caller(os.environ.get("DAC_BBSTAT_CALLER", ""))
+    if caller is not None and _may_see(caller, buf, settings.get("admin_group", "")):
+        return full_line(v)
+    return public_line(v)
+
+
+def _pools(store) -> str:
+    from daccore.inventory import summarize
+    from daccore.units import format_size
+    from dacctl.render import table
+    return table(["POOL", "BACKEND", "GRANULARITY", "TOTAL", "FREE", "HOSTS UP/DOWN/DRAINED"],
+                 [[s.name, s.backend, format_size(s.granularity),
+                   format_size(s.total * s.granularity), format_size(s.free * s.granularity),
+                   f"{s.hosts_up}/{s.hosts_down}/{s.hosts_drained}"]
+                  for s in summarize(store.summary_inventory())])
+
+
+def _view(buf: dict, statuses: dict) -> dict:
+    """status_view.view's shape, from the JSON documents (no pydantic in 2 s)."""
+    from daccore.jobs import buffer_hosts
+    hosts = []
+    for host in buffer_hosts(buf):
+        s = statuses.get(host) or {}
+        hosts.append({"host": host, "state": s.get("state"), "step": s.get("step") or "",
+                      "progress": s.get("progress"), "error": s.get("error")})
+    return {"buffer": buf["name"], "desired_state": buf["desired_state"], "hosts": hosts}
+
+
+def full_line(v: dict) -> str:
+    from daccore.status_view import summary_line
+    return summary_line(v)
+
+
+def public_line(v: dict) -> str:
+    """The line without anything of the owner's: no error text, no host names."""
+    from daccore.status_view import summary_line
+    failed = any(h["error"] for h in v["hosts"])
+    line = summary_line({**v, "hosts": [{**h, "error": None} for h in v["hosts"]]})
+    return line + (", failed (its owner sees why with dacctl status)" if failed else "")
+
+
+def _caller(value: str) -> tuple[int, int] | None:
+    uid, sep, gid = value.partition(":")
+    if not (sep and uid.isascii() and uid.isdigit() and gid.isascii() and gid.isdigit()):
+        return None
+    return int(uid), int(gid)
+
+
+def _may_see(caller: tuple[int, int], buf: dict, admin_group: str) -> bool:
+    uid, gid = caller
+    if uid == 0 or uid == buf.get("owner_uid"):
+        return True
+    if not admin_group:
+        return False
+    import grp
+    import pwd
+    try:  # daccore.admin.rights' rule; that module would bring pydantic into the 2 s
+        admin_gid = grp.getgrnam(admin_group).gr_gid
+    except KeyError:
+        return False
+    groups = {gid}
+    try:
+        groups.update(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
+    except (KeyError, OSError):
+        pass
+    return admin_gid in groups

@@ -1,0 +1,184 @@
+"""Who may run `dacctl --function`, and the checks on every argument Slurm passes it.
+
+Only Slurm runs these functions: root or the config's `slurm_user` (SlurmUser). Even then every
+argument is checked before use, since a path or token that reached here by some other route
+must not make root write or read where it should not (docs/security.md, "Entry points").
+
+Where Slurm puts its files (burst_buffer/datawarp and burst_buffer/lua, 22.05 to master):
+`<StateSaveLocation>/hash.<id % 10>/job.<id>/{script,path,pathfile,client_nids}`, for a job
+array's job_process the array's `job.<array id>/script`, for a teardown without a script
+`<StateSaveLocation>/burst_buffer_script`, and for a script with `%` symbols a memfd of
+slurmctld's, `/proc/<pid>/fd/<n>`. StateSaveLocation belongs to SlurmUser, mode 0700/0755, so
+a path is accepted only when every directory on the way belongs to root or SlurmUser and none
+a user can write to (a sticky one such as /tmp only above the last), reached without following
+a link; the file itself is opened relative to its directory with O_NOFOLLOW.
+
+Imports only the standard library: job_process and paths run inside slurmctld.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+__all__ = ["Refused", "require_slurm", "job_id", "token", "owner_id", "open_read",
+           "open_write"]
+
+#: A job id as Slurm prints one (uint32): decimal, bounded.
+JOB_ID = re.compile(r"[1-9][0-9]{0,9}")  # fullmatch: "$" would let a newline through
+_MEMFD = re.compile(r"/proc/([1-9][0-9]{0,9})/fd/([0-9]{1,9})")
+_JOB_FILE = re.compile(r"/hash\.([0-9])/job\.([1-9][0-9]{0,9})/([a-z_]+)\Z")
+
+
+class Refused(Exception):
+    """One line for whoever called: the argument, and why it was refused."""
+
+
+def require_slurm(slurm_user: str | None) -> frozenset[int]:
+    """The uids trusted with Slurm's files (root and SlurmUser); Refused unless the caller is
+    one of them. `slurm_user` None: the config could not be read, so only root passes."""
+    uid = os.getuid()
+    trusted = {0}
+    if slurm_user:
+        import pwd
+        try:
+            trusted.add(pwd.getpwnam(slurm_user).pw_uid)
+        except KeyError:
+            pass
+    if uid not in trusted or os.geteuid() not in trusted:
+        raise Refused("dacctl --function is for Slurm only (root or SlurmUser "
+                      f"'{slurm_user or 'root'}'); see your buffers with `dacctl status <job>`")
+    return frozenset(trusted)
+
+
+def job_id(value: str, what: str = "--token") -> str:
+    if not JOB_ID.fullmatch(value):
+        raise Refused(f"{what} {value!r}: not a job id (Slurm passes decimal job ids)")
+    return value
+
+
+def token(value: str, persistent_ok: bool) -> str:
+    """A job id, or where Slurm may pass one (create_persistent, a persistent buffer's
+    teardown), a persistent buffer's name."""
+    if JOB_ID.fullmatch(value):
+        return value
+    if persistent_ok:
+        from daccore.directives import PERSISTENT_NAME
+        if PERSISTENT_NAME.fullmatch(value):
+            return value
+        raise Refused(f"--token {value!r}: neither a job id nor a persistent buffer's name")
+    raise Refused(f"--token {value!r}: not a job id (Slurm passes decimal job ids)")
+
+
+def owner_id(value: int, what: str, minimum: int) -> int:
+    """A uid or gid a buffer may belong to: at or above the config's min_owner_uid."""
+    if value < 0 or value > 0xFFFFFFFE or value < minimum:
+        raise Refused(f"{what} {value} is below min_owner_uid {minimum}: dac makes no buffer "
+                      "for that account")
+    return value
+
+
+def open_read(path: str, what: str, trusted: frozenset[int], token: str | None = None,
+              names: tuple[str, ...] = ()) -> int:
+    """A read-only fd of a file Slurm wrote for us (the job script, the node list)."""
+    m = _MEMFD.fullmatch(path)
+    if m:  # slurmctld's memfd: a magic link, which only its own process may hand out
+        try:
+            owner = os.stat(f"/proc/{m.group(1)}").st_uid
+        except OSError:
+            raise Refused(f"{what} {path}: no such process") from None
+        if owner not in trusted:
+            raise Refused(f"{what} {path}: not a process of root or SlurmUser")
+        fd = _open(path, os.O_RDONLY | os.O_CLOEXEC, what)
+    else:
+        _check_name(path, what, token, names)
+        parent, name = _parent(path, what, trusted)
+        try:
+            fd = _open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, what,
+                       parent, path)
+        finally:
+            os.close(parent)
+    _check_file(fd, path, what, trusted)
+    return fd
+
+
+def open_write(path: str, what: str, trusted: frozenset[int], token: str,
+               names: tuple[str, ...]) -> int:
+    """A write fd of the file Slurm asked us to fill (the path file), created or emptied
+    inside Slurm's own job directory, never through a link."""
+    _check_name(path, what, token, names)
+    parent, name = _parent(path, what, trusted)
+    try:
+        fd = _open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                   | os.O_CLOEXEC, what, parent, path, 0o644)
+    finally:
+        os.close(parent)
+    _check_file(fd, path, what, trusted)
+    os.ftruncate(fd, 0)  # only once it is known to be Slurm's own regular file
+    return fd
+
+
+def _check_name(path: str, what: str, token: str | None, names: tuple[str, ...]) -> None:
+    """A path in Slurm's layout must be the file Slurm uses for this job. Other places (a
+    site's own wrapper, the test suite) pass on the trusted-directory rule alone."""
+    m = _JOB_FILE.search(path)
+    if m is None:
+        return
+    hash_, job, name = m.groups()
+    if int(job) % 10 != int(hash_) or name not in names or \
+            (token is not None and job != token):
+        raise Refused(f"{what} {path}: not this job's {' or '.join(names)} in Slurm's job "
+                      "directories")
+
+
+def _parent(path: str, what: str, trusted: frozenset[int]) -> tuple[int, str]:
+    """An O_PATH fd of `path`'s directory, reached from / one component at a time without
+    following links, each directory owned by root or SlurmUser and, but for the last, either
+    unwritable by others or sticky; the last must be writable by nobody else at all."""
+    parts = path.split("/")
+    if not path.startswith("/") or "\0" in path or any(p in ("", ".", "..")
+                                                       for p in parts[1:]):
+        raise Refused(f"{what} {path!r} must be an absolute path without '.', '..' or '//'")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[1:-1]:
+            st = os.fstat(fd)
+            _trusted_dir(st, path, what, trusted, last=False)
+            nfd = _open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, what,
+                        fd, path)
+            os.close(fd)
+            fd = nfd
+        _trusted_dir(os.fstat(fd), path, what, trusted, last=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def _trusted_dir(st: os.stat_result, path: str, what: str, trusted: frozenset[int],
+                 last: bool) -> None:
+    writable = st.st_mode & 0o022
+    if st.st_uid not in trusted or (writable and (last or not st.st_mode & stat.S_ISVTX)):
+        raise Refused(f"{what} {path}: a directory on the way is not root's or SlurmUser's "
+                      "alone, so another user could change it")
+
+
+def _open(name: str, flags: int, what: str, dir_fd: int | None = None, path: str = "",
+          mode: int = 0o600) -> int:
+    try:
+        return os.open(name, flags, mode, dir_fd=dir_fd)
+    except OSError as e:
+        import errno
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(f"{what} {path or name}: a symbolic link on the way, refused") \
+                from None
+        verb = "write" if flags & os.O_WRONLY else "read"
+        raise Refused(f"cannot {verb} {what} {path or name}: {e.strerror}") from None
+
+
+def _check_file(fd: int, path: str, what: str, trusted: frozenset[int]) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in trusted or st.st_nlink > 1:
+        os.close(fd)
+        raise Refused(f"{what} {path}: not a regular file of root's or SlurmUser's")

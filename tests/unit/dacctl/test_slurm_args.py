@@ -1,0 +1,113 @@
+"""dacctl/slurm_args.py: the checks on every argument Slurm passes to `dacctl --function`."""
+
+import os
+
+import pytest
+
+from dacctl import slurm_args as sa
+from dacctl.bbstat import public_line
+
+ROOT = frozenset({0})
+
+
+@pytest.mark.parametrize("value", ["1", "42", "4294967294"])
+def test_a_job_id_is_decimal_and_bounded(value):
+    assert sa.job_id(value) == value
+
+
+@pytest.mark.parametrize("value", ["", "0", "01", "1\n", "1\nX=1", "12345678901", "-1", "1 ",
+                                   "../1", "٣", "pbuf"])
+def test_anything_else_is_no_job_id(value):
+    with pytest.raises(sa.Refused):
+        sa.job_id(value)
+
+
+def test_a_persistent_name_only_where_slurm_passes_one():
+    assert sa.token("pbuf", persistent_ok=True) == "pbuf"
+    for bad in ("pbuf\n", "p/../x", "1pbuf"):
+        with pytest.raises(sa.Refused):
+            sa.token(bad, persistent_ok=True)
+    with pytest.raises(sa.Refused):
+        sa.token("pbuf", persistent_ok=False)
+
+
+def test_owner_ids_below_the_minimum_are_refused():
+    assert sa.owner_id(1000, "--user", 1000) == 1000
+    assert sa.owner_id(0, "--user", 0) == 0  # min_owner_uid 0 lets root own buffers
+    for value in (0, 999, -1, 1 << 32):
+        with pytest.raises(sa.Refused):
+            sa.owner_id(value, "--user", 1000)
+
+
+def trusted_dir(tmp_path):
+    tmp_path.chmod(0o700)  # pytest's tree is root's; its parents are /tmp (sticky) and root's
+    return tmp_path
+
+
+def test_a_path_file_in_a_directory_only_root_can_change_is_written_via_its_fd(tmp_path):
+    job = trusted_dir(tmp_path) / "hash.7" / "job.7"
+    job.mkdir(parents=True)
+    (job / "path").write_text("old\n")
+    fd = sa.open_write(str(job / "path"), "the path file", ROOT, "7", ("path",))
+    os.write(fd, b"DW_JOB_STRIPED=/mnt/7\n")
+    os.close(fd)
+    assert (job / "path").read_text() == "DW_JOB_STRIPED=/mnt/7\n"
+
+
+@pytest.mark.parametrize("make,why", [
+    (lambda d, victim: os.symlink(victim, d / "path"), "symbolic link"),
+    (lambda d, victim: (d / "path").mkdir(), "Is a directory"),
+    (lambda d, victim: os.chmod(d, 0o777), "not root's or SlurmUser's alone"),
+    (lambda d, victim: os.chown(d, 1234, 4321), "not root's or SlurmUser's alone"),
+    (lambda d, victim: os.link(victim, d / "path"), "not a regular file"),
+])
+def test_a_path_file_anyone_else_could_have_placed_is_refused(tmp_path, make, why):
+    victim = trusted_dir(tmp_path) / "victim"
+    victim.write_text("root's\n")
+    d = tmp_path / "hash.7" / "job.7"
+    d.mkdir(parents=True)
+    make(d, victim)
+    with pytest.raises(sa.Refused, match=why):
+        sa.open_write(str(d / "path"), "the path file", ROOT, "7", ("path",))
+    assert victim.read_text() == "root's\n"
+
+
+def test_a_link_above_the_file_is_refused(tmp_path):
+    real = trusted_dir(tmp_path) / "real" / "hash.7" / "job.7"
+    real.mkdir(parents=True)
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    with pytest.raises(sa.Refused, match="symbolic link"):
+        sa.open_write(str(tmp_path / "link/hash.7/job.7/path"), "the path file", ROOT, "7",
+                      ("path",))
+
+
+@pytest.mark.parametrize("path", ["relative/path", "/a/../b/path", "/a//b", "/a/./b"])
+def test_paths_must_be_plain_and_absolute(path):
+    with pytest.raises(sa.Refused, match="absolute path"):
+        sa.open_write(path, "the path file", ROOT, "7", ("path",))
+
+
+@pytest.mark.parametrize("path", ["hash.8/job.7/path", "hash.7/job.17/path", "hash.7/job.7/x"])
+def test_a_file_in_slurms_layout_must_be_this_jobs(tmp_path, path):
+    d = trusted_dir(tmp_path)
+    (d / path).parent.mkdir(parents=True)
+    with pytest.raises(sa.Refused, match="this job's"):
+        sa.open_write(str(d / path), "the path file", ROOT, "7", ("path",))
+
+
+def test_slurms_memfd_is_read_only_from_a_trusted_process(tmp_path):
+    fd = os.memfd_create("script")
+    os.write(fd, b"#!/bin/sh\n")
+    got = sa.open_read(f"/proc/{os.getpid()}/fd/{fd}", "the job script", ROOT)
+    assert os.read(got, 100) == b"#!/bin/sh\n"
+    with pytest.raises(sa.Refused, match="root or SlurmUser"):
+        sa.open_read(f"/proc/{os.getpid()}/fd/{fd}", "the job script", frozenset({1}))
+
+
+def test_the_public_line_has_no_error_text():
+    v = {"buffer": "7", "desired_state": "staged_in", "hosts": [
+        {"host": "h1", "state": "created", "step": "stage_in", "progress": None,
+         "error": {"category": "user", "message": "/home/alice/secret: no such file"}}]}
+    line = public_line(v)
+    assert line == ("buffer 7: created -> staged_in, stage_in, failed (its owner sees why with "
+                    "dacctl status)")
