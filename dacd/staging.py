@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable
 
 from daccore.directives import BUFFER_PATH
@@ -167,6 +168,7 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
         timer.cancel()
         run.ended(kill=True)  # nothing of the copier's outlives the stage: not a worker
         proc.wait()
+        _wait_gone(proc.pid)
     if run.reason is not None:
         raise UserError(f"stage_{direction} {run.reason}")
     if "error" in result:
@@ -174,6 +176,19 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     if rc != 0 or not result.get("done"):
         raise InternalError(f"stage_{direction}: the copier ended with exit {rc}: "
                             f"{(stderr.strip().splitlines() or ['no output'])[-1]}")
+
+
+def _wait_gone(pgid: int, timeout: float = 30.0) -> None:
+    """Until the copier's killed workers are gone too (reaped by init: a worker stuck in a
+    write leaves only when that ends), so the step after the stage unmounts a filesystem no
+    process holds. Seen: wipefs "Device or resource busy" right after a stage's timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
 
 
 def _follow(proc, direction: str, on_progress) -> tuple[dict, str, int]:

@@ -21,6 +21,8 @@ from daclocal.procs import child_env, spawn, stop_pid
 UID, GID = 1234, 4321  # the attacker
 OTHER_UID, OTHER_GID = 5678, 8765  # a second user whose next job must run
 STAGE_TIMEOUT = 20  # dacctl waits this long; dacd kills the copier 2 s before (time_limit)
+_DACDS: set[int] = set()  # this test's dacd pids: only their copiers are ours (the machine
+#                          is shared with other test runs using the same uids)
 
 
 @pytest.fixture
@@ -48,6 +50,8 @@ def up(workdir: Path, servers: int = 1, bricks: int = 2, stage_timeout: float = 
                      child_env(DAC_CONFIG=str(state.config_path)))
         d["pid"] = proc.pid
         state.save()
+    _DACDS.clear()
+    _DACDS.update(d["pid"] for d in state.dacd)
     env = {"DAC_CONFIG": str(state.config_path), "DAC_ETCD_ENDPOINTS": ""}
     store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
     wait_for(lambda: len(store.alive()) == servers, 30, "dacd back")
@@ -97,17 +101,20 @@ def snapshot(path: Path) -> list:
 
 
 def copiers(uid=UID) -> list[int]:
-    """Pids of the user's copier processes (python3 -I -S /dev/fd/N)."""
-    found = []
+    """Pids of the user's copier processes (python3 -I -S /dev/fd/N) that this test's dacd
+    started, and their workers."""
+    procs = {}
     for pid in os.listdir("/proc"):
         try:
             if pid.isdigit() and os.stat(f"/proc/{pid}").st_uid == uid:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 if b"-I" in cmd and b"-S" in cmd and any(c.startswith(b"/dev/fd/") for c in cmd):
-                    found.append(int(pid))
-        except OSError:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    procs[int(pid)] = int(status.split("PPid:")[1].split()[0])
+        except (OSError, IndexError):
             pass
-    return found
+    mains = {pid for pid, parent in procs.items() if parent in _DACDS}
+    return sorted(mains | {pid for pid, parent in procs.items() if parent in mains})
 
 
 def stop_the_copier(timeout: float = 30, known=()) -> list[int]:
