@@ -115,6 +115,8 @@ def main() -> int:
                 "cp -a": lambda d: (["cp", "-a", str(big), str(d)], None),
             },
         }
+        only = os.environ.get("CASES", "small,big").split(",")  # CASES=big: the big file only
+        cases = {case: tools for case, tools in cases.items() if case in only}
         cpu = steal_meter()
         times = {case: {tool: [] for tool in tools} for case, tools in cases.items()}
         for round_ in range(ROUNDS):
@@ -143,7 +145,8 @@ def main() -> int:
         for tool, samples in tools.items():
             med = statistics.median(samples)
             print(f"{case:5s} {tool:10s} median {med:6.2f} s  {sizes[case] / med:7.1f} MiB/s"
-                  f"  (min {min(samples):.2f} s)")
+                  f"  (min {min(samples):.2f} s, max {max(samples):.2f} s: "
+                  f"{' '.join(f'{t:.2f}' for t in samples)})")
         for tool, need in (("cp -a", 1.0), ("rsync -a", 1.5)):
             if tool in tools:
                 ratio = statistics.median(tools[tool]) / mine
