@@ -148,6 +148,7 @@ def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
         if kind != "directory" and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             raise CopyError(f"{src}: not a regular file (FIFOs, devices and sockets are not "
                             "staged)")
+        dst = os.path.normpath(dst)  # "$DW_JOB_STRIPED" alone ends in a slash
         out.append((kind, src, _dst_anchor(dst, os.path.normpath(inside), buffer_side), st))
     return out
 
