@@ -217,7 +217,8 @@ class DacConfig(Settings):
         270, gt=0, description="seconds setup/pre_run/post_run/teardown wait for dacd; keep it "
                                "below burst_buffer.conf's OtherTimeout (default 300)")
     stage_timeout: float = Field(
-        3500, gt=0, description="seconds data_in/data_out wait; keep it below StageInTimeout "
+        3500, gt=0, description="seconds data_in/data_out wait; dacd kills a stage's copier "
+                                "10 % (at most 10 s) sooner; keep it below StageInTimeout "
                                 "and StageOutTimeout")
 
     slurm_user: str = Field(

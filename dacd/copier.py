@@ -12,8 +12,9 @@ second, the ETA in seconds, and `counting` while the tree is still being walked)
 second, then {"done": true} or {"error": "<one line naming the path>"}; the exit status is 0 only
 when everything was copied.
 
-How: every pair is checked first (absolute, no '..', the buffer side resolving inside the buffer,
-the source there); then the tree is walked (lstat, never following a link) while a pool of
+How: every pair is checked first (absolute, no '..', a buffer-side source resolving inside the
+buffer, the source there, the data fitting in the destination's free space); then the tree is
+walked (lstat, never following a link) while a pool of
 forked workers already copies what the walk has found: directories are made as they are
 reached, symlinks are recreated as symlinks, files travel to the workers in batches, big files
 in chunks so one huge file uses every worker. A worker opens a batch's sources and asks the
@@ -21,6 +22,15 @@ kernel to read them all ahead (POSIX_FADV_WILLNEED) before copying the first, so
 serves many reads at once; data moves with copy_file_range (pread/pwrite across filesystems),
 skipping holes (SEEK_DATA/SEEK_HOLE) so sparse files stay sparse. Modes and times are set last,
 directories deepest first.
+
+Destinations are never resolved by name (docs/security.md, rule 1): each pair's destination
+hangs below an anchor opened at check time, before anything was copied (the buffer's root for
+stage_in; for stage_out the real path of the deepest directory that already existed), and
+every component below it is opened with O_PATH | O_NOFOLLOW relative to the one above (mkdirat
+where missing). A link met there, one the job made or one an earlier pair just copied, fails
+the stage naming it; an existing file is unlinked and made anew, never written through. Sources
+are opened O_NONBLOCK | O_NOFOLLOW and checked with fstat, so a FIFO, device or socket, named
+or swapped in after the walk, is refused at once instead of blocking a worker.
 """
 
 from __future__ import annotations
@@ -47,6 +57,12 @@ WRITEBACK = 8 << 20  # a big copy is pushed to the disk in steps of this size
 #: files 0.61 s at nice 0, 0.57 s at 3, 0.55 s at 10 (docs/performance.md)
 WORKER_NICE = 10
 DIED = "copier failed: a copy worker died"  # killed: by the OOM killer, an admin
+#: a type=list file: at most this many bytes and entries (a list of 200,000 pairs is ~100 MiB of
+#: the copier's memory; dacd caps that at STAGE_MEMORY in dacd/staging.py)
+LIST_BYTES = 16 << 20
+LIST_ENTRIES = 200_000
+_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_SOURCE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class CopyError(Exception):
@@ -68,9 +84,45 @@ def _inside(path: str, root: str) -> bool:
     return os.path.normpath(real) == root or os.path.normpath(real).startswith(root + os.sep)
 
 
+def _below(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _anchor(path: str) -> str:
+    """An anchor for a destination: `path` opened (O_PATH) and kept in _ROOTS for the workers
+    forked later; its real path, which every destination below it is written under."""
+    for root, _ in _ROOTS:
+        if root == path:
+            return path
+    try:
+        fd = os.open(path, _DIR)
+    except OSError as e:
+        raise _fail(path, e) from None
+    _ROOTS.append((path, fd))
+    _ROOTS.sort(key=lambda r: -len(r[0]))  # the longest prefix wins in _root_of
+    return path
+
+
+def _dst_anchor(dst: str, root: str, buffer_side: str) -> str:
+    """stage_in: the destination beneath the buffer's root, by name only (nothing followed);
+    stage_out: rewritten under the real path of its deepest existing parent, resolved now,
+    before any pair has copied a link there."""
+    if buffer_side == "destination":
+        if not _below(dst, root):
+            raise CopyError(f"{dst}: resolves outside the buffer")
+        _anchor(root)
+        return dst
+    probe = os.path.dirname(dst)
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    real = os.path.realpath(probe)
+    _anchor(real)
+    return os.path.join(real, os.path.relpath(dst, probe))
+
+
 def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
     """Every pair (lists expanded) as (type, source, destination, lstat of the source), each one
-    checked before anything is copied."""
+    checked before anything is copied; the destinations' anchors opened (_ROOTS)."""
     root = os.path.realpath(inside)
     todo, out = pairs[::-1], []  # a stack, in order: a list of 100,000 lines pops in O(1)
     while todo:
@@ -79,8 +131,8 @@ def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
         for path in (src, dst):
             if ".." in path.split("/") or not path.startswith("/"):
                 raise CopyError(f"{path}: must be an absolute path without '..'")
-        if not _inside(pair[buffer_side], root):
-            raise CopyError(f"{pair[buffer_side]}: resolves outside the buffer")
+        if buffer_side == "source" and not _inside(src, root):
+            raise CopyError(f"{src}: resolves outside the buffer")
         try:
             st = os.lstat(src)
         except OSError as e:
@@ -88,31 +140,51 @@ def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
         kind = pair["type"]
         if kind == "list":
             todo += _read_list(src, pair)[::-1]
-        elif kind == "directory" and not stat.S_ISDIR(st.st_mode):
+            if len(todo) > LIST_ENTRIES:
+                raise CopyError(f"{src}: more than {LIST_ENTRIES} entries to stage")
+            continue
+        if kind == "directory" and not stat.S_ISDIR(st.st_mode):
             raise CopyError(f"{src}: not a directory")
-        elif kind != "directory" and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-            raise CopyError(f"{src}: not a regular file")
-        else:
-            out.append((kind, src, dst, st))
+        if kind != "directory" and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise CopyError(f"{src}: not a regular file (FIFOs, devices and sockets are not "
+                            "staged)")
+        dst = os.path.normpath(dst)  # "$DW_JOB_STRIPED" alone ends in a slash
+        out.append((kind, src, _dst_anchor(dst, os.path.normpath(inside), buffer_side), st))
     return out
 
 
 def _read_list(path: str, pair: dict) -> list[dict]:
     """A type=list file: `source destination` per line (absolute sources; a relative
     destination is taken under the pair's destination), blank lines and #comments skipped.
-    Each entry is a file or a directory, as its source is."""
+    Each entry is a file or a directory, as its source is. The list itself must be a regular
+    file of at most LIST_BYTES, opened without following a link or waiting on a FIFO."""
     try:
-        with open(path) as f:
-            lines = f.read().splitlines()
+        fd = os.open(path, _SOURCE)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CopyError(f"{path}: a link; name the list file itself") from None
+        raise _fail(path, e) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CopyError(f"{path}: not a regular file (a list must be one)")
+        data = os.read(fd, LIST_BYTES + 1)  # one read is enough for a regular file
+        while len(data) <= LIST_BYTES and (more := os.read(fd, LIST_BYTES + 1 - len(data))):
+            data += more
     except OSError as e:
         raise _fail(path, e) from None
+    finally:
+        os.close(fd)
+    if len(data) > LIST_BYTES:
+        raise CopyError(f"{path}: a list of more than {LIST_BYTES >> 20} MiB")
     out = []
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(os.fsdecode(data).splitlines(), 1):
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
         if len(words) != 2:
             raise CopyError(f"{path} line {number}: expected 'source destination'")
+        if len(out) >= LIST_ENTRIES:
+            raise CopyError(f"{path}: more than {LIST_ENTRIES} entries to stage")
         src, dst = words
         try:
             kind = "directory" if stat.S_ISDIR(os.lstat(src).st_mode) else "file"
@@ -121,6 +193,99 @@ def _read_list(path: str, pair: dict) -> list[dict]:
         out.append({"type": kind, "source": src,
                     "destination": os.path.join(pair["destination"], dst)})
     return out
+
+
+# -- resolving destinations without following links ----------------------------------------------
+
+#: (path, O_PATH descriptor) of every destination anchor, longest first: opened by check()
+#: before the workers are forked, so they inherit them
+_ROOTS: list[tuple[str, int]] = []
+_LAST = ["", -1]  # the directory resolved last and its descriptor: a batch shares one
+
+
+def _root_of(path: str) -> tuple[str, int]:
+    for root, fd in _ROOTS:
+        if _below(path, root):
+            return root, fd
+    if _ROOTS:  # check() anchors every destination: this is a bug, never a path to follow
+        raise CopyError(f"copier failed: {path} is below no checked destination")
+    _anchor("/")  # copy_files/copy_chunk called on their own (tests): anchored at /
+    return _ROOTS[0]
+
+
+def _open_beneath(path: str, make: bool) -> int:
+    """The directory `path` as an O_PATH descriptor, each component below its anchor opened
+    relative to the one above without following a link; missing ones made 0700 with `make`."""
+    root, fd = _root_of(path)
+    fd, at = os.dup(fd), root.rstrip("/")
+    try:
+        for name in path[len(root):].split("/"):
+            if not name:
+                continue
+            at += "/" + name
+            try:
+                nfd = os.open(name, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                if not make:
+                    raise
+                try:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                nfd = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise CopyError(f"{at}: a link or not a directory (staging follows no link in a "
+                            "destination)") from None
+        raise _fail(at, e) from None
+    return fd
+
+
+def _dir(path: str, make: bool = True) -> int:
+    """_open_beneath, the last answer kept: files of one batch share their directory."""
+    if _LAST[0] != path:
+        fd = _open_beneath(path, make)
+        if _LAST[1] >= 0:
+            os.close(_LAST[1])
+        _LAST[:] = [path, fd]
+    return _LAST[1]
+
+
+def _parent(path: str, make: bool = False) -> tuple[int, str]:
+    """(descriptor of the parent directory, last component) of a destination."""
+    parent, name = path.rsplit("/", 1)
+    return _dir(parent or "/", make), name
+
+
+def _create(path: str, mode: int, flags: int = os.O_WRONLY) -> int:
+    """A destination file made anew with `mode`: whatever was there (a link, a hard link to
+    another file, a FIFO, a stage run again) is unlinked first, never written through."""
+    pfd, name = _parent(path)
+    flags |= os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        try:
+            return os.open(name, flags, mode, dir_fd=pfd)
+        except FileExistsError:
+            os.unlink(name, dir_fd=pfd)
+            return os.open(name, flags, mode, dir_fd=pfd)
+    except OSError as e:
+        raise _fail(path, e) from None
+
+
+def _open_source(path: str) -> int:
+    """A source opened without following a link or waiting on a FIFO; only a regular file."""
+    try:
+        fd = os.open(path, _SOURCE)
+    except OSError as e:
+        raise _fail(path, e) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CopyError(f"{path}: not a regular file (FIFOs, devices and sockets are not "
+                        "staged)")
+    return fd
 
 
 # -- copying data (in the workers) ----------------------------------------------------------------
@@ -188,30 +353,13 @@ def _copy_range(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> No
         pos = hole
 
 
-def _open_dst(dst: str, mode: int) -> int:
-    """A whole file is created with its final mode (umask is 0 here); one that already exists
-    (a stage run again) is truncated and given the mode."""
-    try:
-        try:
-            return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-        except FileExistsError:
-            fd = os.open(dst, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
-            os.fchmod(fd, mode)
-            return fd
-    except OSError as e:
-        raise _fail(dst, e) from None
-
-
 def _open_sources(items: list) -> list[int]:
     """Every source of a batch opened and read ahead at once: one cold file after another
     would wait for the disk once each (10,000 small files: 0.46 s of copying, 0.33 s so)."""
     fds: list[int] = []
     try:
         for item in items:
-            try:
-                fd = os.open(item[0], os.O_RDONLY | os.O_NOFOLLOW)
-            except OSError as e:
-                raise _fail(item[0], e) from None
+            fd = _open_source(item[0])
             fds.append(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
     except BaseException:
@@ -230,7 +378,7 @@ def copy_files(items: list) -> tuple[int, int]:
     one_read, copied = len(_BUFFER), 0
     try:
         for sfd, (src, dst, size, mode, atime, mtime, sparse) in zip(sources, items):
-            dfd = _open_dst(dst, mode)
+            dfd = _create(dst, mode)
             try:
                 if sparse:
                     os.ftruncate(dfd, size)  # holes stay holes
@@ -268,13 +416,15 @@ def copy_chunk(item: tuple, part=None) -> int:
         if told[1] >= PART:
             part(told[1])
             told[0], told[1] = told[0] + told[1], 0
+    sfd = _open_source(src)
     try:
-        sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        raise _fail(src, e) from None
-    try:
+        pfd, name = _parent(dst)
         try:
-            dfd = os.open(dst, os.O_WRONLY | os.O_NOFOLLOW)
+            dfd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                          dir_fd=pfd)
+            if not stat.S_ISREG(os.fstat(dfd).st_mode):  # swapped since the walk made it
+                os.close(dfd)
+                raise OSError(errno.EINVAL, "no longer a regular file")
         except OSError as e:
             raise _fail(dst, e) from None
         try:
@@ -413,19 +563,60 @@ class Workers:
 
 # -- the walk (in the main process) ---------------------------------------------------------------
 
-def _makedirs(path: str) -> None:
-    """Every missing directory made 0700 (os.makedirs would make the intermediate ones 0777
-    under the copier's umask 0). Copied directories get their source's mode at the end;
-    parents the user only named keep 0700."""
-    missing = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+def _finish(path: str, st: os.stat_result, directory: bool) -> None:
+    """The source's mode and times, set through a descriptor opened without following."""
+    if path in (r for r, _ in _ROOTS):
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=_root_of(path)[1])
+    else:
+        pfd, name = _parent(path)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC |
+                     (os.O_DIRECTORY if directory else 0), dir_fd=pfd)
+    try:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode))
+        os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(fd)
+
+
+def _data_chunks(src: str, size: int, chunk: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of a sparse file, each holding at most `chunk` bytes of data and
+    none starting in a hole: as many as its data needs, whatever its apparent size (an 8 EiB
+    file with 1 MiB of data is one)."""
+    fd = _open_source(src)
+    out: list[tuple[int, int]] = []
+    start, have, pos = None, 0, 0
+    try:
+        while pos < size:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole is left
+                break
+            if data >= size:
+                break
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), size)
+            while data < hole:  # a long extent in pieces of `chunk`
+                if start is None:
+                    start = data
+                step = min(hole - data, chunk - have)
+                data, have = data + step, have + step
+                if have >= chunk:
+                    out.append((start, data))
+                    start, have = None, 0
+            pos = hole
+    except OSError as e:
+        raise _fail(src, e) from None
+    finally:
+        os.close(fd)
+    if start is not None:
+        out.append((start, pos))
+    return out
 
 
 class Copy:
@@ -440,24 +631,48 @@ class Copy:
         self.batch_bytes = 0
         self.bytes_total = self.files_total = self.bytes_done = self.files_done = 0
         self.counting = True  # until the walk ends: the totals are what it found so far
+        self.free: dict[int, int] = {}  # bytes still free per destination filesystem
+        self.left, self.anchor = 0, ""  # the current pair's: counted down as files are found
+
+    def _room(self, dst: str) -> None:
+        """The current pair's destination filesystem: what is left of its free space."""
+        if self.anchor:
+            self.free[self.dev] = self.left
+        self.anchor, fd = _root_of(dst)
+        self.dev = os.fstat(fd).st_dev
+        if self.dev not in self.free:
+            vfs = os.fstatvfs(fd)
+            self.free[self.dev] = vfs.f_bavail * vfs.f_frsize
+        self.left = self.free[self.dev]
+
+    def _full(self) -> CopyError:
+        return CopyError(f"{self.anchor}: not enough space for the data to stage "
+                         f"({_size(self.free[self.dev])} free)")
 
     def run(self, pairs: list[tuple]) -> None:
+        for kind, src, dst, st in pairs:  # named files: all counted before anything is copied
+            if kind != "directory" and stat.S_ISREG(st.st_mode):
+                self._room(dst)
+                self.left -= min(st.st_size, st.st_blocks * 512)
+                if self.left < 0:
+                    raise self._full()
+        self.free.clear()
+        self.anchor = ""
         for kind, src, dst, st in pairs:
+            self._room(dst)
             if kind == "directory":
                 self._walk(src, dst, st)
             else:
-                try:
-                    _makedirs(os.path.dirname(dst))
-                except OSError as e:
-                    raise _fail(os.path.dirname(dst), e) from None
+                _dir(os.path.dirname(dst))
                 self._entry(src, dst, st)
         self._flush()
         self.counting = False
         self.workers.drain(self._done)
-        for dst, st in self.big + self.dirs[::-1]:  # deepest first: a time set is a change above
+        # deepest first: a time set is a change above
+        for (dst, st), directory in [(b, False) for b in self.big] + \
+                [(d, True) for d in self.dirs[::-1]]:
             try:
-                os.chmod(dst, stat.S_IMODE(st.st_mode))
-                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+                _finish(dst, st, directory)
             except OSError as e:
                 raise _fail(dst, e) from None
         self.files_done = self.files_total
@@ -467,15 +682,13 @@ class Copy:
         """Depth first with a stack (trees may be deeper than Python's recursion). A small
         regular file, nearly every entry, goes straight into the batch: the walk runs beside
         the workers on the same cores, and its share per file counts (os.path.join and a
-        call per file were a third of it)."""
+        call per file were a third of it). FIFOs, devices and sockets met in a tree are not
+        data: skipped, never opened (one named as a source is refused)."""
         todo = [(src, dst, st)]
         chunk, batch = self.chunk, self.batch
         while todo:
             src, dst, st = todo.pop()
-            try:
-                _makedirs(dst)
-            except OSError as e:
-                raise _fail(dst, e) from None
+            _dir(dst)
             self.dirs.append((dst, st))
             try:
                 with os.scandir(src) as it:
@@ -490,8 +703,12 @@ class Copy:
                     raise _fail(entry.path, e) from None
                 mode, size = est.st_mode, est.st_size
                 if stat.S_ISREG(mode) and size <= chunk:
+                    sparse = est.st_blocks * 512 < size
+                    self.left -= est.st_blocks * 512 if sparse else size
+                    if self.left < 0:
+                        raise self._full()
                     batch.append((entry.path, prefix + entry.name, size, mode & 0o7777,
-                                  est.st_atime_ns, est.st_mtime_ns, est.st_blocks * 512 < size))
+                                  est.st_atime_ns, est.st_mtime_ns, sparse))
                     self.files_total += 1
                     self.bytes_total += size
                     self.batch_bytes += size
@@ -507,11 +724,14 @@ class Copy:
     def _entry(self, src: str, dst: str, st: os.stat_result) -> None:
         """A file, a big file or a symlink; sockets, fifos and devices are not data: skipped."""
         if stat.S_ISLNK(st.st_mode):
+            pfd, name = _parent(dst)
             try:
                 target = os.readlink(src)
-                if os.path.lexists(dst):
-                    os.unlink(dst)
-                os.symlink(target, dst)
+                try:
+                    os.symlink(target, name, dir_fd=pfd)
+                except FileExistsError:
+                    os.unlink(name, dir_fd=pfd)
+                    os.symlink(target, name, dir_fd=pfd)
             except OSError as e:
                 raise _fail(dst, e) from None
             self.files_total += 1
@@ -519,26 +739,32 @@ class Copy:
             return
         if not stat.S_ISREG(st.st_mode):
             return
+        size, sparse = st.st_size, st.st_blocks * 512 < st.st_size
+        self.left -= st.st_blocks * 512 if sparse else size
+        if self.left < 0:
+            raise self._full()
         self.files_total += 1
-        self.bytes_total += st.st_size
-        item = (src, dst, st.st_size, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns,
-                st.st_blocks * 512 < st.st_size)
-        if st.st_size <= self.chunk:
+        self.bytes_total += size
+        item = (src, dst, size, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns, sparse)
+        if size <= self.chunk:
             self.batch.append(item)
-            self.batch_bytes += st.st_size
+            self.batch_bytes += size
             if len(self.batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
                 self._flush()
             return
-        try:  # chunks write into a file of the final size, given its mode at the end
-            fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            os.ftruncate(fd, st.st_size)
-            os.close(fd)
+        fd = _create(dst, 0o600)  # chunks write into a file of the final size, moded at the end
+        try:
+            os.ftruncate(fd, size)
         except OSError as e:
             raise _fail(dst, e) from None
+        finally:
+            os.close(fd)
         self.big.append((dst, st))
-        for start in range(0, st.st_size, self.chunk):
-            self.workers.send(("chunk", item + (start, min(start + self.chunk, st.st_size))),
-                              self._done)
+        ranges = (_data_chunks(src, size, self.chunk) if sparse else
+                  [(start, min(start + self.chunk, size)) for start in range(0, size, self.chunk)])
+        self.bytes_done += size - sum(end - start for start, end in ranges)  # the holes: done
+        for start, end in ranges:
+            self.workers.send(("chunk", item + (start, end)), self._done)
 
     def _flush(self) -> None:
         if self.batch:

@@ -9,6 +9,11 @@ records the state reached (or the error, with who must act) in status/<buffer>/<
 repeats. When every host of a buffer has reached DELETED, the primary host's dacd removes the
 spec, the statuses and the claims in one transaction: the bricks are free again.
 
+Stages (stage_in, stage_out) run on their own pool of `concurrency` threads, not on the
+workers: a stage may take an hour, or hang until dacd kills it, and meanwhile every other
+buffer's steps and every teardown still proceed. A buffer whose spec turns to DELETED while its
+stage runs has the copier killed at once (dacd.staging.Run), so teardown frees its bricks.
+
 For a backend whose steps run once for all hosts (lustre, daos: daccore.backends), only the
 primary host's dacd works on the buffer, and it records each state for every host of it.
 
@@ -50,6 +55,8 @@ class Reconciler:
         self.store, self.config, self.host = store, config, host
         self._run_step = run_step or default_run
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="reconcile")
+        self._stages = ThreadPoolExecutor(config.concurrency, thread_name_prefix="stage")
+        self._staging: dict = {}  # buffer name -> dacd.staging.Run of the stage under way
         self._lock = threading.Lock()
         self._busy: set[str] = set()
         self._again: set[str] = set()
@@ -74,6 +81,10 @@ class Reconciler:
         self._stopping.set()
         if self._watch is not None:
             self._watch.close()
+        with self._lock:
+            for run in self._staging.values():
+                run.cancel("stopped: dacd is stopping")  # re-run at the next start
+        self._stages.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._thread is not None:
             self._thread.join(timeout)
@@ -146,6 +157,12 @@ class Reconciler:
             hosts = buf.allocation.hosts
             if self.host not in hosts:
                 return
+            with self._lock:
+                run = self._staging.get(name)
+            if run is not None:  # the stage's thread schedules the buffer again when it ends
+                if buf.desired_state is State.DELETED:
+                    run.cancel("stopped: the buffer is being torn down")
+                return
             backend = self.config.pools[buf.request.pool].backend.value  # parse_buffer checked
             together = runs_once_for_all_hosts(backend)
             if together and self.host != buf.allocation.primary_host:
@@ -170,6 +187,10 @@ class Reconciler:
                 self._reap_if_gone(buf, mod_revision, statuses, hosts)
                 return
             step, target = nxt
+            if step in ("stage_in", "stage_out") and self.host == buf.allocation.primary_host:
+                self._hand_off(buf, mine, step, target, backend,
+                               hosts if together else [self.host])
+                return
             self._step(buf, mine, step, target, backend,
                        hosts if together else [self.host])
 
@@ -219,8 +240,29 @@ class Reconciler:
                                      error=StatusError(category=Kind.ADMIN,
                                                        message=f"{self._refusal}{why}")))
 
+    def _hand_off(self, buf, mine, step: str, target: State, backend: str | None,
+                  hosts: list[str]) -> None:
+        """The stage to the stage pool; the buffer is looked at again when it ends."""
+        from dacd.staging import Run
+        run = Run()
+        with self._lock:
+            self._staging[buf.name] = run
+
+        def stage() -> None:
+            try:
+                self._step(buf, mine, step, target, backend, hosts, run)
+            finally:
+                with self._lock:
+                    del self._staging[buf.name]
+                self.schedule(buf.name)
+        try:
+            self._stages.submit(stage)
+        except RuntimeError:  # shutting down
+            with self._lock:
+                del self._staging[buf.name]
+
     def _step(self, buf, mine: Status | None, step: str, target: State, backend_name: str | None,
-              hosts: list[str]) -> None:
+              hosts: list[str], run=None) -> None:
         """Run `step`, recording its progress and outcome in the status of each of `hosts`."""
         name, reached = buf.name, mine.state if mine else None
         attached = mine.attached if mine else {}
@@ -244,7 +286,7 @@ class Reconciler:
                     def on_progress(p: dict) -> None:
                         progress[0] = Progress(**p)
                         status()
-                    self._stage(buf, step, backend, on_progress)
+                    self._stage(buf, step, backend, on_progress, run)
             else:
                 self._run_step(backend.name, step, self.host,
                                backend.variables(buf, step, attached),
@@ -269,12 +311,13 @@ class Reconciler:
             attached = {}
         status(state=target, step="", error=None)
 
-    def _stage(self, buf, step: str, backend, on_progress) -> None:
+    def _stage(self, buf, step: str, backend, on_progress, run) -> None:
         """Staging runs on the primary host, which has the filesystem mounted; progress goes
         to the status at most once a second (the copier's own pace)."""
-        from dacd.staging import stage
+        from dacd.staging import stage, time_limit
         fs_path = backend.variables(buf, step)["fs_path"]
-        stage(buf, step.removeprefix("stage_"), fs_path, self.config.stage_workers, on_progress)
+        stage(buf, step.removeprefix("stage_"), fs_path, self.config.stage_workers, on_progress,
+              time_limit(self.config.stage_timeout), run)
 
     def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:
         everywhere = all(statuses.get(h) and statuses[h].state is State.DELETED for h in hosts)

@@ -5,16 +5,29 @@ buffer's filesystem on this host. The copy itself runs in `python3 -I -S dacd/co
 started with the user's uid, gid and supplementary groups (subprocess takes them before exec),
 so dacd never opens a user's path as root. The copier's progress lines become the buffer's
 status.
+
+A stage is bounded (docs/security.md, rule 5): the copier runs in its own process group with
+limits on memory, processes, open files and CPU time set on it (prlimit) before it reads its
+plan; dacd kills the whole group when the stage outlives its time (`stage_timeout`, less a
+margin so the one line reaches Slurm before Slurm gives up) or when `Run.cancel` is called
+(teardown, dacd stopping). This machine's cgroup v2 hierarchy has no memory, pids or cpu
+controller (only hugetlb; the others are cgroup v1), so the limits are rlimits, per process.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import pwd
+import resource
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from typing import Callable
 
 from daccore.directives import BUFFER_PATH
@@ -23,10 +36,55 @@ from daccore.escape import escape
 from dacd.copier import encode_plan
 from dacd.metrics import StageMeter
 
-__all__ = ["stage"]
+__all__ = ["Run", "stage", "time_limit"]
 
 #: the one file of dac's the user's process runs (it imports nothing of dac's)
 COPIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "copier.py")
+#: address space of each copier process: Python, a 1 MiB buffer, a list of LIST_ENTRIES pairs
+STAGE_MEMORY = 1 << 30
+STAGE_FILES = 1024  # open files per process: a batch holds 64 sources at once
+STAGE_PROCESSES = 1024  # the user's processes (RLIMIT_NPROC counts every one of the uid's)
+
+
+def time_limit(stage_timeout: float) -> float:
+    """Seconds dacd gives a stage: `stage_timeout` (what dacctl waits) less a margin, so the
+    copier is killed and its one line written before the caller stops waiting."""
+    return max(1.0, stage_timeout - min(10.0, stage_timeout / 10))
+
+
+class Run:
+    """A running stage that another thread may stop: `cancel(reason)` kills the copier's
+    process group at once (or the copier about to start) and the stage fails with `reason`."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pgid: int | None = None
+        self.reason: str | None = None
+
+    def started(self, pgid: int) -> None:
+        with self._lock:
+            self._pgid = pgid
+            if self.reason is not None:
+                self._kill()
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            self._kill()
+
+    def ended(self, kill: bool) -> None:
+        with self._lock:
+            if kill:
+                self._kill()
+            self._pgid = None
+
+    def _kill(self) -> None:
+        if self._pgid is not None:
+            try:
+                os.killpg(self._pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 
@@ -55,12 +113,30 @@ def _groups(uid: int, gid: int) -> list[int]:
         return [gid]
 
 
+def _limits(seconds: float) -> list[tuple[int, int]]:
+    return [(resource.RLIMIT_AS, STAGE_MEMORY), (resource.RLIMIT_NOFILE, STAGE_FILES),
+            (resource.RLIMIT_NPROC, STAGE_PROCESSES), (resource.RLIMIT_CPU, math.ceil(seconds))]
+
+
+def _set_limits(limits: list[tuple[int, int]]) -> None:
+    """In the child between setuid and exec (subprocess's preexec_fn): the process is not
+    dumpable there, so the user cannot get at it before its limits hold, and lowering one's own
+    limits needs no privilege (this machine's root lacks CAP_SYS_RESOURCE: prlimit on the
+    user's process from dacd fails with EPERM). Nothing here takes a lock another thread of
+    dacd could hold: setrlimit only."""
+    for what, value in limits:
+        resource.setrlimit(what, (value, value))
+
+
 def stage(buffer, direction: str, fs_path: str, workers: int,
-          on_progress: Callable[[dict], None]) -> None:
-    """Copy every stage_<direction> line of the buffer; UserError naming the path on failure."""
+          on_progress: Callable[[dict], None], timeout: float = 3600.0,
+          run: Run | None = None) -> None:
+    """Copy every stage_<direction> line of the buffer; UserError naming the path on failure,
+    or saying the stage was stopped (`run.cancel`) or ran out of `timeout` seconds."""
     requests = buffer.request.stage_in if direction == "in" else buffer.request.stage_out
     if not requests:
         return
+    run = run or Run()
     pairs = [{"type": r.type.value,
               "source": _buffer_path(r.source, fs_path, direction),
               "destination": _buffer_path(r.destination, fs_path, direction)} for r in requests]
@@ -75,9 +151,50 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
             [_python(), "-I", "-S", f"/dev/fd/{source.fileno()}"], pass_fds=(source.fileno(),),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             cwd="/", env=env, user=buffer.owner_uid, group=buffer.owner_gid,
-            extra_groups=_groups(buffer.owner_uid, buffer.owner_gid))
-    proc.stdin.buffer.write(plan)
-    proc.stdin.close()
+            extra_groups=_groups(buffer.owner_uid, buffer.owner_gid),
+            start_new_session=True,  # its own process group: killed as one
+            preexec_fn=functools.partial(_set_limits, _limits(timeout)))
+    run.started(proc.pid)
+    timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
+    timer.daemon = True
+    timer.start()
+    try:
+        try:
+            proc.stdin.buffer.write(plan)
+            proc.stdin.close()
+        except OSError:  # killed already (cancelled): the reason says why
+            pass
+        result, stderr, rc = _follow(proc, direction, on_progress)
+    finally:
+        timer.cancel()
+        run.ended(kill=True)  # nothing of the copier's outlives the stage: not a worker
+        proc.wait()
+        _wait_gone(proc.pid)
+    if run.reason is not None:
+        raise UserError(f"stage_{direction} {run.reason}")
+    # the copier's JSON carries a name's bytes as \udcXX surrogates: escaped here, once
+    if "error" in result:
+        raise UserError(f"stage_{direction} failed: {escape(result['error'])}")
+    if rc != 0 or not result.get("done"):
+        raise InternalError(f"stage_{direction}: the copier ended with exit {rc}: "
+                            f"{escape((stderr.strip().splitlines() or ['no output'])[-1])}")
+
+
+def _wait_gone(pgid: int, timeout: float = 30.0) -> None:
+    """Until the copier's killed workers are gone too (reaped by init: a worker stuck in a
+    write leaves only when that ends), so the step after the stage unmounts a filesystem no
+    process holds. Seen: wipefs "Device or resource busy" right after a stage's timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
+def _follow(proc, direction: str, on_progress) -> tuple[dict, str, int]:
+    """The copier's progress lines into the status, until it ends: (result, stderr, exit)."""
     result: dict = {}
     meter = StageMeter(direction)
     for line in proc.stdout:
@@ -92,10 +209,6 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
             result = message
     stderr = proc.stderr.read()
     rc = proc.wait()
-    # the copier's JSON carries a name's bytes as \udcXX surrogates: escaped here, once
-    if "error" in result:
-        raise UserError(f"stage_{direction} failed: {escape(result['error'])}")
-    if rc != 0 or not result.get("done"):
-        raise InternalError(f"stage_{direction}: the copier ended with exit {rc}: "
-                            f"{escape((stderr.strip().splitlines() or ['no output'])[-1])}")
-    meter.done()
+    if result.get("done") and rc == 0:
+        meter.done()
+    return result, stderr, rc

@@ -157,7 +157,7 @@ def test_a_failed_stage_out_keeps_the_buffer_until_a_hurried_teardown(dac, open_
     assert store.buffer("56") is None
 
 
-def test_a_list_stages_each_pair_and_a_full_buffer_names_the_file(dac, open_dir, tmp_path):
+def test_a_list_stages_each_pair_and_data_too_big_is_refused_before_copying(dac, open_dir, tmp_path):
     workdir, env, store = dac
     src = owned(open_dir / "in5")
     write(src / "one", b"1\n")
@@ -187,8 +187,9 @@ def test_a_list_stages_each_pair_and_a_full_buffer_names_the_file(dac, open_dir,
                    f"#DW stage_in type=file source={big} destination=$DW_JOB_STRIPED/big")
     r = slurm(env, "data_in", 58, "--job", str(script), check=False)
     fs = workdir / "fs" / store.buffer("58").record.allocation.primary_host / "58"
-    assert (r.returncode, r.stdout) == (1, f"buffer 58: stage_in failed: {fs}/striped/big: No "
-                                           "space left on device\n")
+    assert r.returncode == 1 and r.stdout.startswith(
+        f"buffer 58: stage_in failed: {fs}/striped: not enough space for the data to stage (")
+    assert r.stdout.endswith(" MiB free)\n") and not (fs / "striped" / "big").exists()
     slurm(env, "teardown", 58, "--job", str(script), "--hurry")
 
 

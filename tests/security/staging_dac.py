@@ -1,0 +1,147 @@
+"""A local DAC for the staging attacks (tests/security/test_staging_*.py): real etcd, real
+dacd with a short `stage_timeout`, loop-device bricks, jobs of two real unprivileged users."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clitools import pools, run, setup, slurm, wait_for
+from daccore.config import load_config
+from daccore.store import Store
+from daclocal.cluster import LocalState
+from daclocal.procs import child_env, spawn, stop_pid
+
+UID, GID = 1234, 4321  # the attacker
+OTHER_UID, OTHER_GID = 5678, 8765  # a second user whose next job must run
+STAGE_TIMEOUT = 20  # dacctl waits this long; dacd kills the copier 2 s before (time_limit)
+_DACDS: set[int] = set()  # this test's dacd pids: only their copiers are ours (the machine
+#                          is shared with other test runs using the same uids)
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every user may enter (as tests/system's): jobs reach their buffers here."""
+    path = Path(tempfile.mkdtemp(prefix="dac-sec-staging-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def up(workdir: Path, servers: int = 1, bricks: int = 2, stage_timeout: float = STAGE_TIMEOUT):
+    """`dacctl local up`, then each dacd restarted with `stage_timeout` in the config."""
+    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", str(servers),
+        "--bricks-per-server", str(bricks), "--brick-size", "512MiB")
+    state = LocalState.load(workdir)
+    config = yaml.safe_load(state.config_path.read_text())
+    config["stage_timeout"] = stage_timeout
+    state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    for d in state.dacd:
+        stop_pid(d["pid"], "dacd.main")
+        proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
+                      "--host", d["host"], "--metrics-address", d["metrics"]],
+                     workdir / "logs" / f"dacd-{d['host']}-2.log",
+                     child_env(DAC_CONFIG=str(state.config_path)))
+        d["pid"] = proc.pid
+        state.save()
+    _DACDS.clear()
+    _DACDS.update(d["pid"] for d in state.dacd)
+    env = {"DAC_CONFIG": str(state.config_path), "DAC_ETCD_ENDPOINTS": ""}
+    store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
+    wait_for(lambda: len(store.alive()) == servers, 30, "dacd back")
+    return env, store
+
+
+def down(workdir: Path) -> None:
+    run("dacctl", "local", "down", "--workdir", str(workdir), check=False)
+
+
+def owned(path, uid=UID, gid=GID, mode=0o755):
+    os.makedirs(path, exist_ok=True)
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)
+    return Path(path)
+
+
+def write(path, data=b"x", uid=UID, gid=GID, mode=0o644):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chown(path, uid, gid)
+    os.chmod(path, mode)
+    return Path(path)
+
+
+def as_user(*argv, uid=UID, gid=GID):
+    """A command run as the user, as the user could on a storage server or in the job."""
+    return subprocess.run(list(argv), check=True, capture_output=True, user=uid, group=gid,
+                          extra_groups=[gid], cwd="/")
+
+
+def buffer_fs(workdir: Path, store, job) -> Path:
+    """The buffer's filesystem on its primary host: striped/ is $DW_JOB_STRIPED."""
+    host = store.buffer(str(job)).record.allocation.primary_host
+    return workdir / "fs" / host / str(job)
+
+
+def snapshot(path: Path) -> list:
+    """Every entry under `path` with owner, mode and size: what root's tree looked like."""
+    out = []
+    for dirpath, dirs, files in os.walk(path):
+        for name in sorted(dirs + files) + [""]:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            out.append((p, st.st_uid, st.st_gid, st.st_mode, st.st_size))
+    return sorted(out)
+
+
+def copiers(uid=UID) -> list[int]:
+    """Pids of the user's copier processes (python3 -I -S /dev/fd/N) that this test's dacd
+    started, and their workers."""
+    procs = {}
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and os.stat(f"/proc/{pid}").st_uid == uid:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if b"-I" in cmd and b"-S" in cmd and any(c.startswith(b"/dev/fd/") for c in cmd):
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    procs[int(pid)] = int(status.split("PPid:")[1].split()[0])
+        except (OSError, IndexError):
+            pass
+    mains = {pid for pid, parent in procs.items() if parent in _DACDS}
+    return sorted(mains | {pid for pid, parent in procs.items() if parent in mains})
+
+
+def stop_the_copier(timeout: float = 30, known=()) -> list[int]:
+    """The user stops their own copier (kill -STOP, as that user may: it runs with their uid),
+    standing for any stage that never ends: a hung NFS source, a disk that stops answering.
+    Returns the pids stopped; `known` are copiers stopped before, not waited for again."""
+    deadline = time.monotonic() + timeout
+    while not (found := sorted(set(copiers()) - set(known))):
+        assert time.monotonic() < deadline, "no copier started"
+        time.sleep(0.002)
+    as_user("kill", "-STOP", *map(str, found))
+    return found
+
+
+def next_job_runs(workdir: Path, env, store, tmp_path, src_dir: Path, job: int) -> None:
+    """The other user's next job: set up, staged in, torn down; its data arrives."""
+    src = owned(src_dir / f"next{job}", OTHER_UID, OTHER_GID)
+    write(src / "f", b"next job\n", OTHER_UID, OTHER_GID)
+    script = setup(env, tmp_path, job, "512MiB",
+                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+                   uid=OTHER_UID, gid=OTHER_GID)
+    slurm(env, "data_in", job, "--job", str(script))
+    assert (buffer_fs(workdir, store, job) / "striped" / "in" / "f").read_bytes() == b"next job\n"
+    slurm(env, "teardown", job, "--job", str(script), "--hurry")
+    assert store.buffer(str(job)) is None
+
+
+__all__ = ["open_dir", "UID", "GID", "OTHER_UID", "OTHER_GID", "up", "down", "owned", "write", "as_user",
+           "buffer_fs", "snapshot", "copiers", "stop_the_copier", "next_job_runs", "pools",
+           "setup", "slurm"]
