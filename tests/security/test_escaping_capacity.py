@@ -54,8 +54,11 @@ def sbatch(env, jobs: str, line: str):
 
 
 def job_process(env, jobs: str, line: str):
-    """As Slurm's hook runs it (as SlurmUser, root here)."""
-    return run("dacctl", "--function", "job_process", "--job", script_file(jobs, line),
+    """As Slurm's hook runs it (as SlurmUser, root here), on a script in a directory only
+    root can write, as Slurm's own copy is (dacctl refuses one a user could swap)."""
+    scripts = os.path.join(os.path.dirname(jobs), "scripts")
+    os.makedirs(scripts, mode=0o755, exist_ok=True)
+    return run("dacctl", "--function", "job_process", "--job", script_file(scripts, line),
                env=env, check=False)
 
 
