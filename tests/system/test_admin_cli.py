@@ -274,7 +274,8 @@ def test_estimate_measures_a_tree_as_the_user_and_names_what_they_cannot_read(da
 
     # etcd down: the raw figures, the pool unknown, not rounded to its bricks
     unreachable = workdir / "unreachable.yaml"
-    unreachable.write_text("etcd:\n  endpoints: [http://127.0.0.1:9]\n  timeout: 0.5\n")
+    unreachable.write_text("etcd:\n  endpoints: [http://127.0.0.1:9]\n  timeout: 0.5\n"
+                           f"  credentials_dir: {workdir / 'etcd' / 'credentials'}\n")
     offline = run("dacctl", "estimate", str(script), env={"DAC_CONFIG": str(unreachable),
                                                           "DAC_ETCD_ENDPOINTS": ""}).stdout
     assert "advice: capacity=501MiB (400MiB plus 25% margin = 500MiB; pool unknown (etcd " \
