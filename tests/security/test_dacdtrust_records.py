@@ -75,8 +75,8 @@ def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str) -> 
 def assert_admin_error(store: Store, name: str, host: str, reason: str) -> None:
     """The host the record names says why in its status: a waiting Slurm call fails at once
     with one line, the admin's to act on."""
-    status = wait_for(lambda: store.status_docs(name).get(host), timeout=90,
-                      what=f"{host}'s status of {name}")
+    status = wait_for(lambda: (s := store.status_docs(name).get(host)) and s.get("error") and s,
+                      timeout=90, what=f"{host}'s status of {name} to hold an error")
     assert status["error"]["category"] == "admin", status
     assert reason in status["error"]["message"], status
 
