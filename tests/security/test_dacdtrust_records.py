@@ -61,7 +61,7 @@ def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str) -> 
     """Every dacd logs one line naming the record's key and `reason`, and no more when the same
     record is written again (one line, not one per event)."""
     key = store.keys.buffer(name)
-    wait_for(lambda: all(lines_naming(workdir, key)), timeout=30,
+    wait_for(lambda: all(lines_naming(workdir, key)), timeout=90,
              what=f"every dacd to log {key}")
     value = store.client.get(key).value
     for _ in range(3):  # three more events of the same bad record
@@ -75,8 +75,8 @@ def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str) -> 
 def assert_admin_error(store: Store, name: str, host: str, reason: str) -> None:
     """The host the record names says why in its status: a waiting Slurm call fails at once
     with one line, the admin's to act on."""
-    status = wait_for(lambda: store.status_docs(name).get(host), timeout=30,
-                      what=f"{host}'s status of {name}")
+    status = wait_for(lambda: (s := store.status_docs(name).get(host)) and s.get("error") and s,
+                      timeout=90, what=f"{host}'s status of {name} to hold an error")
     assert status["error"]["category"] == "admin", status
     assert reason in status["error"]["message"], status
 
