@@ -170,7 +170,8 @@ def test_staging_a_stage_that_never_ends_is_killed_by_the_timeout(dac, open_dir,
     limit = time_limit(STAGE_TIMEOUT)
     assert (result["r"].returncode, result["r"].stdout) == (
         1, f"buffer 96: stage_in timed out after {limit:.0f} s\n")
-    assert limit <= time.monotonic() - started < STAGE_TIMEOUT
+    # dacd's line, not dacctl giving up at STAGE_TIMEOUT; a loaded machine adds seconds
+    assert limit <= time.monotonic() - started < STAGE_TIMEOUT + 10
     assert copiers() == []
     slurm(env, "teardown", 96, "--job", str(script), "--hurry")
     next_job_runs(workdir, env, store, tmp_path, open_dir, 97)
