@@ -1,6 +1,12 @@
 """`dacctl --function <f> …`: Cray's dw_wlm_cli protocol, as Slurm's burst_buffer/datawarp calls
 it, and as slurm-plugin/burst_buffer.lua calls it for burst_buffer/lua (one contract for both).
 
+Only Slurm may call it: root or the config's slurm_user; anyone else is refused with one line
+before any argument is read, and every argument is checked before use (dacctl/slurm_args.py:
+job ids, owners at or above min_owner_uid, files reached without following links through
+directories only root or SlurmUser can change). `scontrol show bbstat` never comes here; it runs
+the read-only dac-bbstat (dacctl/bbstat.py).
+
 Success: exit 0, the function's output on stdout. Failure: exit 1 and one line on stdout, which
 Slurm shows the user (sbatch's error, or the job's Reason). Never a traceback: unexpected errors
 become one line too, with the traceback on stderr only under --debug.
