@@ -183,9 +183,9 @@ def kill_holders(fs: str, done: list[str]) -> None:
     if dev == parent_dev:
         return
     maps_dev = f"{os.major(dev):02x}:{os.minor(dev):02x}"
-    me = os.getpid()
+    spared = _ancestors()  # this module, Ansible, dacd (which may be reading the buffer)
     for _ in range(10):  # a killed process's children may have been forked meanwhile
-        victims = [pid for pid in _pids() if pid not in (1, me) and _holds(pid, dev, maps_dev)]
+        victims = [pid for pid in _pids() if pid not in spared and _holds(pid, dev, maps_dev)]
         if not victims:
             return
         for pid in victims:
@@ -200,6 +200,18 @@ def kill_holders(fs: str, done: list[str]) -> None:
                     and time.monotonic() < deadline:
                 time.sleep(0.005)
     raise Failed(f"processes keep appearing on {fs}; teardown retries")
+
+
+def _ancestors() -> set[int]:
+    pids, pid = {1}, os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
 
 
 def _pids() -> list[int]:
