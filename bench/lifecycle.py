@@ -4,7 +4,8 @@ Overhead = wall time of Slurm's calls for one job (setup, data_in, paths, pre_ru
 post_run, data_out, teardown, each `dacctl --function ...` waiting for dacd as under Slurm)
 minus the wall time of the same filesystem work done by hand on the same kind of brick in the
 same run: mkfs.xfs, mount, the job's directories, 4 bind mounts (striped + private on 2 nodes),
-their unmounts, umount, wipefs. Rounds alternate the two so drift hits both alike.
+their unmounts, umount, blkdiscard --zeroout (the wipe). Rounds alternate the two so drift
+hits both alike.
 
     .venv/bin/python bench/lifecycle.py
 """
@@ -73,7 +74,7 @@ def by_hand(device: str, work: Path) -> float:
         run("umount", str(target))
         target.rmdir()
     run("umount", str(fs))
-    run("wipefs", "-a", "-q", device)
+    run("blkdiscard", "--zeroout", device)
     fs.rmdir()
     for root in roots:
         root.rmdir()

@@ -50,6 +50,7 @@ class LocalBackend(Backend):
             "owner_gid": buffer.owner_gid,
             "job_dirs": access,
             "attach": {
+                "fs_path": fs_path,  # the root-owned anchor of every path inside the buffer
                 "dirs": [{"path": p, **user} for p in sorted(want["dirs"])],
                 "binds": [{"source": s, "target": t, "root": r}
                           for t, (s, r) in sorted(want["binds"].items())],
