@@ -197,7 +197,7 @@ def serve(config, ready=None) -> None:
     if not config.user_service:
         raise AdminError("user_service is not set in the config: set it to host:port "
                          "(docs/security.md)")
-    store = Store.from_settings(config.etcd)
+    store = Store.from_settings(config.etcd, role="slurm")  # Slurm's rights, no more
     try:
         server = _Server(_split(config.user_service), config, store)
     except OSError as e:
