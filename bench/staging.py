@@ -88,6 +88,8 @@ def main() -> int:
         if os.environ.get("PREFILL", "1") != "0":
             subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=8M", "count=512", "oflag=direct",
                             "status=none"], check=True)
+        if os.environ.get("LOOP_DIO", "0") == "1":
+            subprocess.run(["losetup", "--direct-io=on", device], check=True)
         subprocess.run(["mkfs.xfs", "-f", "-q", device], check=True)
         mnt.mkdir()
         subprocess.run(["mount", "-o", "nodev,nosuid", device, str(mnt)], check=True)
