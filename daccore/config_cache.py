@@ -134,12 +134,19 @@ def _read_cache(cache: str, identity: list) -> dict | None:
 
 
 def _write_cache(cache: str, identity: list, data: dict) -> None:
-    tmp = f"{cache}.{os.getpid()}.tmp"
+    write_private_json(cache, {"identity": identity, "config": data})
+
+
+def write_private_json(path: str, doc: dict) -> None:
+    """Replace `path` atomically with `doc`, readable by the caller alone; best effort (a
+    cache that cannot be written is only slower). Never writes through a link."""
+    import threading
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"identity": identity, "config": data}, f)
-        os.replace(tmp, cache)
+            json.dump(doc, f)
+        os.replace(tmp, path)
     except OSError:
         try:
             os.unlink(tmp)

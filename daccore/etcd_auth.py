@@ -162,14 +162,5 @@ class Credential:
         if cache is None:
             return
         tokens = {**self._read_cache(), endpoint: token}
-        tmp = f"{cache}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump({"credential": self._identity(), "tokens": tokens}, f)
-            os.replace(tmp, cache)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        from daccore.config_cache import write_private_json
+        write_private_json(cache, {"credential": self._identity(), "tokens": tokens})
