@@ -9,7 +9,8 @@ targets and clients always name the same MGS NID, `mgs_nid`.
 
     servers   mkfs.lustre, mount -t lustre <partition> <target_root>/<fsname>/<mdtN|ostN>
     primary   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname> <fs_root>/<buffer>,
-              then striped/ (lfs setstripe -c -1: over every OST) and private/, 0700, the user's
+              then striped/ (lfs setstripe -c -1: over every OST), 0700, the user's, and private/,
+              root's, 0711 (each node's private/<node> is the user's)
     clients   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname>/striped (or
               /private/<node>: a subdirectory mount) at the daccore.layout path
 

@@ -151,6 +151,10 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(site, hosts
     for n in ("node1", "node2"):
         d = s.root / primary / "fs" / "42" / "private" / n
         assert (d.stat().st_uid, oct(d.stat().st_mode & 0o777)) == (1000, "0o700")
+    # no user may write where root makes each node's directory by name (docs/security.md)
+    d = s.root / primary / "fs" / "42" / "private"
+    assert (d.stat().st_uid, oct(d.stat().st_mode & 0o777)) == (0, "0o711")
+    assert oct((s.root / primary / "fs" / "42" / "striped").stat().st_mode & 0o777) == "0o700"
 
     # teardown straight from mounted (the job was cancelled): clients first, MGS last
     s.run(config, "lustre", buf.model_copy(update={"attachments": attached}), "delete",
