@@ -34,6 +34,15 @@ def open_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def dac(open_dir):
+    """A local DAC of one server for one test (staging_dac.up); always torn down."""
+    workdir = open_dir / "dac"
+    env, store = up(workdir)
+    yield workdir, env, store
+    down(workdir)
+
+
 def up(workdir: Path, servers: int = 1, bricks: int = 2, stage_timeout: float = STAGE_TIMEOUT):
     """`dacctl local up`, then each dacd restarted with `stage_timeout` in the config."""
     run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", str(servers),

@@ -13,19 +13,11 @@ import pytest
 
 from clitools import pools, run
 from dacd.staging import COPIER, _python
-from security.staging_dac import (GID, STAGE_TIMEOUT, UID, buffer_fs, copiers, down,  # noqa: F401
+from security.staging_dac import (dac, GID, STAGE_TIMEOUT, UID, buffer_fs, copiers, down,  # noqa: F401
                                   next_job_runs, open_dir, owned, setup, slurm,
                                   stop_the_copier, up, write)
 
 NOT_REGULAR = "not a regular file (FIFOs, devices and sockets are not staged)"
-
-
-@pytest.fixture
-def dac(open_dir):
-    workdir = open_dir / "dac"
-    env, store = up(workdir)
-    yield workdir, env, store
-    down(workdir)
 
 
 def refused(env, job, script, line):

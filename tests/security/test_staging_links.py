@@ -7,18 +7,10 @@ import os
 
 import pytest
 
-from security.staging_dac import (as_user, buffer_fs, down, next_job_runs, open_dir,  # noqa: F401
+from security.staging_dac import (dac, as_user, buffer_fs, down, next_job_runs, open_dir,  # noqa: F401
                                   owned, setup, slurm, snapshot, up, write)
 
 LINK_ERROR = "a link or not a directory (staging follows no link in a destination)"
-
-
-@pytest.fixture
-def dac(open_dir):
-    workdir = open_dir / "dac"
-    env, store = up(workdir)
-    yield workdir, env, store
-    down(workdir)
 
 
 @pytest.fixture
