@@ -2,13 +2,13 @@
 `rsync -a` throughput; one 2 GiB file at >= 1.0x `cp -a`. Same run, page cache dropped before
 every copy, progress reporting on, the device's raw limit (dd) reported beside them.
 
-Source on the root filesystem, destination in a buffer-like xfs on a 4 GiB loop device (a real
-brick of the local DAC is the same thing). Every tool runs as the same unprivileged user (uid
-4000), as staging does: the copier exactly as dacd starts it (`python3 -I -S dacd/copier.py`,
-plan on stdin, progress on stdout). Rounds alternate the tools, each round starting with the
-next one (whichever runs first after a removal must not always be the same tool), and a copy
-starts 1 s after the last one's removal was synced; medians are compared. Every copy is
-compared with its source after its timing.
+Source on the root filesystem, destination in a buffer-like xfs on a 4 GiB loop device in
+direct I/O (a brick: no second page cache under the filesystem). Every tool runs as the same
+unprivileged user (uid 4000), as staging does: the copier exactly as dacd starts it (`python3
+-I -S dacd/copier.py`, plan on stdin, progress on stdout). Rounds alternate the tools, each
+round starting with the next one (whichever runs first after a removal must not always be the
+same tool), and a copy starts 1 s after the last one's removal was synced; medians are
+compared. Every copy is compared with its source after its timing.
 
     .venv/bin/python bench/staging.py
 """
@@ -88,7 +88,11 @@ def main() -> int:
         if os.environ.get("PREFILL", "1") != "0":
             subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=8M", "count=512", "oflag=direct",
                             "status=none"], check=True)
-        if os.environ.get("LOOP_DIO", "0") == "1":
+        # A brick is a block device: nothing caches its blocks a second time. A loop device in
+        # buffered mode keeps every byte written to it in its image file's page cache too, on
+        # the clock of whichever tool runs when the host must back those pages (docs/
+        # performance.md); in direct I/O it is a device again. LOOP_DIO=0: buffered.
+        if os.environ.get("LOOP_DIO", "1") == "1":
             subprocess.run(["losetup", "--direct-io=on", device], check=True)
         subprocess.run(["mkfs.xfs", "-f", "-q", device], check=True)
         mnt.mkdir()

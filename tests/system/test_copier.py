@@ -14,6 +14,7 @@ import pytest
 
 from dacd import copier
 from dacd.staging import COPIER, _python
+from daclocal import loopdev
 
 UID = GID = 1234
 
@@ -144,20 +145,36 @@ def test_a_worker_yields_the_cpu_and_one_that_dies_fails_the_stage_in_one_line(t
 
 
 def test_a_big_copy_goes_to_the_disk_as_it_goes_and_leaves_the_page_cache_alone():
-    """Every WRITEBACK bytes are handed to the disk and dropped from the cache, the source's
-    too: what stays cached of a 60 MiB source is at most the last step."""
+    """Every WRITEBACK bytes are handed to the disk and the source's dropped from the cache at
+    once; the destination's DROP_LAG steps later, when written: of a 120 MiB copy into xfs on a
+    loop device (a brick), at most the last step of the source and the last few of the
+    destination stay cached (without the lagged drop all 120 MiB of the destination did)."""
     work = Path(tempfile.mkdtemp(dir="/var/tmp"))  # not /tmp: tmpfs pages cannot be dropped
+    device = loopdev.attach(work / "brick.img", 1 << 30)
     try:
-        data = os.urandom(60 << 20)
+        subprocess.run(["mkfs.xfs", "-f", "-q", device], check=True)
+        (work / "mnt").mkdir()
+        subprocess.run(["mount", device, str(work / "mnt")], check=True)
+        data = os.urandom(120 << 20)
         (work / "src").write_bytes(data)
         os.sync()
-        item = (str(work / "src"), str(work / "dst"), len(data), 0o644, 0, 0, False)
-        assert copier.copy_files([item]) == (len(data), 1)
-        resident = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES",
-                                   str(work / "src")], capture_output=True, text=True, check=True)
-        assert int(resident.stdout) <= copier.WRITEBACK
-        assert (work / "dst").read_bytes() == data
+        dst = work / "mnt" / "dst"
+        pid = os.fork()
+        if pid == 0:  # in a child, so the copier's anchors do not keep the mount busy
+            item = (str(work / "src"), str(dst), len(data), 0o644, 0, 0, False)
+            os._exit(0 if copier.copy_files([item]) == (len(data), 1) else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+
+        def resident(path: Path) -> int:
+            out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES",
+                                  str(path)], capture_output=True, text=True, check=True)
+            return int(out.stdout)
+        assert resident(work / "src") <= copier.WRITEBACK
+        assert resident(dst) <= (copier.DROP_LAG + 2) * copier.WRITEBACK
+        assert dst.read_bytes() == data
     finally:
+        subprocess.run(["umount", str(work / "mnt")], capture_output=True)
+        loopdev.detach(device, work / "brick.img")
         shutil.rmtree(work)
 
 
