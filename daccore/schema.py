@@ -1,7 +1,7 @@
-"""JSON Schema of every record and of the config, generated from the models into `schema/`.
+"""JSON Schema of every record and of the config, generated from the models into `daccore/share/schema/`.
 
-    python -m daccore.schema write    regenerate schema/*.json
-    python -m daccore.schema check    exit 1 when schema/ differs from the models
+    python -m daccore.schema write    regenerate daccore/share/schema/*.json
+    python -m daccore.schema check    exit 1 when daccore/share/schema/ differs from the models
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from daccore.models import RECORDS
 
 __all__ = ["schemas", "SCHEMA_DIR"]
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+SCHEMA_DIR = Path(__file__).resolve().parent / "share" / "schema"
 
 
 def schemas() -> dict[str, str]:
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         drift = _drift(SCHEMA_DIR)
         if drift:
-            print(f"schema/ is out of date for: {', '.join(drift)}; run `make schema`")
+            print(f"daccore/share/schema/ is out of date for: {', '.join(drift)}; run `make schema`")
             return 1
         return 0
     print(__doc__)

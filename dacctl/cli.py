@@ -271,7 +271,7 @@ def _granularities(config) -> dict:
 
 
 @cli.command("user-service", help="Run dac's user service (as SlurmUser, under systemd: "
-             "packaging/dac-users.service): it answers users' status, pools, buffers, show, "
+             "daccore/share/packaging/dac-users.service): it answers users' status, pools, buffers, show, "
              "create-persistent and destroy-persistent for the uid their munge credential "
              "proves, on the config's user_service (host:port).")
 def user_service() -> None:

@@ -19,14 +19,19 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from daccore.errors import PlaybookFailed
+from daccore.errors import InternalError, PlaybookFailed
+from daccore.share import asset
 from dacd.warm_ansible import WarmAnsible
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PLAYBOOKS", "run_step", "sweep_stale_runs"]
+__all__ = ["playbooks", "run_step", "sweep_stale_runs"]
 
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+
+
+def playbooks() -> Path:
+    """The installed daccore/share/playbooks/ directory (tests point it at their own)."""
+    return asset("playbooks", directory=True)
 
 
 def _no_nap_after_exit() -> None:
@@ -50,15 +55,17 @@ def _no_nap_after_exit() -> None:
 def run_step(backend: str, step: str, host: str, extravars: dict,
              on_task: Callable[[str], None] | None = None, inventory: dict | None = None,
              forks: int = 20, warm: WarmAnsible | None = None) -> None:
-    """Run playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory` (default: this
+    """Run daccore/share/playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory` (default: this
     machine), through `warm`'s server when given; PlaybookFailed, naming the host whose task
     failed, on failure."""
     import ansible_runner  # ~100 ms: only dacd pays it
     _no_nap_after_exit()
 
-    project = PLAYBOOKS / backend
-    if not (project / f"{step}.yml").exists():
-        return  # a step this backend has nothing to do for
+    project = playbooks() / backend
+    if not (project / f"{step}.yml").is_file():
+        # every backend has every step: a missing one is a broken install, never a success
+        raise InternalError(f"playbook {backend}/{step}.yml is missing from {project.parent}; "
+                            "reinstall dac")
     failed: dict = {}
 
     def event(ev: dict) -> bool:

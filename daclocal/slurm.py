@@ -1,6 +1,6 @@
 """A real Slurm 22.05 on one machine for the local DAC: munged on a private socket, slurmctld,
 and one slurmd per fake node (Debian's build allows several slurmd on one host), all on free
-loopback ports, wired to dac through burst_buffer/lua (slurm-plugin/burst_buffer.lua) or
+loopback ports, wired to dac through burst_buffer/lua (daccore/share/slurm/burst_buffer.lua) or
 burst_buffer/datawarp (dacctl as its dw_wlm_cli).
 
 Everything lives under `<workdir>/slurm/`; processes run in the foreground of their own
@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from daccore.share import asset
+
 from daccore.errors import AdminError
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 
@@ -26,7 +28,6 @@ __all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS", "start_munged", "munge_sock
 #: Slurm refuses burst buffers to root's jobs; demo and tests submit as this user.
 SUBMIT_USER = "dacuser"
 PLUGINS = ("lua", "datawarp")
-LUA_SCRIPT = Path(__file__).resolve().parent.parent / "slurm-plugin" / "burst_buffer.lua"
 
 _SLURM_CONF = """\
 ClusterName=daclocal
@@ -219,7 +220,7 @@ class SlurmCluster:
         bb = self.base / "etc" / "burst_buffer.conf"
         if self.plugin == "lua":
             bb.write_text(_BB_LUA)
-            shutil.copy(LUA_SCRIPT, self.base / "etc" / "burst_buffer.lua")
+            shutil.copy(asset("slurm", "burst_buffer.lua"), self.base / "etc" / "burst_buffer.lua")
         else:
             bin_ = Path(sys.executable).parent
             bb.write_text(_BB_DATAWARP.format(dacctl=bin_ / "dacctl", bbstat=bin_ / "dac-bbstat"))

@@ -45,7 +45,7 @@ def payloads(out):
 def project(tmp_path, monkeypatch):
     (tmp_path / "playbooks" / "probe").mkdir(parents=True)
     (tmp_path / "playbooks" / "probe" / "show.yml").write_text(PLAY)
-    monkeypatch.setattr(runner, "PLAYBOOKS", tmp_path / "playbooks")
+    monkeypatch.setattr(runner, "playbooks", lambda: tmp_path / "playbooks")
     out = tmp_path / "out"
     out.mkdir()
     return out

@@ -24,6 +24,7 @@ import yaml
 
 from clitools import run, setup
 from daccore.config import load_config
+from daccore.share import asset
 from daccore.store import Store
 from daccore.user_service import MAX_CLIENTS, MAX_REQUEST, READ_TIMEOUT
 
@@ -315,7 +316,7 @@ def test_usersvc_a_missing_service_or_munged_is_one_line_naming_the_admin(usersv
 
 
 def test_usersvc_the_systemd_unit_verifies_and_runs_the_service_unprivileged(tmp_path):
-    unit = (Path(__file__).resolve().parents[2] / "packaging" / "dac-users.service").read_text()
+    unit = asset("packaging", "dac-users.service").read_text()
     path = tmp_path / "dac-users.service"
     path.write_text(unit.replace("/opt/dac/venv/bin/dacctl",
                                  str(Path(sys.executable).parent / "dacctl")))

@@ -88,7 +88,7 @@ def test_ansible_failing_before_any_task_still_says_why(tmp_path, bricks, monkey
     project = tmp_path / "playbooks" / "local"
     project.mkdir(parents=True)
     (project / "create.yml").write_text("- hosts: all\n  tasks:\n    - nosuchmodule: {}\n")
-    monkeypatch.setattr("dacd.runner.PLAYBOOKS", tmp_path / "playbooks")
+    monkeypatch.setattr("dacd.runner.playbooks", lambda: tmp_path / "playbooks")
     with pytest.raises(PlaybookFailed) as e:
         run_step("local", "create", "h1", variables)
     assert e.value.task == "(before any task)" and "nosuchmodule" in e.value.output

@@ -4,7 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGING = Path(__file__).resolve().parents[2] / "packaging"
+from daccore.share import asset
+
+PACKAGING = asset("packaging", directory=True)
 
 
 def test_the_systemd_unit_verifies_with_systemd(tmp_path):

@@ -2,6 +2,7 @@ import pytest
 
 from daccore.config import load_config
 from daccore.errors import ConfigError
+from daccore.share import asset
 
 
 def write(tmp_path, text):
@@ -158,7 +159,7 @@ def test_the_sample_config_is_valid_and_shows_every_setting():
     from pathlib import Path
 
     from daccore.config import DacConfig
-    sample = Path(__file__).parents[3] / "packaging" / "dac.yaml"
+    sample = asset("packaging", "dac.yaml")
     cfg = load_config(str(sample), env={})
     assert set(cfg.pools) == {"default", "fast", "objects"}
     text = sample.read_text()

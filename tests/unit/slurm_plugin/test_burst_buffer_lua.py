@@ -1,4 +1,4 @@
-"""slurm-plugin/burst_buffer.lua under Debian's Lua 5.1 (the version slurmctld 22.05 embeds),
+"""daccore/share/slurm/burst_buffer.lua under Debian's Lua 5.1 (the version slurmctld 22.05 embeds),
 with a stand-in `slurm` table and a stand-in dacctl that records its argv."""
 
 import json
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-LUA = Path(__file__).resolve().parents[3] / "slurm-plugin" / "burst_buffer.lua"
+from daccore.share import asset
+
+LUA = asset("slurm", "burst_buffer.lua")
 
 HARNESS = r"""
 slurm = {SUCCESS = 0, ERROR = -1,

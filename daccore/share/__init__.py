@@ -1,0 +1,34 @@
+"""What dac ships besides code, inside the package so a wheel carries it: the Ansible playbooks
+(`playbooks/<backend>/`), Slurm's plugin files (`slurm/`: burst_buffer.lua and the two sample
+burst_buffer.conf), the JSON Schemas of the records and config (`schema/`), the sample dac.yaml
+and the systemd units (`packaging/`).
+
+Found through `importlib.resources`, never by walking up from a module to a checkout, so an
+installed wheel and a source tree read the same files. Ansible and slurmctld need real files,
+so a package that is not unpacked on disk (a zip import) is an internal error, as is a missing
+file: both mean the installation is broken, not that the user or the admin did something."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from daccore.errors import InternalError
+
+__all__ = ["asset", "SLURM_FILES"]
+
+#: what `dacctl slurm-files DIR` copies out for a site's Slurm configuration directory
+SLURM_FILES = ("burst_buffer.lua", "burst_buffer.conf.lua", "burst_buffer.conf.datawarp")
+
+
+def asset(*parts: str, directory: bool = False) -> Path:
+    """The installed file (or, with `directory`, directory) `parts` below this package, e.g.
+    `asset("playbooks", "local", directory=True)`; InternalError naming it when absent."""
+    found = files(__name__).joinpath(*parts)
+    name = "/".join(("daccore/share",) + parts)
+    if not isinstance(found, Path):
+        raise InternalError(f"dac's {name} is not a file on disk; install dac unpacked "
+                            "(pip install the wheel), not as a zip")
+    if not (found.is_dir() if directory else found.is_file()):
+        raise InternalError(f"dac's {name} is missing from this installation; reinstall dac")
+    return found
