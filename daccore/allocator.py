@@ -19,6 +19,7 @@ from the same snapshot pick different bricks and rarely collide in the claim tra
 from __future__ import annotations
 
 import random
+
 from daccore.errors import CapacityError, NotFound, UserError
 from daccore.inventory import BrickInfo, Inventory
 from daccore.models import PlacementPolicy
@@ -77,7 +78,7 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
         hosts.remove(lead)
         hosts.insert(0, lead)
     chosen: list[BrickInfo] = []
-    for host, k in zip(hosts, _round_robin([len(free[h]) for h in hosts], n)):
+    for host, k in zip(hosts, _round_robin([len(free[h]) for h in hosts], n), strict=True):
         if k:
             chosen += _spread_within_host(free[host], k, rng)
     return chosen
