@@ -210,6 +210,8 @@ def _dfuse_args(args: list[str]) -> tuple[dict, str | None, str, str]:
         print(DFUSE_USAGE)
         raise Refused(str(e), 3, whole=True) from None
     given = dict(opts)
+    # --enable-caching and --disable-caching: the last one given wins (dfuse_main.c:486-495)
+    given["caching"] = next((ch == "E" for ch, _ in reversed(opts) if ch in "EA"), True)
     if len(operands) > 3:
         raise _help_refusal()
     mountpoint, pool, cont = given.get("m"), given.get("p", ""), given.get("c", "")
@@ -289,7 +291,9 @@ def dfuse(site: Site, args: list[str]) -> int:
                  "container": cont_name or None, "container_uuid": cont and cont["uuid"],
                  "uid": who.uid, "gid": who.gid, "user": who.user,
                  "read_only": "r" in given or bool(cont and not cont_open(cont, who, rw=True)),
-                 "multi_user": "M" in given}
+                 "multi_user": "M" in given,
+                 # what caching does to reads is daos_files.py's
+                 "caching": given["caching"]}
         if below is not None:
             entry["covers"] = below  # FUSE mounts stack; unmounting uncovers the one below
         mounts[path] = entry

@@ -35,10 +35,9 @@ from lnet import BadNid, parse_nid
 from sitelib import Refused, Site
 
 __all__ = ["RELEASES", "VERSIONS", "release", "max_index", "connect_data", "BRW_DEFAULT",
-           "MODRPCS_DEFAULT", "fsname_error", "svname", "lustre_of", "resolver", "host_nids", "nid_hosts",
-           "running_mgs", "mounted_targets", "registered", "client_mount_at", "mount_path",
-           "fs_store", "MAXFSNAME",
-           "MAX_INDEX"]
+           "MODRPCS_DEFAULT", "fsname_error", "svname", "lustre_of", "resolver", "host_nids",
+           "nid_hosts", "running_mgs", "mounted_targets", "registered", "client_mount_at",
+           "mount_path", "fs_store", "MAXFSNAME", "MAX_INDEX"]
 
 MAXFSNAME = 8          # LUSTRE_MAXFSNAME, lustre/include/uapi/linux/lustre/lustre_user.h
 MAX_INDEX = 0xffe0 - 1  # LOV_V1_INSANE_STRIPE_INDEX (LOV_ALL_STRIPES_WIDE - 1), master

@@ -17,8 +17,8 @@ import shutil
 from disk_state import mounts
 from gnu_getopt import OptionError, parse
 from lnet import BadNid, parse_nodes
-from lustre_model import (connect_data, fs_store, lustre_of, mount_path, mounted_targets, registered, resolver,
-                          running_mgs)
+from lustre_model import (connect_data, fs_store, lustre_of, mount_path, mounted_targets,
+                          registered, resolver, running_mgs)
 from sitelib import Refused, Site
 
 __all__ = ["mount", "umount"]
