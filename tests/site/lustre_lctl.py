@@ -198,10 +198,11 @@ def lctl(site: Site, args: list[str]) -> int:
 
 
 def _ping(site: Site, command: str, args: list[str]) -> int:
-    """jt_ptl_ping (v2_15_7 lustre/utils/portals.c, v2_16_1 portals.c:1312): `ping NID
-    [TIMEOUT]`, the timeout in seconds (default 1), at most 120. 2.15 exits 1 on every failure
-    and 0 on a usage error; 2.16 and master exit with the errno (EINVAL for usage, a bad NID
-    or timeout) and print a failed ping on stdout."""
+    """jt_ptl_ping (v2_15_7 lustre/utils/portals.c:899, v2_16_1 portals.c:1312): `ping NID
+    [TIMEOUT]`, the timeout in seconds (default 1), at most 120 (v2_15_7 :946-951, v2_16_1
+    :1359-1364). 2.15 returns -1 on every failure (exit 1) and 0 after its usage line; 2.16 and
+    master return -errno (EINVAL for usage, a bad NID or timeout) and print a failed ping on
+    stdout (v2_16_1 :1529-1547)."""
     old = release(site) == "2.15"
 
     def fail(message: str, code: int, out: bool = False) -> Refused:
@@ -310,9 +311,10 @@ def _set_now(site: Site, state: dict, command: str, words: list[str],
     """Set each parameter on every device of this host it names, in argv order.
 
     The exit status: on 2.15 the first failure's (jt_lcfg_setparam, v2_15_7
-    lustre/utils/lustre_cfg.c:1134-1154: `if (rc == 0) rc = rc2`); on 2.16 and master the last
-    parameter's (v2_16_1 lustre/utils/lustre_param.c:943-963: `rc = do_param_op(...)`). Either
-    way every parameter is tried and what could be set stays set."""
+    lustre/utils/lustre_cfg.c:1493-1536: `if (rc == 0) rc = rc2`); on 2.16 and master the last
+    parameter's (v2_16_1 lustre/utils/lustre_param.c:942-964: `rc = do_param_op(...)`, which
+    also prints "setting 'x'='v': <error>"). Either way every parameter is tried and what could
+    be set stays set."""
     tables = params_of(chosen)
     have = _devices(state, site.host)
     rc, complaints = 0, []
@@ -321,7 +323,7 @@ def _set_now(site: Site, state: dict, command: str, words: list[str],
         if not eq:
             value = words.pop(0) if words else ""
         if not value:
-            if chosen == "2.15":  # lustre_cfg.c:1127-1149: "no value", then on to the next
+            if chosen == "2.15":  # lustre_cfg.c:1502-1519: "no value", then on to the next
                 complaints.append(f"error: {command}: setting {param}: no value")
                 rc = rc or errno.EINVAL
                 if eq:
@@ -435,6 +437,8 @@ def _mdc_rpcs(mine: dict, maxmodrpcs: int, name: str, value: int) -> int | None:
 
 
 def _erase_lcfg(site: Site, command: str, args: list[str]) -> int:
+    if release(site) != "master":
+        return _erase_lcfg_2_15(site, command, args)
     usage = f"usage: {command} [--help] [--quiet] FSNAME"
     try:
         options, words = parse(args, ["h|help", "q|quiet"])
@@ -463,4 +467,27 @@ def _erase_lcfg(site: Site, command: str, args: list[str]) -> int:
     if not quiet:
         print(f"{command}: erased {len(erased)} parameter{'s' if len(erased) > 1 else ''} "
               f"matching fsname '{fsname}'")
+    return 0
+
+
+def _erase_lcfg_2_15(site: Site, command: str, args: list[str]) -> int:
+    """jt_lcfg_erase of 2.15 and 2.16 (v2_15_7 lustre/utils/obd.c:2601, v2_16_1 obd.c:2528):
+    `erase_lcfg FSNAME [-q|--quiet]` and nothing else (CMD_HELP), silent when it works; no MGS
+    here (get_mgs_device) and an unknown filesystem (the ioctl's -1) both exit 1."""
+    if len(args) not in (1, 2) or (len(args) == 2 and not (
+            args[1].startswith("-q") or args[1].startswith("--quiet"))):
+        raise Refused(f"{command}: erase the filesystem's configuration logs (MGS only)\n"
+                      f"usage: {command} <fsname>", 4, whole=True)
+    fsname = args[0]
+    with site.state() as state:
+        mgs = next((info for owner, _, info in mounted_targets(state)
+                    if owner == site.host and "mgs" in info["kinds"]), None)
+        if mgs is None:
+            raise Refused("This command must be run on the MGS.", 1, whole=True)
+        if fsname not in mgs.get("mgs_db", {}):
+            raise Refused(f"error: {command}: OBD_IOC_LCFG_ERASE failed: No such file or "
+                          "directory", 1, whole=True)
+        del mgs["mgs_db"][fsname]
+        params = state.setdefault("lustre", {}).setdefault("params", [])
+        params[:] = [p for p in params if not (p["permanent"] and fsname in p["param"])]
     return 0

@@ -58,7 +58,8 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
     if chosen != "master" and args[-1].startswith("-") and not (
             chosen == "2.16" and args in (["--version"], ["-V"])):
         # the device is the last argument: main() refuses anything else before parsing
-        # (v2_15_7 lustre/utils/mkfs_lustre.c:852, v2_16_1 chk_args() mkfs_lustre.c:819)
+        # (v2_15_7 lustre/utils/mkfs_lustre.c:852, v2_16_1 chk_args() mkfs_lustre.c:805-823,
+        # called at :842; master has no such check)
         raise Refused(_USAGE, 22, whole=True)
     try:
         options, devs = parse(args, _MKFS)

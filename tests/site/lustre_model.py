@@ -92,7 +92,7 @@ def connect_data(site: Site, state: dict, known: dict) -> dict:
 
 def max_index(chosen: str) -> int:
     """The highest --index mkfs.lustre takes: below INDEX_UNASSIGNED (0xffff) on 2.15 and 2.16
-    (v2_15_7 lustre/utils/mkfs_lustre.c:517, v2_16_1 mkfs_lustre.c:472; mount_utils.h:80),
+    (v2_15_7 lustre/utils/mkfs_lustre.c:518, v2_16_1 mkfs_lustre.c:473; mount_utils.h:80),
     at most LOV_V1_INSANE_STRIPE_INDEX on master (mkfs_lustre.c:524)."""
     return MAX_INDEX if chosen == "master" else 0xffff - 1
 

@@ -255,10 +255,6 @@ REFUSALS = {
     "set_param -P away from the mgs": ("dac2", ["lctl", "set_param", "-P",
                                                 "osc.fs1-*.max_rpcs_in_flight=8"], 19,
                                        "This command must be run on the MGS."),
-    "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 19,
-                                     "This command must be run on the MGS."),
-    "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 2,
-                                    "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
     "unknown lctl command": ("dac1", ["lctl", "frobnicate"], 1, "is not a valid command"),
     # lfs
     "setstripe outside lustre": ("dac1", ["lfs", "setstripe", "-c", "-1", "{spare_dir}"], 25,
@@ -330,6 +326,12 @@ _OST = ["mkfs.lustre", "--ost", "--fsname=fs1", f"--mgsnode={MGS}"]
 #: lustre_lctl.py): release -> refusals and accepted forms of that release only
 REFUSALS_OF = {
     "2.15": {
+        "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
+                                               4, "usage: erase_lcfg <fsname>"),
+        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
+                                         "This command must be run on the MGS."),
+        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
+                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
         "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
                                                "--fsname=fs1", "--index=7",
                                                f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
@@ -344,6 +346,12 @@ REFUSALS_OF = {
             "param_path 'mdt/fs1-MDT*/max_mod_rpcs_in_flight': No such file or directory"),
     },
     "2.16": {
+        "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
+                                               4, "usage: erase_lcfg <fsname>"),
+        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
+                                         "This command must be run on the MGS."),
+        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
+                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
         "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
                                                "--fsname=fs1", "--index=7",
                                                f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
@@ -355,6 +363,10 @@ REFUSALS_OF = {
                                            "Timeout 121 is to large"),
     },
     "master": {
+        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 19,
+                                         "This command must be run on the MGS."),
+        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 2,
+                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
         "index too large": ("dac1", [*_OST, "--index=65504", "{spare}"], 1,
                             "Target index must be less than 65504"),
         "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 5,
