@@ -13,7 +13,7 @@ import uuid
 from argv_grammar import Arg, Command, Flag, GetoptError, Parsed, getopt_long
 from daos_rules import DER, Identity, default_cont_acl, effective_perms, is_uuid, label_ok
 from daos_site import (Fail, caller, connect, cont_open, daos_state, find_cont, opaque,
-                       principal_flag, run_go, size_flag, status)
+                       principal_flag, release, run_go, size_flag, status)
 from sitelib import Refused, Site, register
 
 
@@ -238,6 +238,7 @@ def _dfuse_args(args: list[str]) -> tuple[dict, str | None, str, str]:
 @register("dfuse")
 def dfuse(site: Site, args: list[str]) -> int:
     """Mount a POSIX container with FUSE (as the job's user); the mount lives in the state."""
+    release(site)
     given, mountpoint, pool_name, cont_name = _dfuse_args(args)
     if "h" in given or "v" in given:
         print(DFUSE_USAGE if "h" in given else "dfuse version 2.6.5")
