@@ -104,10 +104,19 @@ class LustreSettings(Settings):
                              description="where servers mount their targets")
     tuning: Literal["none", "io500"] = Field(
         "none", description="io500: the lctl settings of the IO500 run (docs/backends.md)")
+    release: Literal["2.15", "2.16"] = Field(
+        "2.15", description="the Lustre release the servers and clients run: the io500 "
+                            "profile sets what that release has (docs/backends.md)")
+    max_mod_rpcs_per_client: int = Field(
+        8, ge=1, le=512, description="2.15: the MDS's mdt module parameter of that name (the "
+                                     "site's modprobe.d; Lustre's default 8): io500 raises "
+                                     "clients' max_mod_rpcs_in_flight to it, never above")
 
 
-#: the least NVMe a DAOS pool may have on each target (dmg pool create refuses less)
+#: the least NVMe and SCM a DAOS pool may have on each target of a rank (DAOS 2.6
+#: src/control/server/engine/utils.go NvmeMinBytesPerTarget, ScmMinBytesPerTarget)
 DAOS_NVME_PER_TARGET = 1 << 30
+DAOS_SCM_PER_TARGET = 16 << 20
 
 
 class DaosSettings(Settings):
@@ -116,6 +125,14 @@ class DaosSettings(Settings):
                                       "ofi+verbs or ucx+dc_x (InfiniBand)")
     targets: int = Field(16, ge=1, description="targets per engine (one engine per socket)")
     nr_xs_helpers: int = Field(4, ge=0, description="helper xstreams per engine")
+    scm_percent: float = Field(
+        6, gt=0, lt=100, description="the SCM share of a pool, as dmg's default tier ratio "
+                                     "6,94: a rank gives a pool SCM of scm_percent/(100 - "
+                                     "scm_percent) of the NVMe dac allocated there")
+
+    def scm_for(self, nvme: int) -> int:
+        """The SCM a rank gives a pool with `nvme` bytes of NVMe there, in whole MiB."""
+        return int(nvme * self.scm_percent / (100 - self.scm_percent)) >> 20 << 20
 
 
 class PoolSettings(Settings):
@@ -148,6 +165,14 @@ class PoolSettings(Settings):
                              f"{format_size(self.daos.targets * DAOS_NVME_PER_TARGET)} per brick "
                              f"(DAOS: 1GiB of NVMe per target); the granularity is "
                              f"{format_size(self.granularity)}")
+        if self.daos and self.daos.scm_for(self.granularity) < \
+                self.daos.targets * DAOS_SCM_PER_TARGET:
+            raise ValueError(f"daos.scm_percent: {self.daos.scm_percent:g} % of a brick of "
+                             f"{format_size(self.granularity)} gives "
+                             f"{format_size(self.daos.scm_for(self.granularity))} of SCM, and "
+                             f"{self.daos.targets} targets need at least "
+                             f"{format_size(self.daos.targets * DAOS_SCM_PER_TARGET)} (DAOS: "
+                             "16MiB of SCM per target)")
         if self.swap and self.backend is not Backend.LOCAL:
             raise ValueError(f"swap: the {self.backend.value} backend offers no swap (only "
                              "local does)")

@@ -22,21 +22,36 @@ GiB = 1 << 30
 NODES = ("node1", "node2")
 
 
+#: the releases whose stand-ins the lustre and daos suites run against (tests/site)
+LUSTRE_RELEASES = ("2.15", "2.16")
+DAOS_RELEASES = ("2.6",)
+
+
 class RecordedSite:
-    def __init__(self, root: Path, hosts: int, bricks_per_host: int = 2):
-        self.root = root
+    """`release`: the Lustre release the site's stand-ins follow (and dac's config says);
+    `by_id`: bricks named by udev's persistent links (<host>/dev/disk/by-id/nvme-DAC_<n>);
+    `daos`: extra DAOS facts per host (targets, scm_bytes, nvme_bytes: daos_tools.py)."""
+
+    def __init__(self, root: Path, hosts: int, bricks_per_host: int = 2, release: str = "2.15",
+                 by_id: bool = False, daos: dict | None = None, brick: int = 100 * GiB,
+                 granularity: int = 100 * GiB):
+        self.root, self.release, self.by_id = root, release, by_id
+        self.brick, self.granularity = brick, granularity
         self.hosts = [f"dac{i}" for i in range(1, hosts + 1)]
         self.bricks_per_host = bricks_per_host
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o777)  # the stand-ins also run as the job's user (setpriv)
-        facts = {"hosts": {h: {"nid": f"10.0.0.{i}@tcp", "ranks": [2 * i - 2, 2 * i - 1]}
-                           for i, h in enumerate(self.hosts, 1)}}
+        facts = {"hosts": {h: {"nid": f"10.0.0.{i}@tcp", "ranks": [2 * i - 2, 2 * i - 1],
+                               **(daos or {})}
+                           for i, h in enumerate(self.hosts, 1)},
+                 "lustre": {"release": release}, "daos": {"release": "2.6"}}
         facts["hosts"]["mgs1"] = {"nid": "10.0.0.100@tcp", "ranks": []}
         (root / "site.json").write_text(json.dumps(facts))
         for h in self.hosts:
-            (root / h / "dev").mkdir(parents=True)
             for b in range(bricks_per_host):
-                (root / h / "dev" / f"nvme{b}n1").write_bytes(b"")
+                path = Path(self.device(h, b))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(b"")
         for name in ("commands.jsonl", "state.json", "state.lock"):
             (root / name).touch(mode=0o666)
             (root / name).chmod(0o666)
@@ -48,13 +63,15 @@ class RecordedSite:
                 "DAC_SITE_HOST": host}
 
     def device(self, host: str, brick: int) -> str:
+        if self.by_id:
+            return str(self.root / host / "dev" / "disk" / "by-id" / f"nvme-DAC_{brick}")
         return str(self.root / host / "dev" / f"nvme{brick}n1")
 
     def config(self, backend: str, etcd: str | dict | None = None, **settings) -> dict:
         """A dac config (as data) with one pool `p` of this backend over every brick."""
-        pool = {"granularity": 100 * GiB, "backend": backend}
+        pool = {"granularity": self.granularity, "backend": backend}
         if backend == "lustre":
-            pool["lustre"] = {"mgs": "per_buffer", "mdt_size": "10GiB",
+            pool["lustre"] = {"mgs": "per_buffer", "mdt_size": "10GiB", "release": self.release,
                               "target_root": str(self.root / "targets"), **settings}
         else:
             pool["daos"] = {"provider": "ofi+tcp", **settings}
@@ -62,7 +79,8 @@ class RecordedSite:
                      "daos_ranks": {0: 2 * i - 2},
                      "ansible_vars": {"ansible_connection": "local",
                                       "dac_environment": self.env(h)},
-                     "bricks": [{"device": self.device(h, b), "capacity": 100 * GiB, "pool": "p"}
+                     "bricks": [{"device": self.device(h, b), "capacity": self.brick, "pool": "p",
+                                 "name": f"nvme{b}n1"}
                                 for b in range(self.bricks_per_host)]}
                  for i, h in enumerate(self.hosts, 1)}
         mgs = pool.get("lustre", {}).get("mgs")
@@ -85,14 +103,15 @@ class RecordedSite:
         return path
 
     def buffer(self, bricks: list[tuple[str, int]], access="striped", uid=1000, gid=1000,
-               attachments=None, name="42") -> Buffer:
+               attachments=None, name="42", capacity: int | None = None) -> Buffer:
+        """A buffer on these bricks; by default it asks for a granularity per brick."""
+        capacity = capacity or self.granularity * len(bricks)
         return Buffer(name=name, owner_uid=uid, owner_gid=gid, created_at=1.0,
-                      request=BufferRequest(capacity=100 * GiB * len(bricks), pool="p",
-                                            access=access),
+                      request=BufferRequest(capacity=capacity, pool="p", access=access),
                       attachments=attachments or {},
                       allocation=Allocation(primary_host=bricks[0][0], bricks=[
                           BrickRef(host=h, brick=f"nvme{b}n1", device=self.device(h, b),
-                                   capacity=100 * GiB) for h, b in bricks]))
+                                   capacity=self.brick) for h, b in bricks]))
 
     def run(self, config: dict, backend: str, buf: Buffer, step: str, attached=None,
             on_task=None) -> None:

@@ -3,7 +3,10 @@ POSIX container, mounted with dfuse.
 
 A brick's engine is the one on its socket (one engine per socket; `hosts.<h>.daos_ranks`
 maps socket to rank), so the pool spans exactly the ranks holding the allocation, sized from
-it. The pool belongs to the job's user and group; its ACL keeps only the owner (the group
+it: DAOS gives a pool the same SCM and NVMe on each of its ranks, so each rank gives the NVMe of
+its fewest allocated bricks (never more than dac accounted to any rank), and SCM in the pool's
+`scm_percent` (dmg pool create --scm-size --nvme-size, per rank). An allocation spread so
+unevenly over ranks that this falls short of the capacity asked is refused in one line. The pool belongs to the job's user and group; its ACL keeps only the owner (the group
 entry DAOS adds by default is removed), as a 0700 directory would. The container is created,
 and dfuse run and stopped, as the user (setpriv with the user's uid, gid and groups): DAOS
 checks the caller's identity against the pool's ACL itself, and a user's dfuse mount is theirs.
@@ -11,6 +14,10 @@ checks the caller's identity against the pool's ACL itself, and a user's dfuse m
     primary   dmg pool create / delete-acl, daos container create, dfuse at
               <fs_root>/<buffer>/striped for staging (the container's root is the striped dir)
     clients   dfuse at the daccore.layout path; fusermount3 -u when detached
+
+Every dfuse runs with --disable-caching: the staging mount lives as long as the buffer while the
+nodes change the files, and dfuse's default caching would let stage-out read pages up to ten
+minutes old (dfuse_core.c: data cache timeout 600 s).
 
 A POSIX container is one namespace: there is no private mode, and job_process says so.
 """
@@ -23,6 +30,7 @@ import pwd
 
 from daccore.backends.base import Backend, register
 from daccore.errors import AdminError
+from daccore.units import format_size
 
 __all__ = ["DaosBackend", "pool_label", "CONTAINER"]
 
@@ -39,20 +47,42 @@ class DaosBackend(Backend):
 
     def ranks(self, buffer) -> list[int]:
         """The engine ranks of the buffer's bricks."""
-        ranks = set()
+        return sorted(self._per_rank(buffer))
+
+    def _per_rank(self, buffer) -> dict[int, int]:
+        """Bytes dac allocated to the buffer on each engine rank."""
+        out: dict[int, int] = {}
         for ref in buffer.allocation.bricks:
-            ranks.add(self.config.hosts[ref.host].daos_ranks[self.brick(buffer, ref).socket])
-        return sorted(ranks)
+            rank = self.config.hosts[ref.host].daos_ranks[self.brick(buffer, ref).socket]
+            out[rank] = out.get(rank, 0) + ref.capacity
+        return out
+
+    def tier_bytes(self, buffer) -> tuple[int, int]:
+        """(SCM, NVMe) bytes per rank: the same on every rank, as DAOS allocates them."""
+        per_rank = self._per_rank(buffer)
+        nvme = min(per_rank.values()) >> 20 << 20
+        if nvme * len(per_rank) < buffer.request.capacity:
+            counts = ", ".join(f"rank {r}: {format_size(b)}" for r, b in sorted(per_rank.items()))
+            raise AdminError(
+                f"buffer {buffer.name}: a DAOS pool has the same NVMe on each of its ranks, and "
+                f"its bricks lie unevenly on {len(per_rank)} ranks ({counts}): the pool would "
+                f"hold {format_size(nvme * len(per_rank))} of the "
+                f"{format_size(buffer.request.capacity)} asked; ask for a multiple of "
+                "the granularity that fills whole ranks, or give the pool more engines")
+        settings = self.config.pools[buffer.request.pool].daos
+        return settings.scm_for(nvme), nvme
 
     def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
         user, group = _names(buffer.owner_uid, buffer.owner_gid, self.host)
+        scm, nvme = self.tier_bytes(buffer) if step == "create" else (0, 0)
         fs_path = os.path.join(self.config.hosts[buffer.allocation.primary_host].fs_root,
                                buffer.name)
         return {
             "buffer": buffer.name,
             "pool": pool_label(buffer),
             "container": CONTAINER,
-            "size": str(buffer.allocation.size),
+            "scm_size": str(scm),
+            "nvme_size": str(nvme),
             "ranks": ",".join(str(r) for r in self.ranks(buffer)),
             "owner_user": user,
             "owner_group": group,

@@ -30,6 +30,9 @@ __all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
 
 MiB = 1 << 20
 CLIENT_OPTIONS = "flock,nodev,nosuid"
+#: seconds `lctl ping` waits for the shared MGS (its default, 1 s, is short for a cold o2ib
+#: peer: the connection is set up by the first ping)
+PING_TIMEOUT = "10"
 
 #: the lctl settings of the IO500 run in notes/seeds.md: (side, parameter pattern, value).
 #: Set without -P, per buffer, with the buffer's fsname in the pattern: they go with the mount.
@@ -39,7 +42,7 @@ IO500_TUNING = [
     ("client", "osc.{fs}-*.max_pages_per_rpc", "4096"),
     ("client", "osc.{fs}-*.max_rpcs_in_flight", "128"),
     ("client", "mdc.{fs}-*.max_rpcs_in_flight", "128"),
-    ("client", "mdc.{fs}-*.max_mod_rpcs_in_flight", "127"),
+    ("client", "mdc.{fs}-*.max_mod_rpcs_in_flight", "{mod_rpcs}"),
     ("client", "llite.{fs}-*.checksum_pages", "0"),
     ("client", "osc.{fs}-*.checksums", "0"),
     ("client", "mdc.{fs}-*.checksums", "0"),
@@ -48,6 +51,12 @@ IO500_TUNING = [
     ("client", "llite.{fs}-*.max_read_ahead_mb", "2048"),
     ("client", "osc.{fs}-*.short_io_bytes", "65536"),
 ]
+#: A client may not have more modifying RPCs in flight than its MDT allowed when it connected
+#: (ERANGE). From Lustre 2.16 the MDT's limit is its own parameter, raised here on each MDS
+#: before any client mounts; 2.15 has only the mdt module parameter max_mod_rpcs_per_client,
+#: the site's (`lustre.max_mod_rpcs_per_client` says what it is).
+MDT_MOD_RPCS = "mdt.{fs}-MDT*.max_mod_rpcs_in_flight"
+IO500_MOD_RPCS = 127
 
 
 def fsname(buffer) -> str:
@@ -55,8 +64,19 @@ def fsname(buffer) -> str:
     return "".join(string.ascii_lowercase[b % 26] for b in digest[:8])
 
 
+#: persistent links to whole disks whose partitions udev links as <link>-part<N>
+#: (systemd's rules.d/60-persistent-storage.rules)
+PERSISTENT_LINKS = ("by-id", "by-path", "by-diskseq")
+
+
 def partition(disk: str, number: int) -> str:
-    """The kernel's name for a disk's partition: nvme0n1 -> nvme0n1p1, sda -> sda1."""
+    """A disk's partition as the kernel names it (nvme0n1 -> nvme0n1p1, sda -> sda1), or as
+    udev links it when the disk is named by a persistent link: /dev/disk/by-id/nvme-X ->
+    /dev/disk/by-id/nvme-X-part1."""
+    parent = os.path.dirname(disk)
+    if os.path.basename(parent) in PERSISTENT_LINKS and \
+            os.path.basename(os.path.dirname(parent)) == "disk":
+        return f"{disk}-part{number}"
     return f"{disk}{'p' if disk[-1].isdigit() else ''}{number}"
 
 
@@ -106,14 +126,25 @@ class LustreBackend(Backend):
                 targets.append(_target(fs, "ost", osts, partition(device, 2 if with_mdt else 1),
                                        nid, s.target_root))
                 osts += 1
-            out[host] = {"disks": disks, "targets": targets}
+            out[host] = {"disks": disks, "targets": targets,
+                         "server_tuning": self.tuning(buffer, "server", any(
+                             t["kind"] != "ost" for t in targets))}
         return out
 
-    def tuning(self, buffer, side: str) -> list[str]:
-        if self._settings(buffer).tuning == "none":
+    def tuning(self, buffer, side: str, has_mdt: bool = False) -> list[str]:
+        """The profile's `lctl set_param` words for a client, or for a server (with its MDT's
+        limit first, where the release has one)."""
+        s = self._settings(buffer)
+        if s.tuning == "none":
             return []
-        return [f"{name.format(fs=fsname(buffer))}={value}"
-                for where, name, value in IO500_TUNING if where == side]
+        fs = fsname(buffer)
+        mod_rpcs = IO500_MOD_RPCS if s.release != "2.15" else \
+            min(IO500_MOD_RPCS, s.max_mod_rpcs_per_client)
+        words = [f"{name.format(fs=fs)}={value.format(mod_rpcs=mod_rpcs)}"
+                 for where, name, value in IO500_TUNING if where == side]
+        if side == "server" and has_mdt and s.release != "2.15":
+            words.insert(0, f"{MDT_MOD_RPCS.format(fs=fs)}={IO500_MOD_RPCS}")
+        return words
 
     def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
         s, primary = self._settings(buffer), buffer.allocation.primary_host
@@ -123,6 +154,7 @@ class LustreBackend(Backend):
             "fsname": fs,
             "mgs_nid": nid,
             "shared_mgs": s.mgs != "per_buffer",
+            "ping_timeout": PING_TIMEOUT,
             "fs_path": os.path.join(self.config.hosts[primary].fs_root, buffer.name),
             "fs_source": f"{nid}:/{fs}",
             "client_options": CLIENT_OPTIONS,
@@ -131,7 +163,6 @@ class LustreBackend(Backend):
             "owner_gid": buffer.owner_gid,
             "job_dirs": ["striped"] if buffer.persistent else
             buffer.request.access.value.split(","),
-            "server_tuning": self.tuning(buffer, "server"),
             "client_tuning": self.tuning(buffer, "client"),
         }
 
@@ -159,5 +190,8 @@ def _target(fs: str, kind: str, index: int, device: str, mgsnode: str | None, ro
     argv = ["mkfs.lustre", *(["--mgs"] if mgs else []), f"--{kind}", "--reformat",
             f"--fsname={fs}", f"--index={index}", *([f"--mgsnode={mgsnode}"] if mgsnode else []),
             device]
-    return {"kind": "mgs" if mgs else kind, "index": index, "device": device, "mkfs": argv,
-            "mount_point": os.path.join(root, fs, f"{kind}{index}")}
+    # role: the order Lustre starts them in (mdt0 with the MGS, the other MDTs, the OSTs);
+    # they stop in the manual's order: the MDTs, MDT0 and the MGS, then the OSTs
+    role = "ost" if kind == "ost" else "mdt0" if index == 0 else "mdt"
+    return {"kind": "mgs" if mgs else kind, "role": role, "index": index, "device": device,
+            "mkfs": argv, "mount_point": os.path.join(root, fs, f"{kind}{index}")}

@@ -13,7 +13,7 @@ import uuid
 from argv_grammar import Arg, Command, Flag, GetoptError, Parsed, getopt_long
 from daos_rules import DER, Identity, default_cont_acl, effective_perms, is_uuid, label_ok
 from daos_site import (Fail, caller, connect, cont_open, daos_state, find_cont, opaque,
-                       principal_flag, run_go, size_flag, status)
+                       principal_flag, release, run_go, size_flag, status)
 from sitelib import Refused, Site, register
 
 
@@ -210,6 +210,8 @@ def _dfuse_args(args: list[str]) -> tuple[dict, str | None, str, str]:
         print(DFUSE_USAGE)
         raise Refused(str(e), 3, whole=True) from None
     given = dict(opts)
+    # --enable-caching and --disable-caching: the last one given wins (dfuse_main.c:486-495)
+    given["caching"] = next((ch == "E" for ch, _ in reversed(opts) if ch in "EA"), True)
     if len(operands) > 3:
         raise _help_refusal()
     mountpoint, pool, cont = given.get("m"), given.get("p", ""), given.get("c", "")
@@ -236,6 +238,7 @@ def _dfuse_args(args: list[str]) -> tuple[dict, str | None, str, str]:
 @register("dfuse")
 def dfuse(site: Site, args: list[str]) -> int:
     """Mount a POSIX container with FUSE (as the job's user); the mount lives in the state."""
+    release(site)
     given, mountpoint, pool_name, cont_name = _dfuse_args(args)
     if "h" in given or "v" in given:
         print(DFUSE_USAGE if "h" in given else "dfuse version 2.6.5")
@@ -289,7 +292,9 @@ def dfuse(site: Site, args: list[str]) -> int:
                  "container": cont_name or None, "container_uuid": cont and cont["uuid"],
                  "uid": who.uid, "gid": who.gid, "user": who.user,
                  "read_only": "r" in given or bool(cont and not cont_open(cont, who, rw=True)),
-                 "multi_user": "M" in given}
+                 "multi_user": "M" in given,
+                 # what caching does to reads is daos_files.py's
+                 "caching": given["caching"]}
         if below is not None:
             entry["covers"] = below  # FUSE mounts stack; unmounting uncovers the one below
         mounts[path] = entry

@@ -13,7 +13,7 @@ from argv_grammar import Command, FlagsError, Parsed, parse_goflags
 from daos_rules import DER, Identity, der, effective_perms, is_uuid, parse_bytes, principal_ok
 from sitelib import Refused, Site
 
-__all__ = ["Fail", "status", "fault", "daos_state", "find_pool", "not_found", "run_go", "entity",
+__all__ = ["RELEASES", "release", "Fail", "status", "fault", "daos_state", "find_pool", "not_found", "run_go", "entity",
            "connect", "find_cont", "cont_open", "caller", "size_flag", "principal_flag", "opaque"]
 
 
@@ -36,6 +36,18 @@ def fault(code: int, description: str, resolution: str, prefix: str) -> Fail:
     """A control-plane fault (src/control/fault/fault.go) and its resolution line."""
     return Fail(f"{prefix}server: code = {code} description = {json.dumps(description)}",
                 resolution=f"server: code = {code} resolution = {json.dumps(resolution)}")
+
+
+#: the DAOS releases the stand-ins follow; site.json {"daos": {"release": ...}} picks one
+RELEASES = ("2.6",)
+
+
+def release(site: Site) -> str:
+    chosen = str(site.facts.get("daos", {}).get("release", "2.6"))
+    if chosen not in RELEASES:
+        raise Refused(f"stand-in: site.json daos.release '{chosen}' is not one of "
+                      f"{', '.join(RELEASES)}", 2)
+    return chosen
 
 
 def daos_state(state: dict) -> dict:
@@ -61,6 +73,7 @@ def run_go(tool: str, root: Command, handlers: dict, site: Site, args: list[str]
 
     A handler takes (site, parsed) and returns (JSON response, text); ``check`` runs on every
     parsed command line first (dmg's config loading)."""
+    release(site)
     head = args[:args.index("--")] if "--" in args else args
     wants_json = any(a in ("-j", "--json") for a in head)
     try:

@@ -1,5 +1,7 @@
 """Stand-ins for the DAOS 2.6 tools the daos playbooks run: dmg, daos, dfuse, fusermount3.
 
+DAOS 2.6 is the one release they follow (site.json {"daos": {"release": "2.6"}}, the default).
+
 What "checked" means. Each stand-in parses argv with the real tool's parser (go-flags for
 dmg and daos, getopt_long for dfuse and fusermount3: argv_grammar.py) and enforces the rules
 below with the real wording and exit status, before it changes the site's state. Sources:
@@ -59,7 +61,10 @@ stderr. Option errors are getopt's, on stderr, with the usage and exit 3.
     connect); the container must exist, open read-write or read-only, and be POSIX. A
     non-root caller needs write access to the mount point (and to own it when sticky), as
     fusermount3's check_perm demands. FUSE 3 mounts over non-empty directories, so a non-empty
-    mount point is NOT refused.
+    mount point is NOT refused. --enable-caching / --disable-caching: the last one given wins
+    (dfuse_main.c:486-495); caching is on by default, and a file read through a caching mount
+    is served from that mount's cache for 600 s (dfuse_core.c:773) whatever another node wrote
+    since: daos_files.py models those reads and writes for the tests.
 fusermount3 (libfuse util/fusermount.c, lib/mount_util.c): -u, -z (needs -u), -q; one
 mount point, its parent resolved. A non-root caller may only unmount an entry with its own
 user_id ('fusermount3: entry for X not found in /etc/mtab'); root unmounting a non-mount gets

@@ -9,10 +9,12 @@ State (in site.state(), per host, keyed by the device's absolute path):
     state["mounts"][host] = [{"source", "dir", "fstype", ...}]   (see lustre_model.py)
 
 Device placeholders are real files; a partition's placeholder sits next to its disk, named the
-way udev names it (nvme0n1p1, loop3p1, sda1).
+way the kernel and udev name it (nvme0n1p1, loop3p1, sda1; disk/by-id/<id>-part1).
 """
 
 from __future__ import annotations
+
+import os
 
 __all__ = ["devices", "device", "mounts", "busy", "partition_of", "partition_path",
            "signatures"]
@@ -32,7 +34,15 @@ def mounts(state: dict, host: str) -> list:
 
 
 def partition_path(disk: str, number: int) -> str:
-    """udev's name for partition `number` of `disk`: a 'p' when the disk name ends in a digit."""
+    """Where partition `number` of `disk` appears: the kernel's name next to a kernel-named disk
+    (a 'p' when the disk name ends in a digit: nvme0n1p1, sda1), and udev's link next to a
+    disk named by a persistent link: <link>-part<N> under /dev/disk/by-id, by-path and
+    by-diskseq (systemd v252, Debian 12: rules.d/60-persistent-storage.rules, the
+    `ENV{DEVTYPE}=="partition"` rules that add "-part%n")."""
+    parent = os.path.dirname(disk)
+    if os.path.basename(parent) in ("by-id", "by-path", "by-diskseq") and \
+            os.path.basename(os.path.dirname(parent)) == "disk":
+        return f"{disk}-part{number}"
     return f"{disk}p{number}" if disk[-1:].isdigit() else f"{disk}{number}"
 
 

@@ -18,7 +18,8 @@ import sys
 from disk_state import mounts
 from gnu_getopt import OptionError, parse
 from lnet import BadNid, parse_nid
-from lustre_model import host_nids, lustre_of, mounted_targets, resolver
+from lustre_model import (BRW_DEFAULT, MODRPCS_DEFAULT, host_nids, lustre_of, mounted_targets,
+                          release, resolver)
 from sitelib import Refused, Site
 
 __all__ = ["lctl", "PARAMS"]
@@ -108,13 +109,12 @@ def value_error(rule, value: str) -> int | None:
         return None if value in rule[1:] else errno.EINVAL
     elif kind.startswith("size:"):
         return None if _size(value, kind[5:]) is not None else errno.EINVAL
-    elif kind == "rpc":  # a bare count of pages up to PTLRPC_MAX_BRW_PAGES, or a size
+    elif kind == "rpc":  # pages, or a size; its range depends on the server (_write)
         size = _size(value, "B")
         if size is None:
             return errno.EINVAL
-        if value.isdigit() and size <= 64 * MiB // 4096:
-            size *= 4096
-        return None if 64 * 1024 <= size <= 64 * MiB else errno.ERANGE
+        pages = size // 4096 if size >= MiB else size
+        return None if 0 < pages <= 64 * MiB // 4096 else errno.ERANGE
     elif kind == "brw":
         size = _size(value, "M")
         if size is None or size == 0:
@@ -137,34 +137,44 @@ def _split(param: str) -> tuple[str, str | None, str]:
     return parts[0], ".".join(parts[1:-1]), parts[-1]
 
 
-def _host_devices(state: dict, host: str) -> dict[str, set[str]]:
-    """The parameter devices the host has now, by type."""
-    found: dict[str, set[str]] = {t: set() for t in PARAMS}
+def params_of(chosen: str) -> dict:
+    """The parameter table of a release: mdt.*.max_mod_rpcs_in_flight came with 2.16
+    (v2_16_1 lustre/mdt/mdt_lproc.c:1170; 2.15 has only the mdt module's
+    max_mod_rpcs_per_client, v2_15_7 lustre/mdt/mdt_handler.c:70)."""
+    if chosen == "2.15":
+        return PARAMS
+    return {**PARAMS, "mdt": {**PARAMS["mdt"], "max_mod_rpcs_in_flight": ("uint", 1, 512)}}
+
+
+def _devices(state: dict, host: str) -> dict[str, dict]:
+    """The parameter devices the host has now, by type: name -> what the device belongs to
+    (a client's mdc/osc: (its mount entry, the target's svname); a target's: its format)."""
+    found: dict[str, dict] = {t: {} for t in PARAMS}
     for entry in mounts(state, host):
         if entry.get("kind") == "client":
             mgs = lustre_of(state, *entry["mgs"]) or {}
             names = mgs.get("mgs_db", {}).get(entry["fsname"], {})
             inst = entry["instance"]
-            found["llite"].add(f"{entry['fsname']}-{inst}")
+            found["llite"][f"{entry['fsname']}-{inst}"] = entry
             for name in names:
                 kind = "osc" if "-OST" in name else "mdc"
-                found[kind].add(f"{name}-{kind}-{inst}")
-                found["ldlm"].add(f"{name}-{kind}-{inst}")
+                found[kind][f"{name}-{kind}-{inst}"] = (entry, name)
+                found["ldlm"][f"{name}-{kind}-{inst}"] = entry
     for owner, entry, info in mounted_targets(state):
         if owner != host:
             continue
         name = info["svname"]
-        found["osd-ldiskfs"].add(name)
+        found["osd-ldiskfs"][name] = info
         if "ost" in info["kinds"]:
-            found["obdfilter"].add(name)
-            found["ldlm"].add(f"filter-{name}_UUID")
+            found["obdfilter"][name] = info
+            found["ldlm"][f"filter-{name}_UUID"] = info
         if "mdt" in info["kinds"]:
-            found["mdt"].add(name)
-            found["lod"].add(f"{name}-mdtlov")
-            found["ldlm"].add(f"mdt-{name}_UUID")
+            found["mdt"][name] = info
+            found["lod"][f"{name}-mdtlov"] = info
+            found["ldlm"][f"mdt-{name}_UUID"] = info
         if "mgs" in info["kinds"]:
-            found["mgs"].add("MGS")
-            found["ldlm"].add("MGS")
+            found["mgs"]["MGS"] = info
+            found["ldlm"]["MGS"] = info
     return found
 
 
@@ -188,22 +198,36 @@ def lctl(site: Site, args: list[str]) -> int:
 
 
 def _ping(site: Site, command: str, args: list[str]) -> int:
+    """jt_ptl_ping (v2_15_7 lustre/utils/portals.c:899, v2_16_1 portals.c:1312): `ping NID
+    [TIMEOUT]`, the timeout in seconds (default 1), at most 120 (v2_15_7 :946-951, v2_16_1
+    :1359-1364). 2.15 returns -1 on every failure (exit 1) and 0 after its usage line; 2.16 and
+    master return -errno (EINVAL for usage, a bad NID or timeout) and print a failed ping on
+    stdout (v2_16_1 :1529-1547)."""
+    old = release(site) == "2.15"
+
+    def fail(message: str, code: int, out: bool = False) -> Refused:
+        if out and not old:  # 2.16's netlink path reports on stdout
+            print(message)
+        return Refused(message, 1 if old else code, whole=True)
     if not args:
-        raise Refused(f"usage: {command} id [timeout (secs)]", errno.EINVAL, whole=True)
+        usage = f"usage: {command} id [timeout (secs)]"
+        if old:
+            print(usage, file=sys.stderr)
+            return 0
+        raise Refused(usage, errno.EINVAL, whole=True)
     target = args[0]
     pid, dash, rest = target.partition("-")
     text = rest if dash and pid.lstrip("uU").isdigit() else target
     try:
         nid = parse_nid(text, resolver(site))
     except BadNid:
-        raise Refused(f"failed to ping {target}: Invalid argument", errno.EINVAL,
-                      whole=True) from None
+        raise fail(f"failed to ping {target}: Invalid argument", errno.EINVAL) from None
     seconds = re.match(r"\s*([+-]?\d+)", args[1]) if len(args) > 1 else None  # atol()
     if seconds and int(seconds[1]) > 120:
-        raise Refused(f"Timeout {args[1]} is to large", errno.EINVAL, whole=True)
+        raise fail(f"Timeout {args[1]} is to large", errno.EINVAL)
     if not any(nid in host_nids(site, host) for host in site.facts["hosts"]):
         # no LNet peer answers: lnet_ping() gives -EIO
-        raise Refused(f"failed to ping {target}: Input/output error", errno.EIO, whole=True)
+        raise fail(f"failed to ping {target}: Input/output error", errno.EIO, out=True)
     print(f"12345-0@lo\n12345-{nid}")
     return 0
 
@@ -243,7 +267,7 @@ def _set_param(site: Site, command: str, args: list[str]) -> int:
         if "perm" in opts:
             _set_permanent(site, state, command, words, "delete" in opts)
             return 0
-        rc, complaints = _set_now(site, state, command, words)
+        rc, complaints = _set_now(site, state, command, words, release(site))
     # the parameters that could be set stay set; the exit status is the last parameter's
     if rc:
         raise Refused("\n".join(complaints), rc, whole=True)
@@ -271,7 +295,7 @@ def _set_permanent(site: Site, state: dict, command: str, words: list[str], dele
             if not eq or not value:
                 raise Refused(f"error: executing {command}: Invalid argument", errno.EINVAL,
                               whole=True)
-            rules = GLOBALS if not kind else PARAMS.get(kind)
+            rules = GLOBALS if not kind else params_of(release(site)).get(kind)
             if rules is None and kind not in UNMODELLED:
                 raise Refused(f"error: executing {command}: Invalid argument (site: no "
                               f"parameter type '{kind}')", errno.EINVAL, whole=True)
@@ -282,43 +306,139 @@ def _set_permanent(site: Site, state: dict, command: str, words: list[str], dele
             params.append({"host": site.host, "param": param, "value": value, "permanent": True})
 
 
-def _set_now(site: Site, state: dict, command: str, words: list[str]) -> tuple[int, list]:
-    params = []
-    have = _host_devices(state, site.host)
+def _set_now(site: Site, state: dict, command: str, words: list[str],
+             chosen: str) -> tuple[int, list]:
+    """Set each parameter on every device of this host it names, in argv order.
+
+    The exit status: on 2.15 the first failure's (jt_lcfg_setparam, v2_15_7
+    lustre/utils/lustre_cfg.c:1493-1536: `if (rc == 0) rc = rc2`); on 2.16 and master the last
+    parameter's (v2_16_1 lustre/utils/lustre_param.c:942-964: `rc = do_param_op(...)`, which
+    also prints "setting 'x'='v': <error>"). Either way every parameter is tried and what could
+    be set stays set."""
+    tables = params_of(chosen)
+    have = _devices(state, site.host)
     rc, complaints = 0, []
     while words:
         param, eq, value = words.pop(0).partition("=")
         if not eq:
             value = words.pop(0) if words else ""
         if not value:
+            if chosen == "2.15":  # lustre_cfg.c:1502-1519: "no value", then on to the next
+                complaints.append(f"error: {command}: setting {param}: no value")
+                rc = rc or errno.EINVAL
+                if eq:
+                    continue
+                break
             complaints.append(f"error: {command}: setting {param}: Invalid argument")
             rc = errno.EINVAL
             break
         kind, pattern, name = _split(param)
         if kind in UNMODELLED:
             raise Refused(f"this site does not model '{kind}' parameters")
-        rules = GLOBALS if not kind else PARAMS.get(kind, {})
-        exists = name in rules and (not kind or any(
-            fnmatch.fnmatchcase(dev, pattern or "") for dev in have.get(kind, ())))
-        if not exists:
+        rules = GLOBALS if not kind else tables.get(kind, {})
+        found = [] if name not in rules else [None] if not kind else sorted(
+            dev for dev in have.get(kind, {}) if fnmatch.fnmatchcase(dev, pattern or ""))
+        if not found:
             complaints.append(f"error: {command}: param_path '{param.replace('.', '/')}': "
                               "No such file or directory")
-            rc = errno.ENOENT
-            continue
-        code = value_error(rules[name], value)
-        if code:
-            complaints.append(f"error: {command}: setting '{param.replace('.', '/')}'="
-                              f"'{value}': {os.strerror(code)}")
+            code = errno.ENOENT
         else:
-            params.append({"host": site.host, "param": param, "value": value,
-                           "permanent": False})
-        rc = code or 0  # the exit status is the last parameter's, as in jt_lcfg_setparam()
-    if params:
-        state.setdefault("lustre", {}).setdefault("params", []).extend(params)
+            code = 0
+            for dev in found:  # do_param_op: each path written, the first failure kept
+                failed = _write(state, kind, dev, have.get(kind, {}).get(dev), name, value,
+                                rules[name])
+                if failed:
+                    path = f"/sys/fs/lustre/{kind}/{dev}/{name}" if kind else \
+                        f"/sys/fs/lustre/{name}"
+                    complaints.append(f"error: {command}: setting {path}={value}: "
+                                      f"{os.strerror(failed)}")
+                    code = code or failed
+                else:
+                    state.setdefault("lustre", {}).setdefault("params", []).append(
+                        {"host": site.host, "param": param, "value": value,
+                         "permanent": False, **({"device": dev} if dev else {})})
+            if code and chosen != "2.15":
+                complaints.append(f"error: {command}: setting '{param.replace('.', '/')}'="
+                                  f"'{value}': {os.strerror(code)}")
+        rc = (rc or code) if chosen == "2.15" else code
     return rc, complaints
 
 
+#: what a client device starts with (v2_15_7 lustre/ldlm/ldlm_lib.c:495-520): mdc and osc
+#: max_rpcs_in_flight OBD_MAX_RIF_DEFAULT (8), mdc max_mod_rpcs_in_flight one less, capped by
+#: the MDT's ocd_maxmodrpcs at connection (lustre/ptlrpc/import.c:916)
+RIF_DEFAULT, RIF_MAX = 8, 512   # OBD_MAX_RIF_DEFAULT, OBD_MAX_RIF_MAX (lustre/include/obd.h)
+PAGE = 4096
+
+
+def _write(state: dict, kind: str, dev: str | None, handle, name: str, value: str,
+           rule) -> int | None:
+    """Write `value` to one device's parameter: the errno the kernel answers, or None.
+
+    Values that depend on another side are checked against it: a client's mdc
+    max_mod_rpcs_in_flight against the MDT's limit and its osc max_pages_per_rpc against the
+    OST's brw_size, both as the client got them at connection (its mount), as the kernel does.
+    """
+    code = value_error(rule, value)
+    if code:
+        return code
+    if kind in ("mdc", "osc") and name in ("max_rpcs_in_flight", "max_mod_rpcs_in_flight",
+                                            "max_pages_per_rpc"):
+        entry, target = handle
+        mine = entry.setdefault("tunables", {}).setdefault(dev, {})
+        got = entry.get("connect", {}).get(target, {})
+        if name == "max_pages_per_rpc":
+            return _max_pages_per_rpc(value, got.get("brw_size", BRW_DEFAULT)) \
+                if kind == "osc" else None
+        if kind == "mdc":
+            return _mdc_rpcs(mine, got.get("maxmodrpcs", MODRPCS_DEFAULT), name, int(value))
+        mine[name] = int(value)
+    elif (kind, name) in (("obdfilter", "brw_size"), ("mdt", "max_mod_rpcs_in_flight")):
+        number = _size(value, "M") if name == "brw_size" else int(value, 0)
+        state.setdefault("lustre", {}).setdefault("tunables", {}).setdefault(
+            str(handle["uuid"]), {})[name] = number
+    return None
+
+
+def _max_pages_per_rpc(value: str, brw_size: int) -> int | None:
+    """lprocfs_obd_max_pages_per_rpc_seq_write (v2_15_7 lustre/obdclass/lprocfs_status.c:2096,
+    v2_16_1 :2145): a size of 1 MiB or more is bytes, less is pages; zero, or more pages than
+    the OST's brw_size at connection (ocd_brw_size), is ERANGE."""
+    number = _size(value, "B")
+    if number is None:
+        return errno.EINVAL
+    pages = number // PAGE if number >= 1 << 20 else number
+    return errno.ERANGE if pages == 0 or pages > brw_size // PAGE else None
+
+
+def _mdc_rpcs(mine: dict, maxmodrpcs: int, name: str, value: int) -> int | None:
+    """obd_set_max_rpcs_in_flight / obd_set_max_mod_rpcs_in_flight (v2_15_7
+    lustre/obdclass/genops.c:2066 and :2128, v2_16_1 :2024 and :2087)."""
+    rif = mine.setdefault("max_rpcs_in_flight", RIF_DEFAULT)
+    mod = mine.setdefault("max_mod_rpcs_in_flight", min(RIF_DEFAULT - 1, maxmodrpcs))
+    if not 1 <= value <= RIF_MAX:
+        return errno.ERANGE
+    if name == "max_rpcs_in_flight":
+        if value < 2:
+            return errno.ERANGE
+        if value <= mod:  # max_mod_rpcs_in_flight stays strictly below
+            failed = _mdc_rpcs(mine, maxmodrpcs, "max_mod_rpcs_in_flight", value - 1)
+            if failed:
+                return failed
+        mine["max_rpcs_in_flight"] = value
+        return None
+    value = min(value, RIF_MAX - 1)
+    if value >= rif:  # max_rpcs_in_flight is raised first, and stays raised on a failure
+        mine["max_rpcs_in_flight"] = value + 1
+    if value > maxmodrpcs:  # "can't set max_mod_rpcs_in_flight=N higher than ..."
+        return errno.ERANGE
+    mine["max_mod_rpcs_in_flight"] = value
+    return None
+
+
 def _erase_lcfg(site: Site, command: str, args: list[str]) -> int:
+    if release(site) != "master":
+        return _erase_lcfg_2_15(site, command, args)
     usage = f"usage: {command} [--help] [--quiet] FSNAME"
     try:
         options, words = parse(args, ["h|help", "q|quiet"])
@@ -347,4 +467,27 @@ def _erase_lcfg(site: Site, command: str, args: list[str]) -> int:
     if not quiet:
         print(f"{command}: erased {len(erased)} parameter{'s' if len(erased) > 1 else ''} "
               f"matching fsname '{fsname}'")
+    return 0
+
+
+def _erase_lcfg_2_15(site: Site, command: str, args: list[str]) -> int:
+    """jt_lcfg_erase of 2.15 and 2.16 (v2_15_7 lustre/utils/obd.c:2601, v2_16_1 obd.c:2528):
+    `erase_lcfg FSNAME [-q|--quiet]` and nothing else (CMD_HELP), silent when it works; no MGS
+    here (get_mgs_device) and an unknown filesystem (the ioctl's -1) both exit 1."""
+    if len(args) not in (1, 2) or (len(args) == 2 and not (
+            args[1].startswith("-q") or args[1].startswith("--quiet"))):
+        raise Refused(f"{command}: erase the filesystem's configuration logs (MGS only)\n"
+                      f"usage: {command} <fsname>", 4, whole=True)
+    fsname = args[0]
+    with site.state() as state:
+        mgs = next((info for owner, _, info in mounted_targets(state)
+                    if owner == site.host and "mgs" in info["kinds"]), None)
+        if mgs is None:
+            raise Refused("This command must be run on the MGS.", 1, whole=True)
+        if fsname not in mgs.get("mgs_db", {}):
+            raise Refused(f"error: {command}: OBD_IOC_LCFG_ERASE failed: No such file or "
+                          "directory", 1, whole=True)
+        del mgs["mgs_db"][fsname]
+        params = state.setdefault("lustre", {}).setdefault("params", [])
+        params[:] = [p for p in params if not (p["permanent"] and fsname in p["param"])]
     return 0

@@ -14,7 +14,7 @@ import re
 from disk_state import busy, device
 from gnu_getopt import OptionError, parse
 from lnet import BadNid, format_nodes, parse_nodes
-from lustre_model import MAX_INDEX, fsname_error, lustre_of, resolver, svname
+from lustre_model import VERSIONS, fsname_error, lustre_of, max_index, release, resolver, svname
 from sitelib import Refused, Site
 
 __all__ = ["mkfs_lustre"]
@@ -36,7 +36,7 @@ def _exit(message: str, rc: int, fatal: bool = False) -> Refused:
                    whole=True)
 
 
-def _index(text: str) -> int:
+def _index(text: str, limit: int) -> int:
     """--index as strtoul reads it (base 16 after "0x"), truncated to the 32-bit field."""
     pattern = r"\s*[+-]?0[xX][0-9a-fA-F]+" if text.startswith("0x") and len(text) > 1 \
         else r"\s*[+-]?[0-9]*"
@@ -45,14 +45,21 @@ def _index(text: str) -> int:
     digits = text.strip().lstrip("+-")
     value = int(digits, 0 if digits.startswith("0x") else 10) if digits else 0
     value = (-value if text.strip().startswith("-") else value) & 0xffffffff
-    if value > MAX_INDEX:
-        raise _exit(f"wrong index {value}. Target index must be less than {MAX_INDEX + 1}.", 1)
+    if value > limit:
+        raise _exit(f"wrong index {value}. Target index must be less than {limit + 1}.", 1)
     return value
 
 
 def mkfs_lustre(site: Site, args: list[str]) -> int:
     """`mkfs.lustre --mgs|--mdt|--ost --fsname=F --index=I --mgsnode=NID --reformat DEVICE`."""
+    chosen = release(site)
     if not args:
+        raise Refused(_USAGE, 22, whole=True)
+    if chosen != "master" and args[-1].startswith("-") and not (
+            chosen == "2.16" and args in (["--version"], ["-V"])):
+        # the device is the last argument: main() refuses anything else before parsing
+        # (v2_15_7 lustre/utils/mkfs_lustre.c:852, v2_16_1 chk_args() mkfs_lustre.c:805-823,
+        # called at :842; master has no such check)
         raise Refused(_USAGE, 22, whole=True)
     try:
         options, devs = parse(args, _MKFS)
@@ -67,7 +74,7 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
             print(_USAGE)
             return 1
         if name == "version":
-            print("mkfs.lustre 2.17.57")
+            print(f"mkfs.lustre {VERSIONS[chosen]}")
             return 0
     if not devs:
         raise Refused("\nmkfs.lustre FATAL: Not enough arguments - device name or pool/dataset "
@@ -77,7 +84,7 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
                       "are specified: " + " ".join(devs), 22)
     if ("backfstype", "zfs") in options:
         raise Refused("this site models ldiskfs targets only, not --backfstype=zfs")
-    target = _target_options(site, options)
+    target = _target_options(site, options, max_index(chosen))
     _check_target(target, devs[0])
     path = os.path.abspath(devs[0])
     if not os.path.exists(path):  # osd_prepare_lustre(), even for a dry run
@@ -105,7 +112,7 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
     return 0
 
 
-def _target_options(site: Site, options) -> dict:
+def _target_options(site: Site, options, limit: int) -> dict:
     """The second pass (parse_opts): option values in argv order, as the real tool checks them."""
     t = {"kinds": [], "fsname": "", "index": None, "mgsnode": [], "params": [], "replace": False,
          "reformat": False, "dryrun": False, "failover": None}
@@ -120,7 +127,7 @@ def _target_options(site: Site, options) -> dict:
         elif name == "nomgs" and "mgs" in t["kinds"]:
             t["kinds"].remove("mgs")
         elif name == "index":
-            t["index"] = _index(value)
+            t["index"] = _index(value, limit)
         elif name == "fsname":
             problem = fsname_error(value)
             if problem:

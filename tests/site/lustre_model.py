@@ -32,15 +32,69 @@ from typing import Iterator
 
 from disk_state import devices, mounts
 from lnet import BadNid, parse_nid
-from sitelib import Site
+from sitelib import Refused, Site
 
-__all__ = ["fsname_error", "svname", "lustre_of", "resolver", "host_nids", "nid_hosts",
-           "running_mgs", "mounted_targets", "registered", "client_mount_at", "mount_path",
-           "fs_store", "MAXFSNAME",
-           "MAX_INDEX"]
+__all__ = ["RELEASES", "VERSIONS", "release", "max_index", "connect_data", "BRW_DEFAULT",
+           "MODRPCS_DEFAULT", "fsname_error", "svname", "lustre_of", "resolver", "host_nids",
+           "nid_hosts", "running_mgs", "mounted_targets", "registered", "client_mount_at",
+           "mount_path", "fs_store", "MAXFSNAME", "MAX_INDEX"]
 
 MAXFSNAME = 8          # LUSTRE_MAXFSNAME, lustre/include/uapi/linux/lustre/lustre_user.h
-MAX_INDEX = 0xffe0 - 1  # LOV_V1_INSANE_STRIPE_INDEX (LOV_ALL_STRIPES_WIDE - 1)
+MAX_INDEX = 0xffe0 - 1  # LOV_V1_INSANE_STRIPE_INDEX (LOV_ALL_STRIPES_WIDE - 1), master
+
+#: the Lustre releases the stand-ins follow; site.json {"lustre": {"release": ...}} picks one
+RELEASES = ("2.15", "2.16", "master")
+#: the version each release's tools print (the tags the rules were read at)
+VERSIONS = {"2.15": "2.15.7", "2.16": "2.16.1", "master": "2.17.57"}
+
+
+def release(site: Site) -> str:
+    """The Lustre release this site runs (default 2.15, the LTS most sites run)."""
+    chosen = str(site.facts.get("lustre", {}).get("release", "2.15"))
+    if chosen not in RELEASES:
+        raise Refused(f"stand-in: site.json lustre.release '{chosen}' is not one of "
+                      f"{', '.join(RELEASES)}", 2)
+    return chosen
+
+
+#: what a client is told at connection when nobody tuned the server: an OST's brw_size
+#: (DT_DEF_BRW_SIZE, v2_15_7 lustre/include/lustre_net.h:108, v2_16_1 :99) and an MDT's limit
+#: of modifying RPCs per client (the mdt module's max_mod_rpcs_per_client, v2_15_7
+#: lustre/mdt/mdt_handler.c:70; mdt.*.max_mod_rpcs_in_flight from 2.16, mdt_handler.c:6399)
+BRW_DEFAULT = 4 << 20
+MODRPCS_DEFAULT = 8
+
+
+def connect_data(site: Site, state: dict, known: dict) -> dict:
+    """What each running target of a filesystem tells a client that connects now, by svname.
+
+    An MDT answers ocd_maxmodrpcs: on 2.15 the module parameter max_mod_rpcs_per_client
+    (site.json lustre.max_mod_rpcs_per_client, default 8; v2_15_7 mdt_handler.c:6621), from
+    2.16 the MDT's own mdt.*.max_mod_rpcs_in_flight (v2_16_1 mdt_handler.c:7031-7040). An OST
+    answers its obdfilter.*.brw_size (ocd_brw_size). Set later, neither reaches a client
+    already connected."""
+    chosen = release(site)
+    module = int(site.facts.get("lustre", {}).get("max_mod_rpcs_per_client", MODRPCS_DEFAULT))
+    tunables = state.get("lustre", {}).get("tunables", {})
+    running = {info["uuid"] for _, _, info in mounted_targets(state)}
+    out = {}
+    for name, uuid in known.items():
+        if uuid not in running:
+            continue
+        mine = tunables.get(str(uuid), {})
+        if "-OST" in name:
+            out[name] = {"brw_size": mine.get("brw_size", BRW_DEFAULT)}
+        else:
+            limit = module if chosen == "2.15" else mine.get("max_mod_rpcs_in_flight", module)
+            out[name] = {"maxmodrpcs": limit}
+    return out
+
+
+def max_index(chosen: str) -> int:
+    """The highest --index mkfs.lustre takes: below INDEX_UNASSIGNED (0xffff) on 2.15 and 2.16
+    (v2_15_7 lustre/utils/mkfs_lustre.c:518, v2_16_1 mkfs_lustre.c:473; mount_utils.h:80),
+    at most LOV_V1_INSANE_STRIPE_INDEX on master (mkfs_lustre.c:524)."""
+    return MAX_INDEX if chosen == "master" else 0xffff - 1
 
 
 def fsname_error(name: str) -> str | None:

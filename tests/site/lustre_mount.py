@@ -17,8 +17,8 @@ import shutil
 from disk_state import mounts
 from gnu_getopt import OptionError, parse
 from lnet import BadNid, parse_nodes
-from lustre_model import (fs_store, lustre_of, mount_path, mounted_targets, registered, resolver,
-                          running_mgs)
+from lustre_model import (connect_data, fs_store, lustre_of, mount_path, mounted_targets,
+                          registered, resolver, running_mgs)
 from sitelib import Refused, Site
 
 __all__ = ["mount", "umount"]
@@ -203,7 +203,8 @@ def _client(site: Site, state: dict, source: str, target: str, flags: list[str])
     instance = f"ffff{lustre['instances']:012x}"
     entry = {"source": source, "dir": target, "fstype": "lustre", "kind": "client",
              "options": flags, "fsname": fsname, "subdir": subdir,
-             "mgs": [mgs_host, mgs_entry["device"]], "instance": instance, "root": shown}
+             "mgs": [mgs_host, mgs_entry["device"]], "instance": instance, "root": shown,
+             "connect": connect_data(site, state, known)}
     if os.path.realpath(target) != os.path.realpath(shown):
         # what the mount shows is the filesystem: the directory it covers is set aside and the
         # mount point leads into the filesystem's store until umount puts the directory back

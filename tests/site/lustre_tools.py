@@ -6,7 +6,11 @@ udevadm (disk_tools.py). The state they share is described in disk_state.py and
 lustre_model.py; argv is parsed the way glibc's getopt_long parses it (gnu_getopt.py), NIDs the
 way libcfs parses them (lnet.py).
 
-Sources read: lustre-release master (2.17.57+), util-linux 2.38.1 (Debian 12's), GNU parted 3.5
+Releases. site.json {"lustre": {"release": "2.15" | "2.16" | "master"}} picks the Lustre the
+site runs (default 2.15); the rules below hold for all three unless marked [2.15], [2.16] or
+[master]. Sources read: lustre-release at tags v2_15_7 and v2_16_1 and master (2.17.57+); file
+and line are cited beside each rule in the modules (lustre_mkfs.py, lustre_lctl.py,
+lustre_model.py), by tag. Also util-linux 2.38.1 (Debian 12's), GNU parted 3.5
 (also run on an image file to confirm its messages), systemd's udevadm. Messages and exit
 statuses are the real tool's; a rule marked (site) is stricter than the real tool on purpose and
 says so in its message, and real features the site does not model are refused with a message
@@ -20,11 +24,15 @@ mkfs.lustre (lustre/utils/mkfs_lustre.c, mount_utils.c, libmount_utils_ldiskfs.c
     --stripe-count-hint (only after --mdt, > 0) --backfstype --replace --dryrun ...); an unknown
     one: getopt's message, rc 22. --backfstype other than ldiskfs/zfs: rc 1; zfs: (site) not
     modelled
+  * [2.15, 2.16] the device is the last argument: a last argument starting with '-' prints the
+    usage, rc 22, before anything is parsed ([2.16] except a lone --version/-V); [master] the
+    device may come anywhere (GNU permutation)
   * exactly one device (rc 22); a target type ("must set target type: MDT,OST,MGS", rc 22);
     --ost alone ("OST type is exclusive with MDT,MGS", rc 22)
   * --fsname 1-8 characters of [A-Za-z0-9_-] (rc 1), required for MDT/OST (rc 22)
-  * --index decimal or 0x-hex, at most 65503 = LOV_V1_INSANE_STRIPE_INDEX (rc 1); given to a
-    standalone --mgs it is refused the real way: message, nothing written, exit status 0
+  * --index decimal or 0x-hex, [2.15, 2.16] below INDEX_UNASSIGNED (65535), [master] at most
+    65503 = LOV_V1_INSANE_STRIPE_INDEX (rc 1); given to a standalone --mgs it is refused the
+    real way: message, nothing written, exit status 0
   * non-MGS targets need --mgsnode ("Must specify --mgsnode", or "--mgs or --mgsnode" for an
     MDT, rc 22); every NID must parse, else "Unsupported NID" (rc 1)
   * the device exists ("apparently does not exist", rc 2), is not mounted (rc 17), is not a
@@ -55,17 +63,25 @@ umount (util-linux sys-utils/umount.c): "<path>: not mounted." for an existing p
   mount point specified." for a missing one, "<path>: target is busy." while a mount sits below
   it (-l skips that); rc 32 each, summed over several paths (as util-linux adds them up)
 lctl (lustre/utils/lctl.c, lustre_param.c, lustre_cfg.c, obd.c, portals.c; lib/libcfs/parser.c)
-  * ping NID[ timeout]: the NID parses (rc 22), timeout <= 120 s (rc 22); a site host owning the
-    NID answers, else "failed to ping <nid>: Input/output error" (rc 5); list_nids prints the
-    host's NIDs
+  * ping NID[ timeout]: the NID parses, timeout <= 120 s; a site host owning the NID answers,
+    else "failed to ping <nid>: Input/output error". [2.15] every failure exits 1, the usage
+    line exits 0; [2.16, master] EINVAL (22) for usage, NID and timeout, EIO (5) for no answer,
+    printed on stdout too. list_nids prints the host's NIDs
   * set_param [-P] [-d] NAME=VALUE | NAME VALUE ...; names are <type>.<devices>.<name>
     (ldlm.namespaces.<devices>.<name>, or a global such as timeout). Without -P the name must
     exist on this host now: osc/mdc/llite/ldlm.namespaces need a client mount of the
     filesystem, obdfilter an OST, mdt/lod an MDT ("param_path '...': No such file or directory",
     rc 2). Known numeric parameters take what their kernel store function takes (kstrtouint,
-    kstrtobool, sizes; max_pages_per_rpc 64 KiB-64 MiB, brw_size 4 KiB-64 MiB, osc
-    max_rpcs_in_flight 1-256, mdc 1-512), else EINVAL (rc 22) or ERANGE (rc 34); the exit status
-    is the last parameter's, as in jt_lcfg_setparam. -P runs only where an MGS is mounted ("This
+    kstrtobool, sizes; brw_size 4 KiB-64 MiB, osc max_rpcs_in_flight 1-256, mdc 1-512, at least
+    2), else EINVAL (rc 22) or ERANGE (rc 34). [2.16, master] mdt.*.max_mod_rpcs_in_flight
+    (1-512) exists; [2.15] it does not (only the mdt module's max_mod_rpcs_per_client:
+    site.json lustre.max_mod_rpcs_per_client, default 8). Values that depend on a server are
+    checked against what the client was told when it connected (its mount): mdc
+    max_mod_rpcs_in_flight at most the MDT's limit (else ERANGE; raising it to or past
+    max_rpcs_in_flight raises that first), osc max_pages_per_rpc (pages below 1 MiB, bytes
+    from 1 MiB) at most the OST's brw_size (default 4 MiB). Every parameter is tried and what
+    could be set stays set; the exit status is [2.15] the first failure's, [2.16, master] the
+    last parameter's (jt_lcfg_setparam). -P runs only where an MGS is mounted ("This
     command must be run on the MGS.", rc 19); (site) its values are checked too, and its type
     must be one lctl knows (rc 22). Usage errors print the help, rc 4 (CMD_HELP)
   * erase_lcfg FSNAME: on the MGS's node (rc 19); FSNAME must have logs there ("OBD_IOC_LCFG_ERASE

@@ -17,16 +17,19 @@ import pytest
 BIN = Path(__file__).resolve().parent / "bin"
 MGS = "10.0.0.1@tcp"
 OPTS = "flock,nodev,nosuid"
+#: every rule is checked on every release the stand-ins follow (lustre_model.RELEASES)
+RELEASES = ("2.15", "2.16", "master")
 
 
 class Site:
     """A recorded-command site in a directory: hosts dac1 and dac2, two disks each."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, root: Path, release: str = "2.15"):
+        self.root, self.release = root, release
         root.mkdir()
         hosts = {"dac1": {"nid": MGS}, "dac2": {"nid": "10.0.0.2@tcp"}}
-        (root / "site.json").write_text(json.dumps({"hosts": hosts}))
+        (root / "site.json").write_text(json.dumps({"hosts": hosts,
+                                                    "lustre": {"release": release}}))
         for host in hosts:
             (root / host / "dev").mkdir(parents=True)
             for disk in ("nvme0n1", "nvme1n1"):
@@ -84,13 +87,18 @@ def bring_up(s: Site) -> None:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    """A site with fs1 running, built once; tests get it back fresh from a copy."""
-    root = tmp_path_factory.mktemp("lustre") / "site"
-    s = Site(root)
-    bring_up(s)
-    shutil.copytree(root, root.with_name("snapshot"), symlinks=True)
-    return s
+def templates(tmp_path_factory):
+    """Per release, a site with fs1 running, built once; tests get it back fresh from a copy."""
+    built: dict[str, Site] = {}
+
+    def template(release: str) -> Site:
+        if release not in built:
+            root = tmp_path_factory.mktemp(f"lustre-{release}") / "site"
+            built[release] = Site(root, release)
+            bring_up(built[release])
+            shutil.copytree(root, root.with_name("snapshot"), symlinks=True)
+        return built[release]
+    return template
 
 
 def restore(template: Site) -> Site:
@@ -99,14 +107,14 @@ def restore(template: Site) -> Site:
     return template
 
 
-@pytest.fixture
-def site(template):
-    return restore(template)
+@pytest.fixture(params=RELEASES)
+def site(templates, request):
+    return restore(templates(request.param))
 
 
-@pytest.fixture
-def blank(tmp_path):
-    return Site(tmp_path / "site")
+@pytest.fixture(params=RELEASES)
+def blank(tmp_path, request):
+    return Site(tmp_path / "site", request.param)
 
 
 def test_a_filesystem_lives_through_partition_format_mount_use_and_wipe(site):
@@ -124,7 +132,7 @@ def test_a_filesystem_lives_through_partition_format_mount_use_and_wipe(site):
     s.ok("dac2", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1/striped",
          s.path("node", "striped"))
     s.ok("dac1", "lfs", "setstripe", "-c", "-1", s.path("dac1", "fs", "striped"))
-    s.ok("dac1", "lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=4096",
+    s.ok("dac1", "lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=1024",
          "llite.fs1-*.checksum_pages=0", "ldlm.namespaces.fs1-*.lru_size=clear",
          "mdc.fs1-*.max_rpcs_in_flight=64", "obdfilter.fs1-OST*.brw_size=16")
     s.ok("dac1", "lctl", "set_param", "-P", "osc.fs1-*.max_rpcs_in_flight=32")
@@ -180,9 +188,6 @@ REFUSALS = {
     "ost with mdt": ("dac1", ["mkfs.lustre", "--ost", "--mdt", "--fsname=fs1", "--index=2",
                               f"--mgsnode={MGS}", "{spare}"], 22,
                      "OST type is exclusive with MDT,MGS"),
-    "index too large": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=65504",
-                                 f"--mgsnode={MGS}", "{spare}"], 1,
-                        "Target index must be less than 65504"),
     "index not a number": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=two",
                                     f"--mgsnode={MGS}", "{spare}"], 1,
                            "must be decimal or hexadecimal"),
@@ -238,8 +243,6 @@ REFUSALS = {
     "umount of a missing path": ("dac1", ["umount", "{root}/nowhere"], 32,
                                  "umount: {root}/nowhere: no mount point specified."),
     # lctl
-    "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 5,
-                               "failed to ping 10.0.0.9@tcp: Input/output error"),
     "set_param where the device is not": ("dac2", ["lctl", "set_param",
                                                    "osc.fs1-*.max_pages_per_rpc=1024"], 2,
                                           "param_path 'osc/fs1-*/max_pages_per_rpc': No such"),
@@ -252,10 +255,6 @@ REFUSALS = {
     "set_param -P away from the mgs": ("dac2", ["lctl", "set_param", "-P",
                                                 "osc.fs1-*.max_rpcs_in_flight=8"], 19,
                                        "This command must be run on the MGS."),
-    "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 19,
-                                     "This command must be run on the MGS."),
-    "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 2,
-                                    "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
     "unknown lctl command": ("dac1", ["lctl", "frobnicate"], 1, "is not a valid command"),
     # lfs
     "setstripe outside lustre": ("dac1", ["lfs", "setstripe", "-c", "-1", "{spare_dir}"], 25,
@@ -308,9 +307,9 @@ ACCEPTED = {
     "abbreviated long options and a hex index": (
         "dac1", ["mkfs.lustre", "--dry", "--ost", "--fsn=fs1", "--ind=0x1f",
                  f"--mgsn={MGS}", "{spare}"], "fs1-OST001f"),
-    "short options, net number 0, device first": (
-        "dac1", ["mkfs.lustre", "{spare}", "-n", "-O", "-L", "fs1", "-i", "7", "-m",
-                 "10.0.0.1@tcp0"], "fs1-OST0007"),
+    "short options, net number 0": (
+        "dac1", ["mkfs.lustre", "-n", "-O", "-L", "fs1", "-i", "7", "-m", "10.0.0.1@tcp0",
+                 "{spare}"], "fs1-OST0007"),
     "ping by host name and by pid-nid": ("dac1", ["lctl", "ping", "12345-dac2@tcp"],
                                          "12345-10.0.0.2@tcp"),
     "listing lustre mounts": ("dac1", ["mount", "-t", "lustre"], f"{MGS}:/fs1 on {{root}}"),
@@ -322,44 +321,177 @@ ACCEPTED = {
 REFUSALS["ambiguous abbreviation"] = ("dac1", ["mkfs.lustre", "--m", "{spare}"], 22,
                                       "option '--m' is ambiguous")
 
+_OST = ["mkfs.lustre", "--ost", "--fsname=fs1", f"--mgsnode={MGS}"]
+#: the rules that differ between releases (sources in lustre_model.py, lustre_mkfs.py,
+#: lustre_lctl.py): release -> refusals and accepted forms of that release only
+REFUSALS_OF = {
+    "2.15": {
+        "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
+                                               4, "usage: erase_lcfg <fsname>"),
+        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
+                                         "This command must be run on the MGS."),
+        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
+                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
+        "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
+                                               "--fsname=fs1", "--index=7",
+                                               f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
+        "index too large": ("dac1", [*_OST, "--index=65535", "{spare}"], 1,
+                            "Target index must be less than 65535"),
+        "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 1,
+                                   "failed to ping 10.0.0.9@tcp: Input/output error"),
+        "ping with a timeout over 120 s": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "121"], 1,
+                                           "Timeout 121 is to large"),
+        "mdt max_mod_rpcs_in_flight before 2.16": (
+            "dac1", ["lctl", "set_param", "mdt.fs1-MDT*.max_mod_rpcs_in_flight=127"], 2,
+            "param_path 'mdt/fs1-MDT*/max_mod_rpcs_in_flight': No such file or directory"),
+    },
+    "2.16": {
+        "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
+                                               4, "usage: erase_lcfg <fsname>"),
+        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
+                                         "This command must be run on the MGS."),
+        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
+                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
+        "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
+                                               "--fsname=fs1", "--index=7",
+                                               f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
+        "index too large": ("dac1", [*_OST, "--index=65535", "{spare}"], 1,
+                            "Target index must be less than 65535"),
+        "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 5,
+                                   "failed to ping 10.0.0.9@tcp: Input/output error"),
+        "ping with a timeout over 120 s": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "121"], 22,
+                                           "Timeout 121 is to large"),
+    },
+    "master": {
+        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 19,
+                                         "This command must be run on the MGS."),
+        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 2,
+                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
+        "index too large": ("dac1", [*_OST, "--index=65504", "{spare}"], 1,
+                            "Target index must be less than 65504"),
+        "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 5,
+                                   "failed to ping 10.0.0.9@tcp: Input/output error"),
+    },
+}
+ACCEPTED_OF = {
+    "2.15": {"index up to 65534": ("dac1", ["mkfs.lustre", "--dryrun", *_OST[1:],
+                                            "--index=65534", "{spare}"], "fs1-OSTfffe"),
+             "ping with a timeout": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "30"],
+                                     "12345-10.0.0.2@tcp")},
+    "2.16": {"index up to 65534": ("dac1", ["mkfs.lustre", "--dryrun", *_OST[1:],
+                                            "--index=65534", "{spare}"], "fs1-OSTfffe"),
+             "ping with a timeout": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "30"],
+                                     "12345-10.0.0.2@tcp"),
+             "version alone": ("dac1", ["mkfs.lustre", "--version"], "mkfs.lustre 2.16.1")},
+    "master": {"device first": ("dac1", ["mkfs.lustre", "{spare}", "-n", "-O", "-L", "fs1",
+                                         "-i", "7", "-m", "10.0.0.1@tcp0"], "fs1-OST0007")},
+}
+
+
+def refusals(release: str) -> dict:
+    return {**REFUSALS, **REFUSALS_OF[release]}
+
+
+def accepted(release: str) -> dict:
+    return {**ACCEPTED, **ACCEPTED_OF[release]}
+
 
 @pytest.fixture(scope="module")
-def verdicts(template):
-    """Every REFUSALS and ACCEPTED case run against one copy of the running site, several at a
-    time (none changes anything, so they cannot disturb each other): (rc, stdout, stderr) by
-    case, and the state before and after them all."""
-    s = restore(template)
-    names = {"spare": _spare(s), "spare_dir": s.path("targets", "spare"),
-             "d1": s.dev("dac1", "nvme0n1"), "d2": s.dev("dac2", "nvme0n1"),
-             "root": str(s.root)}
-    cases = {**REFUSALS, **ACCEPTED}
+def verdicts(templates):
+    """Per release, every refusal and accepted case run against one copy of the running site,
+    several at a time (none changes anything, so they cannot disturb each other): (rc, stdout,
+    stderr) by case, and the state before and after them all."""
+    done: dict[str, tuple] = {}
 
-    def run(case):
-        host, argv = cases[case][:2]
-        done = s.run(host, *(a.format(**names) for a in argv))
-        return done.returncode, done.stdout, done.stderr
+    def of(release: str) -> tuple:
+        if release in done:
+            return done[release]
+        s = restore(templates(release))
+        names = {"spare": _spare(s), "spare_dir": s.path("targets", "spare"),
+                 "d1": s.dev("dac1", "nvme0n1"), "d2": s.dev("dac2", "nvme0n1"),
+                 "root": str(s.root)}
+        cases = {**refusals(release), **accepted(release)}
 
-    before = (s.root / "state.json").read_text()
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = dict(zip(cases, pool.map(run, cases)))
-    return results, names, before, (s.root / "state.json").read_text()
+        def run(case):
+            host, argv = cases[case][:2]
+            finished = s.run(host, *(a.format(**names) for a in argv))
+            return finished.returncode, finished.stdout, finished.stderr
 
-
-@pytest.mark.parametrize("case", REFUSALS, ids=list(REFUSALS))
-def test_refusal(verdicts, case):
-    (rc, _, stderr), names = verdicts[0][case], verdicts[1]
-    assert (rc, REFUSALS[case][3].format(**names) in stderr) == (REFUSALS[case][2], True), stderr
-
-
-@pytest.mark.parametrize("case", ACCEPTED, ids=list(ACCEPTED))
-def test_accepted(verdicts, case):
-    (rc, stdout, stderr), names = verdicts[0][case], verdicts[1]
-    assert (rc, ACCEPTED[case][2].format(**names) in stdout) == (0, True), (stdout, stderr)
+        before = (s.root / "state.json").read_text()
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = dict(zip(cases, pool.map(run, cases)))
+        done[release] = results, names, before, (s.root / "state.json").read_text()
+        return done[release]
+    return of
 
 
-def test_verdicts_leave_the_state_untouched(verdicts):
-    _, _, before, after = verdicts
+@pytest.mark.parametrize("release,case", [(r, c) for r in RELEASES for c in refusals(r)])
+def test_refusal(verdicts, release, case):
+    results, names = verdicts(release)[:2]
+    rc, _, stderr = results[case]
+    want = refusals(release)[case]
+    assert (rc, want[3].format(**names) in stderr) == (want[2], True), stderr
+
+
+@pytest.mark.parametrize("release,case", [(r, c) for r in RELEASES for c in accepted(r)])
+def test_accepted(verdicts, release, case):
+    results, names = verdicts(release)[:2]
+    rc, stdout, stderr = results[case]
+    assert (rc, accepted(release)[case][2].format(**names) in stdout) == (0, True), \
+        (stdout, stderr)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_verdicts_leave_the_state_untouched(verdicts, release):
+    _, _, before, after = verdicts(release)
     assert after == before
+
+
+def test_set_param_exits_with_the_first_failure_on_2_15_and_the_last_status_after(site):
+    # the client connected to MDTs that allow 8 modifying RPCs: 127 is ERANGE on every release
+    done = site.run("dac1", "lctl", "set_param", "mdc.fs1-*.max_mod_rpcs_in_flight=127",
+                    "llite.fs1-*.checksum_pages=0")
+    assert "max_mod_rpcs_in_flight=127: Numerical result out of range" in done.stderr
+    assert done.returncode == (34 if site.release == "2.15" else 0)
+    # the parameters that could be set are set either way
+    params = [p["param"] for p in site.state()["lustre"]["params"]]
+    assert params == ["llite.fs1-*.checksum_pages"]
+
+
+def _client_again(s: Site) -> None:
+    """Remount the staging client: a client learns its servers' limits when it connects."""
+    s.ok("dac1", "umount", s.path("dac1", "fs"))
+    s.ok("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1", s.path("dac1", "fs"))
+
+
+def test_client_max_mod_rpcs_in_flight_is_bounded_by_the_mdts(site):
+    mdc = "mdc.fs1-*.max_mod_rpcs_in_flight=127"
+    if site.release == "2.15":  # only the mdt module parameter, read when the client connects
+        facts = json.loads((site.root / "site.json").read_text())
+        facts["lustre"]["max_mod_rpcs_per_client"] = 128
+        (site.root / "site.json").write_text(json.dumps(facts))
+    else:
+        for host in ("dac1", "dac2"):
+            site.ok(host, "lctl", "set_param", "mdt.fs1-MDT*.max_mod_rpcs_in_flight=127")
+    # a client connected before the change still has the old limit
+    done = site.run("dac1", "lctl", "set_param", "mdc.fs1-*.max_rpcs_in_flight=128", mdc)
+    assert done.returncode == 34 and "Numerical result out of range" in done.stderr
+    _client_again(site)
+    site.ok("dac1", "lctl", "set_param", "mdc.fs1-*.max_rpcs_in_flight=128", mdc)
+    done = site.run("dac1", "lctl", "set_param", "mdc.fs1-*.max_mod_rpcs_in_flight=200")
+    assert done.returncode == 34
+
+
+def test_client_max_pages_per_rpc_is_bounded_by_the_osts_brw_size(site):
+    osc = "osc.fs1-*.max_pages_per_rpc=4096"  # 16 MiB: more than the default 4 MiB brw_size
+    assert site.run("dac1", "lctl", "set_param", osc).returncode == 34
+    site.ok("dac1", "lctl", "set_param", "obdfilter.fs1-OST*.brw_size=16")
+    site.ok("dac2", "lctl", "set_param", "obdfilter.fs1-OST*.brw_size=16")
+    assert site.run("dac1", "lctl", "set_param", osc).returncode == 34  # connected before
+    _client_again(site)
+    site.ok("dac1", "lctl", "set_param", osc, "osc.fs1-*.max_pages_per_rpc=16M")
+    assert site.run("dac1", "lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=32M"
+                    ).returncode == 34
 
 
 def test_mkfs_refuses_a_lustre_device_without_reformat(site):

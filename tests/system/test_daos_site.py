@@ -2,13 +2,27 @@
 (tests/site: strict stand-ins for dmg, daos, dfuse and fusermount3, which see the uid they run
 as). Each test asserts the full ordered list of commands, and who ran them."""
 
+import sys
+from pathlib import Path
+
 import pytest
-from recorded_site import RecordedSite
+from recorded_site import GiB, RecordedSite
 
 from daccore.errors import PlaybookFailed
 from daclocal.slurm import ensure_submit_user
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+import daos_files  # noqa: E402  (tests/site: reads and writes through a dfuse mount)
+from sitelib import Site  # noqa: E402
+
 NODE = "<site>/nodes/{node}/7/striped"
+NOCACHE = "--disable-caching"
+
+
+def scm(nvme: int) -> int:
+    """The SCM dac gives a pool per rank for `nvme` bytes of NVMe: 6/94 of it (dmg's default
+    tier ratio), in whole MiB."""
+    return int(nvme * 6 / 94) >> 20 << 20
 
 
 @pytest.fixture
@@ -19,7 +33,7 @@ def user():
 @pytest.fixture
 def site(open_dir):
     # open_dir: the stand-ins run as the job's user too, and must reach the site's files
-    return lambda hosts, bricks=1: RecordedSite(open_dir / "site", hosts, bricks)
+    return lambda hosts, bricks=1, **kw: RecordedSite(open_dir / "site", hosts, bricks, **kw)
 
 
 def calls_as(calls, uid):
@@ -44,12 +58,13 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
         ("user", "dac1", "fusermount3", "-u", staging),  # stop.yml first: nothing there yet
         ("root", "dac1", "dmg", "pool", "destroy", "--force", "--recursive", "dac-42"),
-        ("root", "dac1", "dmg", "pool", "create", f"--size={200 << 30}", "--ranks=0",
-         f"--user={name}@", f"--group={name}@", "dac-42"),
+        ("root", "dac1", "dmg", "pool", "create", f"--scm-size={scm(200 * GiB)}",
+         f"--nvme-size={200 * GiB}", "--ranks=0", f"--user={name}@", f"--group={name}@",
+         "dac-42"),
         ("root", "dac1", "dmg", "pool", "delete-acl", "--principal=GROUP@", "dac-42"),
         ("user", "dac1", "daos", "container", "create", "--type=POSIX", "dac-42", "posix"),
         ("user", "dac1", "dfuse", f"--mountpoint={staging}", "--pool=dac-42",
-         "--container=posix"),
+         "--container=posix", NOCACHE),
     ]
     assert [c["rc"] for c in calls][2:] == [0, 0, 0, 0]
     pool = s.state()["daos"]["pools"]["dac-42"]
@@ -60,7 +75,7 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
     calls = s.calls()
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
         ("user", n, "dfuse", f"--mountpoint={NODE.format(node=n)}", "--pool=dac-42",
-         "--container=posix") for n in ("node1", "node2")]
+         "--container=posix", NOCACHE) for n in ("node1", "node2")]
     assert all(c["rc"] == 0 for c in calls)
 
     s.run(config, "daos", buf, "unmount", attached=attached)
@@ -88,8 +103,8 @@ def test_four_hosts_pool_spans_the_ranks_of_its_bricks(site, user):
     s.run(config, "daos", buf, "create")
     cmds = site_paths(s, calls_as(s.calls(), user.pw_uid))
     create = [c for c in cmds if c[2:5] == ("dmg", "pool", "create")]
-    assert create == [("root", "dac2", "dmg", "pool", "create", f"--size={400 << 30}",
-                       "--ranks=0,2,4,6", f"--user={user.pw_name}@",
+    assert create == [("root", "dac2", "dmg", "pool", "create", f"--scm-size={scm(100 * GiB)}",
+                       f"--nvme-size={100 * GiB}", "--ranks=0,2,4,6", f"--user={user.pw_name}@",
                        f"--group={user.pw_name}@", "dac-42")]
     assert {c[1] for c in cmds} == {"dac2"}  # dmg and the staging dfuse: the primary only
     s.run(config, "daos", buf, "delete")
@@ -114,3 +129,53 @@ def test_teardown_after_a_create_that_failed_half_way(site, user):
         ("user", "dac1", "fusermount3", "-u", "<site>/dac1/fs/42/striped"),
         ("root", "dac1", "dmg", "pool", "destroy", "--force", "--recursive", "dac-42")]
     assert calls[-1]["rc"] == 0 and s.state()["daos"]["pools"] == {}
+
+
+def test_uneven_bricks_per_rank_ask_no_rank_for_more_than_dac_gave_it(site, user):
+    """5 bricks of 150GiB on 4 ranks (2, 1, 1, 1) for 450GiB: DAOS gives a pool the same on
+    every rank, so each rank gives 150GiB of NVMe (and 6/94 of it in SCM), the engines' free
+    space in the site's facts. A --size of the allocation would ask 176GiB of NVMe and 11GiB
+    of SCM of every rank: more than dac gave three of them, and more SCM than they have."""
+    s = site(4, bricks=2, brick=150 * GiB,
+             daos={"scm_bytes": 10 * GiB, "nvme_bytes": 150 * GiB, "targets": 16})
+    config = s.config("daos")
+    buf = s.buffer([("dac1", 0), ("dac1", 1), ("dac2", 0), ("dac3", 0), ("dac4", 0)],
+                   uid=user.pw_uid, gid=user.pw_gid, capacity=450 * GiB)
+    s.run(config, "daos", buf, "create")
+    calls = s.calls()
+    assert all(c["rc"] == 0 for c in calls[2:]), calls
+    create = next(c["argv"] for c in calls if c["argv"][:3] == ["dmg", "pool", "create"])
+    assert create[3:6] == [f"--scm-size={scm(150 * GiB)}", f"--nvme-size={150 * GiB}",
+                           "--ranks=0,2,4,6"]
+    pool = s.state()["daos"]["pools"]["dac-42"]
+    assert pool["tier_bytes"] == [scm(150 * GiB), 150 * GiB]  # per rank
+    assert pool["tier_bytes"][1] * 4 >= buf.request.capacity
+
+
+def test_a_granularity_of_one_gib_per_target_makes_a_pool(site, user):
+    """16 targets and 16GiB bricks: DAOS wants 1GiB of NVMe per target, which the whole brick
+    gives (--size=16GiB would give the NVMe 94 % of it: refused, fault 605)."""
+    s = site(1, brick=16 * GiB, granularity=16 * GiB, daos={"targets": 16})
+    config = s.config("daos", targets=16)
+    buf = s.buffer([("dac1", 0)], uid=user.pw_uid, gid=user.pw_gid)
+    s.run(config, "daos", buf, "create")
+    assert s.state()["daos"]["pools"]["dac-42"]["tier_bytes"] == [scm(16 * GiB), 16 * GiB]
+
+
+def test_stage_out_right_after_the_nodes_wrote_reads_their_bytes(site, user):
+    """Staging reads and writes through the primary's dfuse, which lives as long as the buffer;
+    the job's nodes change the files through theirs. Stage-out soon after must copy the nodes'
+    bytes, not what the primary's dfuse cached at stage-in (its cache serves data for 600 s)."""
+    s = site(1)
+    config = s.config("daos")
+    buf = s.buffer([("dac1", 0)], uid=user.pw_uid, gid=user.pw_gid,
+                   attachments={"7": ["node1"]})
+    s.run(config, "daos", buf, "create")
+    s.run(config, "daos", buf, "mount")
+    primary, node = Site(str(s.root), "dac1", "-"), Site(str(s.root), "node1", "-")
+    staged = s.root / "dac1" / "fs" / "42" / "striped" / "input"
+    daos_files.write(primary, str(staged), "stage-in bytes", now=1000)  # data_in
+    daos_files.write(node, str(s.root / "nodes" / "node1" / "7" / "striped" / "input"),
+                     "the job's bytes", now=1010)
+    s.run(config, "daos", buf, "unmount", attached={"7": ["node1"]})  # post_run
+    assert daos_files.read(primary, str(staged), now=1020) == "the job's bytes"  # data_out

@@ -110,6 +110,11 @@ def test_dac_config_env_names_the_file(tmp_path):
     ("pools: {d: {granularity: 8GiB, backend: daos, daos: {targets: 16}}}",
      "pools.d: daos.targets: 16 targets need at least 16GiB per brick (DAOS: 1GiB of NVMe per "
      "target); the granularity is 8GiB"),
+    ("pools: {d: {granularity: 16GiB, backend: daos, daos: {targets: 16, scm_percent: 1}}}",
+     "pools.d: daos.scm_percent: 1 % of a brick of 16GiB gives 165MiB of SCM, and 16 targets "
+     "need at least 256MiB (DAOS: 16MiB of SCM per target)"),
+    ("pools: {d: {granularity: 1G, backend: lustre, lustre: {mgs: per_buffer, release: '2.14'}}}",
+     "pools.d.lustre.release: input should be '2.15' or '2.16'"),
     ("pools: {d: {granularity: 1T, backend: daos, daos: {}, swap: true}}",
      "pools.d: swap: the daos backend offers no swap"),
     ("pools: {d: {granularity: 1T, backend: daos, daos: {provider: tcp}}}",

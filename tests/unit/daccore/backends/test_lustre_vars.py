@@ -38,9 +38,13 @@ def test_fsname_is_eight_letters_stable_for_a_buffer_and_new_for_a_new_one():
     assert fsname(b) != fsname(b.model_copy(update={"created_at": 2.5}))
 
 
-@pytest.mark.parametrize("disk,first", [("/dev/nvme0n1", "/dev/nvme0n1p1"),
-                                        ("/dev/sdb", "/dev/sdb1"), ("/dev/loop3", "/dev/loop3p1")])
-def test_partitions_are_named_as_the_kernel_names_them(disk, first):
+@pytest.mark.parametrize("disk,first", [
+    ("/dev/nvme0n1", "/dev/nvme0n1p1"), ("/dev/sdb", "/dev/sdb1"), ("/dev/loop3", "/dev/loop3p1"),
+    # udev's persistent links: <link>-part<N> (systemd's 60-persistent-storage.rules)
+    *((disk, f"{disk}-part1") for disk in (
+        "/dev/disk/by-id/nvme-SAMSUNG_MZWLR3T8_S5Z2NE0R1", "/dev/disk/by-id/wwn-0x5000c500a1b2",
+        "/dev/disk/by-path/pci-0000:81:00.0-nvme-1"))])
+def test_partitions_are_named_as_the_kernel_or_udev_names_them(disk, first):
     assert partition(disk, 1) == first
 
 
@@ -115,12 +119,44 @@ def test_the_io500_profile_names_the_buffers_own_targets_only():
     b = buffer([("dac2", 0)])
     v = get("lustre", config(tuning="io500"), "dac2").variables(b, "create")
     fs = fsname(b)
-    assert v["server_tuning"] == [f"obdfilter.{fs}-OST*.brw_size=16",
-                                  f"obdfilter.{fs}-OST*.precreate_batch=1024"]
+    plan = get("lustre", config(tuning="io500"), "dac2").targets(b)
+    assert plan["dac2"]["server_tuning"] == [f"obdfilter.{fs}-OST*.brw_size=16",
+                                             f"obdfilter.{fs}-OST*.precreate_batch=1024"]
+    assert "server_tuning" not in v  # per server (inventory): extravars would override it
     assert f"osc.{fs}-*.max_pages_per_rpc=4096" in v["client_tuning"]
     assert all(p.split(".")[1].startswith(fs) or p.startswith(f"ldlm.namespaces.{fs}")
                for p in v["client_tuning"])
     assert get("lustre", config(), "dac2").variables(b, "create")["client_tuning"] == []
+
+
+@pytest.mark.parametrize("release,per_client,mod_rpcs", [("2.15", 8, 8), ("2.15", 64, 64),
+                                                         ("2.15", 500, 127), ("2.16", 8, 127)])
+def test_io500_keeps_clients_within_what_their_mdts_allow(release, per_client, mod_rpcs):
+    """A client refuses max_mod_rpcs_in_flight above its MDT's limit (ERANGE). 2.16 raises the
+    MDT's own limit first, on servers with an MDT; 2.15 has only the module parameter."""
+    b = buffer([("dac2", 0), ("dac1", 0), ("dac3", 0)])
+    backend = get("lustre", config(tuning="io500", release=release, max_mdts=2,
+                                   max_mod_rpcs_per_client=per_client), "dac2")
+    fs = fsname(b)
+    assert f"mdc.{fs}-*.max_mod_rpcs_in_flight={mod_rpcs}" in \
+        backend.variables(b, "create")["client_tuning"]
+    plan = backend.targets(b)
+    mdt = f"mdt.{fs}-MDT*.max_mod_rpcs_in_flight=127"
+    with_mdt = [h for h in plan if any(t["kind"] != "ost" for t in plan[h]["targets"])]
+    assert with_mdt == ["dac2", "dac1"]
+    for host in plan:
+        assert (plan[host]["server_tuning"][:1] == [mdt]) == \
+            (release == "2.16" and host in with_mdt)
+
+
+def test_the_shared_mgs_is_pinged_with_a_timeout_and_targets_start_mdt0_first():
+    b = buffer([("dac2", 0), ("dac1", 0)])
+    backend = get("lustre", config(mgs={"host": "mgs1", "nid": "10.9.9.9@o2ib1"}), "dac2")
+    assert backend.variables(b, "create")["ping_timeout"] == "10"
+    roles = [(h, t["role"], t["index"]) for h, p in backend.targets(b).items()
+             for t in p["targets"]]
+    assert roles == [("dac2", "mdt0", 0), ("dac2", "ost", 0), ("dac1", "mdt", 1),
+                     ("dac1", "ost", 1)]
 
 
 def test_unmounted_nodes_prune_their_mount_points_and_empty_parents_only():
