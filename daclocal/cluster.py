@@ -45,7 +45,7 @@ NODE_ROOTS = "nodes"
 @dataclass
 class LocalState:
     workdir: str
-    etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port
+    etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port, release
     bricks: list[dict] = field(default_factory=list)  # host, file, device
     dacd: list[dict] = field(default_factory=list)  # host, pid, metrics (host:port)
     slurm: dict = field(default_factory=dict)  # nodes, plugin, release, pids
@@ -104,17 +104,20 @@ def _trusted_workdir(workdir: Path) -> None:
 
 def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: int = 1 << 30,
        timeout: float = 30.0, slurm_nodes: int = 0, slurm_plugin: str = "lua",
-       slurm_release: str = releases.HOST_RELEASE) -> LocalState:
+       slurm_release: str = releases.HOST_RELEASE, etcd_release: str = "3.4") -> LocalState:
     """Start etcd, make the loop-file bricks, start one dacd per server and, with
     `slurm_nodes`, a Slurm (`slurm_release`: the host's own, or one from a cached Debian
     chroot) of that many nodes wired to dac; return when every server shows in the pools and
-    every node is idle. On any failure, stop what was started and re-raise."""
+    every node is idle. `etcd_release`: 3.4 (the host's), 3.5 or 3.6 (daclocal.etcd_releases).
+    On any failure, stop what was started and re-raise."""
     workdir = workdir.resolve()
     if servers < 1 or bricks_per_server < 1:
         raise AdminError("the local DAC needs at least one server with one brick")
     rel = releases.release(slurm_release)
     if slurm_nodes and not rel.host:
         releases.ensure_chroot(rel)  # before anything starts: a failed build leaves nothing
+    from daclocal.etcd_releases import etcd_binary
+    etcd_bin = etcd_binary(etcd_release)
     _reachable_by_jobs(workdir)
     existing = LocalState.load(workdir)
     if existing is not None:
@@ -133,11 +136,11 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         pw = pwd.getpwnam(slurm_user)
         owners = {"slurm": (pw.pw_uid, pw.pw_gid)}
     try:
-        etcd = EtcdServer(workdir / "etcd", owners=owners).start()
+        etcd = EtcdServer(workdir / "etcd", owners=owners, binary=etcd_bin).start()
         if owners:
             os.chown(etcd.pki_dir / "client.key", *owners["slurm"])
         state.etcd = {"pid": etcd.pid, "client_port": etcd.client_port,
-                      "peer_port": etcd.peer_port}
+                      "peer_port": etcd.peer_port, "release": etcd_release}
         state.save()
         hosts = {}
         for s in range(1, servers + 1):
@@ -303,8 +306,9 @@ def down(workdir: Path) -> list[str]:
         _unlink_beneath(bricks, name)
     for leftover in (workdir / "etcd" / "etcd-data", workdir / "etcd" / "credentials",
                      workdir / "etcd" / "pki", workdir / "bricks", workdir / "slurm" / "state",
-                     workdir / "slurm" / "spool", workdir / "slurm" / "munge", workdir / "slurm" / "bin", workdir / "fs",
-                     workdir / NODE_ROOTS, workdir / MOUNT_ROOT):
+                     workdir / "slurm" / "spool", workdir / "slurm" / "munge",
+                     workdir / "slurm" / "bin", workdir / "fs", workdir / NODE_ROOTS,
+                     workdir / MOUNT_ROOT):
         shutil.rmtree(leftover, ignore_errors=True)
     state.config_path.unlink(missing_ok=True)
     (workdir / "state.json").unlink()

@@ -16,8 +16,9 @@ import tempfile
 import time
 
 import pytest
-
 from clitools import run
+
+from daclocal.etcd_releases import ETCD_RELEASES, HOST_ETCD
 from daclocal.releases import HOST_RELEASE, RELEASES
 from daclocal.slurm import PLUGINS, SUBMIT_USER, ensure_submit_user
 
@@ -25,17 +26,24 @@ from daclocal.slurm import PLUGINS, SUBMIT_USER, ensure_submit_user
 def pytest_configure(config):
     config.addinivalue_line("markers", "every_release: run on every Slurm release, not only "
                                        "the host's own")
+    config.addinivalue_line("markers", "every_etcd: also run on etcd 3.5 and 3.6 (the host's "
+                                       "Slurm, burst_buffer/lua)")
 
 
 def pytest_generate_tests(metafunc):
-    """`slurm` once per (release, plugin): every release for tests marked every_release,
-    the host's own for the rest."""
+    """`slurm` once per (release, plugin, etcd): every release for tests marked every_release,
+    the host's own for the rest, all on the host's etcd 3.4; tests marked every_etcd also on
+    etcd 3.5 and 3.6."""
     if "slurm" not in metafunc.fixturenames:
         return
     every = metafunc.definition.get_closest_marker("every_release") is not None
-    params = [(r, p) for r in (RELEASES if every else [HOST_RELEASE]) for p in PLUGINS]
+    params = [(r, p, HOST_ETCD) for r in (RELEASES if every else [HOST_RELEASE])
+              for p in PLUGINS]
+    if metafunc.definition.get_closest_marker("every_etcd") is not None:
+        params += [(HOST_RELEASE, "lua", e) for e in ETCD_RELEASES if e != HOST_ETCD]
     metafunc.parametrize("slurm", params, indirect=True, scope="session",
-                         ids=[f"{r}-{p}" for r, p in params])
+                         ids=[f"{r}-{p}" + ("" if e == HOST_ETCD else f"-etcd{e}")
+                              for r, p, e in params])
 
 
 class Slurm:
@@ -81,7 +89,7 @@ class Slurm:
 
 @pytest.fixture(scope="session")
 def slurm(request):
-    release, plugin = request.param
+    release, plugin, etcd = request.param
     # Not under pytest's tmp dir: that is root-only, and sbatch (run as the submit user) must
     # read slurm.conf in here.
     workdir = tempfile.mkdtemp(prefix=f"dac-e2e-{release}-{plugin}-")
@@ -89,7 +97,8 @@ def slurm(request):
     # a first use of a release builds its chroot (~30-60 s), within this timeout
     run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
         "--bricks-per-server", "4", "--brick-size", "512MiB", "--slurm-nodes", "2",
-        "--slurm-plugin", plugin, "--slurm-release", release, timeout=600)
+        "--slurm-plugin", plugin, "--slurm-release", release, "--etcd-release", etcd,
+        timeout=900)
     try:
         lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
         env = dict(line.removeprefix("export ").split("=", 1) for line in lines)

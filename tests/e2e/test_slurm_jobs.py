@@ -7,8 +7,8 @@ import pwd
 import time
 
 import pytest
-
 from clitools import pools, run, wait_for
+
 from daclocal.slurm import SUBMIT_USER
 
 BUFFER_JOB = """#!/bin/bash
@@ -92,6 +92,7 @@ srun bash -c 'tr a-z A-Z < "$DW_JOB_STRIPED/in/words" > "$DW_JOB_STRIPED/out/$SL
 
 
 @pytest.mark.every_release
+@pytest.mark.every_etcd
 def test_a_job_stages_in_transforms_and_stages_out_as_the_user(slurm):
     user = pwd.getpwnam(SUBMIT_USER)
     tag = slurm.plugin
@@ -158,3 +159,28 @@ def test_a_persistent_buffer_keeps_its_data_from_one_job_to_the_next(slurm):
     else:
         r = run("dacctl", "destroy-persistent", name, env=slurm.env)
         assert r.stdout.strip() == f"destroyed persistent buffer {name}", r.stderr
+
+
+@pytest.mark.every_release
+def test_a_failed_stage_in_holds_the_job_with_our_line_as_its_reason(slurm):
+    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+                             "type=scratch pool=default\n#DW stage_in type=file "
+                             "source=@JOBS@/missing destination=$DW_JOB_STRIPED/x\necho never\n")
+    assert job_id, r.stderr
+    try:
+        job = wait_for(lambda: (lambda j: j if j.get("Priority") == "0" else None)(
+            slurm.job(job_id)), 60, f"job {job_id} held")
+        # the user's one line, nothing else (24.11+: a hook's stderr would join it), in the
+        # Reason format of each release (25.05 added "JobHeldAdmin: <hook> failed:")
+        line = f"buffer {job_id}: stage_in failed: {slurm.jobs}/missing: No such file or directory"
+        if slurm.plugin == "datawarp":
+            reason = f"burst_buffer/datawarp: dws_data_in: {line} "
+        elif tuple(map(int, slurm.release.split("."))) >= (25, 5):
+            reason = f"burst_buffer/lua: JobHeldAdmin: slurm_bb_data_in failed: {line}"
+        else:
+            reason = f"burst_buffer/lua: slurm_bb_data_in: {line}"
+        assert job["Reason"] == reason.replace(" ", "_"), job["Reason"]
+        assert line in slurm.scontrol("show", "job", job_id)  # SystemComment
+    finally:
+        slurm._run(["scancel", "--hurry", job_id])
+    slurm.wait(job_id)
