@@ -93,8 +93,8 @@ def main() -> int:
               f"  {ratio:4.1f}x {'' if within else 'OVER BUDGET'}")
     if hook_rows:
         extra = statistics.median(times[hook_rows[1]]) - statistics.median(times[hook_rows[0]])
-        print(f"Slurm {release}: one slurmscriptd hook costs Slurm {extra:.1f} ms beyond dac's "
-              "own process (scontrol show bbstat - dac-bbstat, medians)")
+        print(f"Slurm {release}: scontrol show bbstat takes {extra:.1f} ms more than dac-bbstat "
+              "alone (medians): scontrol, its RPC and one slurmscriptd hook")
     print(cpu())
     print(f"budget {BUDGET:.0f}x python3 -c pass: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -80,8 +80,10 @@ def _from_trixie(d: Path, log: Path) -> None:
     root = releases.ensure_chroot(releases.release("24.11"))
     work = d / "deb"
     work.mkdir()
-    inside = f"/tmp/dac-etcd-deb-{os.getpid()}"
-    (root / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    # under the chroot's /root (0700): its /tmp is any host user's to plant a link or a .deb in
+    inside = f"/root/dac-etcd-deb-{os.getpid()}"
+    shutil.rmtree(root / inside.lstrip("/"), ignore_errors=True)
+    (root / inside.lstrip("/")).mkdir(mode=0o700)
     try:
         releases._run(["chroot", str(root), "sh", "-c",
                        f"cd {inside} && apt-get -q -o Acquire::Check-Valid-Until=false update "
