@@ -1,6 +1,7 @@
 # make demo   boot the all-in-one local DAC, show it working, tear it down
-# make test   the whole suite on the installed wheel (scripts/test-installed), installing what
-#             it needs; make test-dev runs it on the editable .venv instead, for a quick loop
+# make test   the whole suite (unit, store, system, e2e on Slurm 22.05/24.11/26.05) on the
+#             installed wheel (scripts/test-installed), installing what it needs; the store
+#             suite again on etcd 3.5 and 3.6; make test-dev runs it on the editable .venv
 # make lint   ruff and mypy, as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
@@ -21,11 +22,17 @@ $(VENV)/.installed: pyproject.toml setup.py
 demo: deps
 	./scripts/demo $(DEMO_DIR)
 
+# then the store suite on etcd 3.5 (Debian 13's) and 3.6 (built from the Go module proxy), fetched
+# or built on first use and cached in /var/cache/dac-local (daclocal/etcd_releases.py)
+ETCD_RELEASES_TOO = 3.5 3.6
+
 test: deps
-	./scripts/test-installed
+	DAC_TEST_ETCD_RELEASES_TOO="$(ETCD_RELEASES_TOO)" ./scripts/test-installed
 
 test-dev: deps
-	$(PY) -m pytest -q tests
+	@status=0; $(PY) -m pytest -q tests || status=1; \
+	for e in $(ETCD_RELEASES_TOO); do echo "== tests/store on etcd $$e"; \
+	  DAC_TEST_ETCD=$$e $(PY) -m pytest -q tests/store || status=1; done; exit $$status
 
 lint: deps
 	$(VENV)/bin/ruff check .

@@ -18,24 +18,63 @@ from daclocal.etcd_server import EtcdServer
 TIB = 1 << 40
 
 
+def slurm_release(argv: list[str]) -> str | None:
+    """`--slurm-release R` from the bench's arguments, else $DAC_BENCH_SLURM_RELEASE: run the
+    Slurm calls as that release's slurmctld runs its hooks (`as_slurm`)."""
+    import os
+    if "--slurm-release" in argv:
+        i = argv.index("--slurm-release")
+        if i + 1 < len(argv):
+            return argv[i + 1]
+        raise SystemExit("--slurm-release needs 22.05, 24.11 or 26.05")
+    return os.environ.get("DAC_BENCH_SLURM_RELEASE") or None
+
+
 @contextmanager
-def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 512 << 20):
+def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 512 << 20,
+              release: str | None = None):
     """A local DAC in a throwaway directory users can enter; yields (state, env for dac's
-    commands, workdir). Needs root."""
+    commands, workdir). With `release`, also a 2-node Slurm of that release (burst_buffer/lua)
+    whose hooks' way of running dacctl `as_slurm` reproduces. Needs root."""
     import os
 
     from daclocal import cluster
     with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:
         work = Path(d)
         work.chmod(0o755)  # jobs enter the local DAC's workdir as their user
+        slurm = {"slurm_nodes": 2, "slurm_plugin": "lua", "slurm_release": release} \
+            if release else {}
         state = cluster.up(work / "dac", servers=servers, bricks_per_server=bricks_per_server,
-                           brick_size=brick_size, timeout=60)
+                           brick_size=brick_size, timeout=60, **slurm)
         try:
             env = {**os.environ, "DAC_CONFIG": str(state.config_path)}
             env.pop("DAC_ETCD_ENDPOINTS", None)
             yield state, env, work
         finally:
             cluster.down(work / "dac")
+
+
+def as_slurm(state, work: Path) -> tuple[list[str], Path]:
+    """(argv prefix, directory for Slurm's files) to run a command as the local DAC's
+    slurmctld runs a hook: in its mount namespace and root (a chroot release's), as its
+    SlurmUser. The directory is SlurmUser's, as StateSaveLocation is."""
+    import os
+    import pwd
+
+    from daclocal.slurm import SlurmCluster
+    files = work / "slurm-files"
+    files.mkdir(mode=0o755, exist_ok=True)
+    if not state.slurm:
+        return [], files
+    cluster = SlurmCluster(Path(state.workdir), state.slurm["nodes"], release=state.slurm.get(
+        "release", "22.05"))
+    pw = pwd.getpwnam(cluster.release.slurm_user)
+    os.chown(files, pw.pw_uid, pw.pw_gid)
+    if cluster.release.host:
+        return [], files  # root, on the host, like the 22.05 slurmctld here
+    pid = str(state.slurm["pids"]["slurmctld"])
+    return (["nsenter", "--target", pid, "--mount", "--root", "--wd=/",
+             f"--setgid={pw.pw_gid}", f"--setuid={pw.pw_uid}", "--"], files)
 
 
 def many_jobs(env: dict, work: Path, function: str, jobs: int) -> list:

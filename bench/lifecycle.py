@@ -7,7 +7,11 @@ same run: mkfs.xfs, mount, the job's directories, 4 bind mounts (striped + priva
 their unmounts, umount, blkdiscard --zeroout (the wipe). Rounds alternate the two so drift
 hits both alike.
 
-    .venv/bin/python bench/lifecycle.py
+    .venv/bin/python bench/lifecycle.py [--slurm-release 22.05|24.11|26.05]
+
+With a release (or DAC_BENCH_SLURM_RELEASE), the local DAC also runs that release's Slurm and
+every call runs as its slurmctld runs a hook: 24.11 and 26.05 in their chroot's namespace, as
+SlurmUser slurm (bench/common.py as_slurm).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import local_dac, steal_meter  # noqa: E402
+from common import as_slurm, local_dac, slurm_release, steal_meter  # noqa: E402
 
 from daclocal import loopdev  # noqa: E402
 
@@ -30,7 +34,8 @@ UID = GID = 4000
 FUNCTIONS = ("setup", "data_in", "paths", "pre_run", "post_run", "data_out", "teardown")
 
 
-def dac_lifecycle(dacctl: str, env: dict, work: Path, job: int) -> dict[str, float]:
+def dac_lifecycle(dacctl: str, env: dict, work: Path, job: int,
+                  prefix: list[str]) -> dict[str, float]:
     script = work / "job.sh"
     script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped,private "
                       "pool=default\n")
@@ -43,7 +48,7 @@ def dac_lifecycle(dacctl: str, env: dict, work: Path, job: int) -> dict[str, flo
     times = {}
     for f in FUNCTIONS:
         t = time.perf_counter()
-        r = subprocess.run([dacctl, "--function", f, "--token", str(job), "--job", str(script),
+        r = subprocess.run([*prefix, dacctl, "--function", f, "--token", str(job), "--job", str(script),
                             *args.get(f, [])], env=env, capture_output=True, text=True)
         times[f] = time.perf_counter() - t
         assert r.returncode == 0, (f, r.stdout, r.stderr)
@@ -83,7 +88,9 @@ def by_hand(device: str, work: Path) -> float:
 
 def main() -> int:
     dacctl = str(Path(sys.executable).parent / "dacctl")
-    with local_dac(servers=1, bricks_per_server=1) as (state, env, work):
+    release = slurm_release(sys.argv[1:])
+    with local_dac(servers=1, bricks_per_server=1, release=release) as (state, env, work):
+        prefix, files = as_slurm(state, work)
         # the by-hand work gets a loop device of its own, like the local DAC's bricks
         img = work / "byhand.img"
         device = loopdev.attach(img, 512 << 20)
@@ -91,7 +98,7 @@ def main() -> int:
             cpu = steal_meter()
             dac, hand, per_function = [], [], {f: [] for f in FUNCTIONS}
             for i in range(ROUNDS):
-                times = dac_lifecycle(dacctl, env, work, 100 + i)
+                times = dac_lifecycle(dacctl, env, files, 100 + i, prefix)
                 for f, s in times.items():
                     per_function[f].append(s)
                 dac.append(sum(times.values()))
@@ -101,6 +108,8 @@ def main() -> int:
     overhead = statistics.median(dac) - statistics.median(hand)
     for f, samples in per_function.items():
         print(f"  {f:9s} median {statistics.median(samples):5.2f} s")
+    if release:
+        print(f"Slurm {release}: calls run as its slurmctld runs the hooks")
     print(f"dac lifecycle median {statistics.median(dac):.2f} s (min {min(dac):.2f}), by hand "
           f"median {statistics.median(hand):.2f} s (min {min(hand):.2f}), {ROUNDS} rounds")
     print(cpu())

@@ -30,8 +30,12 @@ def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> s
     raise UserError(f"name a pool with pool=<name> (pools: {', '.join(sorted(pools)) or 'none'})")
 
 
-def validate(store, d: Directives, default_pool: str | None, uid: int | None = None) -> None:
-    """Everything a user can get wrong before the job queues; raises UserError with one line."""
+def validate(store, d: Directives, default_pool: str | None, uid: int | None = None,
+             at_setup: bool = False) -> None:
+    """Everything a user can get wrong before the job queues; raises UserError with one line.
+    `at_setup`: burst_buffer/datawarp has already run the script's create_persistent or
+    destroy_persistent (it does so before setup), so that buffer existing (the job owner's),
+    or being gone, is no error then."""
     if d.empty:
         return
     summaries = {s.name: s for s in summarize(store.summary_inventory())}
@@ -65,6 +69,8 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
                                 "user")
         for x in d.destroy:
             owner = buffers.get(x.name)
+            if owner is None and at_setup:
+                continue
             if owner is None:
                 raise NotFound(f"line {x.line}: destroy_persistent: no persistent buffer named "
                                f"'{x.name}'")
@@ -72,7 +78,7 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
                 raise UserError(f"line {x.line}: destroy_persistent: buffer '{x.name}' belongs "
                                 "to another user")
         for c in d.create:
-            if c.name in buffers:
+            if c.name in buffers and not (at_setup and buffers[c.name] == uid):
                 raise UserError(f"line {c.line}: create_persistent: a buffer named '{c.name}' "
                                 "already exists")
 
@@ -114,7 +120,7 @@ def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
     `own_mgs_pools` (DacConfig.own_mgs_pools) also takes its primary host's MGS slot."""
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest, StageRequest
-    validate(store, d, default_pool, uid)
+    validate(store, d, default_pool, uid, at_setup=True)
     if d.jobdw is None:
         return False
     name = str(job_id)

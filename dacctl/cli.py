@@ -327,14 +327,25 @@ _workdir = click.option("--workdir", type=click.Path(file_okay=False, path_type=
               help="also boot a Slurm with this many nodes wired to dac")
 @click.option("--slurm-plugin", default="lua", show_default=True,
               type=click.Choice(["lua", "datawarp"]), help="Slurm's burst buffer plugin")
+@click.option("--slurm-release", default="22.05", show_default=True,
+              type=click.Choice(["22.05", "24.11", "26.05"]),
+              help="22.05: the host's own Slurm; 24.11 (Debian 13) and 26.05 (Debian forky) run "
+                   "from a Debian chroot built on first use and cached in /var/cache/dac-local")
+@click.option("--etcd-release", default="3.4", show_default=True,
+              type=click.Choice(["3.4", "3.5", "3.6"]),
+              help="3.4: the host's etcd-server; 3.5: Debian 13's; 3.6: built from the Go "
+                   "module proxy on first use (needs Go); both cached in /var/cache/dac-local")
 def up(workdir: Path, servers: int, bricks_per_server: int, brick_size: int, slurm_nodes: int,
-       slurm_plugin: str) -> None:
+       slurm_plugin: str, slurm_release: str, etcd_release: str) -> None:
     _local_root_only("up")
     from daclocal import cluster
     state = cluster.up(workdir, servers, bricks_per_server, brick_size,
-                       slurm_nodes=slurm_nodes, slurm_plugin=slurm_plugin)
-    slurm = f", Slurm {slurm_nodes} nodes (burst_buffer/{slurm_plugin})" if slurm_nodes else ""
-    click.echo(f"local DAC up in {state.workdir}: etcd {state.endpoint}, {servers} servers "
+                       slurm_nodes=slurm_nodes, slurm_plugin=slurm_plugin,
+                       slurm_release=slurm_release, etcd_release=etcd_release)
+    slurm = (f", Slurm {slurm_release} {slurm_nodes} nodes (burst_buffer/{slurm_plugin})"
+             if slurm_nodes else "")
+    click.echo(f"local DAC up in {state.workdir}: etcd {etcd_release} {state.endpoint}, "
+               f"{servers} servers "
                f"x {bricks_per_server} bricks of {format_size(brick_size)}{slurm}")
     click.echo(f"use it: eval \"$(dacctl local env --workdir {workdir})\"")
 

@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobexecutionnodefile")
     p.add_argument("--nidlistfile")
     p.add_argument("--pathfile")
+    # burst_buffer.lua, 23.02+: the job's nodes as Slurm passes them (job_info.nodes)
+    p.add_argument("--nodes")
     # teardown --hurry (scancel --hurry): skip the stage-out a teardown would otherwise run
     p.add_argument("--hurry", action="store_true")
     p.add_argument("--debug", action="store_true")
@@ -345,7 +347,7 @@ def _pre_run(store, config, args) -> None:
         (_script(args, config.lua_directive).persistent if args.job else [])
     if buf is None and not persistent:
         return  # nothing of dac's in this job
-    nodes = job_nodes(job, args.nodehostnamefile)
+    nodes = job_nodes(job, args.nodehostnamefile, args.nodes)
     swap = buf["request"].get("swap", 0) if buf else 0
     if buf is not None and swap * len(nodes) > jobs.buffer_size(buf):
         raise UserError(f"swap: {len(nodes)} nodes x {format_size(swap)} of swap is more than "

@@ -1,8 +1,10 @@
 """What dac asks Slurm about a running job: its compute nodes.
 
 burst_buffer/datawarp hands pre_run a file of node names (--nodehostnamefile); burst_buffer/lua
-before 23.02 passes none, so then we ask slurmctld (pre_run runs in slurmscriptd, outside
-slurmctld's locks, after the nodes are allocated). argv lists only: no shell.
+from 23.02 the job's node list (job_info.nodes, a hostlist such as node[1-2]: --nodes), expanded
+here; before 23.02 it passes none, so then we ask slurmctld (pre_run runs in slurmscriptd,
+outside slurmctld's locks, after the nodes are allocated), with the scontrol on PATH: the one
+slurmctld's own environment gives, so the same release. argv lists only: no shell.
 """
 
 from __future__ import annotations
@@ -12,13 +14,65 @@ import subprocess
 
 from daccore.errors import AdminError
 
-__all__ = ["job_nodes"]
+__all__ = ["job_nodes", "expand_hostlist"]
 
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_RANGE = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")
+#: more names than this in one hostlist is not a node list Slurm made
+_MAX_NODES = 100_000
 
 
-def job_nodes(job_id: str, hostfile: str | None = None) -> list[str]:
-    if hostfile:
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed hostlist (`node[1-3,07],login1`, `r[1-2]n[01-02]`) as names, in
+    order; AdminError for anything else (it came from Slurm: a bad one is Slurm's or an
+    admin's matter)."""
+    names: list[str] = []
+    for item in _split_top(hostlist):
+        expanded = [""]
+        for literal, ranges in re.findall(r"([^\[\]]*)(?:\[([^\[\]]*)\])?", item):
+            choices = [literal]
+            if ranges:
+                choices = [literal + n for n in _numbers(ranges, hostlist)]
+            expanded = [e + c for e in expanded for c in choices]
+            if len(expanded) > _MAX_NODES:
+                raise AdminError(f"node list {hostlist!r}: more than {_MAX_NODES} nodes")
+        names += expanded
+    return names
+
+
+def _split_top(hostlist: str) -> list[str]:
+    """Split at the commas outside brackets."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(hostlist):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth not in (0, 1):
+            raise AdminError(f"node list {hostlist!r}: unbalanced brackets")
+        if ch == "," and depth == 0:
+            items.append(hostlist[start:i])
+            start = i + 1
+    if depth:
+        raise AdminError(f"node list {hostlist!r}: unbalanced brackets")
+    return [i for i in items + [hostlist[start:]] if i]
+
+
+def _numbers(ranges: str, hostlist: str) -> list[str]:
+    out: list[str] = []
+    for part in ranges.split(","):
+        m = _RANGE.fullmatch(part)
+        if not m:
+            raise AdminError(f"node list {hostlist!r}: bad range {part!r}")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        if int(hi) < int(lo) or int(hi) - int(lo) >= _MAX_NODES:
+            raise AdminError(f"node list {hostlist!r}: bad range {part!r}")
+        width = len(lo) if lo.startswith("0") else 0
+        out += [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
+    return out
+
+
+def job_nodes(job_id: str, hostfile: str | None = None, hostlist: str | None = None) -> list[str]:
+    if hostlist:
+        names = expand_hostlist(hostlist)
+    elif hostfile:
         try:
             with open(hostfile) as f:
                 names = f.read().split()

@@ -30,7 +30,7 @@ from daccore.config import load_config
 from daccore.errors import AdminError, DacError
 from daccore.inventory import summarize
 from daccore.store import Store
-from daclocal import loopdev
+from daclocal import loopdev, releases
 from daclocal.etcd_server import EtcdServer
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 from daclocal.slurm import SlurmCluster, munge_socket, start_munged
@@ -46,10 +46,10 @@ NODE_ROOTS = "nodes"
 @dataclass
 class LocalState:
     workdir: str
-    etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port
+    etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port, release
     bricks: list[dict] = field(default_factory=list)  # host, file, device
     dacd: list[dict] = field(default_factory=list)  # host, pid, metrics (host:port)
-    slurm: dict = field(default_factory=dict)  # nodes, plugin, pids
+    slurm: dict = field(default_factory=dict)  # nodes, plugin, release, pids
     users: dict = field(default_factory=dict)  # munged, service (pids), address: the user service
 
     @property
@@ -104,13 +104,21 @@ def _trusted_workdir(workdir: Path) -> None:
 
 
 def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: int = 1 << 30,
-       timeout: float = 30.0, slurm_nodes: int = 0, slurm_plugin: str = "lua") -> LocalState:
+       timeout: float = 30.0, slurm_nodes: int = 0, slurm_plugin: str = "lua",
+       slurm_release: str = releases.HOST_RELEASE, etcd_release: str = "3.4") -> LocalState:
     """Start etcd, make the loop-file bricks, start one dacd per server and, with
-    `slurm_nodes`, a Slurm of that many nodes wired to dac; return when every server shows in
-    the pools and every node is idle. On any failure, stop what was started and re-raise."""
+    `slurm_nodes`, a Slurm (`slurm_release`: the host's own, or one from a cached Debian
+    chroot) of that many nodes wired to dac; return when every server shows in the pools and
+    every node is idle. `etcd_release`: 3.4 (the host's), 3.5 or 3.6 (daclocal.etcd_releases).
+    On any failure, stop what was started and re-raise."""
     workdir = workdir.resolve()
     if servers < 1 or bricks_per_server < 1:
         raise AdminError("the local DAC needs at least one server with one brick")
+    rel = releases.release(slurm_release)
+    if slurm_nodes and not rel.host:
+        releases.ensure_chroot(rel)  # before anything starts: a failed build leaves nothing
+    from daclocal.etcd_releases import etcd_binary
+    etcd_bin = etcd_binary(etcd_release)
     _reachable_by_jobs(workdir)
     existing = LocalState.load(workdir)
     if existing is not None:
@@ -120,10 +128,20 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
     shutil.rmtree(workdir / "logs", ignore_errors=True)  # down keeps them; a new up starts anew
     (workdir / "logs").mkdir()
     state = LocalState(str(workdir))
+    # SlurmUser (Debian 13's slurm) runs the hooks: it holds the slurm role's credential and
+    # the etcd client key, as a site's controller does (docs/security.md)
+    slurm_user = rel.slurm_user if slurm_nodes else "root"
+    owners = None
+    if slurm_user != "root":
+        import pwd
+        pw = pwd.getpwnam(slurm_user)
+        owners = {"slurm": (pw.pw_uid, pw.pw_gid)}
     try:
-        etcd = EtcdServer(workdir / "etcd").start()
+        etcd = EtcdServer(workdir / "etcd", owners=owners, binary=etcd_bin).start()
+        if owners:
+            os.chown(etcd.pki_dir / "client.key", *owners["slurm"])
         state.etcd = {"pid": etcd.pid, "client_port": etcd.client_port,
-                      "peer_port": etcd.peer_port}
+                      "peer_port": etcd.peer_port, "release": etcd_release}
         state.save()
         hosts = {}
         for s in range(1, servers + 1):
@@ -146,7 +164,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                   "mount_root": str(workdir / MOUNT_ROOT),
                   "node_root": str(workdir / NODE_ROOTS / "{node}"),
                   "user_service": f"127.0.0.1:{free_port()}",
-                  "munge_socket": str(munge_socket(workdir))}
+                  "munge_socket": str(munge_socket(workdir)), "slurm_user": slurm_user}
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         for host in hosts:  # one config for all; each dacd serves /metrics on its own port
             metrics = f"127.0.0.1:{free_port()}"
@@ -157,12 +175,14 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
             state.dacd.append({"host": host, "pid": proc.pid, "metrics": metrics})
             state.save()
         _wait_until_registered(state, servers, timeout)
-        _start_user_service(state, config["user_service"], timeout)
+        _start_user_service(state, config["user_service"], timeout,
+                            rel if slurm_nodes else None)
         if slurm_nodes:
-            state.slurm = {"nodes": slurm_nodes, "plugin": slurm_plugin, "pids": {}}
+            state.slurm = {"nodes": slurm_nodes, "plugin": slurm_plugin, "release": rel.name,
+                           "pids": {}}
             cluster = SlurmCluster(workdir, slurm_nodes, slurm_plugin, str(state.config_path),
                                    mount_root=str(workdir / MOUNT_ROOT),
-                                   node_roots=str(workdir / NODE_ROOTS))
+                                   node_roots=str(workdir / NODE_ROOTS), release=rel.name)
 
             def record(name: str, pid: int) -> None:
                 state.slurm["pids"][name] = pid
@@ -174,12 +194,13 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         raise
 
 
-def _start_user_service(state: LocalState, address: str, timeout: float) -> None:
-    """The local DAC's one munged (Slurm's too) and dac's user service, through which users'
-    dacctl commands reach etcd; returns once the service listens."""
+def _start_user_service(state: LocalState, address: str, timeout: float,
+                        rel: releases.Release | None = None) -> None:
+    """The local DAC's one munged (Slurm's too: `rel`'s own) and dac's user service, through
+    which users' dacctl commands reach etcd; returns once the service listens."""
     workdir = Path(state.workdir)
     state.users = {"address": address}
-    state.users["munged"] = start_munged(workdir, timeout).pid
+    state.users["munged"] = start_munged(workdir, timeout, rel).pid
     state.save()
     log = workdir / "logs" / "user-service.log"
     proc = spawn([sys.executable, "-m", "dacctl.main", "user-service"], log,
@@ -257,8 +278,7 @@ def down(workdir: Path) -> list[str]:
         return []
     done = []
     if state.slurm:
-        done += SlurmCluster(workdir, state.slurm["nodes"], state.slurm["plugin"],
-                             pids=state.slurm["pids"]).stop()
+        done += _cluster(state).stop()
     for name, marker in (("service", "user-service"), ("munged", "munged")):
         pid = state.users.get(name)
         if pid and is_running(pid, marker):
@@ -287,8 +307,9 @@ def down(workdir: Path) -> list[str]:
         _unlink_beneath(bricks, name)
     for leftover in (workdir / "etcd" / "etcd-data", workdir / "etcd" / "credentials",
                      workdir / "etcd" / "pki", workdir / "bricks", workdir / "slurm" / "state",
-                     workdir / "slurm" / "spool", workdir / "slurm" / "munge", workdir / "fs",
-                     workdir / NODE_ROOTS, workdir / MOUNT_ROOT):
+                     workdir / "slurm" / "spool", workdir / "slurm" / "munge",
+                     workdir / "slurm" / "bin", workdir / "fs", workdir / NODE_ROOTS,
+                     workdir / MOUNT_ROOT):
         shutil.rmtree(leftover, ignore_errors=True)
     state.config_path.unlink(missing_ok=True)
     (workdir / "state.json").unlink()
@@ -335,8 +356,17 @@ def env_lines(workdir: Path) -> list[str]:
     lines = [f"export DAC_CONFIG={state.config_path}",
              f"export DAC_ETCD_ENDPOINTS={state.endpoint}"]
     if state.slurm:
-        lines.append(f"export SLURM_CONF={SlurmCluster(workdir, state.slurm['nodes']).conf}")
+        cluster = _cluster(state)
+        lines.append(f"export SLURM_CONF={cluster.conf}")
+        if cluster.bindir:  # the release's own client commands, first
+            lines.append(f"export PATH={cluster.bindir}:$PATH")
     return lines
+
+
+def _cluster(state: LocalState) -> SlurmCluster:
+    s = state.slurm
+    return SlurmCluster(Path(state.workdir), s["nodes"], s["plugin"], pids=s["pids"],
+                        release=s.get("release", releases.HOST_RELEASE))
 
 
 def status(workdir: Path) -> dict:

@@ -33,7 +33,7 @@ class EtcdServer:
                  pid: int = 0, tls: tuple[str, str, str] | None = None, secure: bool = True,
                  owners: dict[str, tuple[int, int]] | None = None,
                  extra_grants: dict[str, list[tuple[str, str]]] | None = None,
-                 flags: tuple[str, ...] = ()):
+                 flags: tuple[str, ...] = (), binary: str | None = None):
         """`tls` = (cacert, cert, key): serve https and require client certificates signed by
         the CA; the same cert and key serve as the health check's client identity. Without
         `tls`, `secure` makes a CA and certificates in `workdir/pki`, serves https with client
@@ -45,6 +45,7 @@ class EtcdServer:
         self.secure = secure and tls is None
         self.owners, self.extra_grants = owners, extra_grants or {}
         self.flags = list(flags)  # more etcd flags, e.g. a short --auth-token-ttl for tests
+        self.binary = binary  # another release's etcd (daclocal.etcd_releases); else the host's
         self.tls = tls
         if self.secure:
             self.tls = (str(self.pki_dir / "ca.pem"), str(self.pki_dir / "server.pem"),
@@ -88,7 +89,7 @@ class EtcdServer:
             # the peer port too: raft messages from anyone who can connect would be trusted
             scheme = "https" if self.secure else "http"
             client, peer = self.endpoint, f"{scheme}://127.0.0.1:{self.peer_port}"
-            proc = spawn([find_etcd(), "--name", "dac-local",
+            proc = spawn([self.binary or find_etcd(), "--name", "dac-local",
                           "--data-dir", str(self.workdir / "etcd-data"),
                           "--listen-client-urls", client, "--advertise-client-urls", client,
                           "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,

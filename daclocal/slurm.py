@@ -1,7 +1,9 @@
-"""A real Slurm 22.05 on one machine for the local DAC: munged on a private socket, slurmctld,
+"""A real Slurm on one machine for the local DAC: munged on a private socket, slurmctld,
 and one slurmd per fake node (Debian's build allows several slurmd on one host), all on free
 loopback ports, wired to dac through burst_buffer/lua (daccore/share/slurm/burst_buffer.lua) or
-burst_buffer/datawarp (dacctl as its dw_wlm_cli).
+burst_buffer/datawarp (dacctl as its dw_wlm_cli). The release is the host's own 22.05, or 24.11
+or 26.05 from a Debian chroot (daclocal.releases), whose daemons run inside it and whose client
+commands `<workdir>/slurm/bin` wraps.
 
 Everything lives under `<workdir>/slurm/`; processes run in the foreground of their own
 sessions so their pids are ours to stop. Facts this relies on are in ../shared/notes/slurm.md.
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from daccore.errors import AdminError
 from daccore.share import asset
+from daclocal import releases
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 
 __all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS", "start_munged", "munge_socket"]
@@ -32,7 +35,7 @@ _SLURM_CONF = """\
 ClusterName=daclocal
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
-SlurmUser=root
+SlurmUser={slurm_user}
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
@@ -59,7 +62,7 @@ MpiDefault=none
 ReturnToService=2
 MailProg=/bin/true
 BurstBufferType=burst_buffer/{plugin}
-{nodes}
+{plugin_dir}{nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -83,7 +86,13 @@ ValidateTimeout=10
 """
 
 
-def _binary(name: str) -> str:
+#: 24.05+ with proctrack/linuxproc and task/none: no cgroup plugin either
+_CGROUP_CONF = "CgroupPlugin=disabled\n"
+
+
+def _binary(name: str, rel: releases.Release | None = None) -> str:
+    if rel is not None and not rel.host:
+        return f"/usr/sbin/{name}"  # inside the chroot
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
     if not path:
         raise AdminError(f"{name} is not installed: run `make deps` (installs Debian's slurmctld, "
@@ -108,9 +117,11 @@ def munge_socket(workdir: Path) -> Path:
     return Path(workdir).resolve() / "slurm" / "munge" / "munge.socket"
 
 
-def start_munged(workdir: Path, timeout: float = 30.0) -> subprocess.Popen:
-    """Start the local DAC's munged, with a key of its own, on `munge_socket(workdir)`; returns
-    once the socket answers. Every user may use it, as on a Slurm node."""
+def start_munged(workdir: Path, timeout: float = 30.0,
+                 rel: releases.Release | None = None) -> subprocess.Popen:
+    """Start the local DAC's munged (the release's own, for a chroot release), with a key of
+    its own, on `munge_socket(workdir)`; returns once the socket answers. Every user may use
+    it, as on a Slurm node."""
     base = Path(workdir).resolve() / "slurm"
     m = base / "munge"
     for sub in ("run", "log", "munge", "munge/key"):
@@ -122,10 +133,12 @@ def start_munged(workdir: Path, timeout: float = 30.0) -> subprocess.Popen:
     if not key.exists():
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
-    proc = spawn([_binary("munged"), "--foreground", "--force", f"--socket={m}/munge.socket",
-                  f"--key-file={key}", f"--pid-file={base}/run/munged.pid",
-                  f"--log-file={base}/log/munged.log", f"--seed-file={m}/munged.seed"],
-                 base / "log" / "munged.out")
+    argv = [_binary("munged", rel), "--foreground", "--force", f"--socket={m}/munge.socket",
+            f"--key-file={key}", f"--pid-file={base}/run/munged.pid",
+            f"--log-file={base}/log/munged.log", f"--seed-file={m}/munged.seed"]
+    if rel is not None and not rel.host:
+        argv = releases.daemon_argv(rel, workdir, argv)
+    proc = spawn(argv, base / "log" / "munged.out")
     deadline = time.monotonic() + timeout
     while not (m / "munge.socket").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -134,6 +147,13 @@ def start_munged(workdir: Path, timeout: float = 30.0) -> subprocess.Popen:
             raise AdminError(f"munged did not start: {why} (log: {base}/log/munged.log)")
         time.sleep(0.02)
     return proc
+
+
+def _write_env_file(path: Path, env: dict[str, str]) -> None:
+    """burst_buffer.env: KEY=VALUE lines burst_buffer.lua reads for what its environment
+    lacks (Slurm 24.11.0 and 24.11.1 start the hooks with none)."""
+    path.write_text("".join(f"{k}={v}\n" for k, v in env.items() if "\n" not in v))
+    path.chmod(0o644)
 
 
 def _marker(name: str) -> str:
@@ -146,9 +166,10 @@ class SlurmCluster:
 
     def __init__(self, workdir: Path, nodes: int = 2, plugin: str = "lua",
                  dac_config: str = "", pids: dict | None = None, mount_root: str = "",
-                 node_roots: str = ""):
+                 node_roots: str = "", release: str = releases.HOST_RELEASE):
         if plugin not in PLUGINS:
             raise AdminError(f"unknown burst buffer plugin '{plugin}' (choose lua or datawarp)")
+        self.release = releases.release(release)
         self.base = Path(workdir).resolve() / "slurm"
         self.nodes, self.plugin, self.dac_config = nodes, plugin, dac_config
         self.pids: dict = pids or {}
@@ -163,6 +184,15 @@ class SlurmCluster:
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
 
+    @property
+    def bindir(self) -> Path | None:
+        """Where the release's client commands are wrapped; None: the host's own are used."""
+        return None if self.release.host else self.base / "bin"
+
+    def client(self, name: str) -> str:
+        """The release's `name` (scontrol, sbatch, ...), as a path or a name on PATH."""
+        return str(self.bindir / name) if self.bindir else name
+
     def env(self) -> dict[str, str]:
         """What a shell needs to talk to this Slurm."""
         return {"SLURM_CONF": str(self.conf)}
@@ -172,11 +202,17 @@ class SlurmCluster:
         slurmctld and the slurmd; `on_started(name, pid)` records each pid as soon as it
         exists, so a failure part-way can still be cleaned up."""
         ensure_submit_user()
+        rel = self.release
+        if not rel.host:
+            releases.ensure_chroot(rel)
         for sub in ("etc", "state", "run", "log"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         for node in self.node_names:
             (self.base / "spool" / node).mkdir(parents=True, exist_ok=True)
         self._write_configs()
+        self._own_for_slurm_user()
+        if self.bindir:
+            releases.write_client_wrappers(rel, self.bindir)
 
         def started(name: str, proc) -> None:
             self.pids[name] = proc.pid
@@ -184,20 +220,51 @@ class SlurmCluster:
             if on_started:
                 on_started(name, proc.pid)
         if munged:
-            started("munged", start_munged(self.base.parent, timeout))
-        env = child_env(DAC_CONFIG=self.dac_config, SLURM_CONF=str(self.conf),
-                        DACCTL=str(Path(sys.executable).parent / "dacctl"),
-                        DAC_BBSTAT=str(Path(sys.executable).parent / "dac-bbstat"),
-                        DAC_SLURM_LOG=str(self.base / "log" / "dacctl.log"))
-        started("slurmctld", spawn([_binary("slurmctld"), "-D", "-c"],
-                                   self.base / "log" / "slurmctld.out", env))
+            started("munged", start_munged(self.base.parent, timeout, rel))
+        env = child_env(**self.hook_env())
+        if not rel.host:  # the chroot's own commands (scontrol in a hook: no version skew)
+            env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+        ctld = [_binary("slurmctld", rel), "-D", "-c"]
+        if not rel.host:
+            ctld = releases.daemon_argv(rel, self.base.parent, ctld, rel.slurm_user)
+        started("slurmctld", spawn(ctld, self.base / "log" / "slurmctld.out", env))
         self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
         for node in self.node_names:
-            started(f"slurmd-{node}", spawn(self._in_node_view(node) +
-                                            [_binary("slurmd"), "-D", "-N", node],
+            started(f"slurmd-{node}", spawn(self._slurmd_argv(node),
                                             self.base / "log" / f"slurmd-{node}.out", env))
         self._wait(self._nodes_idle, timeout, "slurmd")
         return self
+
+    def hook_env(self) -> dict[str, str]:
+        """What burst_buffer.lua's hooks need to find dac: given to slurmctld, and written
+        beside burst_buffer.lua for releases that strip it (24.11.0 and 24.11.1)."""
+        bin_ = Path(sys.executable).parent
+        return {"DAC_CONFIG": self.dac_config, "SLURM_CONF": str(self.conf),
+                "DACCTL": str(bin_ / "dacctl"), "DAC_BBSTAT": str(bin_ / "dac-bbstat"),
+                "DAC_SLURM_LOG": str(self.base / "log" / "dacctl.log")}
+
+    def _slurmd_argv(self, node: str) -> list[str]:
+        argv = [_binary("slurmd", self.release), "-D", "-N", node]
+        view = None
+        if self.mount_root:
+            view = (os.path.join(self.node_roots, node), self.mount_root)
+            os.makedirs(view[0], exist_ok=True)
+        if not self.release.host:
+            return releases.daemon_argv(self.release, self.base.parent, argv, node_view=view)
+        return self._in_node_view(node) + argv
+
+    def _own_for_slurm_user(self) -> None:
+        """A SlurmUser other than root (Debian 13's slurm) owns slurmctld's state, log and pid
+        file, and the hooks' log; everything else stays root's."""
+        user = self.release.slurm_user
+        if user == "root":
+            return
+        pw = pwd.getpwnam(user)
+        os.chown(self.base / "state", pw.pw_uid, pw.pw_gid)
+        for f in ("log/slurmctld.log", "log/dacctl.log", "run/slurmctld.pid"):
+            path = self.base / f
+            path.touch(mode=0o644, exist_ok=True)
+            os.chown(path, pw.pw_uid, pw.pw_gid)
 
     def _in_node_view(self, node: str) -> list[str]:
         """The prefix that starts a node's slurmd (and so its jobs) in a mount namespace of its
@@ -215,12 +282,19 @@ class SlurmCluster:
         nodes = "\n".join(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()} "
             f"CPUs={os.cpu_count() or 1} RealMemory=1000 State=UNKNOWN" for n in self.node_names)
+        rel = self.release
+        plugin_dir = "" if rel.host else f"PluginDir={releases.plugin_dir(rel)}\n"
         self.conf.write_text(_SLURM_CONF.format(base=self.base, ctld_port=free_port(),
-                                                plugin=self.plugin, nodes=nodes))
+                                                plugin=self.plugin, nodes=nodes,
+                                                slurm_user=rel.slurm_user,
+                                                plugin_dir=plugin_dir))
+        if rel.at_least_24_05:
+            (self.base / "etc" / "cgroup.conf").write_text(_CGROUP_CONF)
         bb = self.base / "etc" / "burst_buffer.conf"
         if self.plugin == "lua":
             bb.write_text(_BB_LUA)
             shutil.copy(asset("slurm", "burst_buffer.lua"), self.base / "etc" / "burst_buffer.lua")
+            _write_env_file(self.base / "etc" / "burst_buffer.env", self.hook_env())
         else:
             bin_ = Path(sys.executable).parent
             bb.write_text(_BB_DATAWARP.format(dacctl=bin_ / "dacctl", bbstat=bin_ / "dac-bbstat"))
@@ -229,7 +303,7 @@ class SlurmCluster:
         """scontrol's answer; "" when it hangs (slurmctld not answering yet, or a name it
         cannot resolve), which the waits treat as not ready."""
         try:
-            r = subprocess.run(["scontrol", *args], capture_output=True, text=True,
+            r = subprocess.run([self.client("scontrol"), *args], capture_output=True, text=True,
                                env=child_env(SLURM_CONF=str(self.conf)), timeout=10)
         except subprocess.TimeoutExpired:
             return ""

@@ -24,11 +24,15 @@ _prefixes = itertools.count()
 
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory):
+    # DAC_TEST_ETCD=3.5|3.6 runs the session on that etcd release (make test runs tests/store
+    # on each; daclocal/etcd_releases.py fetches or builds it on first use)
+    from daclocal.etcd_releases import etcd_binary
+    binary = etcd_binary(os.environ.get("DAC_TEST_ETCD"))
     # Store tests use prefixes of their own (/test<pid>-<n>/, /c/...): admin may write them.
     # System tests that run dacd and the hooks here use /site<pid>-<n>/: every role may.
     server = EtcdServer(tmp_path_factory.mktemp("etcd"), extra_grants={
         "admin": [("readwrite", "/")], "dacd": [("readwrite", "/site")],
-        "slurm": [("readwrite", "/site")]}).start()
+        "slurm": [("readwrite", "/site")]}, binary=binary).start()
     yield server
     server.stop()
 

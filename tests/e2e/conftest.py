@@ -1,6 +1,12 @@
-"""A real Slurm 22.05 (two slurmd on this machine) wired to a local DAC, once per burst buffer
-plugin. Jobs are submitted as an unprivileged user: Slurm refuses burst buffers to root.
-Nothing skips: without Slurm (make deps installs it) these tests fail."""
+"""A real Slurm (two slurmd on this machine) wired to a local DAC, once per release and burst
+buffer plugin. Jobs are submitted as an unprivileged user: Slurm refuses burst buffers to root.
+
+Releases: the host's own 22.05 runs every test; 24.11 and 26.05 (from Debian chroots that
+`dacctl local up --slurm-release` builds on first use and caches, daclocal/releases.py) run the
+tests marked `every_release`, the cases whose behaviour a release can change: a staged 2-node
+job, a refused directive with its message, a persistent buffer, bbstat, the pools. Nothing
+skips: without Slurm or a chroot that cannot be built (make deps installs what is needed),
+these tests fail."""
 
 import os
 import re
@@ -12,12 +18,37 @@ import time
 import pytest
 from clitools import run
 
-from daclocal.slurm import SUBMIT_USER, ensure_submit_user
+from daclocal.etcd_releases import ETCD_RELEASES, HOST_ETCD
+from daclocal.releases import HOST_RELEASE, RELEASES
+from daclocal.slurm import PLUGINS, SUBMIT_USER, ensure_submit_user
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "every_release: run on every Slurm release, not only "
+                                       "the host's own")
+    config.addinivalue_line("markers", "every_etcd: also run on etcd 3.5 and 3.6 (the host's "
+                                       "Slurm, burst_buffer/lua)")
+
+
+def pytest_generate_tests(metafunc):
+    """`slurm` once per (release, plugin, etcd): every release for tests marked every_release,
+    the host's own for the rest, all on the host's etcd 3.4; tests marked every_etcd also on
+    etcd 3.5 and 3.6."""
+    if "slurm" not in metafunc.fixturenames:
+        return
+    every = metafunc.definition.get_closest_marker("every_release") is not None
+    params = [(r, p, HOST_ETCD) for r in (RELEASES if every else [HOST_RELEASE])
+              for p in PLUGINS]
+    if metafunc.definition.get_closest_marker("every_etcd") is not None:
+        params += [(HOST_RELEASE, "lua", e) for e in ETCD_RELEASES if e != HOST_ETCD]
+    metafunc.parametrize("slurm", params, indirect=True, scope="session",
+                         ids=[f"{r}-{p}" + ("" if e == HOST_ETCD else f"-etcd{e}")
+                              for r, p, e in params])
 
 
 class Slurm:
-    def __init__(self, env, workdir, plugin):
-        self.env, self.workdir, self.plugin = env, workdir, plugin
+    def __init__(self, env, workdir, plugin, release):
+        self.env, self.workdir, self.plugin, self.release = env, workdir, plugin, release
         user = ensure_submit_user()
         self.jobs = tempfile.mkdtemp(prefix=f"dac-e2e-{plugin}-")
         os.chown(self.jobs, user.pw_uid, user.pw_gid)
@@ -56,19 +87,23 @@ class Slurm:
         return self._run(["scontrol", *args]).stdout
 
 
-@pytest.fixture(scope="session", params=["lua", "datawarp"])
+@pytest.fixture(scope="session")
 def slurm(request):
+    release, plugin, etcd = request.param
     # Not under pytest's tmp dir: that is root-only, and sbatch (run as the submit user) must
     # read slurm.conf in here.
-    workdir = tempfile.mkdtemp(prefix=f"dac-e2e-{request.param}-")
+    workdir = tempfile.mkdtemp(prefix=f"dac-e2e-{release}-{plugin}-")
     os.chmod(workdir, 0o755)
+    # a first use of a release builds its chroot (~30-60 s), within this timeout
     run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
         "--bricks-per-server", "4", "--brick-size", "512MiB", "--slurm-nodes", "2",
-        "--slurm-plugin", request.param, timeout=120)
+        "--slurm-plugin", plugin, "--slurm-release", release, "--etcd-release", etcd,
+        timeout=900)
     try:
         lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
         env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
-        s = Slurm(env, workdir, request.param)
+        env = {k: os.path.expandvars(v) for k, v in env.items()}  # PATH=<release bin>:$PATH
+        s = Slurm(env, workdir, plugin, release)
         yield s
     finally:
         run("dacctl", "local", "down", "--workdir", str(workdir), check=False)

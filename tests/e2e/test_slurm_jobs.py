@@ -1,11 +1,13 @@
-"""Real sbatch against a real Slurm, through burst_buffer/lua and burst_buffer/datawarp."""
+"""Real sbatch against a real Slurm, through burst_buffer/lua and burst_buffer/datawarp; the
+tests marked every_release on Slurm 22.05, 24.11 and 26.05 (tests/e2e/conftest.py)."""
 
 import json
 import os
 import pwd
 import time
 
-from clitools import pools, run
+import pytest
+from clitools import pools, run, wait_for
 
 from daclocal.slurm import SUBMIT_USER
 
@@ -44,6 +46,7 @@ def test_a_job_writes_its_buffer_as_the_user_on_both_nodes(slurm):
     assert f"{slurm.workdir}/nodes/" not in mounts and f"{slurm.workdir}/fs/" not in mounts
 
 
+@pytest.mark.every_release
 def test_a_bad_directive_is_refused_by_sbatch_with_our_one_line(slurm):
     job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB pool=default "
                              "acces_mode=striped\necho never\n")
@@ -61,12 +64,14 @@ def test_a_request_bigger_than_the_pool_is_refused_before_it_queues(slurm):
             in r.stderr)
 
 
+@pytest.mark.every_release
 def test_scontrol_show_burst_lists_our_pool_with_its_sizes(slurm):
     out = slurm.scontrol("show", "burst")
     assert f"Name={slurm.plugin}" in out
     assert "Granularity=512MiB TotalSpace=4GiB" in out
 
 
+@pytest.mark.every_release
 def test_scontrol_show_bbstat_shows_the_pools(slurm):
     # both plugins run dac-bbstat: no job id shows the pools, and nothing else is accepted
     out = slurm.scontrol("show", "bbstat")
@@ -86,6 +91,8 @@ srun bash -c 'tr a-z A-Z < "$DW_JOB_STRIPED/in/words" > "$DW_JOB_STRIPED/out/$SL
 """
 
 
+@pytest.mark.every_release
+@pytest.mark.every_etcd
 def test_a_job_stages_in_transforms_and_stages_out_as_the_user(slurm):
     user = pwd.getpwnam(SUBMIT_USER)
     tag = slurm.plugin
@@ -107,3 +114,73 @@ def test_a_job_stages_in_transforms_and_stages_out_as_the_user(slurm):
         st = os.stat(path)
         assert (st.st_uid, st.st_gid) == (user.pw_uid, user.pw_gid)
     assert os.stat(out).st_uid == user.pw_uid
+
+
+PERSISTENT_JOB = """#!/bin/bash
+#SBATCH -N 2
+#SBATCH -o @JOBS@/out-%j.txt
+#DW persistentdw name=@NAME@
+srun bash -c 'echo "$SLURMD_NODENAME" >> "$DW_PERSISTENT_STRIPED_@NAME@/nodes"'
+sort "$DW_PERSISTENT_STRIPED_@NAME@/nodes" | tr '\\n' ,
+"""
+
+
+@pytest.mark.every_release
+def test_a_persistent_buffer_keeps_its_data_from_one_job_to_the_next(slurm):
+    name = f"proj{slurm.release.replace('.', '')}{slurm.plugin}"
+    owner = pwd.getpwnam(SUBMIT_USER)
+    if slurm.plugin == "datawarp":
+        # Slurm's own way, so its datawarp plugin knows the buffer (it learns of buffers made
+        # outside it only when slurmctld starts)
+        create = ("#!/bin/bash\n#BB create_persistent name=@NAME@ capacity=512MiB "
+                  "access=striped type=scratch\necho made\n")
+        job_id, r = slurm.sbatch(create.replace("@NAME@", name))
+        assert job_id, r.stderr
+        assert slurm.wait(job_id)["JobState"] == "COMPLETED"
+    else:  # root makes it for the user (users' own dacctl: tests/security/test_usersvc_*)
+        run("dacctl", "create-persistent", "--name", name, "--capacity", "512MiB", "--user",
+            str(owner.pw_uid), "--group", str(owner.pw_gid), env=slurm.env)
+    outputs = []
+    for _ in range(2):
+        job_id, r = slurm.sbatch(PERSISTENT_JOB.replace("@NAME@", name))
+        assert job_id, r.stderr
+        job = slurm.wait(job_id)
+        assert job["JobState"] == "COMPLETED", job
+        with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
+            outputs.append(f.read())
+    # the second job finds what the first wrote, on both nodes
+    assert outputs == ["node1,node2,", "node1,node1,node2,node2,"], outputs
+    if slurm.plugin == "datawarp":
+        job_id, r = slurm.sbatch(f"#!/bin/bash\n#BB destroy_persistent name={name}\ntrue\n")
+        assert job_id, r.stderr
+        assert slurm.wait(job_id)["JobState"] == "COMPLETED"
+        wait_for(lambda: name not in run("dacctl", "buffers", env=slurm.env).stdout,
+                 60, f"{name} destroyed")
+    else:
+        r = run("dacctl", "destroy-persistent", name, env=slurm.env)
+        assert r.stdout.strip() == f"destroyed persistent buffer {name}", r.stderr
+
+
+@pytest.mark.every_release
+def test_a_failed_stage_in_holds_the_job_with_our_line_as_its_reason(slurm):
+    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+                             "type=scratch pool=default\n#DW stage_in type=file "
+                             "source=@JOBS@/missing destination=$DW_JOB_STRIPED/x\necho never\n")
+    assert job_id, r.stderr
+    try:
+        job = wait_for(lambda: (lambda j: j if j.get("Priority") == "0" else None)(
+            slurm.job(job_id)), 60, f"job {job_id} held")
+        # the user's one line, nothing else (24.11+: a hook's stderr would join it), in the
+        # Reason format of each release (25.05 added "JobHeldAdmin: <hook> failed:")
+        line = f"buffer {job_id}: stage_in failed: {slurm.jobs}/missing: No such file or directory"
+        if slurm.plugin == "datawarp":
+            reason = f"burst_buffer/datawarp: dws_data_in: {line} "
+        elif tuple(map(int, slurm.release.split("."))) >= (25, 5):
+            reason = f"burst_buffer/lua: JobHeldAdmin: slurm_bb_data_in failed: {line}"
+        else:
+            reason = f"burst_buffer/lua: slurm_bb_data_in: {line}"
+        assert job["Reason"] == reason.replace(" ", "_"), job["Reason"]
+        assert line in slurm.scontrol("show", "job", job_id)  # SystemComment
+    finally:
+        slurm._run(["scancel", "--hurry", job_id])
+    slurm.wait(job_id)

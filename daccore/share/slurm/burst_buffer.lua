@@ -4,11 +4,14 @@ dac's burst_buffer.lua for Slurm's burst_buffer/lua plugin (Slurm 22.05 and late
 Install it as burst_buffer.lua next to slurm.conf. Every hook forwards to the same
 `dacctl --function ...` argv that burst_buffer/datawarp uses, so both plugins share one contract.
 
-Environment, inherited from the process that starts slurmctld:
+Environment, inherited from the process that starts slurmctld, else read from
+burst_buffer.env beside this file (KEY=VALUE lines; Slurm 24.11.0 and 24.11.1 start the hooks
+with an empty environment):
   DACCTL          path of dacctl (default /usr/local/bin/dacctl)
   DAC_BBSTAT      path of dac-bbstat, for `scontrol show bbstat` (default /usr/local/bin/dac-bbstat)
   DAC_CONFIG      dac's config file, passed through to dacctl
   DAC_SLURM_LOG   file that receives dacctl's stderr (default /dev/null)
+  SLURM_CONF, PATH  passed through to dacctl when the environment lacks them
 
 Why it is written this way:
   * Hooks take their fixed 22.05 arguments and then `...`: 23.02 appends uid, gid and a job_info
@@ -17,19 +20,61 @@ Why it is written this way:
     prints "__rc=$?" last. No marker means the command was killed (Slurm's timeout SIGTERMs the
     process group); 22.05 would otherwise continue the job as if the stage had succeeded.
   * Arguments are single-quoted for the shell; no user text is ever interpreted by it.
+  * From 24.11 a hook's stdout and stderr together are its answer (the user's message, the
+    job's Reason): the shell's own stderr goes to /dev/null and dacctl's to DAC_SLURM_LOG, so
+    only dacctl's one line on stdout is ever seen.
+  * 23.02+ hands pre_run the job's nodes (job_info.nodes): dacctl gets them from there, never
+    from an scontrol that might be another release than slurmctld.
 --]]
 
-local DACCTL = os.getenv("DACCTL") or "/usr/local/bin/dacctl"
-local DAC_BBSTAT = os.getenv("DAC_BBSTAT") or "/usr/local/bin/dac-bbstat"
-local LOG = os.getenv("DAC_SLURM_LOG") or "/dev/null"
+-- burst_buffer.env beside this file (or beside slurm.conf): what a stripped environment lacks
+local FALLBACK = {}
+do
+	local source = debug and debug.getinfo and debug.getinfo(1, "S").source or ""
+	local dir = string.match(source, "^@(.*)/[^/]*$")
+		or string.match(os.getenv("SLURM_CONF") or "", "^(.*)/[^/]*$") or "/etc/slurm"
+	local f = io.open(dir .. "/burst_buffer.env", "r")
+	if f ~= nil then
+		for line in f:lines() do
+			local k, v = string.match(line, "^([A-Z_][A-Z0-9_]*)=(.*)$")
+			if k ~= nil then
+				FALLBACK[k] = v
+			end
+		end
+		f:close()
+	end
+end
+
+local function setting(name, default)
+	local v = os.getenv(name)
+	if v == nil or v == "" then
+		v = FALLBACK[name]
+	end
+	if v == nil or v == "" then
+		return default
+	end
+	return v
+end
+
+local DACCTL = setting("DACCTL", "/usr/local/bin/dacctl")
+local DAC_BBSTAT = setting("DAC_BBSTAT", "/usr/local/bin/dac-bbstat")
+local LOG = setting("DAC_SLURM_LOG", "/dev/null")
 
 local function quote(s)
 	return "'" .. string.gsub(tostring(s), "'", "'\\''") .. "'"
 end
 
+-- What dacctl must be given when the environment lacks it: "K='v' K2='v2' " or "".
+local PASS_ENV = ""
+for _, k in ipairs({ "DAC_CONFIG", "SLURM_CONF", "PATH" }) do
+	if (os.getenv(k) == nil or os.getenv(k) == "") and FALLBACK[k] ~= nil then
+		PASS_ENV = PASS_ENV .. k .. "=" .. quote(FALLBACK[k]) .. " "
+	end
+end
+
 -- Run a shell command line; returns slurm.SUCCESS or slurm.ERROR, and its stdout.
 local function run(what, cmd)
-	local pipe = io.popen(cmd .. "; echo __rc=$?")
+	local pipe = io.popen("exec 2>/dev/null; " .. cmd .. "; echo __rc=$?")
 	if pipe == nil then
 		return slurm.ERROR, "dac: cannot run " .. DACCTL
 	end
@@ -53,7 +98,7 @@ end
 
 -- dacctl --function <fn> <args...>, its stderr to DAC_SLURM_LOG.
 local function dacctl(fn, args)
-	local cmd = quote(DACCTL) .. " --function " .. quote(fn)
+	local cmd = PASS_ENV .. quote(DACCTL) .. " --function " .. quote(fn)
 	for _, a in ipairs(args) do
 		cmd = cmd .. " " .. quote(a)
 	end
@@ -109,8 +154,14 @@ function slurm_bb_paths(job_id, job_script, path_file, ...)
 	return dacctl("paths", { "--token", job_id, "--job", job_script, "--pathfile", path_file })
 end
 
-function slurm_bb_pre_run(job_id, job_script, ...)
-	return dacctl("pre_run", { "--token", job_id, "--job", job_script })
+-- 23.02+: (job_id, job_script, uid, gid, job_info), job_info.nodes the allocated nodes.
+function slurm_bb_pre_run(job_id, job_script, uid, gid, job_info)
+	local args = { "--token", job_id, "--job", job_script }
+	if type(job_info) == "table" and type(job_info.nodes) == "string" and job_info.nodes ~= "" then
+		table.insert(args, "--nodes")
+		table.insert(args, job_info.nodes)
+	end
+	return dacctl("pre_run", args)
 end
 
 function slurm_bb_post_run(job_id, job_script, ...)
@@ -141,7 +192,7 @@ function slurm_bb_get_status(...)
 			caller = uid .. ":" .. gid
 		end
 	end
-	local cmd = "DAC_BBSTAT_CALLER=" .. quote(caller) .. " " .. quote(DAC_BBSTAT)
+	local cmd = PASS_ENV .. "DAC_BBSTAT_CALLER=" .. quote(caller) .. " " .. quote(DAC_BBSTAT)
 	for _, a in ipairs(args) do
 		cmd = cmd .. " " .. quote(a)
 	end

@@ -144,3 +144,53 @@ def test_bbstat_never_reaches_dacctl_whatever_is_typed(tmp_path):
                   "'local', 'down'"):
         rc, argv, _ = bbstat(tmp_path, f"slurm_bb_get_status({words})")
         assert rc == 0 and argv[0] in ("drain", "--function", "local")  # dac-bbstat refuses
+
+
+def test_pre_run_passes_the_nodes_slurm_gives_from_23_02(tmp_path):
+    _, _, argv = call(tmp_path, 'slurm_bb_pre_run("7", "/s")')  # 22.05: no job_info
+    assert argv == ["--function", "pre_run", "--token", "7", "--job", "/s"]
+    _, _, argv = call(tmp_path, 'slurm_bb_pre_run("7", "/s", "1001", "1001", '
+                                '{nodes = "node[1-2]", oversubscribe = 0})')
+    assert argv[-2:] == ["--nodes", "node[1-2]"]
+
+
+def test_nothing_but_dacctls_stdout_is_the_answer(tmp_path):
+    """24.11+: the hook's stdout and stderr together are its answer. dacctl's stderr goes to
+    DAC_SLURM_LOG, and the shell's own complaints (a log it cannot open) to nowhere."""
+    fake = tmp_path / "dacctl"
+    fake.write_text("#!/bin/sh\necho 'line 2: jobdw: nope'\necho noise >&2\nexit 1\n")
+    fake.chmod(0o755)
+    script = tmp_path / "run.lua"
+    script.write_text(HARNESS % {"lua": json.dumps(str(LUA)),
+                                 "call": 'slurm_bb_job_process("/s")'})
+    for log in (tmp_path / "dacctl.log", tmp_path / "no" / "such" / "dir"):
+        r = subprocess.run(["lua5.1", str(script)], capture_output=True, text=True, timeout=20,
+                           env={"DACCTL": str(fake), "PATH": "/usr/bin:/bin",
+                                "DAC_SLURM_LOG": str(log)})
+        assert r.stderr == ""
+        assert r.stdout.startswith("-1\n")
+    assert (tmp_path / "dacctl.log").read_text() == "noise\n"
+
+
+def test_a_stripped_environment_falls_back_on_burst_buffer_env(tmp_path):
+    """Slurm 24.11.0 and 24.11.1 run the hooks with no environment: burst_buffer.env beside
+    burst_buffer.lua names dacctl and what dacctl needs."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "burst_buffer.lua").write_text(LUA.read_text())
+    fake = tmp_path / "dacctl"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$DAC_CONFIG\" \"$SLURM_CONF\" \"$@\" "
+                    f"> {tmp_path}/argv\n")
+    fake.chmod(0o755)
+    (etc / "burst_buffer.env").write_text(
+        f"DACCTL={fake}\nDAC_CONFIG=/etc/dac/x y.yaml\nSLURM_CONF={etc}/slurm.conf\n"
+        f"DAC_SLURM_LOG={tmp_path}/log\n")
+    script = tmp_path / "run.lua"
+    script.write_text(HARNESS % {"lua": json.dumps(str(etc / "burst_buffer.lua")),
+                                 "call": 'slurm_bb_data_in("7", "/s")'})
+    r = subprocess.run(["/usr/bin/lua5.1", str(script)], capture_output=True, text=True,
+                       timeout=20, env={})
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0\n", "")
+    assert (tmp_path / "argv").read_text().splitlines() == [
+        "/etc/dac/x y.yaml", f"{etc}/slurm.conf", "--function", "data_in", "--token", "7",
+        "--job", "/s"]
