@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import namedtuple
 from typing import TYPE_CHECKING
 
@@ -39,8 +40,16 @@ def _m():
     from daccore import models
     return models
 
-#: etcd refuses transactions of more than --max-txn-ops operations (default 128).
+#: etcd refuses transactions of more than --max-txn-ops operations (default 128) on either
+#: side (compares, success ops, failure ops).
 _MAX_TXN_OPS = 100
+#: The most claim keys (bricks, plus a Lustre MGS slot) a buffer may have to be claimed in one
+#: transaction, with its spec and intent compares; a bigger one is claimed in chunks of as many
+#: under an intent (`Store.create_buffer`, docs/architecture.md).
+CLAIMS_PER_TXN = _MAX_TXN_OPS - 4
+#: Seconds an allocating call's intent lives without a refresh: a call that dies mid-way
+#: leaves its intent to be rolled back by the next allocation (or dacd start) after this.
+INTENT_TTL = 10
 
 
 class _GuardFailed(Exception):
@@ -184,14 +193,20 @@ class Store:
                 range_op(k.hosts, prefix_end(k.hosts)),
                 range_op(k.alive, prefix_end(k.alive), keys_only=True),
                 range_op(k.claims, prefix_end(k.claims), keys_only=not claim_owners),
+                range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
             ])
-            pools, hosts, alive, claims = r.ranges
+            pools, hosts, alive, claims, intents, leases = r.ranges
             owner = (lambda kv: json.loads(kv.value)["buffer"]) if claim_owners else \
                 (lambda kv: "")
-            return Inventory.from_json(
+            inv = Inventory.from_json(
                 [kv.value for kv in pools], {Keys.last(kv.key, k.alive) for kv in alive},
                 claims={k.parse_claim(kv.key): owner(kv) for kv in claims},
                 hosts=[kv.value for kv in hosts], revision=r.revision)
+            live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
+            inv.dead_intents = sorted(n for kv in intents
+                                      if (n := Keys.last(kv.key, k.intents)) not in live)
+            return inv
 
     def summary_inventory(self) -> Inventory:
         """Enough to `summarize`, several times cheaper than `inventory` on a big site: the
@@ -260,26 +275,172 @@ class Store:
 
         Raises UserError when the buffer exists, AllocationConflict when a brick was claimed
         meanwhile. Returns the buffer's mod_revision.
+
+        Up to CLAIMS_PER_TXN claim keys, one transaction does it all. A bigger buffer (etcd
+        refuses more than --max-txn-ops, default 128, operations on either side of one) is
+        claimed in chunks under an intent: its spec at `intents/<name>` and a key bound to this
+        call's lease; each chunk, and the commit that turns the intent into the spec, compares
+        that lease key's create_revision, so once the lease is gone the call can neither claim
+        nor commit, and whoever finds the intent without its lease key rolls it back
+        (`recover_intents`). No brick is ever claimed twice: a claim key is still created only
+        where absent.
         """
         k = self.keys
         name = buffer.name
-        pool = buffer.request.pool
-        claim_keys = [k.claim(pool, b.host, b.brick) for b in buffer.allocation.bricks]
-        if len(set(claim_keys)) != len(claim_keys):
-            raise InternalError(f"buffer '{name}': allocation lists a brick twice")
+        claim_keys = self._claim_keys(buffer.request.pool, buffer.allocation.bricks,
+                                      buffer.allocation.mgs_host)
         claim = _dump(_m().BrickClaim(buffer=name))
-        # a per-buffer Lustre MGS also claims its host's one MGS slot
-        claim_keys += [k.mgs(buffer.allocation.mgs_host)] if buffer.allocation.mgs_host else []
+        spec = _dump(buffer)
+        if len(claim_keys) > CLAIMS_PER_TXN:
+            return self._create_in_chunks(name, spec, claim, claim_keys)
         r = self.client.txn(
-            [absent(k.buffer(name))] + [absent(c) for c in claim_keys],
-            [put_op(k.buffer(name), _dump(buffer))] + [put_op(c, claim) for c in claim_keys],
+            [absent(k.buffer(name)), absent(k.intent(name))] + [absent(c) for c in claim_keys],
+            [put_op(k.buffer(name), spec)] + [put_op(c, claim) for c in claim_keys],
             [range_op(k.buffer(name), keys_only=True)],
         )
         if r.succeeded:
             return r.revision
         if r.ranges[0]:
             raise UserError(f"buffer '{name}' already exists")
-        raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by another buffer")
+        raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by another buffer"
+                                 " (or another call is allocating it)")
+
+    def _claim_keys(self, pool: str, bricks, mgs_host: str | None) -> list[str]:
+        """The claim keys of an allocation: one per brick, and a per-buffer Lustre MGS's slot
+        on its host."""
+        k = self.keys
+        keys = [k.claim(pool, b.host, b.brick) for b in bricks]
+        if len(set(keys)) != len(keys):
+            raise InternalError("an allocation lists a brick twice")
+        return keys + ([k.mgs(mgs_host)] if mgs_host else [])
+
+    def _create_in_chunks(self, name: str, spec: str, claim: str, claim_keys: list[str]) -> int:
+        k = self.keys
+        intent, lease_key = k.intent(name), k.intent_lease(name)
+        lease = self.client.lease_grant(INTENT_TTL)
+        refreshed = time.monotonic()
+        try:
+            r = self.client.txn([absent(k.buffer(name)), absent(intent), absent(lease_key)],
+                                [put_op(intent, spec), put_op(lease_key, "", lease)],
+                                [range_op(k.buffer(name), keys_only=True)])
+            if not r.succeeded:
+                if r.ranges[0]:
+                    raise UserError(f"buffer '{name}' already exists")
+                raise AllocationConflict(f"buffer '{name}' is being allocated by another call")
+            alive = Compare(lease_key, "CREATE", r.revision)  # this call's intent, no other
+            try:
+                for start in range(0, len(claim_keys), CLAIMS_PER_TXN):
+                    if time.monotonic() - refreshed > INTENT_TTL / 3:
+                        if self.client.lease_keepalive(lease) == 0:
+                            raise AllocationConflict(f"buffer '{name}': the allocation took "
+                                                     f"longer than {INTENT_TTL}s; starting over")
+                        refreshed = time.monotonic()
+                    self._claim_chunk(name, alive, claim,
+                                      claim_keys[start:start + CLAIMS_PER_TXN])
+                r = self.client.txn([alive, absent(k.buffer(name))],
+                                    [put_op(k.buffer(name), spec), delete_op(intent),
+                                     delete_op(lease_key)])
+                if not r.succeeded:
+                    raise AllocationConflict(f"buffer '{name}': its intent was rolled back "
+                                             "before it committed; starting over")
+                return r.revision
+            except BaseException:
+                try:  # our own claims, then the intent, while it is still ours
+                    self._release(name, claim_keys, alive)
+                    self.client.txn([alive], [delete_op(intent), delete_op(lease_key)])
+                except DacError:
+                    pass  # the lease is gone, or etcd is: recover_intents finishes it
+                raise
+        finally:
+            self.client.lease_revoke(lease)  # gone already if it committed or rolled back
+
+    def _claim_chunk(self, name: str, alive: Compare, claim: str, keys: list[str]) -> None:
+        """Create `keys` as `name`'s claims while its intent is alive; AllocationConflict if
+        one is held by another buffer or the intent is gone."""
+        todo = keys
+        for _ in range(3):
+            r = self.client.txn([alive] + [absent(c) for c in todo],
+                                [put_op(c, claim) for c in todo],
+                                [range_op(alive.key, keys_only=True)] +
+                                [range_op(c) for c in todo])
+            if r.succeeded:
+                return
+            found = r.ranges[0]
+            if not found or found[0].create_revision != alive.revision:
+                raise AllocationConflict(f"buffer '{name}': its intent was rolled back before "
+                                         "it committed; starting over")
+            held = {kvs[0].key: _claimant(kvs[0]) for kvs in r.ranges[1:] if kvs}
+            if any(b != name for b in held.values()):
+                raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by "
+                                         "another buffer")
+            # claims of ours already: a retried transaction whose first reply was lost
+            # (nothing else writes this name's claims while its intent lives)
+            todo = [c for c in todo if c not in held]
+            if not todo:
+                return
+        raise AllocationConflict(f"buffer '{name}': claims kept changing")
+
+    def _release(self, name: str, claim_keys: list[str], *guards: Compare) -> None:
+        """Delete those of `claim_keys` that `name` holds, in chunks, each key compared at the
+        revision it was read (a key freed and claimed again by another buffer meanwhile is
+        left alone). `guards`: more compares every deleting transaction makes; Conflict when
+        one of them fails."""
+        for start in range(0, len(claim_keys), CLAIMS_PER_TXN):
+            chunk = claim_keys[start:start + CLAIMS_PER_TXN]
+            for _ in range(20):
+                r = self.client.txn([], [range_op(c) for c in chunk])
+                mine = [kvs[0] for kvs in r.ranges if kvs and _claimant(kvs[0]) == name]
+                if not mine:
+                    break
+                d = self.client.txn(list(guards) + [mod_is(kv.key, kv.mod_revision)
+                                                    for kv in mine],
+                                    [delete_op(kv.key) for kv in mine],
+                                    [range_op(g.key, keys_only=True) for g in guards])
+                if d.succeeded:
+                    break
+                for g, kvs in zip(guards, d.ranges, strict=True):
+                    kv = kvs[0] if kvs else None
+                    now = (kv.create_revision if g.target == "CREATE" else kv.mod_revision) \
+                        if kv else 0
+                    if now != g.revision:
+                        raise Conflict(f"{g.key} changed while releasing '{name}''s claims")
+            else:
+                raise Conflict(f"claims of '{name}' kept changing while releasing them")
+
+    def recover_intents(self, names: list[str] | None = None) -> list[str]:
+        """Roll back every intent whose call is gone (its lease key expired): release the
+        claims it made, then drop it. `names`: those found dead already (Inventory's
+        `dead_intents`). Safe to run anywhere, any number of times at once; returns the
+        buffers rolled back."""
+        k = self.keys
+        if names is None:
+            r = self.client.txn([], [
+                range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True)])
+            live = {Keys.last(kv.key, k.intent_leases) for kv in r.ranges[1]}
+            names = [n for kv in r.ranges[0] if (n := Keys.last(kv.key, k.intents)) not in live]
+        done = []
+        for name in names:
+            kv = self.client.get(k.intent(name))
+            if kv is None or self.client.get(k.intent_lease(name)) is not None:
+                continue  # rolled back or committed by someone else, or alive after all
+            doc = json.loads(kv.value)
+            alloc = doc["allocation"]
+            keys = self._claim_keys(doc["request"]["pool"], [_Ref(b["host"], b["brick"])
+                                                              for b in alloc["bricks"]],
+                                    alloc.get("mgs_host"))
+            # The lease key is absent: the call that wrote the intent can claim no more, and
+            # no other call can start one for this name while the intent exists. Every delete
+            # compares the intent unchanged: once another recoverer has dropped it, a new
+            # allocation of the same name may hold claims of that name.
+            try:
+                self._release(name, keys, mod_is(kv.key, kv.mod_revision))
+            except Conflict:
+                continue
+            self.client.txn([mod_is(kv.key, kv.mod_revision), absent(k.intent_lease(name))],
+                            [delete_op(kv.key)])
+            done.append(name)
+        return done
 
     def mgs_hosts(self) -> set[str]:
         """Hosts whose one Lustre MGS slot a buffer holds."""
@@ -353,16 +514,28 @@ class Store:
         return r.revision
 
     def delete_buffer(self, name: str, mod_revision: int) -> None:
-        """Release the buffer's claims and drop its spec and statuses, in one transaction."""
+        """Release the buffer's claims and drop its spec and statuses: one transaction when
+        its claims fit in one (CLAIMS_PER_TXN); else the claims first, in chunks, each
+        comparing the spec unchanged, then the spec and statuses. A call cut short leaves the
+        spec, so the next pass (dacd's reap, or forget) finishes it; a brick freed meanwhile
+        may be claimed again at once, which is safe since every host has deleted the
+        buffer by then."""
         current = self.buffer(name)
         if current is None:
             return
         buf: Buffer = current.record  # type: ignore[assignment]
         k = self.keys
+        keys = self._claim_keys(buf.request.pool, buf.allocation.bricks,
+                                buf.allocation.mgs_host)
+        spec = mod_is(k.buffer(name), mod_revision)
+        if len(keys) > CLAIMS_PER_TXN:
+            if current.mod_revision != mod_revision:
+                raise Conflict(f"buffer '{name}' changed since revision {mod_revision}")
+            self._release(name, keys, spec)
+            keys = []
         r = self.client.txn(
-            [mod_is(k.buffer(name), mod_revision)],
-            [delete_op(k.claim(buf.request.pool, b.host, b.brick)) for b in buf.allocation.bricks]
-            + [delete_op(k.mgs(h)) for h in [buf.allocation.mgs_host] if h]
+            [spec],
+            [delete_op(c) for c in keys]
             + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
                delete_op(k.buffer(name))],
         )
@@ -459,6 +632,18 @@ class Store:
             if extra and current == (kv.mod_revision if kv else 0):
                 raise _GuardFailed(extra)
         raise Conflict(f"{key} kept changing under {attempts} attempts to update it")
+
+
+_Ref = namedtuple("_Ref", "host brick")
+
+
+def _claimant(kv: KV) -> str | None:
+    """The buffer a claim key names; None when it is not a claim record."""
+    try:
+        doc = json.loads(kv.value)
+    except ValueError:
+        return None
+    return doc.get("buffer") if isinstance(doc, dict) else None
 
 
 def _credential(directory: str, role: str, cache: bool):
