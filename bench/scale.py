@@ -101,11 +101,11 @@ def serve(config_path: str, hosts: list[str], status_file: str) -> None:
     while not stopping.wait(1.0):
         write()
     write()
-    for store, lease, rec in servers:
+    for _, _, rec in servers:
         rec._stopping.set()
         if rec._watch is not None:
             rec._watch.close()
-    for store, lease, rec in servers:
+    for _, lease, _ in servers:
         lease.stop()
 
 
