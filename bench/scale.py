@@ -132,8 +132,8 @@ def write_config(path: Path, etcd: dict, servers: int, bricks: int) -> None:
 
 
 def sizes(n: int, rng: random.Random) -> list[int]:
-    """Bricks per live buffer: mostly small, a few big (about 1.6 bricks on average)."""
-    return [rng.choices([1, 2, 4, 8, 16, 64], weights=[70, 17, 8, 3, 1.5, 0.5])[0]
+    """Bricks per live buffer: mostly small, a few big (about 1.7 bricks on average)."""
+    return [rng.choices([1, 2, 4, 8, 16, 64], weights=[80, 12, 5, 2, 0.8, 0.2])[0]
             for _ in range(n)]
 
 
@@ -166,10 +166,10 @@ def seed(store, config, count: int, rng: random.Random) -> int:
         batch += [put_op(k.status(name, h), Status(
             buffer=name, host=h, state=State.CREATED, generation=buf.generation,
             updated_at=time.time()).model_dump_json()) for h in sorted(set(hosts))]
-        if len(ops) + len(batch) > 100:
-            store.client.txn([], ops)
-            ops = []
         ops += batch
+        while len(ops) >= 100:  # seeding need not be atomic: nobody looks yet
+            store.client.txn([], ops[:100])
+            ops = ops[100:]
     if ops:
         store.client.txn([], ops)
     return held

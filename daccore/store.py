@@ -263,6 +263,24 @@ class Store:
         return Inventory.of_counts(parse_pools([kv.value for kv in pool_recs]), views, counts,
                                    r.revision)
 
+    def host_claims(self, host: str, pools: list[str]) -> tuple[dict[str, str], int]:
+        """The claims on `host`'s bricks in `pools` (claim key -> buffer name), and the
+        revision of the read (to watch from): which buffers the host's dacd works on."""
+        k = self.keys
+        prefixes = [k.host_claims(p, host) for p in sorted(set(pools))]
+        r = self.client.txn([], [range_op(p, prefix_end(p)) for p in prefixes])
+        return {kv.key: b for kvs in r.ranges for kv in kvs
+                if (b := _claimant(kv)) is not None}, r.revision
+
+    def watch_host_claims(self, host: str, pool: str,
+                          start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
+        """Every claim made or released on `host`'s bricks in `pool`: `name` is the claim
+        key, `record` the buffer named (None when released)."""
+        prefix = self.keys.host_claims(pool, host)
+        w = self.client.watch(prefix, prefix_end(prefix), start_revision)
+        return w, (Change(ev.kv.key, _claimant(ev.kv) if ev.type == "put" else None,
+                          ev.kv.mod_revision) for ev in w)
+
     def claims(self) -> dict[tuple[str, str], str]:
         """Every claim: (host, brick) -> buffer name."""
         kvs, _ = self.client.range(self.keys.claims, prefix_end(self.keys.claims))
