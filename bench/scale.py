@@ -338,11 +338,14 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=20.0)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--rounds", type=int, default=30)
-    p.add_argument("--biggest", type=int, default=2048)
+    p.add_argument("--biggest", type=int, help="bricks of the biggest buffer (default: 2,048, "
+                   "or a fifth of the bricks on a smaller site)")
     p.add_argument("--json", help="write the figures here too")
     p.add_argument("--serve", nargs=3, metavar=("CONFIG", "HOSTS", "STATUS"),
                    help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.biggest is None:
+        args.biggest = min(2048, args.servers * args.bricks // 5)
     if args.serve:
         serve(args.serve[0], args.serve[1].split(","), args.serve[2])
         return 0

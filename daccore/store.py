@@ -566,6 +566,13 @@ class Store:
         """Single writer per key (the host's own dacd), so a plain put."""
         return self.client.put(self.keys.status(status.buffer, status.host), _dump(status))
 
+    def put_statuses(self, statuses: list[Status]) -> None:
+        """Several hosts' statuses (a lustre or daos buffer's primary writes every host's):
+        as few transactions as etcd allows, not one request per host."""
+        ops = [put_op(self.keys.status(s.buffer, s.host), _dump(s)) for s in statuses]
+        for start in range(0, len(ops), _MAX_TXN_OPS):
+            self.client.txn([], ops[start:start + _MAX_TXN_OPS])
+
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
 

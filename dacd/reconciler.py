@@ -334,8 +334,10 @@ class Reconciler:
                           step=step, attached=attached, attempt=attempt, progress=progress[0],
                           updated_at=time.time())
             values.update(fields)
-            for host in hosts:
-                self.store.put_status(Status(host=host, **values))
+            if len(hosts) == 1:
+                self.store.put_status(Status(host=hosts[0], **values))
+            else:
+                self.store.put_statuses([Status(host=host, **values) for host in hosts])
         status()
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         started, backend = time.monotonic(), None
