@@ -14,7 +14,7 @@ import random
 import time
 from typing import Callable
 
-from daccore.allocator import place
+from daccore.allocator import pick, plan
 from daccore.errors import CapacityError
 from daccore.gcpause import gc_paused
 from daccore.inventory import BrickInfo
@@ -49,14 +49,18 @@ def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capac
     rng = rng or random.Random()
     for attempt in range(1, MAX_ATTEMPTS + 1):
         busy = store.mgs_hosts() if own_mgs else None
-        inventory = store.inventory()
-        if inventory.dead_intents:  # a big allocation cut short: its claims go first
+        view = store.placement_view(pool)
+        if view.dead_intents:  # a big allocation cut short: its claims go first
             log.info("rolling back the allocations of %s, cut short",
-                     ", ".join(inventory.dead_intents))
-            store.recover_intents(inventory.dead_intents)
-            inventory = store.inventory()
+                     ", ".join(view.dead_intents))
+            store.recover_intents(view.dead_intents)
+            view = store.placement_view(pool)
+        # hosts first, from counts; then the bricks of the chosen hosts, read at the same
+        # revision (allocator.plan, allocator.pick)
+        hosts = plan(view.pools, view.free, capacity, pool, policy, rng, busy)
+        free = store.free_bricks_on(pool, list(hosts), view.revision)
         with gc_paused():
-            bricks = place(inventory, capacity, pool, policy, rng, busy)
+            bricks = [b for h, k in hosts.items() for b in pick(free[h], k, rng)]
         buffer = make(allocation_of(bricks, own_mgs))
         try:
             return buffer, store.create_buffer(buffer)

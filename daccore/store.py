@@ -18,7 +18,7 @@ from daccore.errors import (AdminError, Conflict, DacError, InternalError, NotFo
 from daccore.etcd import (KV, Compare, EtcdClient, Op, absent, delete_op, mod_is, put_op,
                           range_op)
 from daccore.gcpause import gc_paused
-from daccore.inventory import ClaimCounts, Inventory, parse_pools, views_of
+from daccore.inventory import BrickInfo, ClaimCounts, Inventory, parse_pools, views_of
 from daccore.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from daccore.models import BrickClaim, Buffer, Host, HostCapacity, Pool, Status
     R = TypeVar("R", bound=BaseModel)
 
-__all__ = ["Store", "Versioned", "Change", "AllocationConflict"]
+__all__ = ["Store", "Versioned", "Change", "PlacementView", "AllocationConflict"]
 
 
 def _m():
@@ -61,6 +61,9 @@ class AllocationConflict(Conflict):
     """Another buffer claimed one of the chosen bricks first: re-read and place again."""
 
 
+#: What placement reads first: pools, free bricks per host of one pool, at one revision, and
+#: the buffers whose chunked allocation was cut short.
+PlacementView = namedtuple("PlacementView", "pools free revision dead_intents")
 #: A record with the mod_revision to compare against when writing it back.
 Versioned = namedtuple("Versioned", "record mod_revision")
 #: One event of a watch: `record` is None when the key was deleted.
@@ -240,6 +243,64 @@ class Store:
                     else:
                         counts.per_pool[pool] = n
             return Inventory.of_counts(pool_infos, views, counts, r.revision)
+
+    def placement_view(self, pool: str) -> PlacementView:
+        """What placement needs to choose hosts (`allocator.plan`): the pools, and how many
+        bricks of `pool` each live, undrained host has free, from the capacity index and each
+        host's claims counted by etcd, all at one revision; and the intents cut short. A few
+        small reads where `inventory` lists every host record and every claim: at 1,000
+        servers x 24 bricks with 10,000 buffers, 0.43 s and 150 ms of the caller's CPU over
+        the gateway, most of the cost of a setup (bench/scale.py)."""
+        k = self.keys
+        with gc_paused():
+            r = self.client.txn([], [
+                range_op(k.pools, prefix_end(k.pools)),
+                range_op(k.capacities, prefix_end(k.capacities)),
+                range_op(k.alive, prefix_end(k.alive), keys_only=True),
+                range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
+            ])
+            pools, capacities, alive, intents, leases = r.ranges
+            views = views_of([kv.value for kv in capacities],
+                             {Keys.last(kv.key, k.alive) for kv in alive})
+            hosts = [(v.name, v.pools[pool]) for v in views
+                     if v.alive and not v.drained and v.pools.get(pool, 0) > 0]
+            free = {}
+            for start in range(0, len(hosts), _MAX_TXN_OPS):
+                chunk = hosts[start:start + _MAX_TXN_OPS]
+                counted = self.client.txn([], [
+                    range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
+                             count_only=True, revision=r.revision) for h, _ in chunk]).counts
+                for (h, bricks), used in zip(chunk, counted, strict=True):
+                    if bricks > used:
+                        free[h] = bricks - used
+            live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
+            dead = sorted(n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live)
+            return PlacementView(parse_pools([kv.value for kv in pools]), free, r.revision, dead)
+
+    def free_bricks_on(self, pool: str, hosts: list[str],
+                       revision: int) -> dict[str, list[BrickInfo]]:
+        """The free bricks of `pool` on each of `hosts`, as of `revision` (a placement_view's):
+        their host records and claims only."""
+        k = self.keys
+        out = {}
+        per_txn = _MAX_TXN_OPS // 2
+        for start in range(0, len(hosts), per_txn):
+            chunk = hosts[start:start + per_txn]
+            ops = []
+            for h in chunk:
+                ops += [range_op(k.host(h), revision=revision),
+                        range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
+                                 keys_only=True, revision=revision)]
+            r = self.client.txn([], ops)
+            for i, h in enumerate(chunk):
+                records, claims = r.ranges[2 * i], r.ranges[2 * i + 1]
+                taken = {k.parse_claim(kv.key)[2] for kv in claims}
+                bricks = json.loads(records[0].value).get("bricks", ()) if records else ()
+                out[h] = [BrickInfo(h, b["name"], b["device"], b["capacity"], b["pool"],
+                                    b.get("socket", 0), b.get("pcie_switch", "0"))
+                          for b in bricks if b["pool"] == pool and b["name"] not in taken]
+        return out
 
     def host_summary_inventory(self, host: str, pools: list[str]) -> Inventory:
         """`summary_inventory` narrowed to one host, in one read: the pools, the host's

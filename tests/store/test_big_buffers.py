@@ -172,3 +172,24 @@ def test_a_storm_of_mixed_sizes_never_claims_a_brick_twice(big):
     assert set(big.buffers()) == {b.name for b in won}
     assert intents(big) == (set(), set())
     assert any(len(b.allocation.bricks) > CLAIMS_PER_TXN for b in won)
+
+
+def test_placement_reads_agree_with_the_full_inventory(big):
+    """placement_view's free counts and free_bricks_on's bricks (what allocation reads at
+    scale) equal what the full inventory says, with down, drained and claimed hosts."""
+    rng = random.Random(7)
+    for i in range(40):
+        n = rng.choice([1, 2, 5, 30])
+        allocate_buffer(big, buffer_maker(f"b{i}", n * 100), capacity=n * 100, pool="p", rng=rng)
+    big.set_drained("h003", True)
+    big.client.delete(big.keys.alive_key("h004"))
+    view = big.placement_view("p")
+    inv = big.inventory()
+    free = inv.free_bricks("p")
+    assert view.free == {h: len(b) for h, b in free.items()}
+    assert "h003" not in view.free and "h004" not in view.free
+    on = big.free_bricks_on("p", sorted(view.free), view.revision)
+    assert {h: sorted(b) for h, b in on.items()} == {h: sorted(b) for h, b in free.items()}
+    # as of the view's revision, whatever was claimed since
+    allocate_buffer(big, buffer_maker("later", 100 * 100), capacity=100 * 100, pool="p")
+    assert big.free_bricks_on("p", sorted(view.free), view.revision) == on
