@@ -48,8 +48,9 @@ def dac_lifecycle(dacctl: str, env: dict, work: Path, job: int,
     times = {}
     for f in FUNCTIONS:
         t = time.perf_counter()
-        r = subprocess.run([*prefix, dacctl, "--function", f, "--token", str(job), "--job", str(script),
-                            *args.get(f, [])], env=env, capture_output=True, text=True)
+        r = subprocess.run([*prefix, dacctl, "--function", f, "--token", str(job), "--job",
+                            str(script), *args.get(f, [])], env=env, capture_output=True,
+                           text=True)
         times[f] = time.perf_counter() - t
         assert r.returncode == 0, (f, r.stdout, r.stderr)
     return times

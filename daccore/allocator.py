@@ -21,11 +21,11 @@ from __future__ import annotations
 import random
 
 from daccore.errors import CapacityError, NotFound, UserError
-from daccore.inventory import BrickInfo, Inventory
+from daccore.inventory import BrickInfo, Inventory, PoolInfo
 from daccore.models import PlacementPolicy
 from daccore.units import bricks_needed, format_size
 
-__all__ = ["place"]
+__all__ = ["place", "plan", "pick"]
 
 
 def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
@@ -35,9 +35,24 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
     With `busy_mgs` (the buffer runs its own Lustre MGS on its primary, and these hosts already
     run one: Lustre allows one per server), the first brick, whose host is the primary, is on a
     host not in it."""
-    info = inv.pools.get(pool)
+    rng = rng or random.Random(0)
+    free = inv.free_bricks(pool) if pool in inv.pools else {}
+    counts = {h: len(b) for h, b in free.items()}
+    return [b for h, k in plan(inv.pools, counts, capacity, pool, policy, rng,
+                               busy_mgs).items()
+            for b in pick(free[h], k, rng)]
+
+
+def plan(pools: dict[str, PoolInfo], free: dict[str, int], capacity: int, pool: str,
+         policy: str | None = None, rng: random.Random | None = None,
+         busy_mgs: set[str] | None = None) -> dict[str, int]:
+    """How many bricks to take from which host, from each host's count of free bricks alone
+    (`free`: live, undrained hosts with a free brick of `pool`); the primary host first. Then
+    `pick` chooses the bricks within each host: a site of 1,000 servers needs the bricks of
+    the chosen hosts only (daccore.store.Store.free_bricks_on)."""
+    info = pools.get(pool)
     if info is None:
-        known = ", ".join(sorted(inv.pools)) or "none registered"
+        known = ", ".join(sorted(pools)) or "none registered"
         raise NotFound(f"unknown pool '{pool}' (pools: {known})")
     if capacity <= 0:
         raise UserError(f"capacity must be greater than zero, not {capacity}")
@@ -48,40 +63,40 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
         raise UserError(f"unknown placement '{policy}' (choose {choices})") from None
     rng = rng or random.Random(0)
     n = bricks_needed(capacity, info.granularity)
-    free = inv.free_bricks(pool)
     unit = format_size(info.granularity)
     if busy_mgs is not None and not set(free) - busy_mgs:
         raise CapacityError(f"every server of pool '{pool}' with free bricks already runs "
                             "another buffer's Lustre MGS (one per server); retry when one ends, "
                             "or have the site use a shared MGS")
     if policy is PlacementPolicy.SINGLE_HOST:
-        fits = [h for h, bricks in free.items() if len(bricks) >= n]
+        fits = [h for h, k in free.items() if k >= n]
         if busy_mgs is not None:
             fits = [h for h in fits if h not in busy_mgs]
         if not fits:
-            most = max((len(b) for b in free.values()), default=0)
+            most = max(free.values(), default=0)
             raise CapacityError(
                 f"no host in pool '{pool}' has {_bricks(n)} of {unit} free "
                 f"(the most on one host is {most}); this pool keeps a buffer on one host")
-        least = min(len(free[h]) for h in fits)
-        host = rng.choice(sorted(h for h in fits if len(free[h]) == least))
-        return _spread_within_host(free[host], n, rng)
-    available = sum(len(b) for b in free.values())
+        least = min(free[h] for h in fits)
+        return {rng.choice(sorted(h for h in fits if free[h] == least)): n}
+    available = sum(free.values())
     if available < n:
         raise CapacityError(f"pool '{pool}' has {_bricks(available)} of {unit} free; "
                             f"the request needs {n} ({format_size(n * info.granularity)})")
     hosts = list(free)
     rng.shuffle(hosts)
-    hosts.sort(key=lambda h: -len(free[h]))  # stable: random among equals
+    hosts.sort(key=lambda h: -free[h])  # stable: random among equals
     if busy_mgs is not None:  # the primary first: the fullest host that can run the MGS
         lead = next(h for h in hosts if h not in busy_mgs)
         hosts.remove(lead)
         hosts.insert(0, lead)
-    chosen: list[BrickInfo] = []
-    for host, k in zip(hosts, _round_robin([len(free[h]) for h in hosts], n), strict=True):
-        if k:
-            chosen += _spread_within_host(free[host], k, rng)
-    return chosen
+    return {h: k for h, k in zip(hosts, _round_robin([free[h] for h in hosts], n), strict=True)
+            if k}
+
+
+def pick(bricks: list[BrickInfo], n: int, rng: random.Random) -> list[BrickInfo]:
+    """`n` of one host's free `bricks`, spread over its (socket, PCIe switch) groups."""
+    return _spread_within_host(bricks, n, rng)
 
 
 def _bricks(n: int) -> str:

@@ -1,8 +1,10 @@
-"""Creating a buffer: place it on free bricks, then claim them in one transaction.
+"""Creating a buffer: place it on free bricks, then claim them in one transaction (a buffer of
+more bricks than one etcd transaction may hold: in chunks under an intent, Store.create_buffer).
 
 No global lock: each attempt reads the inventory at one revision, places the buffer (pure),
 and commits only if every chosen claim key is still absent. A loser re-reads and places again;
-when the pool no longer has room it gets the allocator's CapacityError.
+when the pool no longer has room it gets the allocator's CapacityError. An intent whose
+allocating call died is rolled back first, by whichever allocation finds it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import random
 import time
 from typing import Callable
 
-from daccore.allocator import place
+from daccore.allocator import pick, plan
 from daccore.errors import CapacityError
 from daccore.gcpause import gc_paused
 from daccore.inventory import BrickInfo
@@ -47,8 +49,18 @@ def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capac
     rng = rng or random.Random()
     for attempt in range(1, MAX_ATTEMPTS + 1):
         busy = store.mgs_hosts() if own_mgs else None
+        view = store.placement_view(pool)
+        if view.dead_intents:  # a big allocation cut short: its claims go first
+            log.info("rolling back the allocations of %s, cut short",
+                     ", ".join(view.dead_intents))
+            store.recover_intents(view.dead_intents)
+            view = store.placement_view(pool)
+        # hosts first, from counts; then the bricks of the chosen hosts, read at the same
+        # revision (allocator.plan, allocator.pick)
+        hosts = plan(view.pools, view.free, capacity, pool, policy, rng, busy)
+        free = store.free_bricks_on(pool, list(hosts), view.revision)
         with gc_paused():
-            bricks = place(store.inventory(), capacity, pool, policy, rng, busy)
+            bricks = [b for h, k in hosts.items() for b in pick(free[h], k, rng)]
         buffer = make(allocation_of(bricks, own_mgs))
         try:
             return buffer, store.create_buffer(buffer)

@@ -64,6 +64,8 @@ class Inventory:
         self.pools = pools
         self.claimed = claimed
         self.revision = revision
+        #: buffers whose chunked allocation was cut short (daccore.store: intents)
+        self.dead_intents: list[str] = []
         self._hosts: dict[str, HostInfo] | None = hosts
         self._raw: dict[str, dict] | None = None
         self._alive: set[str] = set()

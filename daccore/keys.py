@@ -7,6 +7,9 @@
     <prefix>claims/<pool>/<host>/<brick>  BrickClaim  dacctl, in the buffer's allocation txn
     <prefix>buffers/<name>             Buffer       dacctl
     <prefix>mgs/<host>                 BrickClaim   dacctl, same txn: the host's one Lustre MGS
+    <prefix>intents/<name>             Buffer       dacctl: a big buffer's spec while its bricks
+                                                    are claimed in several transactions
+    <prefix>intent-leases/<name>       empty        dacctl, bound to the allocating call's lease
     <prefix>status/<name>/<host>       Status       the dacd of <host>
 """
 
@@ -31,6 +34,8 @@ class Keys:
         self.buffers = prefix + "buffers/"
         self.statuses = prefix + "status/"
         self.mgs_slots = prefix + "mgs/"
+        self.intents = prefix + "intents/"
+        self.intent_leases = prefix + "intent-leases/"
 
     def pool(self, name: str) -> str:
         return self.pools + name
@@ -56,6 +61,12 @@ class Keys:
 
     def mgs(self, host: str) -> str:
         return self.mgs_slots + host
+
+    def intent(self, name: str) -> str:
+        return self.intents + name
+
+    def intent_lease(self, name: str) -> str:
+        return self.intent_leases + name
 
     def buffer(self, name: str) -> str:
         return self.buffers + name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import namedtuple
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from daccore.errors import AdminError, Conflict, DacError, InternalError, NotFou
 from daccore.etcd.client import EtcdClient
 from daccore.etcd.types import KV, Compare, Op, absent, delete_op, mod_is, put_op, range_op
 from daccore.gcpause import gc_paused
-from daccore.inventory import ClaimCounts, Inventory, parse_pools, views_of
+from daccore.inventory import BrickInfo, ClaimCounts, Inventory, parse_pools, views_of
 from daccore.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from daccore.models import Buffer, Host, Pool, Status
     R = TypeVar("R", bound=BaseModel)
 
-__all__ = ["Store", "Versioned", "Change", "AllocationConflict"]
+__all__ = ["Store", "Versioned", "Change", "PlacementView", "AllocationConflict"]
 
 
 def _m():
@@ -38,8 +39,16 @@ def _m():
     from daccore import models
     return models
 
-#: etcd refuses transactions of more than --max-txn-ops operations (default 128).
+#: etcd refuses transactions of more than --max-txn-ops operations (default 128) on either
+#: side (compares, success ops, failure ops).
 _MAX_TXN_OPS = 100
+#: The most claim keys (bricks, plus a Lustre MGS slot) a buffer may have to be claimed in one
+#: transaction, with its spec and intent compares; a bigger one is claimed in chunks of as many
+#: under an intent (`Store.create_buffer`, docs/architecture.md).
+CLAIMS_PER_TXN = _MAX_TXN_OPS - 4
+#: Seconds an allocating call's intent lives without a refresh: a call that dies mid-way
+#: leaves its intent to be rolled back by the next allocation (or dacd start) after this.
+INTENT_TTL = 10
 
 
 class _GuardFailed(Exception):
@@ -51,6 +60,9 @@ class AllocationConflict(Conflict):
     """Another buffer claimed one of the chosen bricks first: re-read and place again."""
 
 
+#: What placement reads first: pools, free bricks per host of one pool, at one revision, and
+#: the buffers whose chunked allocation was cut short.
+PlacementView = namedtuple("PlacementView", "pools free revision dead_intents")
 #: A record with the mod_revision to compare against when writing it back.
 Versioned = namedtuple("Versioned", "record mod_revision")
 #: One event of a watch: `record` is None when the key was deleted.
@@ -184,14 +196,20 @@ class Store:
                 range_op(k.hosts, prefix_end(k.hosts)),
                 range_op(k.alive, prefix_end(k.alive), keys_only=True),
                 range_op(k.claims, prefix_end(k.claims), keys_only=not claim_owners),
+                range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
             ])
-            pools, hosts, alive, claims = r.ranges
+            pools, hosts, alive, claims, intents, leases = r.ranges
             owner = (lambda kv: json.loads(kv.value)["buffer"]) if claim_owners else \
                 (lambda kv: "")
-            return Inventory.from_json(
+            inv = Inventory.from_json(
                 [kv.value for kv in pools], {Keys.last(kv.key, k.alive) for kv in alive},
                 claims={k.parse_claim(kv.key): owner(kv) for kv in claims},
                 hosts=[kv.value for kv in hosts], revision=r.revision)
+            live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
+            inv.dead_intents = sorted(n for kv in intents
+                                      if (n := Keys.last(kv.key, k.intents)) not in live)
+            return inv
 
     def summary_inventory(self) -> Inventory:
         """Enough to `summarize`, several times cheaper than `inventory` on a big site: the
@@ -226,6 +244,64 @@ class Store:
                         counts.per_pool[pool] = n
             return Inventory.of_counts(pool_infos, views, counts, r.revision)
 
+    def placement_view(self, pool: str) -> PlacementView:
+        """What placement needs to choose hosts (`allocator.plan`): the pools, and how many
+        bricks of `pool` each live, undrained host has free, from the capacity index and each
+        host's claims counted by etcd, all at one revision; and the intents cut short. A few
+        small reads where `inventory` lists every host record and every claim: at 1,000
+        servers x 24 bricks with 10,000 buffers, 0.43 s and 150 ms of the caller's CPU over
+        the gateway, most of the cost of a setup (bench/scale.py)."""
+        k = self.keys
+        with gc_paused():
+            r = self.client.txn([], [
+                range_op(k.pools, prefix_end(k.pools)),
+                range_op(k.capacities, prefix_end(k.capacities)),
+                range_op(k.alive, prefix_end(k.alive), keys_only=True),
+                range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
+            ])
+            pools, capacities, alive, intents, leases = r.ranges
+            views = views_of([kv.value for kv in capacities],
+                             {Keys.last(kv.key, k.alive) for kv in alive})
+            hosts = [(v.name, v.pools[pool]) for v in views
+                     if v.alive and not v.drained and v.pools.get(pool, 0) > 0]
+            free = {}
+            for start in range(0, len(hosts), _MAX_TXN_OPS):
+                chunk = hosts[start:start + _MAX_TXN_OPS]
+                counted = self.client.txn([], [
+                    range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
+                             count_only=True, revision=r.revision) for h, _ in chunk]).counts
+                for (h, bricks), used in zip(chunk, counted, strict=True):
+                    if bricks > used:
+                        free[h] = bricks - used
+            live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
+            dead = sorted(n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live)
+            return PlacementView(parse_pools([kv.value for kv in pools]), free, r.revision, dead)
+
+    def free_bricks_on(self, pool: str, hosts: list[str],
+                       revision: int) -> dict[str, list[BrickInfo]]:
+        """The free bricks of `pool` on each of `hosts`, as of `revision` (a placement_view's):
+        their host records and claims only."""
+        k = self.keys
+        out = {}
+        per_txn = _MAX_TXN_OPS // 2
+        for start in range(0, len(hosts), per_txn):
+            chunk = hosts[start:start + per_txn]
+            ops = []
+            for h in chunk:
+                ops += [range_op(k.host(h), revision=revision),
+                        range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
+                                 keys_only=True, revision=revision)]
+            r = self.client.txn([], ops)
+            for i, h in enumerate(chunk):
+                records, claims = r.ranges[2 * i], r.ranges[2 * i + 1]
+                taken = {k.parse_claim(kv.key)[2] for kv in claims}
+                bricks = json.loads(records[0].value).get("bricks", ()) if records else ()
+                out[h] = [BrickInfo(h, b["name"], b["device"], b["capacity"], b["pool"],
+                                    b.get("socket", 0), b.get("pcie_switch", "0"))
+                          for b in bricks if b["pool"] == pool and b["name"] not in taken]
+        return out
+
     def host_summary_inventory(self, host: str, pools: list[str]) -> Inventory:
         """`summary_inventory` narrowed to one host, in one read: the pools, the host's
         capacity index and alive key, and its claims counted in each of `pools` (the pools it
@@ -248,6 +324,24 @@ class Store:
         return Inventory.of_counts(parse_pools([kv.value for kv in pool_recs]), views, counts,
                                    r.revision)
 
+    def host_claims(self, host: str, pools: list[str]) -> tuple[dict[str, str], int]:
+        """The claims on `host`'s bricks in `pools` (claim key -> buffer name), and the
+        revision of the read (to watch from): which buffers the host's dacd works on."""
+        k = self.keys
+        prefixes = [k.host_claims(p, host) for p in sorted(set(pools))]
+        r = self.client.txn([], [range_op(p, prefix_end(p)) for p in prefixes])
+        return {kv.key: b for kvs in r.ranges for kv in kvs
+                if (b := _claimant(kv)) is not None}, r.revision
+
+    def watch_host_claims(self, host: str, pool: str,
+                          start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
+        """Every claim made or released on `host`'s bricks in `pool`: `name` is the claim
+        key, `record` the buffer named (None when released)."""
+        prefix = self.keys.host_claims(pool, host)
+        w = self.client.watch(prefix, prefix_end(prefix), start_revision)
+        return w, (Change(ev.kv.key, _claimant(ev.kv) if ev.type == "put" else None,
+                          ev.kv.mod_revision) for ev in w)
+
     def claims(self) -> dict[tuple[str, str], str]:
         """Every claim: (host, brick) -> buffer name."""
         kvs, _ = self.client.range(self.keys.claims, prefix_end(self.keys.claims))
@@ -260,26 +354,172 @@ class Store:
 
         Raises UserError when the buffer exists, AllocationConflict when a brick was claimed
         meanwhile. Returns the buffer's mod_revision.
+
+        Up to CLAIMS_PER_TXN claim keys, one transaction does it all. A bigger buffer (etcd
+        refuses more than --max-txn-ops, default 128, operations on either side of one) is
+        claimed in chunks under an intent: its spec at `intents/<name>` and a key bound to this
+        call's lease; each chunk, and the commit that turns the intent into the spec, compares
+        that lease key's create_revision, so once the lease is gone the call can neither claim
+        nor commit, and whoever finds the intent without its lease key rolls it back
+        (`recover_intents`). No brick is ever claimed twice: a claim key is still created only
+        where absent.
         """
         k = self.keys
         name = buffer.name
-        pool = buffer.request.pool
-        claim_keys = [k.claim(pool, b.host, b.brick) for b in buffer.allocation.bricks]
-        if len(set(claim_keys)) != len(claim_keys):
-            raise InternalError(f"buffer '{name}': allocation lists a brick twice")
+        claim_keys = self._claim_keys(buffer.request.pool, buffer.allocation.bricks,
+                                      buffer.allocation.mgs_host)
         claim = _dump(_m().BrickClaim(buffer=name))
-        # a per-buffer Lustre MGS also claims its host's one MGS slot
-        claim_keys += [k.mgs(buffer.allocation.mgs_host)] if buffer.allocation.mgs_host else []
+        spec = _dump(buffer)
+        if len(claim_keys) > CLAIMS_PER_TXN:
+            return self._create_in_chunks(name, spec, claim, claim_keys)
         r = self.client.txn(
-            [absent(k.buffer(name))] + [absent(c) for c in claim_keys],
-            [put_op(k.buffer(name), _dump(buffer))] + [put_op(c, claim) for c in claim_keys],
+            [absent(k.buffer(name)), absent(k.intent(name))] + [absent(c) for c in claim_keys],
+            [put_op(k.buffer(name), spec)] + [put_op(c, claim) for c in claim_keys],
             [range_op(k.buffer(name), keys_only=True)],
         )
         if r.succeeded:
             return r.revision
         if r.ranges[0]:
             raise UserError(f"buffer '{name}' already exists")
-        raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by another buffer")
+        raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by another buffer"
+                                 " (or another call is allocating it)")
+
+    def _claim_keys(self, pool: str, bricks, mgs_host: str | None) -> list[str]:
+        """The claim keys of an allocation: one per brick, and a per-buffer Lustre MGS's slot
+        on its host."""
+        k = self.keys
+        keys = [k.claim(pool, b.host, b.brick) for b in bricks]
+        if len(set(keys)) != len(keys):
+            raise InternalError("an allocation lists a brick twice")
+        return keys + ([k.mgs(mgs_host)] if mgs_host else [])
+
+    def _create_in_chunks(self, name: str, spec: str, claim: str, claim_keys: list[str]) -> int:
+        k = self.keys
+        intent, lease_key = k.intent(name), k.intent_lease(name)
+        lease = self.client.lease_grant(INTENT_TTL)
+        refreshed = time.monotonic()
+        try:
+            r = self.client.txn([absent(k.buffer(name)), absent(intent), absent(lease_key)],
+                                [put_op(intent, spec), put_op(lease_key, "", lease)],
+                                [range_op(k.buffer(name), keys_only=True)])
+            if not r.succeeded:
+                if r.ranges[0]:
+                    raise UserError(f"buffer '{name}' already exists")
+                raise AllocationConflict(f"buffer '{name}' is being allocated by another call")
+            alive = Compare(lease_key, "CREATE", r.revision)  # this call's intent, no other
+            try:
+                for start in range(0, len(claim_keys), CLAIMS_PER_TXN):
+                    if time.monotonic() - refreshed > INTENT_TTL / 3:
+                        if self.client.lease_keepalive(lease) == 0:
+                            raise AllocationConflict(f"buffer '{name}': the allocation took "
+                                                     f"longer than {INTENT_TTL}s; starting over")
+                        refreshed = time.monotonic()
+                    self._claim_chunk(name, alive, claim,
+                                      claim_keys[start:start + CLAIMS_PER_TXN])
+                r = self.client.txn([alive, absent(k.buffer(name))],
+                                    [put_op(k.buffer(name), spec), delete_op(intent),
+                                     delete_op(lease_key)])
+                if not r.succeeded:
+                    raise AllocationConflict(f"buffer '{name}': its intent was rolled back "
+                                             "before it committed; starting over")
+                return r.revision
+            except BaseException:
+                try:  # our own claims, then the intent, while it is still ours
+                    self._release(name, claim_keys, alive)
+                    self.client.txn([alive], [delete_op(intent), delete_op(lease_key)])
+                except DacError:
+                    pass  # the lease is gone, or etcd is: recover_intents finishes it
+                raise
+        finally:
+            self.client.lease_revoke(lease)  # gone already if it committed or rolled back
+
+    def _claim_chunk(self, name: str, alive: Compare, claim: str, keys: list[str]) -> None:
+        """Create `keys` as `name`'s claims while its intent is alive; AllocationConflict if
+        one is held by another buffer or the intent is gone."""
+        todo = keys
+        for _ in range(3):
+            r = self.client.txn([alive] + [absent(c) for c in todo],
+                                [put_op(c, claim) for c in todo],
+                                [range_op(alive.key, keys_only=True)] +
+                                [range_op(c) for c in todo])
+            if r.succeeded:
+                return
+            found = r.ranges[0]
+            if not found or found[0].create_revision != alive.revision:
+                raise AllocationConflict(f"buffer '{name}': its intent was rolled back before "
+                                         "it committed; starting over")
+            held = {kvs[0].key: _claimant(kvs[0]) for kvs in r.ranges[1:] if kvs}
+            if any(b != name for b in held.values()):
+                raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by "
+                                         "another buffer")
+            # claims of ours already: a retried transaction whose first reply was lost
+            # (nothing else writes this name's claims while its intent lives)
+            todo = [c for c in todo if c not in held]
+            if not todo:
+                return
+        raise AllocationConflict(f"buffer '{name}': claims kept changing")
+
+    def _release(self, name: str, claim_keys: list[str], *guards: Compare) -> None:
+        """Delete those of `claim_keys` that `name` holds, in chunks, each key compared at the
+        revision it was read (a key freed and claimed again by another buffer meanwhile is
+        left alone). `guards`: more compares every deleting transaction makes; Conflict when
+        one of them fails."""
+        for start in range(0, len(claim_keys), CLAIMS_PER_TXN):
+            chunk = claim_keys[start:start + CLAIMS_PER_TXN]
+            for _ in range(20):
+                r = self.client.txn([], [range_op(c) for c in chunk])
+                mine = [kvs[0] for kvs in r.ranges if kvs and _claimant(kvs[0]) == name]
+                if not mine:
+                    break
+                d = self.client.txn(list(guards) + [mod_is(kv.key, kv.mod_revision)
+                                                    for kv in mine],
+                                    [delete_op(kv.key) for kv in mine],
+                                    [range_op(g.key, keys_only=True) for g in guards])
+                if d.succeeded:
+                    break
+                for g, kvs in zip(guards, d.ranges, strict=True):
+                    kv = kvs[0] if kvs else None
+                    now = (kv.create_revision if g.target == "CREATE" else kv.mod_revision) \
+                        if kv else 0
+                    if now != g.revision:
+                        raise Conflict(f"{g.key} changed while releasing '{name}''s claims")
+            else:
+                raise Conflict(f"claims of '{name}' kept changing while releasing them")
+
+    def recover_intents(self, names: list[str] | None = None) -> list[str]:
+        """Roll back every intent whose call is gone (its lease key expired): release the
+        claims it made, then drop it. `names`: those found dead already (Inventory's
+        `dead_intents`). Safe to run anywhere, any number of times at once; returns the
+        buffers rolled back."""
+        k = self.keys
+        if names is None:
+            r = self.client.txn([], [
+                range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True)])
+            live = {Keys.last(kv.key, k.intent_leases) for kv in r.ranges[1]}
+            names = [n for kv in r.ranges[0] if (n := Keys.last(kv.key, k.intents)) not in live]
+        done = []
+        for name in names:
+            kv = self.client.get(k.intent(name))
+            if kv is None or self.client.get(k.intent_lease(name)) is not None:
+                continue  # rolled back or committed by someone else, or alive after all
+            doc = json.loads(kv.value)
+            alloc = doc["allocation"]
+            keys = self._claim_keys(doc["request"]["pool"], [_Ref(b["host"], b["brick"])
+                                                              for b in alloc["bricks"]],
+                                    alloc.get("mgs_host"))
+            # The lease key is absent: the call that wrote the intent can claim no more, and
+            # no other call can start one for this name while the intent exists. Every delete
+            # compares the intent unchanged: once another recoverer has dropped it, a new
+            # allocation of the same name may hold claims of that name.
+            try:
+                self._release(name, keys, mod_is(kv.key, kv.mod_revision))
+            except Conflict:
+                continue
+            self.client.txn([mod_is(kv.key, kv.mod_revision), absent(k.intent_lease(name))],
+                            [delete_op(kv.key)])
+            done.append(name)
+        return done
 
     def mgs_hosts(self) -> set[str]:
         """Hosts whose one Lustre MGS slot a buffer holds."""
@@ -353,16 +593,28 @@ class Store:
         return r.revision
 
     def delete_buffer(self, name: str, mod_revision: int) -> None:
-        """Release the buffer's claims and drop its spec and statuses, in one transaction."""
+        """Release the buffer's claims and drop its spec and statuses: one transaction when
+        its claims fit in one (CLAIMS_PER_TXN); else the claims first, in chunks, each
+        comparing the spec unchanged, then the spec and statuses. A call cut short leaves the
+        spec, so the next pass (dacd's reap, or forget) finishes it; a brick freed meanwhile
+        may be claimed again at once, which is safe since every host has deleted the
+        buffer by then."""
         current = self.buffer(name)
         if current is None:
             return
         buf: Buffer = current.record
         k = self.keys
+        keys = self._claim_keys(buf.request.pool, buf.allocation.bricks,
+                                buf.allocation.mgs_host)
+        spec = mod_is(k.buffer(name), mod_revision)
+        if len(keys) > CLAIMS_PER_TXN:
+            if current.mod_revision != mod_revision:
+                raise Conflict(f"buffer '{name}' changed since revision {mod_revision}")
+            self._release(name, keys, spec)
+            keys = []
         r = self.client.txn(
-            [mod_is(k.buffer(name), mod_revision)],
-            [delete_op(k.claim(buf.request.pool, b.host, b.brick)) for b in buf.allocation.bricks]
-            + [delete_op(k.mgs(h)) for h in [buf.allocation.mgs_host] if h]
+            [spec],
+            [delete_op(c) for c in keys]
             + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
                delete_op(k.buffer(name))],
         )
@@ -374,6 +626,13 @@ class Store:
     def put_status(self, status: Status) -> int:
         """Single writer per key (the host's own dacd), so a plain put."""
         return self.client.put(self.keys.status(status.buffer, status.host), _dump(status))
+
+    def put_statuses(self, statuses: list[Status]) -> None:
+        """Several hosts' statuses (a lustre or daos buffer's primary writes every host's):
+        as few transactions as etcd allows, not one request per host."""
+        ops = [put_op(self.keys.status(s.buffer, s.host), _dump(s)) for s in statuses]
+        for start in range(0, len(ops), _MAX_TXN_OPS):
+            self.client.txn([], ops[start:start + _MAX_TXN_OPS])
 
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
@@ -459,6 +718,18 @@ class Store:
             if extra and current == (kv.mod_revision if kv else 0):
                 raise _GuardFailed(extra)
         raise Conflict(f"{key} kept changing under {attempts} attempts to update it")
+
+
+_Ref = namedtuple("_Ref", "host brick")
+
+
+def _claimant(kv: KV) -> str | None:
+    """The buffer a claim key names; None when it is not a claim record."""
+    try:
+        doc = json.loads(kv.value)
+    except ValueError:
+        return None
+    return doc.get("buffer") if isinstance(doc, dict) else None
 
 
 def _credential(directory: str, role: str, cache: bool):

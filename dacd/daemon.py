@@ -44,6 +44,8 @@ class Daemon:
         for pool in pool_records(self.config):
             self.store.ensure_pool(pool)
         record = self.store.register_host(host_record(self.host, self.settings))
+        if rolled_back := self.store.recover_intents():
+            log.info("rolled back the allocations of %s, cut short", ", ".join(rolled_back))
         self._lease = self.store.keep_alive(self.host, self.config.lease_ttl)
         log.info("host %s registered: %d bricks, drained=%s, lease ttl %ss", self.host,
                  len(record.bricks), record.drained, self.config.lease_ttl)

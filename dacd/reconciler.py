@@ -1,13 +1,18 @@
 """Driving every buffer that has a brick on this host toward its desired state.
 
-At start it lists all buffers and reconciles each (so a restart finishes, or cleanly fails,
-whatever was in flight: every step is idempotent), then follows a watch from the listing's
-revision. Each buffer is worked on by one worker at a time, from a pool of `concurrency`
-workers, so one slow buffer never blocks the others; changes that arrive meanwhile are folded
-into one more pass. A pass asks `daccore.lifecycle.next_step`, runs that step's playbook,
-records the state reached (or the error, with who must act) in status/<buffer>/<host>, and
-repeats. When every host of a buffer has reached DELETED, the primary host's dacd removes the
-spec, the statuses and the claims in one transaction: the bricks are free again.
+At start it lists the claims on this host's bricks and reconciles each buffer they name (so a
+restart finishes, or cleanly fails, whatever was in flight: every step is idempotent), then
+follows, from the listing's revision, a watch on those claims (a buffer arrives on this host,
+or leaves it) and a watch on the buffer specs, whose events it acts on only for the buffers
+it holds claims of: on a site of 1,000 servers, a spec change is every dacd's event but one
+or a few dacds' read (bench/scale.py, docs/performance.md). Each buffer is worked on by one
+worker at a time, from a pool of `concurrency` workers, so one slow buffer never blocks the
+others; changes that arrive meanwhile are folded into one more pass. A pass asks
+`daccore.lifecycle.next_step`, runs that step's playbook, records the state reached (or the
+error, with who must act) in status/<buffer>/<host>, and repeats. When every host of a buffer
+has reached DELETED, the primary host's dacd removes the spec, the statuses and the claims in
+one transaction (claims first, in chunks, for a buffer too big for one): the bricks are free
+again.
 
 Stages (stage_in, stage_out) run on their own pool of `concurrency` threads, not on the
 workers: a stage may take an hour, or hang until dacd kills it, and meanwhile every other
@@ -67,50 +72,105 @@ class Reconciler:
         #: buffer name or status key -> (why it is skipped, the generation refused): logged once
         self._refused: dict[str, tuple[str, int]] = {}
         self._refusal = f"refused by {host}: "  # how a refusal's status message starts
+        #: the pools this host has bricks in, and its claims there: claim key -> buffer name
+        self._pools = sorted({b.pool for b in config.hosts[host].bricks}) \
+            if host in config.hosts else []
+        self._claims: dict[str, str] = {}
+        self._held: dict[str, int] = {}  # buffer name -> claim keys it holds on this host
+        self._watches: list = []
+        self._threads: list[threading.Thread] = []
 
     # -- scheduling ----------------------------------------------------------------------------
 
     def start(self) -> None:
         revision = self._list_all()
-        self._thread = threading.Thread(target=self._follow, args=(revision,),
-                                        name="watch-buffers", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._follow, args=(revision,),
+                                          name="watch-buffers", daemon=True)]
+        self._threads += [threading.Thread(target=self._follow_claims, args=(pool, revision),
+                                           name=f"watch-claims-{pool}", daemon=True)
+                          for pool in self._pools]
+        self._thread = self._threads[0]
+        for t in self._threads:
+            t.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking work, let running steps finish (a playbook cut short is re-run at the
         next start anyway)."""
         self._stopping.set()
-        if self._watch is not None:
-            self._watch.close()
+        for w in [self._watch, *self._watches]:
+            if w is not None:
+                w.close()
         with self._lock:
             for run in self._staging.values():
                 run.cancel("stopped: dacd is stopping")  # re-run at the next start
         self._stages.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        for t in self._threads:
+            t.join(timeout)
 
     def _list_all(self) -> int:
-        names, revision = self.store.buffer_names()
-        for name in names:
+        """Reconcile every buffer holding a brick of this host; the revision read at."""
+        claims, revision = self.store.host_claims(self.host, self._pools)
+        with self._lock:
+            self._claims, self._held = claims, {}
+            for name in claims.values():
+                self._held[name] = self._held.get(name, 0) + 1
+        for name in set(claims.values()):
             self.schedule(name)
         return revision
 
+    def _holds(self, name: str) -> bool:
+        with self._lock:
+            return name in self._held
+
     def _follow(self, revision: int = 0) -> None:
+        """Spec changes, acted on for the buffers this host holds claims of. One that comes
+        before its claims' event is not lost: the claims' event schedules the buffer too."""
         while not self._stopping.is_set():
             try:
                 self._watch, changes = self.store.watch_buffer_names(revision + 1)
                 for change in changes:
                     revision = change.revision
-                    self.schedule(change.name)
+                    if self._holds(change.name):
+                        self.schedule(change.name)
             except WatchCompacted:
-                log.warning("buffer watch compacted; listing every buffer again")
+                log.warning("buffer watch compacted; listing this host's buffers again")
                 revision = self._list_all()
             except (StoreUnavailable, InternalError) as e:
                 if self._stopping.is_set():
                     return
                 metrics.etcd_error("watch", e)
                 log.warning("buffer watch failed (%s); resuming from revision %d", e, revision)
+                time.sleep(1)
+
+    def _follow_claims(self, pool: str, revision: int) -> None:
+        """Claims made and released on this host's bricks in `pool`: a buffer arriving is
+        reconciled at once; one leaving is looked at once more (its spec may be gone)."""
+        while not self._stopping.is_set():
+            try:
+                watch, changes = self.store.watch_host_claims(self.host, pool, revision + 1)
+                self._watches.append(watch)
+                for change in changes:
+                    revision = change.revision
+                    with self._lock:
+                        old = self._claims.pop(change.name, None)
+                        if old is not None:
+                            self._held[old] -= 1
+                            if not self._held[old]:
+                                del self._held[old]
+                        if change.record is not None:
+                            self._claims[change.name] = change.record
+                            self._held[change.record] = self._held.get(change.record, 0) + 1
+                    for name in {old, change.record} - {None}:
+                        self.schedule(name)
+            except WatchCompacted:
+                log.warning("claim watch compacted; listing this host's buffers again")
+                revision = self._list_all()
+            except (StoreUnavailable, InternalError) as e:
+                if self._stopping.is_set():
+                    return
+                metrics.etcd_error("watch", e)
+                log.warning("claim watch failed (%s); resuming from revision %d", e, revision)
                 time.sleep(1)
 
     def schedule(self, name: str) -> None:
@@ -275,8 +335,10 @@ class Reconciler:
                           step=step, attached=attached, attempt=attempt, progress=progress[0],
                           updated_at=time.time())
             values.update(fields)
-            for host in hosts:
-                self.store.put_status(Status(host=host, **values))
+            if len(hosts) == 1:
+                self.store.put_status(Status(host=hosts[0], **values))
+            else:
+                self.store.put_statuses([Status(host=host, **values) for host in hosts])
         status()
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         started, backend = time.monotonic(), None

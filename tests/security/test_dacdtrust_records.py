@@ -1,8 +1,10 @@
 """dacd trusts nothing it reads (docs/security.md): bad records written straight to etcd, as a
-stolen credential or a broken writer would, are each skipped with one log line per dacd and
-an admin error in the status, nothing of root's happens for them (no mkfs, no file, no touched
-disk), and the buffers of two real unprivileged users still reach created and mounted beside
-them. Real etcd, real dacd processes, real playbooks, loop devices."""
+stolen credential or a broken writer would, are each skipped with one log line by the dacd of
+each host the record's claims name (a dacd reads only the buffers holding a brick of its host,
+docs/architecture.md), no line by any other, and an admin error in the status, nothing of
+root's happens for them (no mkfs, no file, no touched disk), and the buffers of two real
+unprivileged users still reach created and mounted beside them. Real etcd, real dacd
+processes, real playbooks, loop devices."""
 
 import itertools
 import json
@@ -57,17 +59,26 @@ def lines_naming(workdir: Path, key: str) -> list[list[str]]:
             for log in dacd_logs(workdir)]
 
 
-def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str) -> None:
-    """Every dacd logs one line naming the record's key and `reason`, and no more when the same
-    record is written again (one line, not one per event)."""
+def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str,
+                        hosts: set[str]) -> None:
+    """The dacd of each of `hosts` (those the record's claims name) logs one line naming the
+    record's key and `reason`, and no more when the same record is written again (one line,
+    not one per event); the other dacd, whose host holds no claim of it, logs nothing."""
     key = store.keys.buffer(name)
-    wait_for(lambda: all(lines_naming(workdir, key)), timeout=90,
-             what=f"every dacd to log {key}")
+    logs = dacd_logs(workdir)
+    named = [log.name.removeprefix("dacd-").removesuffix(".log") in hosts for log in logs]
+    assert any(named), (hosts, logs)
+    wait_for(lambda: all(lines or not n for lines, n in zip(lines_naming(workdir, key), named,
+                                                        strict=True)),
+             timeout=90, what=f"the dacd of {sorted(hosts)} to log {key}")
     value = store.client.get(key).value
     for _ in range(3):  # three more events of the same bad record
         store.client.put(key, value)
     time.sleep(2)
-    for lines in lines_naming(workdir, key):
+    for lines, n in zip(lines_naming(workdir, key), named, strict=True):
+        if not n:
+            assert lines == [], lines
+            continue
         assert len(lines) == 1, lines
         assert reason in lines[0] and "ERROR" in lines[0], lines[0]
 
@@ -103,6 +114,21 @@ def put_raw(store: Store, name: str, doc) -> None:
     store.client.put(store.keys.buffer(name), doc if isinstance(doc, bytes) else json.dumps(doc))
 
 
+def claim(store: Store, name: str, bricks: list[tuple[str, str]]) -> list[str]:
+    """Claim keys naming buffer `name` on `bricks` ((host, brick) pairs), as the writer of a
+    forged record would have to for any dacd to look at it; returns the keys."""
+    keys = [store.keys.claim("default", host, brick) for host, brick in bricks]
+    for key in keys:
+        store.client.put(key, json.dumps({"buffer": name}))
+    return keys
+
+
+def release(store: Store, keys: list[str]) -> None:
+    """The bricks free again; the record stays in etcd, which no dacd looks at now."""
+    for key in keys:
+        store.client.delete(key)
+
+
 @pytest.mark.parametrize("owner", [(0, 0), (1234, 0), (0, 4321), (999, 4321)])
 def test_dacdtrust_root_or_system_owner_is_refused(dacdtrust_dac, owner):
     """owner_uid 0 made the copier run as root; a record owned by root (or below
@@ -112,7 +138,7 @@ def test_dacdtrust_root_or_system_owner_is_refused(dacdtrust_dac, owner):
     buf = valid_buffer(store, name, *owner)
     store.create_buffer(buf)
     host = buf.allocation.primary_host
-    assert_skipped_once(workdir, store, name, "min_owner_uid")
+    assert_skipped_once(workdir, store, name, "min_owner_uid", {host})
     assert_admin_error(store, name, host, "min_owner_uid")
     assert not fs_of(workdir, host, name).exists() and not mounted(fs_of(workdir, host, name))
 
@@ -184,7 +210,7 @@ def test_dacdtrust_attachments_never_reach_jinja(dacdtrust_dac, open_dir_for_pwn
     doc["attachments"] = {value: ["node1"]} if where == "job key" else {name: ["node1", value]}
     doc["generation"] += 1
     put_raw(store, name, doc)
-    assert_skipped_once(workdir, store, name, "attachments")
+    assert_skipped_once(workdir, store, name, "attachments", set(buf.allocation.hosts))
     assert_admin_error(store, name, buf.allocation.primary_host, "attachments")
     assert list(open_dir_for_pwned.iterdir()) == []
     assert not list((workdir / "nodes").rglob("striped"))  # no node mounted anything
@@ -212,7 +238,10 @@ def test_dacdtrust_unreadable_record_never_stalls_the_watch(dacdtrust_dac, tmp_p
     workdir, env, store = dacdtrust_dac
     name = f"junk{raw[:2].hex()}"
     put_raw(store, name, raw)
-    assert_skipped_once(workdir, store, name, store.keys.buffer(name))
+    brick = place(store.inventory(), 512 * MiB, "default")[0]
+    held = claim(store, name, [(brick.host, brick.name)])  # that host's dacd reads it now
+    assert_skipped_once(workdir, store, name, store.keys.buffer(name), {brick.host})
+    release(store, held)
     job = next(_jobs)
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped pool=default\n")
@@ -239,10 +268,12 @@ def test_dacdtrust_huge_capacity_is_refused(dacdtrust_dac, capacity, reason):
     doc = valid_buffer(store, name).model_dump(mode="json")
     doc["request"]["capacity"] = capacity
     put_raw(store, name, doc)
+    held = claim(store, name, [(b["host"], b["brick"]) for b in doc["allocation"]["bricks"]])
     host = doc["allocation"]["primary_host"]
-    assert_skipped_once(workdir, store, name, reason)
+    assert_skipped_once(workdir, store, name, reason, {host})
     assert_admin_error(store, name, host, reason)
     assert not fs_of(workdir, host, name).exists()
+    release(store, held)
 
 
 def test_dacdtrust_valid_buffers_of_two_users_run_beside_the_bad_records(dacdtrust_dac,

@@ -160,3 +160,31 @@ def test_the_hooks_token_cache_is_reused_renewed_and_refused_if_exposed(short_to
     assert cache.stat().st_mode & 0o777 == 0o600
     for c in (first, second, third, fourth):
         c.close()
+
+
+def test_the_scheduler_side_claims_a_big_buffer_in_chunks_and_dacd_reaps_it(roles):
+    """Intents and their lease keys (a buffer over one transaction's worth of bricks): the
+    slurm role writes them, dacd rolls back a dead one at start and reaps the buffer."""
+    stores, tag = roles
+    dacd, slurm = stores["dacd"], stores["slurm"]
+    pool_name = f"{tag}big"
+    dacd.ensure_pool(pool(pool_name))
+    keepers = []
+    for i in range(10):
+        dacd.register_host(host(f"{tag}big{i}", 20, pool_name=pool_name))
+        keepers.append(dacd.keep_alive(f"{tag}big{i}", 5))
+    try:
+        buf, rev = allocate_buffer(slurm, buffer_maker(f"{tag}huge", 200 * 100, pool_name),
+                                   capacity=200 * 100, pool=pool_name)
+        assert len(buf.allocation.bricks) == 200
+        assert dacd.recover_intents() == []
+        dacd.delete_buffer(buf.name, rev)
+        assert slurm.buffer(buf.name) is None
+    finally:
+        for k in keepers:
+            k.stop()
+        admin = stores["admin"]
+        for i in range(10):
+            admin.client.delete(PREFIX + f"hosts/{tag}big{i}")
+            admin.client.delete(PREFIX + f"capacity/{tag}big{i}")
+        admin.client.delete(PREFIX + f"pools/{pool_name}")

@@ -1,0 +1,100 @@
+"""dacd's reconciler works on the buffers holding a brick of its host, found by its claims
+(issue 20): at start it lists its claims, not every buffer; a spec change of another host's
+buffer costs it no read; a buffer arriving or leaving is seen through its claims' watch. The
+real Reconciler against the real etcd, with a backend that only records the step."""
+
+import threading
+import time
+
+from records import buffer_maker
+
+from daccore.buffers import allocate_buffer
+from daccore.config import DacConfig
+from daccore.jobs import set_desired
+from daccore.models import State
+from daccore.states import State as S
+from daccore.store import Store
+from dacd.reconciler import Reconciler
+
+HOSTS = ("h1", "h2", "h3")
+
+
+def config():
+    return DacConfig.model_validate({
+        "pools": {"p": {"granularity": 100, "backend": "local"}},
+        "hosts": {h: {"bricks": [{"device": f"/dev/{h}-{i}", "capacity": 100, "pool": "p",
+                                  "name": f"b{i}"} for i in range(2)]} for h in HOSTS}})
+
+
+class Server:
+    """One storage server's reconciler, counting the specs it reads."""
+
+    def __init__(self, store, cfg, host):
+        self.store = Store(store.client, store.keys.root)
+        self.reads: list[str] = []
+        real = self.store.buffer_text
+
+        def counted(name):
+            self.reads.append(name)
+            return real(name)
+        self.store.buffer_text = counted
+        self.steps: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.rec = Reconciler(self.store, cfg, host, self.run_step)
+
+    def run_step(self, backend, step, host, variables, on_task, inventory=None, forks=None):
+        with self.lock:
+            self.steps.append((variables["buffer"], step))
+
+
+def wait(what, fn, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not fn():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def reached(store, name, host, state):
+    s = store.status_docs(name).get(host)
+    return s is not None and s.get("state") == state.value and not s.get("step")
+
+
+def test_each_dacd_reads_only_the_buffers_on_its_host(store):
+    cfg = config()
+    from dacd.registration import host_record, pool_records
+    for p in pool_records(cfg):
+        store.ensure_pool(p)
+    for h in HOSTS:
+        store.register_host(host_record(h, cfg.hosts[h]))
+        store.client.put(store.keys.alive_key(h), "")
+    # one buffer before the servers start: only its host's dacd looks at it
+    early, _ = allocate_buffer(store, buffer_maker("early", 200), capacity=200, pool="p")
+    servers = {h: Server(store, cfg, h) for h in HOSTS}
+    try:
+        for s in servers.values():
+            s.rec.start()
+        home = early.allocation.primary_host
+        wait("early to be created", lambda: reached(store, "early", home, S.CREATED))
+        for h, s in servers.items():
+            assert (("early", "create") in s.steps) == (h == home)
+            assert set(s.reads) <= ({"early"} if h == home else set())
+        # a buffer arriving while they run: seen through its host's claim watch
+        late, _ = allocate_buffer(store, buffer_maker("late", 100), capacity=100, pool="p")
+        there = late.allocation.primary_host
+        wait("late to be created", lambda: reached(store, "late", there, S.CREATED))
+        # spec changes: only the host of each reads it
+        for _ in range(3):
+            set_desired(store, "late", State.STAGED_IN)
+            set_desired(store, "late", State.CREATED)
+        set_desired(store, "late", State.DELETED)
+        set_desired(store, "early", State.DELETED)
+        wait("both to be reaped", lambda: store.buffer("late") is None and
+             store.buffer("early") is None)
+        assert store.claims() == {}
+        for h, s in servers.items():
+            mine = {n for n, host in (("early", home), ("late", there)) if host == h}
+            assert set(s.reads) == mine, (h, s.reads)
+            assert {b for b, step in s.steps if step == "delete"} == mine
+    finally:
+        for s in servers.values():
+            s.rec.stop(timeout=5)
