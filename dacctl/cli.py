@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+import daccore
 from daccore.admin_views import STATES
 from daccore.config import load_config
 from daccore.units import format_size, parse_size
@@ -68,6 +69,7 @@ def _answer(verb: str, config=None, **args) -> dict:
 
 
 @click.group(help="dac: burst buffers for Slurm. Add --debug to any command for tracebacks.")
+@click.version_option(daccore.__version__, prog_name="dac")
 def cli() -> None:
     pass
 

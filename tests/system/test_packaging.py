@@ -54,3 +54,13 @@ def test_the_installed_playbooks_have_every_step():
     for backend in ("local", "lustre", "daos"):
         for step in ("create", "mount", "unmount", "delete"):
             assert (playbooks() / backend / f"{step}.yml").is_file(), (backend, step)
+
+
+def test_the_version_comes_from_one_place():
+    from importlib.metadata import version
+
+    import daccore
+    r = subprocess.run([str(Path(sys.executable).parent / "dacctl"), "--version"],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, f"dac, version {daccore.__version__}\n")
+    assert version("dac") == daccore.__version__  # the installed metadata: pyproject reads it
