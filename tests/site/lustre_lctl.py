@@ -160,7 +160,7 @@ def _devices(state: dict, host: str) -> dict[str, dict]:
                 kind = "osc" if "-OST" in name else "mdc"
                 found[kind][f"{name}-{kind}-{inst}"] = (entry, name)
                 found["ldlm"][f"{name}-{kind}-{inst}"] = entry
-    for owner, entry, info in mounted_targets(state):
+    for owner, _entry, info in mounted_targets(state):
         if owner != host:
             continue
         name = info["svname"]
