@@ -6,8 +6,9 @@ maps socket to rank), so the pool spans exactly the ranks holding the allocation
 it: DAOS gives a pool the same SCM and NVMe on each of its ranks, so each rank gives the NVMe of
 its fewest allocated bricks (never more than dac accounted to any rank), and SCM in the pool's
 `scm_percent` (dmg pool create --scm-size --nvme-size, per rank). An allocation spread so
-unevenly over ranks that this falls short of the capacity asked is refused in one line. The
-pool belongs to the job's user and group; its ACL keeps only the owner (the group
+unevenly over ranks that this falls short of the capacity asked is refused in one line.
+
+The pool belongs to the job's user and group; its ACL keeps only the owner (the group
 entry DAOS adds by default is removed), as a 0700 directory would. The container is created,
 and dfuse run and stopped, as the user (setpriv with the user's uid, gid and groups): DAOS
 checks the caller's identity against the pool's ACL itself, and a user's dfuse mount is theirs.

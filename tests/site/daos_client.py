@@ -12,10 +12,21 @@ import uuid
 
 from argv_grammar import Arg, Command, Flag, GetoptError, Parsed, getopt_long
 from daos_rules import DER, Identity, default_cont_acl, effective_perms, is_uuid, label_ok
-from daos_site import (Fail, caller, connect, cont_open, daos_state, find_cont, opaque,
-                       principal_flag, release, run_go, size_flag, status)
+from daos_site import (
+    Fail,
+    caller,
+    connect,
+    cont_open,
+    daos_state,
+    find_cont,
+    opaque,
+    principal_flag,
+    release,
+    run_go,
+    size_flag,
+    status,
+)
 from sitelib import Refused, Site, register
-
 
 CONT_TYPES = {"POSIX": "POSIX", "HDF5": "HDF5", "PYTHON": "PYTHON", "SPARK": "SPARK",
               "DATABASE": "DATABASE", "DB": "DATABASE", "ROOT": "ROOT", "RNTUPLE": "ROOT",

@@ -9,11 +9,33 @@ import os
 import uuid
 
 from argv_grammar import Arg, Command, Flag, Parsed
-from daos_rules import (ACLError, acl_remove, acl_upsert, default_pool_acl, is_uuid,
-                        label_ok, parse_ace, parse_ranks, print_ranks, resolve_principal,
-                        si_bytes)
-from daos_site import (Fail, caller, daos_state, entity, fault, find_pool, not_found, opaque,
-                       principal_flag, run_go, size_flag, status)
+from daos_rules import (
+    ACLError,
+    acl_remove,
+    acl_upsert,
+    default_pool_acl,
+    is_uuid,
+    label_ok,
+    parse_ace,
+    parse_ranks,
+    print_ranks,
+    resolve_principal,
+    si_bytes,
+)
+from daos_site import (
+    Fail,
+    caller,
+    daos_state,
+    entity,
+    fault,
+    find_pool,
+    not_found,
+    opaque,
+    principal_flag,
+    run_go,
+    size_flag,
+    status,
+)
 from sitelib import Site, register
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -256,7 +278,7 @@ def _pool_create(site: Site, p: Parsed):
             ("Storage Ranks", print_ranks(ranks)), ("Total Size", si_bytes(total * len(ranks)))]
     rows += [(f"Storage tier {i} ({name})",
               f"{si_bytes(t * len(ranks))} ({si_bytes(t)} / rank)")
-             for i, (name, t) in enumerate(zip(("SCM", "NVMe"), tiers))]
+             for i, (name, t) in enumerate(zip(("SCM", "NVMe"), tiers, strict=False))]
     return resp, _intro(o, len(ranks)) + "\n" + \
         entity(f"Pool created with {ratio} storage tier ratio", rows)
 
@@ -310,7 +332,7 @@ def _pool_info(pool: dict, targets: int) -> dict:
             "svc_reps": pool["svc_reps"], "rebuild": {"status": 0, "state": "idle"},
             "tier_stats": [{"total": t * len(pool["ranks"]), "free": t * len(pool["ranks"]),
                             "media_type": m}
-                           for t, m in zip(pool["tier_bytes"], ("scm", "nvme"))]}
+                           for t, m in zip(pool["tier_bytes"], ("scm", "nvme"), strict=False)]}
 
 
 def _pool_query(site: Site, p: Parsed):
@@ -326,7 +348,7 @@ def _pool_query(site: Site, p: Parsed):
             f"leader={info['svc_ldr']}, version=1, state=Ready", "Pool health info:",
             "- Rebuild idle, 0 objs, 0 recs", "Pool space info:",
             f"- Target count:{info['total_targets']}"]
-    for i, (name, t) in enumerate(zip(("SCM", "NVMe"), info["tier_stats"])):
+    for i, (name, t) in enumerate(zip(("SCM", "NVMe"), info["tier_stats"], strict=False)):
         text += [f"- Storage tier {i} ({name}):", f"  Total size: {si_bytes(t['total'])}",
                  f"  Free: {si_bytes(t['free'])}"]
     return info, "\n".join(text)

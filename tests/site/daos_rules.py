@@ -66,6 +66,8 @@ def parse_bytes(s: str) -> int:
         raise ValueError(f'strconv.ParseFloat: parsing "{number}": invalid syntax') from None
     if suffix not in _UNITS:
         raise ValueError(f"unhandled size name: {suffix}")
+    if value * _UNITS[suffix] >= 2.0**64:  # the result is a uint64
+        raise ValueError(f"too large: {s}")
     return int(value * _UNITS[suffix])
 
 

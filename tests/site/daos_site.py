@@ -13,8 +13,9 @@ from argv_grammar import Command, FlagsError, Parsed, parse_goflags
 from daos_rules import DER, Identity, der, effective_perms, is_uuid, parse_bytes, principal_ok
 from sitelib import Refused, Site
 
-__all__ = ["RELEASES", "release", "Fail", "status", "fault", "daos_state", "find_pool", "not_found", "run_go", "entity",
-           "connect", "find_cont", "cont_open", "caller", "size_flag", "principal_flag", "opaque"]
+__all__ = ["RELEASES", "release", "Fail", "status", "fault", "daos_state", "find_pool",
+           "not_found", "run_go", "entity", "connect", "find_cont", "cont_open", "caller",
+           "size_flag", "principal_flag", "opaque"]
 
 
 class Fail(Exception):

@@ -184,7 +184,7 @@ class _Stop(Exception):
 
 def compact(nbytes: int) -> str:
     """A size as parted prints it in its default 'compact' unit (ped_unit_format_custom_byte)."""
-    for size, name in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+    for size, name in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):  # noqa: B007
         if nbytes >= 10 * size:
             break
     else:

@@ -18,8 +18,15 @@ import sys
 from disk_state import mounts
 from gnu_getopt import OptionError, parse
 from lnet import BadNid, parse_nid
-from lustre_model import (BRW_DEFAULT, MODRPCS_DEFAULT, host_nids, lustre_of, mounted_targets,
-                          release, resolver)
+from lustre_model import (
+    BRW_DEFAULT,
+    MODRPCS_DEFAULT,
+    host_nids,
+    lustre_of,
+    mounted_targets,
+    release,
+    resolver,
+)
 from sitelib import Refused, Site
 
 __all__ = ["lctl", "PARAMS"]
@@ -160,7 +167,7 @@ def _devices(state: dict, host: str) -> dict[str, dict]:
                 kind = "osc" if "-OST" in name else "mdc"
                 found[kind][f"{name}-{kind}-{inst}"] = (entry, name)
                 found["ldlm"][f"{name}-{kind}-{inst}"] = entry
-    for owner, entry, info in mounted_targets(state):
+    for owner, _entry, info in mounted_targets(state):
         if owner != host:
             continue
         name = info["svname"]

@@ -17,8 +17,16 @@ import shutil
 from disk_state import mounts
 from gnu_getopt import OptionError, parse
 from lnet import BadNid, parse_nodes
-from lustre_model import (connect_data, fs_store, lustre_of, mount_path, mounted_targets,
-                          registered, resolver, running_mgs)
+from lustre_model import (
+    connect_data,
+    fs_store,
+    lustre_of,
+    mount_path,
+    mounted_targets,
+    registered,
+    resolver,
+    running_mgs,
+)
 from sitelib import Refused, Site
 
 __all__ = ["mount", "umount"]
@@ -227,7 +235,7 @@ def _target(site: Site, state: dict, source: str, target: str, flags: list[str])
                       errno.EINVAL)
     if _unknown(flags, LDISKFS_OPTIONS):
         raise _failed(source, target, errno.EINVAL)
-    for host, entry, other in mounted_targets(state):
+    for host, _entry, other in mounted_targets(state):
         # one service per target, and (tgt_mount.c server_start_mgs) one MGS per node
         if other["uuid"] == info["uuid"] or (
                 host == site.host and "mgs" in info["kinds"] and "mgs" in other["kinds"]):

@@ -116,8 +116,8 @@ class Site:
 
 
 def main(argv: list[str]) -> int:
-    import lustre_tools  # noqa: F401  (each registers its tools)
     import daos_tools  # noqa: F401
+    import lustre_tools  # noqa: F401  (each registers its tools)
     tool = os.path.basename(argv[0])
     args = argv[1:]
     directory, host = os.environ.get("DAC_SITE_DIR"), os.environ.get("DAC_SITE_HOST")

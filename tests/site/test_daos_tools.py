@@ -194,6 +194,7 @@ def test_pool_create_refuses_a_bad_label(site, label):
     ("abc", "invalid argument for flag `-z, --size' (expected main.poolSizeFlag): "
             'invalid size "abc"'),
     ("10XB", 'invalid size "10XB"'),
+    ("16EiB", 'invalid size "16EiB"'),  # go-humanize v1.0.0 ParseBytes: past a uint64
     ("0%", "invalid full size ratio 0%"),
     ("1G", 'code = 604 description = "requested SCM capacity is too small'),
 ])

@@ -419,7 +419,7 @@ def verdicts(templates):
 
         before = (s.root / "state.json").read_text()
         with ThreadPoolExecutor(max_workers=4) as pool:
-            results = dict(zip(cases, pool.map(run, cases)))
+            results = dict(zip(cases, pool.map(run, cases), strict=True))
         done[release] = results, names, before, (s.root / "state.json").read_text()
         return done[release]
     return of
