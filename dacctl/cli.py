@@ -371,14 +371,15 @@ def local_status(workdir: Path, as_json: bool) -> None:
         return
     e = report["etcd"]
     click.echo(f"workdir {report['workdir']}")
-    click.echo(f"etcd    {e['endpoint']} pid {e['pid']} {_up(e['running'])}")
+    click.echo(f"etcd    {e['release']} {e['endpoint']} pid {e['pid']} {_up(e['running'])}")
     for d in report["dacd"]:
         bricks = [b for b in report["bricks"] if b["host"] == d["host"]]
         attached = sum(b["attached"] for b in bricks)
         click.echo(f"dacd    {d['host']} pid {d['pid']} {_up(d['running'])}, "
                    f"{attached}/{len(bricks)} loop bricks attached")
     for p in report.get("slurm", []):
-        click.echo(f"slurm   {p['process']} pid {p['pid']} {_up(p['running'])}")
+        click.echo(f"slurm   {report['slurm_release']} {p['process']} pid {p['pid']} "
+                   f"{_up(p['running'])}")
     for p in report.get("users", []):
         click.echo(f"users   {p['process']} {p['address']} pid {p['pid']} {_up(p['running'])}")
     for p in report.get("pools", []):

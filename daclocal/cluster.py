@@ -375,7 +375,10 @@ def status(workdir: Path) -> dict:
     report = {
         "workdir": state.workdir,
         "etcd": {"endpoint": state.endpoint, "pid": state.etcd["pid"],
+                 "release": state.etcd.get("release", "3.4"),
                  "running": is_running(state.etcd["pid"], state.workdir)},
+        "slurm_release": state.slurm.get("release", releases.HOST_RELEASE)
+        if state.slurm else None,
         "dacd": [{"host": d["host"], "pid": d["pid"], "metrics": d.get("metrics"),
                   "running": is_running(d["pid"], state.workdir)} for d in state.dacd],
         "slurm": [{"process": name, "pid": pid, "running": is_running(pid, name.split("-")[0])}

@@ -5,8 +5,9 @@ Go module proxy: a wrapper module whose main is etcdmain.Main; go.etcd.io/etcd/s
 
 Binaries are cached beside the Slurm chroots (daclocal.releases.cache_dir(), root's alone):
 `etcd-<release>/etcd`, complete once its `.ok` stamp exists; a build holds a lock. 3.5 needs the
-Slurm 24.11 chroot (Debian 13) to fetch its package; 3.6 needs a Go toolchain (go on PATH or
-/usr/local/go/bin/go) and about 75 s of 2 cores, once.
+Slurm 24.11 chroot (Debian 13) to fetch its package; 3.6 a Go toolchain, 1.23 or later: the
+host's (go on PATH or /usr/local/go/bin/go), else Debian 13's golang-go installed in the 24.11
+chroot (Debian 12's 1.19 is too old), and about 75 s of 2 cores, once.
 """
 
 from __future__ import annotations
@@ -102,30 +103,64 @@ def _from_trixie(d: Path, log: Path) -> None:
     shutil.rmtree(work)
 
 
-def _go() -> str:
+def _host_go() -> str | None:
+    """The host's go, if it is 1.23 or later (what etcd 3.6 needs)."""
+    import re
     go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
     if not go:
-        raise AdminError("etcd 3.6 is built from the Go module proxy and needs Go 1.24 or "
-                         "later: install it (go on PATH or /usr/local/go/bin/go)")
-    return go
+        return None
+    r = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True)
+    m = re.fullmatch(r"go1\.([0-9]+)(\.[0-9]+)?\S*", r.stdout.strip())
+    return go if m and int(m.group(1)) >= 23 else None
 
 
 def _from_module_proxy(d: Path, log: Path) -> None:
-    """A module requiring go.etcd.io/etcd/server/v3, whose main calls etcdmain.Main."""
-    go = _go()
-    src = d / "src"
-    src.mkdir()
-    (src / "main.go").write_text(_WRAPPER)
+    """A module requiring go.etcd.io/etcd/server/v3, whose main calls etcdmain.Main; built by
+    the host's Go, else by Debian 13's inside the Slurm 24.11 chroot."""
     cache = releases.cache_dir() / "go"  # module and build caches: a rebuild takes seconds
-    env = {**os.environ, "GOPATH": str(cache / "path"), "GOCACHE": str(cache / "build"),
-           "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
-    for argv, what in (([go, "mod", "init", "dacetcd"], "go mod init"),
-                       ([go, "get", f"go.etcd.io/etcd/server/v3@{ETCD_36}"], "go get"),
-                       ([go, "build", "-trimpath", "-o", str(d / "etcd"), "."], "go build")):
-        with open(log, "ab") as out:
-            r = subprocess.run(argv, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT,
-                               timeout=1800)
+    go = _host_go()
+    if go is None:
+        root = releases.ensure_chroot(releases.release("24.11"))
+        releases._run(["chroot", str(root), "sh", "-c", "command -v go >/dev/null || "
+                       "DEBIAN_FRONTEND=noninteractive apt-get -q install -y "
+                       "--no-install-recommends golang-go ca-certificates"],
+                      "apt-get install golang-go (Debian 13's Go)", log, 900)
+        # the build happens in the chroot's root-only /root, caches and all
+        inside = Path("/root/dac-etcd-build")
+        shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)
+        src, gocache, out = root / inside.relative_to("/") / "src", inside / "go", inside / "etcd"
+        # the host's trust store: the module proxy is reached as the host reaches it
+        (root / inside.relative_to("/")).mkdir(mode=0o700, parents=True)
+        shutil.copy("/etc/ssl/certs/ca-certificates.crt", root / inside.relative_to("/") / "ca.crt")
+        # go finds its GOROOT through /proc/self/exe: a /proc of its own, in a namespace
+        prefix = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                  'r=$1; shift; mount -t proc proc "$r/proc" && exec chroot "$r" "$@"', "sh",
+                  str(root), "env", "HOME=/root", "PATH=/usr/bin:/bin",
+                  f"SSL_CERT_FILE={inside}/ca.crt",
+                  f"GOPATH={gocache}/path", f"GOCACHE={gocache}/build"]
+        cwd_args = ["-C", str(inside / "src")]
+    else:
+        src, out, prefix, cwd_args = d / "src", d / "etcd", [], []
+        gocache = cache
+    src.mkdir(parents=True)
+    (src / "main.go").write_text(_WRAPPER)
+    env = {**os.environ, "GOPATH": str(gocache / "path"), "GOCACHE": str(gocache / "build"),
+           "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0", "GOTOOLCHAIN": "auto"}
+    gobin = go or "go"
+    steps = (([gobin, "mod", "init", "dacetcd"], "go mod init"),
+             ([gobin, "get", f"go.etcd.io/etcd/server/v3@{ETCD_36}"], "go get"),
+             ([gobin, "build", "-trimpath", "-o", str(out), "."], "go build"))
+    for argv, what in steps:
+        with open(log, "ab") as f:
+            argv = [argv[0], *cwd_args, *argv[1:]] if cwd_args else argv
+            r = subprocess.run(prefix + argv, cwd=src, env=env, stdout=f,
+                               stderr=subprocess.STDOUT, timeout=1800)
         if r.returncode:
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
             raise AdminError(f"building etcd {ETCD_36}: {what} failed: {tail[0]} (log: {log})")
-    shutil.rmtree(src)
+    if go is None:
+        built = root / inside.relative_to("/")
+        shutil.move(str(built / "etcd"), d / "etcd")
+        shutil.rmtree(built)
+    else:
+        shutil.rmtree(src)

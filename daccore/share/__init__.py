@@ -18,7 +18,8 @@ from daccore.errors import InternalError
 __all__ = ["asset", "SLURM_FILES"]
 
 #: what `dacctl slurm-files DIR` copies out for a site's Slurm configuration directory
-SLURM_FILES = ("burst_buffer.lua", "burst_buffer.conf.lua", "burst_buffer.conf.datawarp")
+SLURM_FILES = ("burst_buffer.lua", "burst_buffer.env", "burst_buffer.conf.lua",
+               "burst_buffer.conf.datawarp")
 
 
 def asset(*parts: str, directory: bool = False) -> Path:

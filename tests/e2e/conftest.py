@@ -8,6 +8,8 @@ job, a refused directive with its message, a persistent buffer, bbstat, the pool
 skips: without Slurm or a chroot that cannot be built (make deps installs what is needed),
 these tests fail."""
 
+import glob
+import json
 import os
 import re
 import shutil
@@ -106,7 +108,42 @@ def slurm(request):
         s = Slurm(env, workdir, plugin, release)
         yield s
     finally:
-        run("dacctl", "local", "down", "--workdir", str(workdir), check=False)
+        pids = _pids(workdir)
+        down = run("dacctl", "local", "down", "--workdir", str(workdir), check=False)
+        left = _leftovers(workdir, pids)
         shutil.rmtree(workdir, ignore_errors=True)
         if "s" in locals():
             shutil.rmtree(s.jobs, ignore_errors=True)
+    # `down` leaves no process, mount or loop device, whichever release ran (a chroot's
+    # daemons included)
+    assert down.returncode == 0 and not left, (down.stderr, left)
+
+
+def _pids(workdir: str) -> list[int]:
+    try:
+        with open(os.path.join(workdir, "state.json")) as f:
+            state = json.load(f)
+    except OSError:
+        return []
+    return [state["etcd"].get("pid", 0), *(d["pid"] for d in state["dacd"]),
+            *state["slurm"].get("pids", {}).values(),
+            *(state["users"].get(k, 0) for k in ("munged", "service"))]
+
+
+def _leftovers(workdir: str, pids: list[int]) -> list[str]:
+    alive = []
+    for pid in filter(None, pids):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(f"process {pid}")
+        except OSError:
+            pass
+    with open("/proc/self/mountinfo") as f:
+        mounts = [f"mount {line.split()[4]}" for line in f if workdir + "/" in line]
+    loops = []
+    for backing in glob.glob("/sys/block/loop*/loop/backing_file"):
+        with open(backing) as f:
+            if f.read().startswith(workdir + "/"):
+                loops.append(f"loop device {backing.split('/')[3]}")
+    return alive + mounts + loops

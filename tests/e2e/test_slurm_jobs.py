@@ -114,6 +114,12 @@ def test_a_job_stages_in_transforms_and_stages_out_as_the_user(slurm):
         st = os.stat(path)
         assert (st.st_uid, st.st_gid) == (user.pw_uid, user.pw_gid)
     assert os.stat(out).st_uid == user.pw_uid
+    # the release's own client commands (first on PATH) work for the user as for root
+    for argv in (["scontrol", "show", "job", job_id], ["squeue", "-h", "-u", SUBMIT_USER],
+                 ["sinfo", "-h"]):
+        r = slurm._run(["runuser", "-u", SUBMIT_USER, "--", *argv])
+        assert (r.returncode, r.stderr) == (0, ""), (argv, r.stderr)
+        assert argv[0] != "scontrol" or "JobState=COMPLETED" in r.stdout
 
 
 PERSISTENT_JOB = """#!/bin/bash
@@ -183,4 +189,4 @@ def test_a_failed_stage_in_holds_the_job_with_our_line_as_its_reason(slurm):
         assert line in slurm.scontrol("show", "job", job_id)  # SystemComment
     finally:
         slurm._run(["scancel", "--hurry", job_id])
-    slurm.wait(job_id)
+    slurm.wait(job_id, timeout=180)  # the teardown wipes the bricks: slow on a loaded machine

@@ -194,3 +194,24 @@ def test_a_stripped_environment_falls_back_on_burst_buffer_env(tmp_path):
     assert (tmp_path / "argv").read_text().splitlines() == [
         "/etc/dac/x y.yaml", f"{etc}/slurm.conf", "--function", "data_in", "--token", "7",
         "--job", "/s"]
+
+
+def test_the_shipped_burst_buffer_env_is_read_for_its_values(tmp_path):
+    """The sample a site copies: its comments are skipped, its values taken (dacctl's path
+    pointed at a stand-in here)."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "burst_buffer.lua").write_text(LUA.read_text())
+    fake = tmp_path / "dacctl"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$DAC_CONFIG\" \"$SLURM_CONF\" > {tmp_path}/env\n")
+    fake.chmod(0o755)
+    sample = asset("slurm", "burst_buffer.env").read_text()
+    assert "DACCTL=/usr/local/bin/dacctl\n" in sample
+    (etc / "burst_buffer.env").write_text(sample.replace("/usr/local/bin/dacctl", str(fake)))
+    script = tmp_path / "run.lua"
+    script.write_text(HARNESS % {"lua": json.dumps(str(etc / "burst_buffer.lua")),
+                                 "call": 'slurm_bb_pre_run("7", "/s")'})
+    r = subprocess.run(["/usr/bin/lua5.1", str(script)], capture_output=True, text=True,
+                       timeout=20, env={})
+    assert (r.stdout, r.stderr) == ("0\n", "")
+    assert (tmp_path / "env").read_text() == "/etc/dac/dac.yaml\n/etc/slurm/slurm.conf\n"
