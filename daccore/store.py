@@ -181,6 +181,15 @@ class Store:
                 ages[Keys.last(kv.key, self.keys.alive)] = float(granted - left)
         return ages
 
+    def alive_among(self, hosts: list[str]) -> set[str]:
+        """Those of `hosts` that are alive: a key each for a few, the whole listing for many
+        (a waiting Slurm call asks this of its buffer's hosts at every look)."""
+        if len(hosts) > 50:
+            return self.alive() & set(hosts)
+        k = self.keys
+        r = self.client.txn([], [range_op(k.alive_key(h), keys_only=True) for h in hosts])
+        return {h for h, kvs in zip(hosts, r.ranges, strict=True) if kvs}
+
     def alive(self) -> set[str]:
         kvs, _ = self.client.range(self.keys.alive, prefix_end(self.keys.alive), keys_only=True)
         return {Keys.last(kv.key, self.keys.alive) for kv in kvs}

@@ -195,7 +195,8 @@ def _nothing_to_stage(args, settings: dict) -> bool:
     if buffer is None:
         return True
     lines = "stage_in" if args.function == "data_in" else "stage_out"
-    return not buffer["request"].get(lines) and set(jobs.buffer_hosts(buffer)) <= store.alive()
+    hosts = jobs.buffer_hosts(buffer)
+    return not buffer["request"].get(lines) and set(hosts) <= store.alive_among(hosts)
 
 
 def _hot(args, settings: dict) -> str:
