@@ -160,7 +160,7 @@ def seed(store, config, count: int, rng: random.Random) -> int:
         buf = Buffer(name=name, owner_uid=UID, owner_gid=UID, job_id=SEED_JOBS + i,
                      request=BufferRequest(capacity=n * TIB, pool="default"),
                      allocation=allocation_of(chosen), created_at=time.time())
-        claim = json.dumps({"buffer": name}, separators=(",", ":"))
+        claim = json.dumps({"buffer": name, "primary": chosen[0].host}, separators=(",", ":"))
         batch = [put_op(k.buffer(name), buf.model_dump_json())]
         batch += [put_op(k.claim("default", b.host, b.name), claim) for b in chosen]
         batch += [put_op(k.status(name, h), Status(

@@ -333,22 +333,24 @@ class Store:
         return Inventory.of_counts(parse_pools([kv.value for kv in pool_recs]), views, counts,
                                    r.revision)
 
-    def host_claims(self, host: str, pools: list[str]) -> tuple[dict[str, str], int]:
-        """The claims on `host`'s bricks in `pools` (claim key -> buffer name), and the
-        revision of the read (to watch from): which buffers the host's dacd works on."""
+    def host_claims(self, host: str,
+                    pools: list[str]) -> tuple[dict[str, tuple[str, str | None]], int]:
+        """The claims on `host`'s bricks in `pools` (claim key -> (buffer, its primary host
+        or None when the claim does not say)), and the revision of the read (to watch from):
+        which buffers the host's dacd works on."""
         k = self.keys
         prefixes = [k.host_claims(p, host) for p in sorted(set(pools))]
         r = self.client.txn([], [range_op(p, prefix_end(p)) for p in prefixes])
-        return {kv.key: b for kvs in r.ranges for kv in kvs
-                if (b := _claimant(kv)) is not None}, r.revision
+        return {kv.key: c for kvs in r.ranges for kv in kvs
+                if (c := _claim_of(kv)) is not None}, r.revision
 
     def watch_host_claims(self, host: str, pool: str,
                           start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every claim made or released on `host`'s bricks in `pool`: `name` is the claim
-        key, `record` the buffer named (None when released)."""
+        key, `record` (buffer, primary host) as host_claims has it, None when released."""
         prefix = self.keys.host_claims(pool, host)
         w = self.client.watch(prefix, prefix_end(prefix), start_revision)
-        return w, (Change(ev.kv.key, _claimant(ev.kv) if ev.type == "put" else None,
+        return w, (Change(ev.kv.key, _claim_of(ev.kv) if ev.type == "put" else None,
                           ev.kv.mod_revision) for ev in w)
 
     def claims(self) -> dict[tuple[str, str], str]:
@@ -377,7 +379,7 @@ class Store:
         name = buffer.name
         claim_keys = self._claim_keys(buffer.request.pool, buffer.allocation.bricks,
                                       buffer.allocation.mgs_host)
-        claim = _dump(_m().BrickClaim(buffer=name))
+        claim = _dump(_m().BrickClaim(buffer=name, primary=buffer.allocation.primary_host))
         spec = _dump(buffer)
         if len(claim_keys) > CLAIMS_PER_TXN:
             return self._create_in_chunks(name, spec, claim, claim_keys)
@@ -734,11 +736,20 @@ _Ref = namedtuple("_Ref", "host brick")
 
 def _claimant(kv: KV) -> str | None:
     """The buffer a claim key names; None when it is not a claim record."""
+    c = _claim_of(kv)
+    return c[0] if c else None
+
+
+def _claim_of(kv: KV) -> tuple[str, str | None] | None:
+    """(buffer, primary host or None) of a claim record; None when it is not one."""
     try:
         doc = json.loads(kv.value)
     except ValueError:
         return None
-    return doc.get("buffer") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("buffer"), str):
+        return None
+    primary = doc.get("primary")
+    return doc["buffer"], primary if isinstance(primary, str) else None
 
 
 def _credential(directory: str, role: str, cache: bool):
