@@ -103,10 +103,12 @@ def serve(config_path: str, hosts: list[str], status_file: str) -> None:
     write()
     for _, _, rec in servers:
         rec._stopping.set()
-        if rec._watch is not None:
-            rec._watch.close()
-    for _, lease, _ in servers:
-        lease.stop()
+    # revoke the leases at once, in parallel, a few seconds at most (etcd may be gone)
+    for store, lease, _ in servers:
+        store.client.timeout = 2
+        threading.Thread(target=lease.stop, daemon=True).start()
+    time.sleep(3)
+    os._exit(0)
 
 
 # -- the bench -------------------------------------------------------------------------------
