@@ -433,13 +433,15 @@ def main() -> int:
             # -- latency: the hooks inside slurmctld, as processes
             times = run_commands(env, work, args.rounds)
             base_ms = statistics.median(times["python3 -c pass"])
+            base_p99 = p99(times["python3 -c pass"])
             figures["latency_ms"] = {}
             for name, samples in times.items():
                 figures["latency_ms"][name] = {"p50": round(statistics.median(samples), 1),
                                                "p99": round(p99(samples), 1)}
-                print(f"{name:16s} p50 {statistics.median(samples):6.1f} ms  p99 "
-                      f"{p99(samples):6.1f} ms  ({p99(samples) / base_ms:.1f}x the median of "
-                      "python3 -c pass)")
+            for name, samples in times.items():
+                print(f"{name:16s} p50 {statistics.median(samples):6.1f} ms "
+                      f"({statistics.median(samples) / base_ms:.1f}x)  p99 "
+                      f"{p99(samples):6.1f} ms ({p99(samples) / base_p99:.1f}x)")
 
             # -- the biggest buffer
             counter = EventCounter(admin)
@@ -514,10 +516,14 @@ def main() -> int:
             server.stop()
     print(cpu())
     lat = figures["latency_ms"]
-    base_ms = lat["python3 -c pass"]["p50"]
+    base = lat["python3 -c pass"]
+    # each percentile against the same percentile of python3 -c pass, run interleaved with
+    # them (as bench/hot_path.py does for medians): the machine's noise hits both alike
     checks = {
-        "pools p99 <= 4x python3 -c pass": lat["pools"]["p99"] <= 4 * base_ms,
-        "job_process p99 <= 4x python3 -c pass": lat["job_process"]["p99"] <= 4 * base_ms,
+        "pools p50 and p99 <= 4x python3 -c pass's": lat["pools"]["p99"] <= 4 * base["p99"]
+        and lat["pools"]["p50"] <= 4 * base["p50"],
+        "job_process p50 and p99 <= 4x python3 -c pass's": lat["job_process"]["p99"] <=
+        4 * base["p99"] and lat["job_process"]["p50"] <= 4 * base["p50"],
         "pools p99 <= 100 ms": lat["pools"]["p99"] <= 100,
         f"a {args.biggest}-brick buffer": figures["biggest"]["setup_s"] > 0,
         f"setup-to-ready p99 <= 2 s at {args.rate}/s": bool(
