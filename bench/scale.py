@@ -124,7 +124,7 @@ def write_config(path: Path, etcd: dict, servers: int, bricks: int) -> None:
          "pcie_switch": f"s{b % 2}-{(b // 2) % 4}"} for b in range(bricks)]}
         for h in range(servers)}
     config = {
-        "etcd": {**etcd, "transport": "http", "timeout": 30},
+        "etcd": {**etcd, "timeout": 30},
         "pools": {"default": {"granularity": "1TiB", "backend": "lustre", "lustre": {
             "mgs": {"host": "mgs0", "nid": "10.0.0.1@tcp"}, "lnet_suffix": "@tcp"}}},
         "hosts": hosts, "default_pool": "default", "min_owner_uid": 1000,
@@ -184,13 +184,15 @@ class Slurm:
         from daccore.store import Store
         self.config = config
         self.store = Store.from_settings(config.etcd, transport="http", role="slurm")
+        # setup allocates through gRPC, as dacctl's does (dacctl/datawarp.py: _allocating)
+        self.allocating = Store.from_settings(config.etcd, transport="grpc", role="slurm")
 
     def setup(self, job: int, bricks: int) -> None:
         from daccore import jobs
         from daccore.directives import parse_script
         from daccore.states import State
         d = parse_script(SCRIPT.format(capacity=f"{bricks}TiB"), "DW")
-        if jobs.create_job_buffer(self.store, job, UID, UID, d, "default"):
+        if jobs.create_job_buffer(self.allocating, job, UID, UID, d, "default"):
             jobs.wait_for(self.store, str(job), State.CREATED, self.config.step_timeout)
 
     def teardown(self, job: int) -> None:
