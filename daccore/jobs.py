@@ -290,7 +290,7 @@ def _wait(store, name: str, state: State, timeout: float, job: str | None,
             return  # gone: deleted, or a job without a jobdw
         statuses = store.status_docs(name)
         hosts = buffer_hosts(buf)
-        down = sorted(set(hosts) - store.alive())
+        down = sorted(set(hosts) - store.alive_among(hosts))
         if down:
             raise AdminError(f"buffer {name}: storage host {', '.join(down)} is down (its dacd's "
                              "lease expired); restart dacd there, or tear the job down")

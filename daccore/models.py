@@ -135,6 +135,10 @@ class BrickClaim(Record):
     """The value of a claim key: which buffer holds the brick."""
 
     buffer: Name
+    primary: Name | None = Field(
+        None, description="the buffer's primary host: where a backend's steps run once for all "
+                          "hosts (lustre, daos), the other hosts' dacd leave the buffer alone "
+                          "without reading its spec")
 
 
 class StageRequest(Record):

@@ -75,6 +75,7 @@ class Store:
     def __init__(self, client: EtcdClient, prefix: str = "/dac/v1/"):
         self.client = client
         self.keys = Keys(prefix)
+        self._views: dict | None = None  # _host_views' cache
 
     @classmethod
     def from_settings(cls, etcd: EtcdSettings, transport: str | None = None,
@@ -181,6 +182,15 @@ class Store:
                 ages[Keys.last(kv.key, self.keys.alive)] = float(granted - left)
         return ages
 
+    def alive_among(self, hosts: list[str]) -> set[str]:
+        """Those of `hosts` that are alive: a key each for a few, the whole listing for many
+        (a waiting Slurm call asks this of its buffer's hosts at every look)."""
+        if len(hosts) > 50:
+            return self.alive() & set(hosts)
+        k = self.keys
+        r = self.client.txn([], [range_op(k.alive_key(h), keys_only=True) for h in hosts])
+        return {h for h, kvs in zip(hosts, r.ranges, strict=True) if kvs}
+
     def alive(self) -> set[str]:
         kvs, _ = self.client.range(self.keys.alive, prefix_end(self.keys.alive), keys_only=True)
         return {Keys.last(kv.key, self.keys.alive) for kv in kvs}
@@ -217,15 +227,10 @@ class Store:
         for each down or drained host, instead of listed. Two reads, both at one revision."""
         k = self.keys
         with gc_paused():
-            r = self.client.txn([], [
-                range_op(k.pools, prefix_end(k.pools)),
-                range_op(k.capacities, prefix_end(k.capacities)),
-                range_op(k.alive, prefix_end(k.alive), keys_only=True),
-            ])
-            pools, capacities, alive = r.ranges
+            (pools,), capacities, alive, revision = self._host_views(
+                [range_op(k.pools, prefix_end(k.pools))])
             pool_infos = parse_pools([kv.value for kv in pools])
-            views = views_of([kv.value for kv in capacities],
-                             {Keys.last(kv.key, k.alive) for kv in alive})
+            views = views_of(capacities, alive)
             wanted = [(p, None) for p in pool_infos] + [
                 (p, v.name) for v in views if not v.alive or v.drained for p in v.pools
                 if p in pool_infos]
@@ -236,13 +241,95 @@ class Store:
                 for pool, host in chunk:
                     prefix = k.host_claims(pool, host) if host else k.pool_claims(pool)
                     ops.append(range_op(prefix, prefix_end(prefix), count_only=True,
-                                        revision=r.revision))
-                for (pool, host), n in zip(chunk, self.client.txn([], ops).counts, strict=True):
+                                        revision=revision))
+                for (pool, host), n in zip(chunk, self.client.txn([], ops).counts,
+                                             strict=True):
                     if host:
                         counts.per_host[(pool, host)] = n
                     else:
                         counts.per_pool[pool] = n
-            return Inventory.of_counts(pool_infos, views, counts, r.revision)
+            return Inventory.of_counts(pool_infos, views, counts, revision)
+
+    def _host_views(self, extra: list[Op]) -> tuple[list, list[bytes], set[str], int]:
+        """The ranges of `extra`, every capacity record and the live hosts' names, all at one
+        revision; the capacity records and alive keys from the caller's cache when etcd says
+        none changed since it was read: as many as before (counted) and none modified since
+        (`min_mod_revision`): a put shows, a delete alone lowers the count. At 1,000 servers
+        these 2,000 keys were most of `pools` (the gateway marshals each: ~20 ms) and read
+        twice by every setup; the cache is a file in the caller's 0700 cache directory, as
+        the config's is (daccore/config_cache.py), and a copy in memory."""
+        k = self.keys
+        cached = self._views_cache()
+        n = len(extra)
+        if cached is not None and extra and extra[0].key == k.pools:
+            since = cached["revision"] + 1
+            r = self.client.txn([], extra + [
+                range_op(k.capacities, prefix_end(k.capacities), count_only=True),
+                range_op(k.alive, prefix_end(k.alive), count_only=True),
+                range_op(k.capacities, prefix_end(k.capacities), keys_only=True,
+                         min_mod_revision=since),
+                range_op(k.alive, prefix_end(k.alive), keys_only=True, min_mod_revision=since)])
+            # the pools' revisions too: a cache of another etcd behind the same endpoints
+            # (a local DAC made anew) never passes for this one's
+            if (r.counts[n], r.counts[n + 1]) == (len(cached["capacity"]),
+                                                  len(cached["alive"])) \
+                    and not r.ranges[n + 2] and not r.ranges[n + 3] \
+                    and r.revision >= cached["revision"] \
+                    and _fingerprint(r.ranges[0]) == cached.get("pools"):
+                return (r.ranges[:n], [v.encode() for v in cached["capacity"]],
+                        set(cached["alive"]), r.revision)
+            fresh = self.client.txn([], [
+                range_op(k.capacities, prefix_end(k.capacities), revision=r.revision),
+                range_op(k.alive, prefix_end(k.alive), keys_only=True, revision=r.revision)])
+            extra_ranges, (capacities, alive) = r.ranges[:n], fresh.ranges
+        else:
+            r = self.client.txn([], extra + [
+                range_op(k.capacities, prefix_end(k.capacities)),
+                range_op(k.alive, prefix_end(k.alive), keys_only=True)])
+            extra_ranges, (capacities, alive) = r.ranges[:n], r.ranges[n:]
+        values = [kv.value for kv in capacities]
+        names = {Keys.last(kv.key, k.alive) for kv in alive}
+        if extra and extra[0].key == k.pools:
+            self._save_views({"revision": r.revision, "alive": sorted(names),
+                              "capacity": [v.decode() for v in values],
+                              "pools": _fingerprint(extra_ranges[0])})
+        return extra_ranges, values, names, r.revision
+
+    def _views_file(self) -> str | None:
+        from daccore.config_cache import cache_dir
+        d = cache_dir()
+        if d is None:
+            return None
+        import hashlib
+        ident = "\0".join([self.keys.root, *sorted(self.client.endpoints)])
+        return f"{d}/views-{hashlib.sha1(ident.encode()).hexdigest()[:16]}.json"
+
+    def _views_cache(self) -> dict | None:
+        if self._views is not None:
+            return self._views
+        try:
+            path = self._views_file()
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if not (isinstance(doc, dict) and isinstance(doc.get("revision"), int)
+                and isinstance(doc.get("capacity"), list) and isinstance(doc.get("alive"), list)):
+            return None
+        self._views = doc
+        return doc
+
+    def _save_views(self, doc: dict) -> None:
+        self._views = doc
+        try:
+            path = self._views_file()
+            if path is not None:
+                from daccore.config_cache import write_private_json
+                write_private_json(path, doc)
+        except OSError:
+            pass  # a cache: the next call reads everything again
 
     def placement_view(self, pool: str) -> PlacementView:
         """What placement needs to choose hosts (`allocator.plan`): the pools, and how many
@@ -253,16 +340,11 @@ class Store:
         the gateway, most of the cost of a setup (bench/scale.py)."""
         k = self.keys
         with gc_paused():
-            r = self.client.txn([], [
+            (pools, intents, leases), capacities, alive, revision = self._host_views([
                 range_op(k.pools, prefix_end(k.pools)),
-                range_op(k.capacities, prefix_end(k.capacities)),
-                range_op(k.alive, prefix_end(k.alive), keys_only=True),
                 range_op(k.intents, prefix_end(k.intents), keys_only=True),
-                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
-            ])
-            pools, capacities, alive, intents, leases = r.ranges
-            views = views_of([kv.value for kv in capacities],
-                             {Keys.last(kv.key, k.alive) for kv in alive})
+                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True)])
+            views = views_of(capacities, alive)
             hosts = [(v.name, v.pools[pool]) for v in views
                      if v.alive and not v.drained and v.pools.get(pool, 0) > 0]
             free = {}
@@ -270,13 +352,13 @@ class Store:
                 chunk = hosts[start:start + _MAX_TXN_OPS]
                 counted = self.client.txn([], [
                     range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
-                             count_only=True, revision=r.revision) for h, _ in chunk]).counts
+                             count_only=True, revision=revision) for h, _ in chunk]).counts
                 for (h, bricks), used in zip(chunk, counted, strict=True):
                     if bricks > used:
                         free[h] = bricks - used
             live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
             dead = sorted(n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live)
-            return PlacementView(parse_pools([kv.value for kv in pools]), free, r.revision, dead)
+            return PlacementView(parse_pools([kv.value for kv in pools]), free, revision, dead)
 
     def free_bricks_on(self, pool: str, hosts: list[str],
                        revision: int) -> dict[str, list[BrickInfo]]:
@@ -324,22 +406,24 @@ class Store:
         return Inventory.of_counts(parse_pools([kv.value for kv in pool_recs]), views, counts,
                                    r.revision)
 
-    def host_claims(self, host: str, pools: list[str]) -> tuple[dict[str, str], int]:
-        """The claims on `host`'s bricks in `pools` (claim key -> buffer name), and the
-        revision of the read (to watch from): which buffers the host's dacd works on."""
+    def host_claims(self, host: str,
+                    pools: list[str]) -> tuple[dict[str, tuple[str, str | None]], int]:
+        """The claims on `host`'s bricks in `pools` (claim key -> (buffer, its primary host
+        or None when the claim does not say)), and the revision of the read (to watch from):
+        which buffers the host's dacd works on."""
         k = self.keys
         prefixes = [k.host_claims(p, host) for p in sorted(set(pools))]
         r = self.client.txn([], [range_op(p, prefix_end(p)) for p in prefixes])
-        return {kv.key: b for kvs in r.ranges for kv in kvs
-                if (b := _claimant(kv)) is not None}, r.revision
+        return {kv.key: c for kvs in r.ranges for kv in kvs
+                if (c := _claim_of(kv)) is not None}, r.revision
 
     def watch_host_claims(self, host: str, pool: str,
                           start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every claim made or released on `host`'s bricks in `pool`: `name` is the claim
-        key, `record` the buffer named (None when released)."""
+        key, `record` (buffer, primary host) as host_claims has it, None when released."""
         prefix = self.keys.host_claims(pool, host)
         w = self.client.watch(prefix, prefix_end(prefix), start_revision)
-        return w, (Change(ev.kv.key, _claimant(ev.kv) if ev.type == "put" else None,
+        return w, (Change(ev.kv.key, _claim_of(ev.kv) if ev.type == "put" else None,
                           ev.kv.mod_revision) for ev in w)
 
     def claims(self) -> dict[tuple[str, str], str]:
@@ -368,7 +452,7 @@ class Store:
         name = buffer.name
         claim_keys = self._claim_keys(buffer.request.pool, buffer.allocation.bricks,
                                       buffer.allocation.mgs_host)
-        claim = _dump(_m().BrickClaim(buffer=name))
+        claim = _dump(_m().BrickClaim(buffer=name, primary=buffer.allocation.primary_host))
         spec = _dump(buffer)
         if len(claim_keys) > CLAIMS_PER_TXN:
             return self._create_in_chunks(name, spec, claim, claim_keys)
@@ -723,13 +807,26 @@ class Store:
 _Ref = namedtuple("_Ref", "host brick")
 
 
+def _fingerprint(kvs: list[KV]) -> list[list]:
+    return [[kv.key, kv.create_revision, kv.mod_revision] for kv in kvs]
+
+
 def _claimant(kv: KV) -> str | None:
     """The buffer a claim key names; None when it is not a claim record."""
+    c = _claim_of(kv)
+    return c[0] if c else None
+
+
+def _claim_of(kv: KV) -> tuple[str, str | None] | None:
+    """(buffer, primary host or None) of a claim record; None when it is not one."""
     try:
         doc = json.loads(kv.value)
     except ValueError:
         return None
-    return doc.get("buffer") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("buffer"), str):
+        return None
+    primary = doc.get("primary")
+    return doc["buffer"], primary if isinstance(primary, str) else None
 
 
 def _credential(directory: str, role: str, cache: bool):

@@ -60,7 +60,7 @@ def _op(op: Op) -> rpc_pb2.RequestOp:
             key=op.key.encode(), range_end=end))
     return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
         key=op.key.encode(), range_end=end, keys_only=op.keys_only, count_only=op.count_only,
-        revision=op.revision))
+        revision=op.revision, min_mod_revision=op.min_mod_revision))
 
 
 def _translate(e: grpc.RpcError, what: str) -> Exception:

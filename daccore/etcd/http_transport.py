@@ -80,6 +80,8 @@ def _op(op: Op) -> dict:
         body["count_only"] = True
     if op.revision:
         body["revision"] = str(op.revision)
+    if op.min_mod_revision:
+        body["min_mod_revision"] = str(op.min_mod_revision)
     return {"request_range": body}
 
 

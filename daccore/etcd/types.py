@@ -49,9 +49,10 @@ KV = namedtuple("KV", "key value create_revision mod_revision version lease", de
 Event = namedtuple("Event", "type kv")
 #: A txn compare: target is CREATE (create_revision) or MOD (mod_revision); the test is ==.
 Compare = namedtuple("Compare", "key target revision")
-#: A txn op: kind is "put", "delete" or "range"; revision reads a range as of that revision.
-Op = namedtuple("Op", "kind key range_end value lease keys_only count_only revision",
-                defaults=(None, b"", 0, False, False, 0))
+#: A txn op: kind is "put", "delete" or "range"; revision reads a range as of that revision;
+#: min_mod_revision keeps only the keys changed at or after it.
+Op = namedtuple("Op", "kind key range_end value lease keys_only count_only revision "
+                "min_mod_revision", defaults=(None, b"", 0, False, False, 0, 0))
 #: ranges: the kvs of each range op of the branch that ran; counts: their counts, in order.
 TxnResult = namedtuple("TxnResult", "succeeded revision ranges counts", defaults=((), ()))
 
@@ -75,9 +76,9 @@ def delete_op(key: str, range_end: str | None = None) -> Op:
 
 
 def range_op(key: str, range_end: str | None = None, keys_only: bool = False,
-             count_only: bool = False, revision: int = 0) -> Op:
+             count_only: bool = False, revision: int = 0, min_mod_revision: int = 0) -> Op:
     return Op("range", key, range_end, keys_only=keys_only, count_only=count_only,
-              revision=revision)
+              revision=revision, min_mod_revision=min_mod_revision)
 
 
 class WatchMessage:

@@ -193,3 +193,35 @@ def test_placement_reads_agree_with_the_full_inventory(big):
     # as of the view's revision, whatever was claimed since
     allocate_buffer(big, buffer_maker("later", 100 * 100), capacity=100 * 100, pool="p")
     assert big.free_bricks_on("p", sorted(view.free), view.revision) == on
+
+
+def test_the_cached_host_views_follow_every_change(store):
+    """summary_inventory and placement_view keep the capacity records and alive keys from
+    their last read while etcd says none changed (counts equal, nothing modified since): every
+    kind of change shows at the next read, in this Store and in a new one (the file cache)."""
+    from daccore.store import Store
+    store.ensure_pool(pool())
+    for h in ("h1", "h2", "h3"):
+        store.register_host(host(h, 4))
+        store.client.put(store.keys.alive_key(h), "")
+
+    def summary(s=store):
+        (x,) = summarize(s.summary_inventory())
+        return x.total, x.free, x.hosts_up, x.hosts_down, x.hosts_drained
+
+    assert summary() == (12, 12, 3, 0, 0)
+    assert summary() == (12, 12, 3, 0, 0)  # from the cache
+    store.client.delete(store.keys.alive_key("h3"))  # a host dies: one key fewer
+    assert summary() == (8, 8, 2, 1, 0)
+    store.set_drained("h2", True)  # a record changes
+    assert summary() == (8, 4, 2, 1, 1)
+    # one host's alive key goes and another's comes: the same count, a newer key
+    store.client.delete(store.keys.alive_key("h1"))
+    store.client.put(store.keys.alive_key("h3"), "")
+    assert summary() == (8, 4, 2, 1, 1) and store.placement_view("p").free == {"h3": 4}
+    store.register_host(host("h4", 2))
+    store.client.put(store.keys.alive_key("h4"), "")
+    assert summary() == (10, 6, 3, 1, 1)
+    fresh = Store(store.client, store.keys.root)
+    assert summary(fresh) == summary(fresh) == (10, 6, 3, 1, 1)
+    assert fresh.placement_view("p").free == {"h3": 4, "h4": 2}
