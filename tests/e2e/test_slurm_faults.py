@@ -1,0 +1,78 @@
+"""Issue 19's own case through a real Slurm: dacd killed (-9) during a job's stage-in and started
+again once its lease has lapsed, as systemd would. The job must not notice: before
+restart_grace, a lapsed lease made data_in fail at once, Slurm held the job, and it stayed
+PENDING with BurstBufferState=staging-in for good."""
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from daccore.config import load_config
+from daccore.store import Store
+from daclocal.cluster import LocalState
+from daclocal.procs import child_env, spawn
+
+STAGED_JOB = """#!/bin/bash
+#SBATCH -N 1
+#SBATCH -o @JOBS@/out-%j.txt
+#DW jobdw capacity=512MiB access_mode=striped type=scratch pool=default
+#DW stage_in type=directory source=@JOBS@/data destination=$DW_JOB_STRIPED/in
+cd "$DW_JOB_STRIPED/in" && sha256sum f* | sha256sum
+"""
+
+
+def restart_dacd(workdir: Path, host: str) -> int:
+    """dacd for `host` again, with the command line `up` gave it, recorded in state.json so
+    the session's later tests and `down` find it."""
+    state = LocalState.load(workdir)
+    assert state is not None
+    d = next(d for d in state.dacd if d["host"] == host)
+    proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
+                  "--host", host, "--metrics-address", d["metrics"]],
+                 workdir / "logs" / f"dacd-{host}.log",
+                 child_env(DAC_CONFIG=str(state.config_path)))
+    d["pid"] = proc.pid
+    state.save()
+    return proc.pid
+
+
+def test_a_dacd_restarted_during_stage_in_costs_the_job_nothing(slurm):
+    data = Path(slurm.jobs) / "data"
+    data.mkdir(mode=0o755, exist_ok=True)
+    block = os.urandom(8 << 20)
+    for i in range(48):  # 384 MiB: the stage outlives the kill
+        (data / f"f{i:03}").write_bytes(i.to_bytes(4, "big") + block[4:])
+    expected = hashlib.sha256("".join(
+        f"{hashlib.sha256((data / n).read_bytes()).hexdigest()}  {n}\n"
+        for n in sorted(os.listdir(data))).encode()).hexdigest()
+    workdir = Path(slurm.workdir)
+    store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
+    job_id, r = slurm.sbatch(STAGED_JOB)
+    assert job_id, r.stderr
+    deadline = time.monotonic() + 120
+    while True:
+        buf = store.buffer(job_id)
+        host = buf.record.allocation.primary_host if buf else None
+        s = store.statuses(job_id).get(host) if host else None
+        if s and s.step == "stage_in":
+            break
+        assert time.monotonic() < deadline, f"no stage-in: {slurm.job(job_id)}"
+        time.sleep(0.02)
+    state = json.loads((workdir / "state.json").read_text())
+    os.kill(next(d["pid"] for d in state["dacd"] if d["host"] == host), signal.SIGKILL)
+    while host in store.alive():  # lease_ttl 5 s
+        assert time.monotonic() < deadline + 30
+        time.sleep(0.1)
+    time.sleep(2)  # well past the lapse, as the issue's restart 4 s after the kill was
+    restart_dacd(workdir, host)
+    job = slurm.wait(job_id, timeout=300)
+    assert job["JobState"] == "COMPLETED", job
+    with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
+        assert f.read().split()[0] == expected  # every byte staged, by the restarted dacd
+    log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
+    assert log.count(f"buffer {job_id} (job {job_id}): stage_in on {host}") >= 2
+    assert store.buffer(job_id) is None
