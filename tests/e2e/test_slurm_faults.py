@@ -76,3 +76,41 @@ def test_a_dacd_restarted_during_stage_in_costs_the_job_nothing(slurm):
     log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
     assert log.count(f"buffer {job_id} (job {job_id}): stage_in on {host}") >= 2
     assert store.buffer(job_id) is None
+
+
+def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm):
+    """dacd not back within restart_grace (3 s here): Slurm holds the job with the one line as
+    its Reason; doing what the line says (start dacd, then scancel) tears the buffer down and
+    every brick comes back."""
+    from clitools import pools
+    workdir = Path(slurm.workdir)
+    config = workdir / "dac.yaml"
+    original = config.read_text()
+    config.write_text(original + "restart_grace: 3\n")
+    store = Store.from_settings(load_config(str(config), env={}).etcd)
+    try:
+        job_id, r = slurm.sbatch(STAGED_JOB.replace("@JOBS@/data", "/etc/hostname")
+                                 .replace("type=directory", "type=file"))
+        assert job_id, r.stderr
+        deadline = time.monotonic() + 120
+        while store.buffer(job_id) is None:
+            assert time.monotonic() < deadline, slurm.job(job_id)
+            time.sleep(0.02)
+        host = store.buffer(job_id).record.allocation.primary_host
+        state = json.loads((workdir / "state.json").read_text())
+        os.kill(next(d["pid"] for d in state["dacd"] if d["host"] == host), signal.SIGKILL)
+        while (job := slurm.job(job_id)).get("Priority") != "0":
+            assert time.monotonic() < deadline + 60, job
+            time.sleep(0.2)
+        assert f"storage_host_{host}_is_down" in job["Reason"], job["Reason"]
+        assert f"scancel_{job_id}" in job["Reason"], job["Reason"]
+        restart_dacd(workdir, host)  # the remedy: start dacd there, then scancel the job
+        slurm._run(["scancel", job_id])
+        job = slurm.wait(job_id, timeout=180)
+        assert job["JobState"] == "CANCELLED", job
+        deadline = time.monotonic() + 60
+        while store.buffer(job_id) is not None or pools(slurm.env)["default"]["free_bricks"] != 8:
+            assert time.monotonic() < deadline, (store.buffer(job_id), pools(slurm.env))
+            time.sleep(0.2)
+    finally:
+        config.write_text(original)
