@@ -114,3 +114,49 @@ def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm
             time.sleep(0.2)
     finally:
         config.write_text(original)
+
+
+def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
+    """etcd gone (the local DAC's one member killed: as quorum lost, nothing answers): sbatch of
+    a #DW job answers within 20 s with one line, scontrol ping answers, `dacctl pools` fails
+    within 20 s in one line; etcd started again on its data, a job runs through its buffer."""
+    from clitools import run
+    workdir = Path(slurm.workdir)
+    state = LocalState.load(workdir)
+    assert state is not None
+    pid = state.etcd["pid"]
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    os.kill(pid, signal.SIGKILL)
+    try:
+        start = time.monotonic()
+        job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+                                 "type=scratch pool=default\ntrue\n")
+        took = {"sbatch": time.monotonic() - start}
+        assert job_id is None and "etcd unreachable" in r.stderr, (job_id, r.stderr)
+        start = time.monotonic()
+        ping = slurm._run(["scontrol", "ping"])
+        took["scontrol ping"] = time.monotonic() - start
+        assert ping.returncode == 0 and "UP" in ping.stdout, ping.stdout + ping.stderr
+        start = time.monotonic()
+        r = run("dacctl", "pools", env=slurm.env, check=False, timeout=60)
+        took["dacctl pools"] = time.monotonic() - start
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("dacctl: admin error: etcd unreachable at ")
+        assert max(took.values()) < 20, took
+    finally:
+        proc = spawn(argv, workdir / "etcd" / "etcd.log")  # on its data, as systemd would
+        state.etcd["pid"] = proc.pid
+        for m in state.etcd.get("members", []):
+            m["pid"] = proc.pid
+        state.save()
+    start = time.monotonic()
+    while run("dacctl", "pools", env=slurm.env, check=False).returncode != 0:
+        assert time.monotonic() - start < 60, "etcd did not come back"
+        time.sleep(0.5)
+    back = time.monotonic() - start
+    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+                             "type=scratch pool=default\ntouch $DW_JOB_STRIPED/x\n")
+    assert job_id, r.stderr
+    assert slurm.wait(job_id, timeout=180)["JobState"] == "COMPLETED"
+    print(f"\netcd down: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
+          f"pools answered {back:.1f}s after etcd's restart")
