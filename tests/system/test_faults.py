@@ -56,16 +56,42 @@ def stop(proc):
     proc.wait(30)
 
 
+def processes():
+    """pid -> (parent pid, uid) of every process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        try:
+            fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines())
+            out[int(d.name)] = (int(fields["PPid"]), int(fields["Uid"].split()[0]))
+        except (ValueError, OSError, KeyError):
+            continue
+    return out
+
+
+def copiers(pid):
+    """The job user's processes below `pid` (a stage's copier and its workers)."""
+    procs, found, parents = processes(), set(), {pid}
+    while True:
+        more = {p for p, (ppid, uid) in procs.items() if ppid in parents and uid == UID} - found
+        if not more:
+            return found
+        found |= more
+        parents = more
+
+
 def kill_until_lapsed(workdir, store, name, step):
-    """SIGKILL the dacd of buffer `name`'s host once it runs `step`, and wait until its lease
-    has lapsed (the host is down); returns the host and how long that took."""
+    """SIGKILL the dacd of buffer `name`'s host once it runs `step` (a stage: once its copier
+    runs), and wait until its lease has lapsed (the host is down); returns the host, how long
+    that took, and the killed dacd's copier processes still alive then."""
     host = store.buffer(name).record.allocation.primary_host
     poll(lambda: (s := store.statuses(name).get(host)) and s.step.startswith(step),
          what=f"{step} to start")
-    os.kill(dacd_pid(workdir, host), signal.SIGKILL)
+    pid = dacd_pid(workdir, host)
+    stage = poll(lambda: copiers(pid), 30, "the copier") if step.startswith("stage") else set()
+    os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
-    return host, time.monotonic() - killed
+    return host, time.monotonic() - killed, stage & set(processes())
 
 
 def make_source(directory, files=48, size=8 * MiB):
@@ -123,8 +149,11 @@ def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(dac, open
     if function in ("pre_run", "post_run", "teardown"):
         args += ["--nodehostnamefile", str(nodes)]
     call = call_in_background(env, function, job, *args)
-    host, lapse = kill_until_lapsed(workdir, store, str(job), step)
+    host, lapse, orphans = kill_until_lapsed(workdir, store, str(job), step)
     assert call.poll() is None, call.stdout.read()  # waiting for the host, not failing at once
+    # the killed dacd's copier ends at its next progress line (a broken pipe) and kills its
+    # workers, before the host is even down: no two copiers ever write the same buffer
+    assert orphans == set()
     proc = start_dacd(workdir, env, host)
     try:
         assert call.wait(180) == 0
