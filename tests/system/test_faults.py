@@ -253,3 +253,60 @@ def test_a_dacd_back_after_a_failed_teardown_finishes_it_by_itself(dac, tmp_path
         assert store.claims() == {} and pools(env)["default"]["free_bricks"] == 4
     finally:
         stop(proc)
+
+
+def restart_etcd(workdir):
+    """kill -9 the local DAC's etcd and start it again on its data, as systemd would."""
+    from daclocal.cluster import LocalState
+    from daclocal.procs import spawn
+    state = LocalState.load(workdir)
+    pid = state.etcd["pid"]
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    os.kill(pid, signal.SIGKILL)
+    while Path(f"/proc/{pid}").exists() and \
+            "zombie" not in Path(f"/proc/{pid}/status").read_text():
+        time.sleep(0.02)
+    proc = spawn(argv, workdir / "etcd" / "etcd.log")
+    state.etcd["pid"] = proc.pid
+    for m in state.etcd.get("members", []):
+        m["pid"] = proc.pid
+    state.save()
+
+
+def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_nothing(dac,
+                                                                                      tmp_path):
+    """Both dacds frozen (SIGSTOP) while a buffer is set up, etcd compacted past the revision
+    their watches resume from and restarted (their streams break): resumed, they get
+    "compacted", list their buffers again, and the buffer is built: the setup call succeeds."""
+    workdir, env, store = dac
+    pids = [d["pid"] for d in json.loads((workdir / "state.json").read_text())["dacd"]]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        script = tmp_path / "job12.sh"
+        script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
+        call = call_in_background(env, "setup", 12, "--caller", "SLURM", "--user", str(UID),
+                                  "--groupid", str(GID), "--job", str(script))
+        poll(lambda: store.buffer("12"), 30, "the buffer's spec")
+        for i in range(5):  # revisions past the spec's, all compacted away
+            store.client.put(f"/dac/v1/test/compact/{i}", "x")
+        revision = store.client.range("/dac/v1/test/compact/0")[1]
+        pki, creds = workdir / "etcd" / "pki", workdir / "etcd" / "credentials"
+        r = subprocess.run(["etcdctl", "--endpoints", store.client.endpoints[0],
+                            "--cacert", str(pki / "ca.pem"), "--cert", str(pki / "client.pem"),
+                            "--key", str(pki / "client.key"),
+                            "--user", (creds / "root").read_text().strip(),
+                            "compaction", str(revision)],
+                           capture_output=True, text=True, env={"ETCDCTL_API": "3",
+                                                                "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0, r.stderr
+        restart_etcd(workdir)  # the frozen watches' streams break: they resume, compacted
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert call.wait(120) == 0 and call.stdout.read() == ""
+    host = store.buffer("12").record.allocation.primary_host
+    log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
+    assert "watch compacted; listing this host's buffers again" in log
+    slurm(env, "teardown", 12, "--job", str(script))
+    assert store.buffer("12") is None and store.claims() == {}
