@@ -196,7 +196,15 @@ def version(rel: Release) -> str:
 
 def _host_python_paths() -> list[str]:
     """The directories the host's dacctl needs: its interpreter's prefix (the stdlib, the
-    library it links) and every directory on sys.path (the venv, an editable checkout)."""
+    library it links) and every directory on sys.path (the venv, an editable checkout).
+    AdminError when that prefix is /usr: bound over the chroot's own /usr it would replace the
+    release's Slurm with the host's."""
+    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}
+    if prefixes & {"/", "/usr"}:
+        raise AdminError(
+            f"dacctl runs on {sys.executable} (prefix /usr), which the chroot of another Slurm "
+            "release cannot take in beside its own /usr: install dac into a venv of a Python "
+            "outside /usr (e.g. pyenv's, or one under /opt) to run --slurm-release")
     paths = {sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent.parent)}
     for p in sys.path:
         if p and os.path.isdir(p):

@@ -98,3 +98,11 @@ def test_dacctl_local_up_names_the_releases():
     r = run("dacctl", "local", "up", "--help")
     assert "--slurm-release [22.05|24.11|26.05]" in r.stdout
     assert "--etcd-release [3.4|3.5|3.6]" in r.stdout
+
+
+def test_an_interpreter_under_usr_is_refused_in_one_line(tmp_path, monkeypatch):
+    # bound over the chroot's /usr it would run the host's Slurm instead of the release's
+    monkeypatch.setattr("sys.base_prefix", "/usr")
+    with pytest.raises(AdminError, match=r"prefix /usr\), which the chroot of another Slurm "
+                                         r"release cannot take in .* to run --slurm-release$"):
+        releases.daemon_argv(releases.release("24.11"), tmp_path, ["/usr/sbin/slurmctld"])
