@@ -310,3 +310,43 @@ def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_noth
     assert "watch compacted; listing this host's buffers again" in log
     slurm(env, "teardown", 12, "--job", str(script))
     assert store.buffer("12") is None and store.claims() == {}
+
+
+def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_again(dac,
+                                                                                     tmp_path):
+    """dacd frozen (SIGSTOP) until its lease lapsed while Slurm asks for a teardown, then
+    resumed: every status it writes for the buffer (the teardown's) comes after its new alive
+    key, i.e. after it registered again (the fence: each write compares that key); the teardown
+    call, waiting within restart_grace, succeeds."""
+    import threading
+    workdir, env, store = dac
+    script = setup(env, tmp_path, 13, "512MiB")
+    host = store.buffer("13").record.allocation.primary_host
+    pid = dacd_pid(workdir, host)
+    key = store.keys.status("13", host)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
+        revision = store.client.range(key)[1]
+        watch = store.client.watch(key, key + "\0", start_revision=revision + 1)
+        writes = []
+        reader = threading.Thread(target=lambda: [writes.append(e.kv.mod_revision)
+                                                  for e in watch if e.kv.value], daemon=True)
+        reader.start()
+        call = call_in_background(env, "teardown", 13, "--job", str(script))
+        poll(lambda: store.buffer("13").record.desired_state.value == "deleted", 30,
+             "the teardown's spec")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        assert call.wait(120) == 0 and call.stdout.read() == ""
+        assert store.buffer("13") is None and store.claims() == {}
+        registered = store.client.get(store.keys.alive_key(host)).create_revision
+        assert writes and min(writes) > registered, (writes, registered)
+    finally:
+        watch.close()
+    log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
+    fenced = "this dacd's lease lapsed; it acts on no buffer" in log
+    assert "registered again with a new lease" in log
+    print(f"\nfrozen dacd: {len(writes)} status writes, all after its new lease "
+          f"(a pass fenced meanwhile: {fenced})")
