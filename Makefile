@@ -1,11 +1,13 @@
 # make demo   boot the all-in-one local DAC, show it working, tear it down
-# make test   the whole suite (unit, store, system), installing what it needs
+# make test   the whole suite on the installed wheel (scripts/test-installed), installing what
+#             it needs; make test-dev runs it on the editable .venv instead, for a quick loop
+# make lint   ruff and mypy, as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 DEMO_DIR ?= .dac-local
 
-.PHONY: deps demo test unit schema bench clean
+.PHONY: deps demo test test-dev unit lint wheel schema bench clean
 
 deps: $(VENV)/.installed
 	@./scripts/install-system-deps
@@ -13,14 +15,24 @@ deps: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV) || { ./scripts/install-system-deps && rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,lint]'
 	touch $@
 
 demo: deps
 	./scripts/demo $(DEMO_DIR)
 
 test: deps
+	./scripts/test-installed
+
+test-dev: deps
 	$(PY) -m pytest -q tests
+
+lint: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+wheel: deps
+	$(PY) -m pip wheel -q --no-deps -w dist .
 
 unit: deps
 	$(PY) -m pytest -q tests/unit
@@ -35,4 +47,4 @@ bench: deps
 	@status=0; for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || status=1; done; exit $$status
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

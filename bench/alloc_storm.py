@@ -85,7 +85,8 @@ def main() -> int:
             problems.append("some request neither won nor was refused")
         print(f"{REQUESTS} requests of 1-3 bricks, {WORKERS} workers, {HOSTS * BRICKS} bricks: "
               f"{len(won)} buffers created holding {len(claims)} bricks, {len(lost)} refused "
-              f"(e.g. \"{lost[0] if lost else ''}\"), {conflicts['conflict']} claim conflicts retried, "
+              f"(e.g. \"{lost[0] if lost else ''}\"), "
+              f"{conflicts['conflict']} claim conflicts retried, "
               f"{wall:.1f}s wall")
         for p in problems[:10]:
             print("PROBLEM:", p)

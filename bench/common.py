@@ -8,8 +8,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from daccore.etcd import EtcdClient
-from daccore.etcd_auth import Credential
+from daccore.etcd.auth import Credential
+from daccore.etcd.client import EtcdClient
 from daccore.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
 from daccore.models import Brick, Host, Pool
 from daccore.store import Store
@@ -79,7 +79,8 @@ def steal_meter():
 
     def report() -> str:
         steal, total = read()
-        return f"CPU stolen by the hypervisor meanwhile: {(steal - steal0) / max(1, total - total0):.0%}"
+        share = (steal - steal0) / max(1, total - total0)
+        return f"CPU stolen by the hypervisor meanwhile: {share:.0%}"
     return report
 
 

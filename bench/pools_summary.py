@@ -16,10 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import (etcd_store, host_records, p99, percentiles, pool_record, steal_meter,  # noqa: E402
-                    verdict)
+from common import etcd_store, host_records, p99, percentiles, pool_record, steal_meter, verdict  # noqa: E402
 
-from daccore.etcd import put_op  # noqa: E402
+from daccore.etcd.types import put_op  # noqa: E402
 from daccore.inventory import summarize  # noqa: E402
 from daccore.models import BrickClaim  # noqa: E402
 

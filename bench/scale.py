@@ -144,7 +144,7 @@ def seed(store, config, count: int, rng: random.Random) -> int:
     in batches (spec, claims and statuses as dacctl and dacd would leave them): the steady
     state the measurements start from. Returns the bricks they hold."""
     from daccore.buffers import allocation_of
-    from daccore.etcd import put_op
+    from daccore.etcd.types import put_op
     from daccore.inventory import BrickInfo
     from daccore.models import Buffer, BufferRequest, State, Status
     free = {h: [BrickInfo(h, b.brick_name, b.device, b.capacity, b.pool, b.socket,
@@ -206,7 +206,7 @@ def etcd_figures(store, server) -> dict:
     """etcd's database size, keys under dac's prefix, and its own CPU so far."""
     s = store.client._all()[0].call("/v3/maintenance/status", {})
     k = store.keys
-    from daccore.etcd import range_op
+    from daccore.etcd.types import range_op
     from daccore.keys import prefix_end
     r = store.client.txn([], [range_op(k.root, prefix_end(k.root), count_only=True)])
     stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import steal_meter  # noqa: E402
 
-from daclocal import loopdev  # noqa: E402
 from dacd.copier import encode_plan  # noqa: E402
 from dacd.staging import COPIER, _python  # noqa: E402
+from daclocal import loopdev  # noqa: E402
 
 UID = GID = 4000
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -86,8 +86,8 @@ def main() -> int:
         # landing on a region never written pays the image's own allocation in ext4 (the
         # copier's 2 GiB case was bimodal from it; docs/performance.md). Unless PREFILL=0.
         if os.environ.get("PREFILL", "1") != "0":
-            subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=8M", "count=512", "oflag=direct",
-                            "status=none"], check=True)
+            subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=8M", "count=512",
+                            "oflag=direct", "status=none"], check=True)
         # A brick is a block device: nothing caches its blocks a second time. A loop device in
         # buffered mode keeps every byte written to it in its image file's page cache too, on
         # the clock of whichever tool runs when the host must back those pages (docs/

@@ -69,7 +69,7 @@ def create_persistent(store, config, name: str, capacity: int, pool: str | None,
                         "contain only letters, digits, _ . -")
     if store.buffer(name) is not None:  # before placement: a full pool would say "no room"
         raise UserError(f"buffer '{name}' already exists")
-    uid, gid = (uid, gid) if uid is not None else caller
+    uid, gid = caller if uid is None or gid is None else (uid, gid)  # both or neither: above
     check_owner(uid, gid, config.min_owner_uid)
     jobs.create_persistent(store, name, uid, gid, capacity, pool, access, type_,
                            config.default_pool, config.own_mgs_pools())

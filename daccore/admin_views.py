@@ -38,9 +38,10 @@ def buffer_state(buf, statuses: dict) -> str:
         if s is not None and s.error is not None and s.generation >= buf.generation:
             return "error"
     reached = [statuses[h].state if h in statuses else None for h in hosts]
-    if any(s is None for s in reached):
+    known = [s for s in reached if s is not None]
+    if len(known) < len(reached):
         return "new"
-    return min(reached, key=lambda s: s.rank).value
+    return min(known, key=lambda s: s.rank).value
 
 
 def user_name(uid: int) -> str:

@@ -19,6 +19,7 @@ from the same snapshot pick different bricks and rarely collide in the claim tra
 from __future__ import annotations
 
 import random
+
 from daccore.errors import CapacityError, NotFound, UserError
 from daccore.inventory import BrickInfo, Inventory, PoolInfo
 from daccore.models import PlacementPolicy

@@ -17,10 +17,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
-                      ValidationError, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
-from daccore.config_cache import DEFAULT_PATH, apply_env, config_path, etcd_urls
+from daccore.config_env import DEFAULT_PATH, apply_env, config_path, etcd_urls
 from daccore.errors import ConfigError
 from daccore.models import Backend, Name, PlacementPolicy
 from daccore.units import format_size, parse_size
@@ -80,9 +88,9 @@ class SharedMgs(Settings):
 
 
 class LustreSettings(Settings):
-    mgs: Annotated[Annotated[Literal["per_buffer"], Tag("per_buffer")]
-                   | Annotated[SharedMgs, Tag("shared")],
-                   Discriminator(lambda v: "per_buffer" if isinstance(v, str) else "shared")] = Field(
+    mgs: Annotated[
+        Annotated[Literal["per_buffer"], Tag("per_buffer")] | Annotated[SharedMgs, Tag("shared")],
+        Discriminator(lambda v: "per_buffer" if isinstance(v, str) else "shared")] = Field(
         description="per_buffer: the MGS shares MDT0 on the buffer's primary host; or a "
                     "shared MGS {host, nid} that the site runs")
     lnet_suffix: str | None = Field(
@@ -268,13 +276,16 @@ class DacConfig(Settings):
 
     def lnet_nid(self, host: str, pool: str) -> str:
         """A storage server's NID for a lustre pool (validated at load)."""
-        return self.hosts[host].lnet_nid or f"{host}{self.pools[pool].lustre.lnet_suffix}"
+        lustre = self.pools[pool].lustre
+        assert lustre is not None, pool  # a lustre pool has its settings (validated at load)
+        return self.hosts[host].lnet_nid or f"{host}{lustre.lnet_suffix}"
 
 
 def _backend_reaches(host: str, hs: HostSettings, brick: BrickSettings, pool: PoolSettings,
                      where: str) -> None:
     """A brick of a lustre or daos pool needs what that backend needs of its host."""
-    if pool.backend is Backend.LUSTRE and not hs.lnet_nid and not pool.lustre.lnet_suffix:
+    if pool.backend is Backend.LUSTRE and not hs.lnet_nid and not (
+            pool.lustre and pool.lustre.lnet_suffix):
         raise ValueError(f"hosts.{host}.lnet_nid: missing: its bricks are in lustre pool "
                          f"'{brick.pool}', which sets no lnet_suffix either")
     if pool.backend is Backend.DAOS and brick.socket not in hs.daos_ranks:

@@ -5,7 +5,7 @@ three times the whole budget of job_process, pools and paths (docs/performance.m
 validated config is cached as JSON, keyed by the file's identity (path, inode, size, mtime):
 the first call after an edit validates and writes the cache, the others read it. The
 environment (DAC_ETCD_ENDPOINTS, ETCDCTL_*) is applied on every read, by the same functions
-`daccore.config` uses, so both paths always agree.
+`daccore.config` uses (`daccore.config_env`), so both paths always agree.
 
 The cache lives in $DAC_CACHE_DIR, else /var/cache/dac, else a 0700 directory of the calling
 user under the temp dir; a cache file not owned by the caller, or writable by others, is ignored.
@@ -17,37 +17,11 @@ import json
 import os
 from typing import Mapping
 
-__all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls", "load_settings", "cache_dir"]
+from daccore.config_env import apply_env, config_path, etcd_urls
 
-DEFAULT_PATH = "/etc/dac/dac.yaml"
+__all__ = ["load_settings", "cache_dir", "write_private_json"]
+
 _VERSION = 2
-
-
-def config_path(path: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The file the config comes from: the argument, else $DAC_CONFIG, else the default."""
-    env = os.environ if env is None else env
-    return path or env.get("DAC_CONFIG") or DEFAULT_PATH
-
-
-def apply_env(data: dict, env: Mapping[str, str]) -> dict:
-    """Overlay the environment on config data, as etcdctl does: DAC_ETCD_ENDPOINTS, else
-    ETCDCTL_ENDPOINTS; ETCDCTL_CACERT/CERT/KEY."""
-    etcd = data.setdefault("etcd", {})
-    if not isinstance(etcd, dict):
-        return data
-    endpoints = env.get("DAC_ETCD_ENDPOINTS") or env.get("ETCDCTL_ENDPOINTS")
-    if endpoints:
-        etcd["endpoints"] = [e.strip() for e in endpoints.split(",") if e.strip()]
-    for name in ("cacert", "cert", "key"):
-        if env.get(f"ETCDCTL_{name.upper()}"):
-            etcd[name] = env[f"ETCDCTL_{name.upper()}"]
-    return data
-
-
-def etcd_urls(endpoints: list[str], tls: bool) -> list[str]:
-    """Endpoints with a scheme: https when TLS files are given and none is written."""
-    scheme = "https" if tls else "http"
-    return [e if "://" in e else f"{scheme}://{e}" for e in endpoints]
 
 
 def load_settings(path: str | None = None, env: Mapping[str, str] | None = None) -> dict:

@@ -326,6 +326,7 @@ def _check_stage_targets(found: Directives) -> None:
         directive = f"stage_{stage.direction}"
         path = stage.destination if stage.direction == "in" else stage.source
         m = BUFFER_PATH.match(path)
+        assert m is not None, path  # every buffer-side path was matched when parsed
         var = m.group(1) or m.group(2)
         if var == "DW_JOB_PRIVATE":
             raise DirectiveError(stage.line, directive, "$DW_JOB_PRIVATE cannot be staged (one "

@@ -1,16 +1,16 @@
 """Typed errors that say who must act.
 
-    DacError                      kind: user | admin | internal, retryable
+    DacError                      kind: user | admin | internal
     ├── UserError                 the request is wrong; the user fixes it
-    │   ├── CapacityError         no room for the request (retryable: room may free up)
+    │   ├── CapacityError         no room for the request (room may free up)
     │   └── NotFound              a named object does not exist
     ├── AdminError                the site's setup is wrong or down; an admin fixes it
     │   ├── ConfigError           the config file or environment is invalid
-    │   ├── StoreUnavailable      etcd cannot be reached (retryable)
+    │   ├── StoreUnavailable      etcd cannot be reached
     │   ├── NoCredential          this account cannot read the etcd credential it needs
     │   └── PlaybookFailed        a lifecycle step's playbook failed on a storage host
     └── InternalError             a bug or a broken invariant in dac itself
-        └── Conflict              a compare-and-swap lost a race (retryable by re-reading)
+        └── Conflict              a compare-and-swap lost a race (re-read and try again)
 
 Messages are one lower-case line that names the object and, where there is one, the fix.
 """
@@ -32,7 +32,6 @@ class DacError(Exception):
     """Base of every error dac raises on purpose."""
 
     kind: Kind = Kind.INTERNAL
-    retryable: bool = False
     #: process exit code a CLI uses for this kind of error
     exit_code: int = 1
 
@@ -49,7 +48,7 @@ class UserError(DacError):
 
 
 class CapacityError(UserError):
-    retryable = True
+    """No room for the request now; room may free up."""
 
 
 class NotFound(UserError):
@@ -68,8 +67,6 @@ class ConfigError(AdminError):
 
 
 class StoreUnavailable(AdminError):
-    retryable = True
-
     def __init__(self, endpoints: list[str], reason: str, waited: float):
         where = ", ".join(endpoints)
         super().__init__(
@@ -104,4 +101,4 @@ class InternalError(DacError):
 
 
 class Conflict(InternalError):
-    retryable = True
+    """A compare-and-swap lost a race: re-read and try again."""

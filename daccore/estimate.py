@@ -18,7 +18,7 @@ import stat
 from fractions import Fraction
 
 from daccore.errors import AdminError, UserError
-from daccore.units import bricks_needed, format_size, parse_size
+from daccore.units import bricks_needed, parse_size
 
 __all__ = ["Measure", "measure", "parse_margin", "suggest_size", "find_pool",
            "advise", "report", "problem_line"]
@@ -195,7 +195,7 @@ def advise(needed: int, margin: Fraction, granularity: int | None,
     fits, the margin does not), "too small", or "no jobdw"."""
     with_margin = math.ceil(needed * (1 + margin))
     bricks = max(bricks_needed(with_margin, granularity), 1) if granularity else None
-    if granularity:
+    if granularity and bricks:
         capacity = bricks * granularity
     else:
         capacity = max(bricks_needed(with_margin, _MiB), 1) * _MiB
@@ -214,7 +214,7 @@ def report(d, measured: list[Measure], output: int, margin: Fraction,
     """The --json form of `dacctl estimate`: `measured` holds one Measure per stage_in line of
     the directives `d` (each fills the job's buffer: the grammar allows no other target)."""
     lines = []
-    for stage, m in zip(d.stage_in, measured):
+    for stage, m in zip(d.stage_in, measured, strict=True):
         lines.append({"line": stage.line, "type": stage.type, "source": stage.source,
                       "destination": stage.destination, **m.as_dict()})
     job = lines

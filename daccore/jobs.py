@@ -50,7 +50,7 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
         if capacity > total:
             raise CapacityError(f"line {line}: {directive}: capacity {format_size(capacity)} "
                                 f"is more than pool '{name}' holds ({format_size(total)})")
-        if directive == "jobdw":
+        if directive == "jobdw" and d.jobdw:
             _check_access(line, d.jobdw.access, s)
             if d.swap:
                 _check_swap(d, s, capacity)

@@ -49,4 +49,5 @@ def next_step(desired: State, reached: State | None, failed_generation: int | No
     if reached.rank >= desired.rank:
         return None if mounts_match else ("mount", reached)
     target = reached.next()
+    assert target is not None  # only DELETED has no next, and it returned above
     return STEP_FOR[target], target

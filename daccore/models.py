@@ -1,8 +1,8 @@
 """The records dac keeps in etcd, one pydantic model each.
 
-Every record is JSON in one etcd key (the layout is in `daccore.keys`); `daccore/share/schema/` holds the
-JSON Schema generated from these models (`python -m daccore.schema`). Records ignore unknown
-fields so that an older dacd can still read what a newer one wrote during a rolling upgrade.
+Every record is JSON in one etcd key (the layout is in `daccore.keys`); `daccore/share/schema/`
+holds the JSON Schema generated from these models (`python -m daccore.schema`). Records ignore
+unknown fields so that an older dacd can still read what a newer one wrote during a rolling upgrade.
 
 The scheduler side (dacctl) writes a buffer's spec: `Buffer`. Each storage host (dacd) writes
 what it observed: `Status`. Neither writes the other's key.
@@ -15,27 +15,28 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from daccore import trust
+from daccore import bounds
 from daccore.errors import Kind
 from daccore.escape import printable
 from daccore.states import State
 
 __all__ = [
     "Name", "BufferName", "JobKey", "Backend", "AccessMode", "BufferType", "PlacementPolicy",
-    "State", "StageType", "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest", "BufferRequest", "BrickRef",
+    "State", "StageType", "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest",
+    "BufferRequest", "BrickRef",
     "Allocation", "Buffer", "Progress", "StatusError", "Status", "RECORDS",
 ]
 
 #: Names that are safe inside an etcd key and a path: hosts, bricks, pools, compute nodes.
-#: The patterns and bounds are daccore.trust's, which dacd checks every record against.
-Name = Annotated[str, Field(pattern=trust.NAME)]
+#: The patterns and bounds are daccore.bounds', which dacd checks every record against.
+Name = Annotated[str, Field(pattern=bounds.NAME)]
 #: A job id (a job's buffer) or a persistent buffer's name.
-BufferName = Annotated[str, Field(pattern=trust.BUFFER_NAME)]
+BufferName = Annotated[str, Field(pattern=bounds.BUFFER_NAME)]
 #: An attachment's key: the job id.
-JobKey = Annotated[str, Field(pattern=trust.JOB_KEY)]
-Bytes = Annotated[int, Field(gt=0, le=trust.MAX_BYTES, description="bytes")]
+JobKey = Annotated[str, Field(pattern=bounds.JOB_KEY)]
+Bytes = Annotated[int, Field(gt=0, le=bounds.MAX_BYTES, description="bytes")]
 #: A stage line's path, as the user wrote it (the copier resolves it as the user).
-StagePath = Annotated[str, Field(min_length=1, max_length=trust.MAX_PATH)]
+StagePath = Annotated[str, Field(min_length=1, max_length=bounds.MAX_PATH)]
 
 
 class Backend(str, Enum):
@@ -108,7 +109,8 @@ class Host(Record):
             for b in self.bricks:
                 value = getattr(b, attr)
                 if value in seen:
-                    raise ValueError(f"brick {attr} '{value}' is listed twice on host '{self.name}'")
+                    raise ValueError(f"brick {attr} '{value}' is listed twice on host "
+                                     f"'{self.name}'")
                 seen.add(value)
         return self
 
@@ -152,10 +154,10 @@ class BufferRequest(Record):
     pool: Name
     access: AccessMode = AccessMode.STRIPED
     type: BufferType = BufferType.SCRATCH
-    swap: int = Field(0, ge=0, le=trust.MAX_BYTES, description="bytes of swap per compute node")
-    stage_in: list[StageRequest] = Field([], max_length=trust.MAX_STAGE_LINES)
-    stage_out: list[StageRequest] = Field([], max_length=trust.MAX_STAGE_LINES)
-    persistent: list[BufferName] = Field([], max_length=trust.MAX_STAGE_LINES,
+    swap: int = Field(0, ge=0, le=bounds.MAX_BYTES, description="bytes of swap per compute node")
+    stage_in: list[StageRequest] = Field([], max_length=bounds.MAX_STAGE_LINES)
+    stage_out: list[StageRequest] = Field([], max_length=bounds.MAX_STAGE_LINES)
+    persistent: list[BufferName] = Field([], max_length=bounds.MAX_STAGE_LINES,
                                          description="persistent buffers the job attaches")
 
 
@@ -206,8 +208,8 @@ class Buffer(Record):
     request: BufferRequest
     allocation: Allocation
     desired_state: State = State.CREATED
-    attachments: dict[JobKey, Annotated[list[Name], Field(max_length=trust.MAX_NODES)]] = Field(
-        {}, max_length=trust.MAX_JOBS,
+    attachments: dict[JobKey, Annotated[list[Name], Field(max_length=bounds.MAX_NODES)]] = Field(
+        {}, max_length=bounds.MAX_JOBS,
         description="job id -> compute nodes that must see this buffer mounted")
     generation: int = Field(1, ge=1, lt=2**63, description="bumped on every change of the spec")
     created_at: float = Field(0.0, description="unix time")

@@ -1,4 +1,5 @@
-"""JSON Schema of every record and of the config, generated from the models into `daccore/share/schema/`.
+"""JSON Schema of every record and of the config, generated from the models into
+`daccore/share/schema/`.
 
     python -m daccore.schema write    regenerate daccore/share/schema/*.json
     python -m daccore.schema check    exit 1 when daccore/share/schema/ differs from the models
@@ -51,7 +52,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         drift = _drift(SCHEMA_DIR)
         if drift:
-            print(f"daccore/share/schema/ is out of date for: {', '.join(drift)}; run `make schema`")
+            print(f"daccore/share/schema/ is out of date for: {', '.join(drift)}; "
+                  "run `make schema`")
             return 1
         return 0
     print(__doc__)

@@ -13,10 +13,9 @@ import time
 from collections import namedtuple
 from typing import TYPE_CHECKING
 
-from daccore.errors import (AdminError, Conflict, DacError, InternalError, NotFound,
-                            UserError)
-from daccore.etcd import (KV, Compare, EtcdClient, Op, absent, delete_op, mod_is, put_op,
-                          range_op)
+from daccore.errors import AdminError, Conflict, DacError, InternalError, NotFound, UserError
+from daccore.etcd.client import EtcdClient
+from daccore.etcd.types import KV, Compare, Op, absent, delete_op, mod_is, put_op, range_op
 from daccore.gcpause import gc_paused
 from daccore.inventory import BrickInfo, ClaimCounts, Inventory, parse_pools, views_of
 from daccore.keys import Keys, prefix_end
@@ -27,8 +26,8 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from daccore.config import EtcdSettings
-    from daccore.etcd_stream import LeaseKeeper, Watch
-    from daccore.models import BrickClaim, Buffer, Host, HostCapacity, Pool, Status
+    from daccore.etcd.stream import LeaseKeeper, Watch
+    from daccore.models import Buffer, Host, Pool, Status
     R = TypeVar("R", bound=BaseModel)
 
 __all__ = ["Store", "Versioned", "Change", "PlacementView", "AllocationConflict"]
@@ -92,7 +91,7 @@ class Store:
     def from_dict(cls, etcd: dict, transport: str | None = None,
                   max_timeout: float | None = None, role: str = "slurm") -> Store:
         """From `config_cache.load_settings()["etcd"]`, for the hooks inside slurmctld: one
-        process per call, so the role's token is cached on disk (daccore.etcd_auth)."""
+        process per call, so the role's token is cached on disk (daccore.etcd.auth)."""
         timeout = etcd["timeout"] if max_timeout is None else min(etcd["timeout"], max_timeout)
         client = EtcdClient(etcd["urls"], cacert=etcd.get("cacert"), cert=etcd.get("cert"),
                             key=etcd.get("key"), timeout=timeout,
@@ -166,10 +165,11 @@ class Store:
 
     def keep_alive(self, host: str, ttl: int) -> LeaseKeeper:
         """Start keeping `alive/<host>` on a lease; returns once the key exists."""
-        from daccore.etcd_stream import LeaseKeeper
+        from daccore.etcd.stream import LeaseKeeper
         key = self.keys.alive_key(host)
-        return LeaseKeeper(self.client, ttl, lambda lease: self.client.put(key, "", lease),
-                           name=f"lease-{host}").start()
+        def bind(lease: int) -> None:
+            self.client.put(key, "", lease)
+        return LeaseKeeper(self.client, ttl, bind, name=f"lease-{host}").start()
 
     def lease_ages(self) -> dict[str, float]:
         """Live host -> seconds since its dacd last renewed its lease (granted TTL minus what
@@ -242,7 +242,7 @@ class Store:
                     prefix = k.host_claims(pool, host) if host else k.pool_claims(pool)
                     ops.append(range_op(prefix, prefix_end(prefix), count_only=True,
                                         revision=revision))
-                for (pool, host), n in zip(chunk, self.client.txn([], ops).counts):
+                for (pool, host), n in zip(chunk, self.client.txn([], ops).counts, strict=True):
                     if host:
                         counts.per_host[(pool, host)] = n
                     else:
@@ -399,7 +399,7 @@ class Store:
                       count_only=True) for p in pools])
         pool_recs, capacity, alive = r.ranges[:3]
         counts = ClaimCounts()
-        for pool, n in zip(pools, r.counts[3:]):
+        for pool, n in zip(pools, r.counts[3:], strict=True):
             counts.per_pool[pool] = counts.per_host[(pool, host)] = n
         views = views_of([kv.value for kv in capacity], {host} if alive else set())
         return Inventory.of_counts(parse_pools([kv.value for kv in pool_recs]), views, counts,
@@ -685,7 +685,7 @@ class Store:
         current = self.buffer(name)
         if current is None:
             return
-        buf: Buffer = current.record  # type: ignore[assignment]
+        buf: Buffer = current.record
         k = self.keys
         keys = self._claim_keys(buf.request.pool, buf.allocation.bricks,
                                 buf.allocation.mgs_host)
@@ -829,7 +829,7 @@ def _claim_of(kv: KV) -> tuple[str, str | None] | None:
 
 
 def _credential(directory: str, role: str, cache: bool):
-    from daccore.etcd_auth import ROLES, Credential
+    from daccore.etcd.auth import ROLES, Credential
     if role not in ROLES:
         raise ValueError(f"unknown etcd role '{role}' (choose {', '.join(ROLES)})")
     return Credential(f"{directory.rstrip('/')}/{role}", role, cache=cache)

@@ -13,9 +13,9 @@ one before acting (docs/security.md, "dacd trusts nothing it reads"):
 - sizes and counts are bounded: the request fits in the bricks allocated, swap in the
   request, stage lines and attachments in fixed limits.
 
-Static rules (patterns, bounds) are in `daccore.models` through the constants here; the rules
-that need dacd's config are `check_buffer`. No pydantic at import: the Slurm hooks use the
-patterns on their hot path.
+Static rules (patterns, bounds) are in `daccore.models` through the constants of
+`daccore.bounds`; the rules that need dacd's config are `check_buffer`. No pydantic at import:
+the Slurm hooks use the patterns on their hot path.
 """
 
 from __future__ import annotations
@@ -23,31 +23,15 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from daccore.bounds import JOB_KEY, MAX_NODES, NAME
 from daccore.errors import AdminError, UserError
 
 if TYPE_CHECKING:
     from daccore.config import DacConfig
     from daccore.models import Buffer
 
-__all__ = ["NAME", "BUFFER_NAME", "JOB_KEY", "MAX_BYTES", "MAX_PATH", "MAX_STAGE_LINES",
-           "MAX_JOBS", "MAX_NODES", "Untrusted", "check_buffer", "check_owner",
-           "check_attachment", "parse_buffer", "shown"]
-
-#: hosts, bricks, pools, compute nodes: safe inside an etcd key, a path and an argv.
-NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
-#: a job's buffer is named after its job id; a persistent buffer as directives.PERSISTENT_NAME.
-BUFFER_NAME = r"^(?:[0-9]{1,10}|[A-Za-z][A-Za-z0-9_.-]{0,63})$"
-#: attachment keys are Slurm job ids (uint32).
-JOB_KEY = r"^[0-9]{1,10}$"
-#: 1 EiB: more than any pool; keeps sums of sizes far from overflowing anything downstream.
-MAX_BYTES = 1 << 60
-#: Linux's PATH_MAX, for a stage line's source and destination.
-MAX_PATH = 4096
-#: per direction; a job script with more is better served by one `type=list` line.
-MAX_STAGE_LINES = 1000
-#: jobs attaching one persistent buffer at once, and compute nodes of one job.
-MAX_JOBS = 10_000
-MAX_NODES = 100_000
+__all__ = ["Untrusted", "check_buffer", "check_owner", "check_attachment", "parse_buffer",
+           "shown"]
 
 _NAME, _JOB = re.compile(NAME), re.compile(JOB_KEY)
 

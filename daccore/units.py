@@ -91,8 +91,8 @@ def parse_capacity(text: str) -> int:
     if m:
         n = int(m.group(1))
         raise ValueError(f"has a unit Slurm does not know, so Slurm would read it as "
-                         f"{n} byte{'' if n == 1 else 's'}: use K, M, G, T, P with iB (powers of 1024) or "
-                         "B (powers of 1000), as in 10GiB or 500GB")
+                         f"{n} byte{'' if n == 1 else 's'}: use K, M, G, T, P with iB "
+                         "(powers of 1024) or B (powers of 1000), as in 10GiB or 500GB")
     raise ValueError("is not a size like 1TiB, 500GB or 1048576")
 
 

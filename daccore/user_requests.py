@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from daccore.errors import NotFound, UserError
 
@@ -44,7 +45,7 @@ VERBS: dict[str, dict[str, tuple]] = {
 }
 
 
-def check_args(verb: str, args: object) -> dict:
+def check_args(verb: object, args: object) -> dict:
     """`args` if they are exactly what `verb` takes, each of its type; else a UserError."""
     if not isinstance(verb, str) or verb not in VERBS:
         raise UserError(f"unknown request '{str(verb)[:40]}' (requests: {', '.join(VERBS)})")
@@ -62,10 +63,11 @@ def check_args(verb: str, args: object) -> dict:
     return {k: args.get(k) for k in VERBS[verb]}
 
 
-def answer(store, config, caller: Caller, verb: str, args: dict) -> dict:
-    """The answer to `verb` for `caller`; a DacError when refused."""
+def answer(store, config, caller: Caller, verb: object, args: object) -> dict:
+    """The answer to `verb` for `caller` (both as a request decoded them: checked here); a
+    DacError when refused."""
     a = check_args(verb, args)
-    return _HANDLERS[verb](store, config, caller, **a)
+    return _HANDLERS[str(verb)](store, config, caller, **a)
 
 
 def _mine(store, caller: Caller, name: str):
@@ -118,5 +120,6 @@ def _destroy(store, config, caller, name):
     return {"name": name}
 
 
-_HANDLERS = {"status": _status, "pools": _pools, "buffers": _buffers, "show": _show,
-             "create-persistent": _create, "destroy-persistent": _destroy}
+_HANDLERS: dict[str, Callable[..., dict]] = {
+    "status": _status, "pools": _pools, "buffers": _buffers, "show": _show,
+    "create-persistent": _create, "destroy-persistent": _destroy}

@@ -115,7 +115,8 @@ def _show_status(v: dict, headline: str) -> None:
     t = Table("HOST", "STATE", "STEP", "STAGED", "", box=None, pad_edge=False)
     for h in v["hosts"]:
         p = h["progress"]
-        bar, staged = "", ""
+        bar: ProgressBar | str = ""
+        staged = ""
         if p:
             bar = ProgressBar(total=max(p["bytes_total"], 1), completed=p["bytes_done"], width=30)
             staged = staged_text([p])
@@ -270,10 +271,22 @@ def _granularities(config) -> dict:
             for p in _answer("pools", config)["pools"]}
 
 
+@cli.command("slurm-files", help="Write this installation's Slurm plugin files into DIR (e.g. "
+             "/etc/slurm): burst_buffer.lua, and sample burst_buffer.conf files for "
+             "burst_buffer/lua and burst_buffer/datawarp (docs/slurm.md says which to use). "
+             "A file that differs from dac's is kept unless --force.")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="replace files that differ from dac's")
+def slurm_files(directory: Path, force: bool) -> None:
+    from dacctl.slurm_files import write_slurm_files
+    for name, what in write_slurm_files(str(directory), force):
+        click.echo(f"{directory / name}: {'written' if what == 'written' else 'unchanged'}")
+
+
 @cli.command("user-service", help="Run dac's user service (as SlurmUser, under systemd: "
-             "daccore/share/packaging/dac-users.service): it answers users' status, pools, buffers, show, "
-             "create-persistent and destroy-persistent for the uid their munge credential "
-             "proves, on the config's user_service (host:port).")
+             "daccore/share/packaging/dac-users.service): it answers users' status, pools, "
+             "buffers, show, create-persistent and destroy-persistent for the uid their munge "
+             "credential proves, on the config's user_service (host:port).")
 def user_service() -> None:
     import logging
 
@@ -333,10 +346,10 @@ def env(workdir: Path) -> None:
     click.echo("\n".join(cluster.env_lines(workdir)))
 
 
-@local.command(help="Show the local DAC's processes, bricks and pools.")
+@local.command("status", help="Show the local DAC's processes, bricks and pools.")
 @_workdir
 @click.option("--json", "as_json", is_flag=True)
-def status(workdir: Path, as_json: bool) -> None:
+def local_status(workdir: Path, as_json: bool) -> None:
     _local_root_only("status")
     from daclocal import cluster
     report = cluster.status(workdir)

@@ -1,5 +1,6 @@
 """`dacctl --function <f> …`: Cray's dw_wlm_cli protocol, as Slurm's burst_buffer/datawarp calls
-it, and as daccore/share/slurm/burst_buffer.lua calls it for burst_buffer/lua (one contract for both).
+it, and as daccore/share/slurm/burst_buffer.lua calls it for burst_buffer/lua (one contract
+for both).
 
 Only Slurm may call it: root or the config's slurm_user; anyone else is refused with one line
 before any argument is read, and every argument is checked before use (dacctl/slurm_args.py:
@@ -203,7 +204,6 @@ def _hot(args, settings: dict) -> str:
     """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc."""
     from daccore import jobs
     from daccore.store import Store
-    from daccore.trust import check_owner
     f = args.function
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
     if f == "pools":

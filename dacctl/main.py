@@ -32,8 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         print("dacctl: interrupted", file=sys.stderr)
         return 130
     except _click_errors() as e:
-        e.show()
-        return e.exit_code
+        import click
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        print("dacctl: aborted", file=sys.stderr)  # click.Abort: a prompt was interrupted
+        return 1
 
 
 def _click_errors() -> tuple[type[BaseException], ...]:

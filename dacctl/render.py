@@ -13,7 +13,8 @@ __all__ = ["table", "hosts_table", "buffers_table", "buffer_detail", "estimate"]
 def table(headers: list[str], rows: list[list[object]]) -> str:
     cells = [headers] + [[printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+                     for r in cells)
 
 
 def hosts_table(rows: list[dict]) -> str:

@@ -179,7 +179,7 @@ def _read_list(path: str, pair: dict) -> list[dict]:
         os.close(fd)
     if len(data) > LIST_BYTES:
         raise CopyError(f"{path}: a list of more than {LIST_BYTES >> 20} MiB")
-    out = []
+    out: list[dict] = []
     for number, line in enumerate(os.fsdecode(data).splitlines(), 1):
         words = line.split()
         if not words or words[0].startswith("#"):
@@ -203,7 +203,7 @@ def _read_list(path: str, pair: dict) -> list[dict]:
 #: (path, O_PATH descriptor) of every destination anchor, longest first: opened by check()
 #: before the workers are forked, so they inherit them
 _ROOTS: list[tuple[str, int]] = []
-_LAST = ["", -1]  # the directory resolved last and its descriptor: a batch shares one
+_LAST: list = ["", -1]  # the directory resolved last and its descriptor: a batch shares one
 
 
 def _root_of(path: str) -> tuple[str, int]:
@@ -387,7 +387,7 @@ def copy_files(items: list) -> tuple[int, int]:
     sources = _open_sources(items)
     one_read, copied = len(_BUFFER), 0
     try:
-        for sfd, (src, dst, size, mode, atime, mtime, sparse) in zip(sources, items):
+        for sfd, (_src, dst, size, mode, atime, mtime, sparse) in zip(sources, items, strict=True):
             dfd = _create(dst, mode)
             try:
                 if sparse:
@@ -482,6 +482,7 @@ def _serve(tasks: int, results: int) -> None:
     while (task := _recv(tasks)) is not None:
         try:
             kind, items = task
+            out: tuple
             if kind == "files":
                 out = ("ok", *copy_files(items))
             else:
@@ -531,7 +532,7 @@ class Workers:
         """To the least busy worker, after waiting for results while every one is full."""
         while min(self.queued.values()) >= QUEUED:
             self.wait(on_result)
-        fd = min(self.queued, key=self.queued.get)
+        fd = min(self.queued, key=lambda f: self.queued[f])
         self.queued[fd] += 1
         try:
             _send(self.task_fd[fd], task)
@@ -558,14 +559,14 @@ class Workers:
 
     def stop(self, kill: bool) -> None:
         """Close the task pipes (workers leave when done) or kill them; reap every one."""
-        for pid, t, r in self.procs:
+        for pid, t, _r in self.procs:
             if kill:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             os.close(t)
-        for pid, t, r in self.procs:
+        for pid, _t, r in self.procs:
             os.waitpid(pid, 0)
             os.close(r)
         self.procs = []
@@ -643,6 +644,7 @@ class Copy:
         self.counting = True  # until the walk ends: the totals are what it found so far
         self.free: dict[int, int] = {}  # bytes still free per destination filesystem
         self.left, self.anchor = 0, ""  # the current pair's: counted down as files are found
+        self.dev = 0  # ... and its filesystem
 
     def _room(self, dst: str) -> None:
         """The current pair's destination filesystem: what is left of its free space."""
@@ -660,7 +662,7 @@ class Copy:
                          f"({_size(self.free[self.dev])} free)")
 
     def run(self, pairs: list[tuple]) -> None:
-        for kind, src, dst, st in pairs:  # named files: all counted before anything is copied
+        for kind, _src, dst, st in pairs:  # named files: all counted before anything is copied
             if kind != "directory" and stat.S_ISREG(st.st_mode):
                 self._room(dst)
                 self.left -= min(st.st_size, st.st_blocks * 512)
@@ -810,7 +812,7 @@ def decode_plan(data: bytes) -> tuple[list[dict], str, str, int, int]:
         raise CopyError("copier failed: stdin holds no plan")
     f = [os.fsdecode(x) for x in fields]
     pairs = [{"type": t, "source": s, "destination": d}
-             for t, s, d in zip(f[5::3], f[6::3], f[7::3])]
+             for t, s, d in zip(f[5::3], f[6::3], f[7::3], strict=False)]
     return pairs, f[1], f[2], int(f[3]), int(f[4])
 
 
@@ -847,11 +849,11 @@ def main() -> int:
     workers = None
     try:
         pairs, inside, buffer_side, n, chunk = decode_plan(sys.stdin.buffer.read())
-        pairs = check(pairs, inside, buffer_side)
+        checked = check(pairs, inside, buffer_side)
         workers = Workers(n)
         copy = Copy(workers, report, chunk)
         emit(_progress_line(copy, 0, None))
-        copy.run(pairs)
+        copy.run(checked)
         workers.stop(kill=False)
     except CopyError as e:
         return fail(str(e))

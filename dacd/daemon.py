@@ -8,7 +8,7 @@ import logging
 import threading
 
 from daccore.config import DacConfig
-from daccore.etcd_stream import LeaseKeeper
+from daccore.etcd.stream import LeaseKeeper
 from daccore.store import Store
 from dacd import metrics, runner
 from dacd.reconciler import Reconciler

@@ -19,13 +19,25 @@ import re
 import threading
 import time
 
-from prometheus_client import (REGISTRY, Counter, Gauge, Histogram, disable_created_metrics,
-                               start_http_server)
+from prometheus_client import (
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from daccore.errors import (AdminError, DacError, InternalError, Kind, PlaybookFailed,
-                            StoreUnavailable)
+from daccore.errors import (
+    AdminError,
+    DacError,
+    InternalError,
+    Kind,
+    PlaybookFailed,
+    StoreUnavailable,
+)
 from daccore.inventory import summarize
 from daccore.lifecycle import STEP_FOR
 from daccore.models import State
@@ -202,6 +214,7 @@ def split_address(address: str) -> tuple[str, int]:
     if not 0 < port < 65536:
         raise AdminError(f"metrics address '{address}': must be host:port with a port from 1 "
                          "to 65535, e.g. 127.0.0.1:9560")
+    assert m is not None  # a non-match raised above
     return m.group("v6") or m.group("host"), port
 
 

@@ -41,12 +41,13 @@ from typing import Callable
 
 from daccore.backends import get as get_backend
 from daccore.backends import runs_once_for_all_hosts
+from daccore.bounds import BUFFER_NAME
 from daccore.errors import Conflict, DacError, InternalError, Kind, StoreUnavailable
-from daccore.etcd import WatchCompacted
 from daccore.escape import printable
+from daccore.etcd.types import WatchCompacted
 from daccore.lifecycle import next_step
 from daccore.models import Progress, State, Status, StatusError
-from daccore.trust import BUFFER_NAME, Untrusted, parse_buffer, shown
+from daccore.trust import Untrusted, parse_buffer, shown
 from dacd import metrics
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ class Reconciler:
                         if new is not None:
                             self._claims[change.name] = new
                             self._held[new] = self._held.get(new, 0) + 1
-                    for name in {old, new} - {None}:
+                    for name in {n for n in (old, new) if n is not None}:
                         self.schedule(name)
             except WatchCompacted:
                 log.warning("claim watch compacted; listing this host's buffers again")
@@ -318,7 +319,7 @@ class Reconciler:
                                      error=StatusError(category=Kind.ADMIN,
                                                        message=f"{self._refusal}{why}")))
 
-    def _hand_off(self, buf, mine, step: str, target: State, backend: str | None,
+    def _hand_off(self, buf, mine, step: str, target: State, backend: str,
                   hosts: list[str]) -> None:
         """The stage to the stage pool; the buffer is looked at again when it ends."""
         from dacd.staging import Run
@@ -339,7 +340,7 @@ class Reconciler:
             with self._lock:
                 del self._staging[buf.name]
 
-    def _step(self, buf, mine: Status | None, step: str, target: State, backend_name: str | None,
+    def _step(self, buf, mine: Status | None, step: str, target: State, backend_name: str,
               hosts: list[str], run=None) -> None:
         """Run `step`, recording its progress and outcome in the status of each of `hosts`."""
         name, reached = buf.name, mine.state if mine else None

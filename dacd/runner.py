@@ -48,16 +48,16 @@ def _no_nap_after_exit() -> None:
         if not self.isalive():
             self.delayafterclose = 0
         return close(self, force)
-    close_without_nap.dac_no_nap = True
+    setattr(close_without_nap, "dac_no_nap", True)  # noqa: B010  (a function has no such slot)
     ptyprocess.PtyProcess.close = close_without_nap
 
 
 def run_step(backend: str, step: str, host: str, extravars: dict,
              on_task: Callable[[str], None] | None = None, inventory: dict | None = None,
              forks: int = 20, warm: WarmAnsible | None = None) -> None:
-    """Run daccore/share/playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory` (default: this
-    machine), through `warm`'s server when given; PlaybookFailed, naming the host whose task
-    failed, on failure."""
+    """Run daccore/share/playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory`
+    (default: this machine), through `warm`'s server when given; PlaybookFailed, naming the
+    host whose task failed, on failure."""
     import ansible_runner  # ~100 ms: only dacd pays it
     _no_nap_after_exit()
 

@@ -17,6 +17,7 @@ controller (only hugetlb; the others are cgroup v1), so the limits are rlimits, 
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
 import os
@@ -160,8 +161,10 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     timer.start()
     try:
         try:
-            proc.stdin.buffer.write(plan)
-            proc.stdin.close()
+            stdin = proc.stdin
+            assert isinstance(stdin, io.TextIOWrapper)  # stdin=PIPE, text=True
+            stdin.buffer.write(plan)
+            stdin.close()
         except OSError:  # killed already (cancelled): the reason says why
             pass
         result, stderr, rc = _follow(proc, direction, on_progress)

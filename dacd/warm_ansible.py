@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import atexit
+import io
 import json
 import logging
 import os
@@ -119,7 +120,7 @@ class WarmAnsible:
 
     def stop(self) -> None:
         with self._lock:
-            if self._proc is not None:
+            if self._proc is not None and self._proc.stdin is not None:
                 self._proc.stdin.close()
                 try:
                     self._proc.wait(5)
@@ -146,11 +147,11 @@ class Server:
             for event, _ in self.sel.select():
                 if event.fileobj is self.sock:
                     self._accept()
-                elif event.fileobj == sys.stdin.fileno():
-                    if not os.read(event.fileobj, 64):
+                elif event.fd == sys.stdin.fileno():
+                    if not os.read(event.fd, 64):
                         return  # dacd is gone: so are we (runs in flight finish on their own)
                 else:
-                    self._reap(event.fileobj, *event.data)
+                    self._reap(event.fd, *event.data)
 
     def _accept(self) -> None:
         conn, _ = self.sock.accept()
@@ -255,8 +256,9 @@ def _child(conn: socket.socket, request: dict, fds: list[int], warm: bool) -> No
         C.DEFAULT_LOCAL_TMP = C.config.get_config_value("DEFAULT_LOCAL_TMP")
         # runner sets PYTHONUNBUFFERED so it sees events as they happen; this interpreter
         # started without it
-        sys.stdout.reconfigure(line_buffering=True, write_through=True)
-        sys.stderr.reconfigure(line_buffering=True, write_through=True)
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper):
+                stream.reconfigure(line_buffering=True, write_through=True)
         sys.argv = ["ansible-playbook", *argv[1:]]
         from ansible.cli.playbook import main
         try:

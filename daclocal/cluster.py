@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -139,7 +140,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
             hosts[host] = {"bricks": bricks, "fs_root": str(workdir / "fs" / host)}
         node_views(workdir)
         # TLS with client certificates and RBAC, as a site's etcd must be (docs/security.md)
-        config = {"etcd": {**etcd.settings(), "timeout": 5},
+        config: dict[str, Any] = {"etcd": {**etcd.settings(), "timeout": 5},
                   "pools": {POOL: {"granularity": brick_size, "backend": "local", "swap": True}},
                   "hosts": hosts, "lease_ttl": 5,
                   "mount_root": str(workdir / MOUNT_ROOT),

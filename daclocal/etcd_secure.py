@@ -6,7 +6,7 @@ client certificate with no Common Name: etcd's JSON gateway refuses a client cer
 has one (since CVE-2018-16886), and over gRPC a CN would log in as that etcd user without a
 password. The client certificate is a gate, not an identity: with `--client-cert-auth`, only a
 holder of its key can open a connection to etcd at all; who it then is comes from the role's
-user name and password (daccore.etcd_auth).
+user name and password (daccore.etcd.auth).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from daccore.errors import AdminError
-from daccore.etcd_auth import ROLES
+from daccore.etcd.auth import ROLES
 
 __all__ = ["Pki", "make_pki", "grants", "enable_rbac", "etcdctl_env"]
 

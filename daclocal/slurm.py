@@ -18,9 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from daccore.share import asset
-
 from daccore.errors import AdminError
+from daccore.share import asset
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 
 __all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS", "start_munged", "munge_socket"]
@@ -99,7 +98,8 @@ def ensure_submit_user() -> pwd.struct_passwd:
         r = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", SUBMIT_USER],
                            capture_output=True, text=True)
         if r.returncode != 0:
-            raise AdminError(f"cannot create the submit user {SUBMIT_USER}: {r.stderr.strip()}")
+            raise AdminError(f"cannot create the submit user {SUBMIT_USER}: "
+                             f"{r.stderr.strip()}") from None
         return pwd.getpwnam(SUBMIT_USER)
 
 

@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from daccore.etcd import EtcdClient
-from daccore.etcd_auth import Credential
+from daccore.etcd.auth import Credential
+from daccore.etcd.client import EtcdClient
 from daccore.store import Store
 from daclocal.etcd_server import EtcdServer
 

@@ -21,7 +21,7 @@ import grp
 import os
 import pwd
 
-from daccore.backends import Backend, register
+from daccore.backends.base import Backend, register
 from daccore.errors import AdminError
 
 __all__ = ["DaosBackend", "pool_label", "CONTAINER"]

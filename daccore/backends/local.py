@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from daccore.backends import Backend, node_mounts, register
+from daccore.backends.base import Backend, node_mounts, register
 
 __all__ = ["LocalBackend"]
 

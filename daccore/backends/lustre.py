@@ -24,7 +24,7 @@ import hashlib
 import os
 import string
 
-from daccore.backends import Backend, register, templated
+from daccore.backends.base import Backend, register, templated
 
 __all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
 

@@ -10,8 +10,8 @@ import tempfile
 import time
 
 import pytest
-
 from clitools import run
+
 from daclocal.slurm import SUBMIT_USER, ensure_submit_user
 
 

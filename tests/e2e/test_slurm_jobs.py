@@ -6,6 +6,7 @@ import pwd
 import time
 
 from clitools import pools, run
+
 from daclocal.slurm import SUBMIT_USER
 
 BUFFER_JOB = """#!/bin/bash

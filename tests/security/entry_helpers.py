@@ -24,6 +24,19 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 _BOOT = ("import site, sys; site.addsitedir(sys.argv.pop(1)); from dacctl.main import main; "
          "sys.exit(main(sys.argv[1:]))")
 
+
+def dacctl_as(user, *args, env=None, timeout=60):
+    """`dacctl *args` run as `user` (uid, gid), no supplementary groups, from /."""
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+    assert version == str(tuple(sys.version_info[:2])), version
+    uid, gid = user
+    return subprocess.run([SYSTEM_PYTHON, "-c", _BOOT, sysconfig.get_paths()["purelib"], *args],
+                          capture_output=True, text=True, timeout=timeout, user=uid, group=gid,
+                          extra_groups=[], cwd="/",
+                          env={"PATH": f"{BIN}:/usr/bin:/bin", **(env or {})})
+
+
 #: what a failed stage-in of MALLORY's buffer says: a path only its owner may learn
 SECRET = "dac-entry-secret-5678"
 
@@ -54,12 +67,8 @@ class Cluster:
                               env={"PATH": f"{BIN}:/usr/bin:/bin", **self.env})
 
     def dacctl(self, user, *args):
-        """`dacctl *args` run as `user`."""
-        version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
-                                 capture_output=True, text=True).stdout.strip()
-        assert version == str(tuple(sys.version_info[:2])), version
-        return self.as_user(user, SYSTEM_PYTHON, "-c", _BOOT, sysconfig.get_paths()["purelib"],
-                            *args)
+        """`dacctl *args` run as `user`, with the cluster's env."""
+        return dacctl_as(user, *args, env=self.env, timeout=30)
 
     def bbstat(self, user, *words):
         return self.as_user(user, "scontrol", "show", "bbstat", *words)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from clitools import pools, run, setup, slurm, wait_for
+
 from daccore.config import load_config
 from daccore.store import Store
 from daclocal.cluster import LocalState
@@ -151,6 +151,7 @@ def next_job_runs(workdir: Path, env, store, tmp_path, src_dir: Path, job: int) 
     assert store.buffer(str(job)) is None
 
 
-__all__ = ["open_dir", "UID", "GID", "OTHER_UID", "OTHER_GID", "up", "down", "owned", "write", "as_user",
+__all__ = ["open_dir", "UID", "GID", "OTHER_UID", "OTHER_GID", "up", "down", "owned", "write",
+           "as_user",
            "buffer_fs", "snapshot", "copiers", "stop_the_copier", "next_job_runs", "pools",
            "setup", "slurm"]

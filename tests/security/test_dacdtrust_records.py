@@ -3,7 +3,8 @@ stolen credential or a broken writer would, are each skipped with one log line b
 each host the record's claims name (a dacd reads only the buffers holding a brick of its host,
 docs/architecture.md), no line by any other, and an admin error in the status, nothing of
 root's happens for them (no mkfs, no file, no touched disk), and the buffers of two real
-unprivileged users still reach created and mounted beside them. Real etcd, real dacd processes, real playbooks, loop devices."""
+unprivileged users still reach created and mounted beside them. Real etcd, real dacd
+processes, real playbooks, loop devices."""
 
 import itertools
 import json
@@ -15,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from clitools import BIN, reached, run, setup, slurm, wait_for
+
 from daccore.allocator import place
 from daccore.buffers import allocation_of
 from daccore.config import load_config
@@ -282,7 +283,7 @@ def test_dacdtrust_valid_buffers_of_two_users_run_beside_the_bad_records(dacdtru
     workdir, env, store = dacdtrust_dac
     nodes = tmp_path / "nodes"
     nodes.write_text("node1\n")
-    for job, (uid, gid) in zip((701, 702), USERS):
+    for job, (uid, gid) in zip((701, 702), USERS, strict=True):
         script = setup(env, tmp_path, job, "512MiB", uid=uid, gid=gid)
         slurm(env, "pre_run", job, "--job", str(script), "--nodehostnamefile", str(nodes))
         statuses = wait_for(reached(store, str(job), State.MOUNTED), what="mounted")
@@ -291,4 +292,4 @@ def test_dacdtrust_valid_buffers_of_two_users_run_beside_the_bad_records(dacdtru
         assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o700)
     for job in (701, 702):
         slurm(env, "teardown", job)
-        wait_for(lambda: store.buffer(str(job)) is None, what="the buffer to be reaped")
+        wait_for(lambda job=job: store.buffer(str(job)) is None, what="the buffer to be reaped")

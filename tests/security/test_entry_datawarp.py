@@ -7,10 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
-
 from clitools import run
-from security.entry_helpers import (ALICE, MALLORY, SECRET, Cluster, forged_workdir,
-                                    root_sleeper, stop, victim_file)
+from security.entry_helpers import (
+    ALICE,
+    MALLORY,
+    SECRET,
+    Cluster,
+    forged_workdir,
+    root_sleeper,
+    stop,
+    victim_file,
+)
 
 
 @pytest.fixture(scope="module")

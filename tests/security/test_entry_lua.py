@@ -3,7 +3,6 @@ user about another user's buffer: 22.05 does not say who asks, so only the publi
 the paths or error text of the buffer's owner (docs/security.md, "Attacks tried")."""
 
 import pytest
-
 from security.entry_helpers import ALICE, MALLORY, SECRET, Cluster, victim_file
 
 

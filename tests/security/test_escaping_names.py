@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from clitools import run, setup, slurm
+
 from daccore.config import load_config
 from daccore.store import Store
 

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from clitools import pools, run, setup, slurm
+from mounts import mounts
+
 from daccore.config import load_config
 from daccore.store import Store
-from mounts import mounts
 
 UID, GID = 1234, 4321
 OTHER_UID, OTHER_GID = 5678, 8765

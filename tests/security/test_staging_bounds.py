@@ -10,12 +10,24 @@ import threading
 import time
 
 import pytest
-
 from clitools import pools, run
+from security.staging_dac import (
+    GID,
+    STAGE_TIMEOUT,
+    UID,
+    buffer_fs,
+    copiers,
+    down,
+    next_job_runs,
+    owned,
+    setup,
+    slurm,
+    stop_the_copier,
+    up,
+    write,
+)
+
 from dacd.staging import COPIER, _python
-from security.staging_dac import (dac, GID, STAGE_TIMEOUT, UID, buffer_fs, copiers, down,  # noqa: F401
-                                  next_job_runs, open_dir, owned, setup, slurm,
-                                  stop_the_copier, up, write)
 
 NOT_REGULAR = "not a regular file (FIFOs, devices and sockets are not staged)"
 

@@ -6,9 +6,16 @@ unchanged and the next job runs."""
 import os
 
 import pytest
-
-from security.staging_dac import (dac, as_user, buffer_fs, down, next_job_runs, open_dir,  # noqa: F401
-                                  owned, setup, slurm, snapshot, up, write)
+from security.staging_dac import (
+    as_user,
+    buffer_fs,
+    next_job_runs,
+    owned,
+    setup,
+    slurm,
+    snapshot,
+    write,
+)
 
 LINK_ERROR = "a link or not a directory (staging follows no link in a destination)"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from clitools import run, setup
+
 from daccore.config import load_config
 from daccore.share import asset
 from daccore.store import Store
@@ -413,7 +413,7 @@ def test_usersvc_parallel_requests_each_get_their_own_callers_answer(usersvc_dac
         t.start()
     for t in threads:
         t.join(60)
-    for (user, _), reply in zip(creds, replies):
+    for (user, _), reply in zip(creds, replies, strict=True):
         if user == A:
             assert reply["ok"]["buffer"]["name"] == "abuf"
         else:

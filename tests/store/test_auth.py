@@ -13,8 +13,8 @@ from records import buffer_maker, host, pool
 
 from daccore.buffers import allocate_buffer
 from daccore.errors import NoCredential
-from daccore.etcd import TRANSPORTS, EtcdRequestError
-from daccore.etcd_auth import Credential
+from daccore.etcd.auth import Credential
+from daccore.etcd.types import TRANSPORTS, EtcdRequestError
 from daccore.models import State, Status
 from daccore.store import Store
 from daclocal.etcd_server import PREFIX, EtcdServer

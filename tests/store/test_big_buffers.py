@@ -13,7 +13,7 @@ from records import buffer_maker, host, pool
 from daccore import store as store_module
 from daccore.buffers import allocate_buffer
 from daccore.errors import CapacityError
-from daccore.etcd import EtcdRequestError, put_op
+from daccore.etcd.types import EtcdRequestError, put_op
 from daccore.inventory import summarize
 from daccore.store import CLAIMS_PER_TXN, AllocationConflict, Store
 

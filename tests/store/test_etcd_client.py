@@ -4,9 +4,17 @@ import time
 import pytest
 
 from daccore.errors import StoreUnavailable
-from daccore.etcd import TRANSPORTS, EtcdClient, EtcdRequestError, WatchCompacted, absent, \
-    mod_is, put_op, range_op
-from daccore.etcd_stream import LeaseKeeper
+from daccore.etcd.client import EtcdClient
+from daccore.etcd.stream import LeaseKeeper
+from daccore.etcd.types import (
+    TRANSPORTS,
+    EtcdRequestError,
+    WatchCompacted,
+    absent,
+    mod_is,
+    put_op,
+    range_op,
+)
 from daccore.keys import prefix_end
 
 

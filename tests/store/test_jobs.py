@@ -2,13 +2,12 @@
 detaching and destroying change a buffer's spec (dacd then acts on it: tests/system)."""
 
 import pytest
+from records import host, pool
 
 from daccore import jobs
 from daccore.directives import parse_script
 from daccore.errors import NotFound, UserError
 from daccore.models import State
-
-from records import host, pool
 
 SWAP_OFF = pool("noswap", granularity=100, backend="local", placement="single_host")
 SWAP_ON = pool("swap", granularity=100, backend="local", placement="single_host", swap=True)

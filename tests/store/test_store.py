@@ -1,15 +1,13 @@
 import threading
-import time
 
 import pytest
+from records import buffer_maker, host, pool
 
 from daccore.buffers import allocate_buffer, allocation_of
 from daccore.errors import AdminError, CapacityError, Conflict, InternalError, NotFound, UserError
 from daccore.inventory import summarize
 from daccore.models import State, Status, StatusError
 from daccore.store import AllocationConflict
-
-from records import buffer_maker, host, pool
 
 
 def register(store, hosts=("h1", "h2"), n=4, alive=True):

@@ -7,7 +7,7 @@ import pytest
 
 from daccore.config import load_config
 from daccore.errors import StoreUnavailable
-from daccore.etcd import TRANSPORTS
+from daccore.etcd.types import TRANSPORTS
 from daccore.store import Store
 
 

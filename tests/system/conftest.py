@@ -4,8 +4,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from clitools import run
+
 from daccore.config import load_config
 from daccore.store import Store
 

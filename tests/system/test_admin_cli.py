@@ -81,7 +81,8 @@ def test_hosts_show_bricks_buffers_drain_undrain_and_down(dac, tmp_path):
         f"dacctl: user error: unknown host 'nope' (hosts: {', '.join(sorted(before))})"
     assert one_line(as_user(env, "undrain", busy)) == \
         "dacctl: user error: only root or the admin group may undrain hosts"
-    assert one_line(as_user(env, "drain", idle)) == "dacctl: user error: only root or the admin group may drain hosts"
+    assert one_line(as_user(env, "drain", idle)) == \
+        "dacctl: user error: only root or the admin group may drain hosts"
     assert hosts(env)[idle]["state"] == "up"
     assert run("dacctl", "undrain", busy, env=env).stdout == f"host {busy} undrained\n"
     assert hosts(env)[busy]["state"] == "up" and pools(env)["default"]["hosts_drained"] == 0

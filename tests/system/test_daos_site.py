@@ -3,10 +3,10 @@
 as). Each test asserts the full ordered list of commands, and who ran them."""
 
 import pytest
+from recorded_site import RecordedSite
 
 from daccore.errors import PlaybookFailed
 from daclocal.slurm import ensure_submit_user
-from recorded_site import RecordedSite
 
 NODE = "<site>/nodes/{node}/7/striped"
 

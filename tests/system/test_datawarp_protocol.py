@@ -5,7 +5,6 @@ import os
 import sys
 
 import pytest
-
 from clitools import run
 
 MiB = 1 << 20
@@ -160,3 +159,28 @@ def test_data_in_and_out_with_nothing_to_stage_take_the_lean_path(local_dac, job
         r = fn(env, f, "--token", "61", "--job", script, "--nodehostnamefile", str(nodes))
         assert (r.returncode, r.stdout) == (0, ""), f
     assert json.loads(fn(env, "pools").stdout)["pools"][0]["free"] == 8
+
+
+HEAVY = ("pydantic", "yaml", "grpc", "aetcd", "google.protobuf", "rich", "click")
+
+
+def test_the_hooks_inside_slurmctld_load_no_heavy_module(local_dac, job, tmp_path):
+    # job_process, pools and paths run inside slurmctld under its locks: their budget
+    # (docs/performance.md) holds only while they import none of these
+    _, env = local_dac
+    script = job(GOOD)
+    assert fn(env, "setup", "--token", "9", "--caller", "SLURM", "--user", "1000", "--groupid",
+              "1000", "--capacity", "default:600MiB", "--job", script).returncode == 0
+    import subprocess
+    for args in (["job_process", "--job", script], ["pools"],
+                 ["paths", "--token", "9", "--job", script, "--pathfile", str(tmp_path / "p")]):
+        r = subprocess.run([sys.executable, "-X", "importtime", os.path.join(
+            os.path.dirname(sys.executable), "dacctl"), "--function", *args],
+            env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        loaded = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()
+                  if line.startswith("import time:")}
+        assert "daccore.store" in loaded  # the trace is read
+        heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY)
+        assert heavy == [], f"{args[0]} loads {heavy}"
+    assert fn(env, "teardown", "--token", "9", "--job", script, "--hurry").returncode == 0

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from clitools import pools, reached, run, setup, slurm, wait_for
 from mounts import mount_of, mounts, swaps
+
 from daccore.config import load_config
 from daccore.models import State
 from daccore.store import Store

@@ -4,14 +4,14 @@ import os
 import subprocess
 
 import pytest
+from mounts import mount_of
 
 from daccore.backends import get
 from daccore.config import DacConfig
 from daccore.errors import ConfigError, Kind, PlaybookFailed
 from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
-from daclocal import loopdev
 from dacd.runner import run_step
-from mounts import mount_of
+from daclocal import loopdev
 
 MiB = 1 << 20
 
@@ -21,7 +21,7 @@ def bricks(tmp_path):
     made = []
 
     def make(n, size=512 * MiB):
-        for i in range(n):
+        for _ in range(n):
             path = tmp_path / f"brick{len(made)}.img"
             made.append((loopdev.attach(path, size), path))
         return [d for d, _ in made[-n:]]

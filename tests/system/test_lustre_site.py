@@ -3,10 +3,10 @@
 lfs). Each test asserts the full ordered list of commands; forks=1 makes the order exact."""
 
 import pytest
+from recorded_site import RecordedSite
 
 from daccore.backends.lustre import fsname
 from daccore.errors import PlaybookFailed
-from recorded_site import RecordedSite
 
 NODE = "<site>/nodes/{node}/7/{kind}"
 OPTS = "flock,nodev,nosuid"

@@ -5,9 +5,8 @@ import json
 import os
 import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from clitools import pools, run, setup, slurm, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 UID, GID = 1234, 4321  # the job's user, as clitools.setup asks
 

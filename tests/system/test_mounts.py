@@ -6,10 +6,10 @@ import os
 import subprocess
 
 import pytest
-
 from clitools import pools, run, setup, slurm
-from daccore.models import State
 from mounts import mounts, swaps
+
+from daccore.models import State
 
 UID, GID = 1234, 4321
 

@@ -4,6 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from daccore.errors import InternalError
 from daccore.share import asset
 
 PACKAGING = asset("packaging", directory=True)
@@ -28,3 +31,26 @@ def test_dacd_refuses_the_sample_config_only_for_what_this_machine_lacks(tmp_pat
     assert r.returncode == 2
     assert r.stderr.strip().endswith("hosts.nosuchhost: this host is not in the config "
                                      "(hosts: dac1); pass --host or add it")
+
+
+def test_a_missing_asset_is_an_internal_error_naming_it():
+    with pytest.raises(InternalError, match=r"^dac's daccore/share/playbooks/nfs is missing "
+                                            r"from this installation; reinstall dac$"):
+        asset("playbooks", "nfs", directory=True)
+    with pytest.raises(InternalError, match="daccore/share/slurm/burst_buffer.lua.orig is missing"):
+        asset("slurm", "burst_buffer.lua.orig")
+
+
+def test_a_missing_playbook_never_counts_as_success(tmp_path, monkeypatch):
+    from dacd import runner
+    (tmp_path / "playbooks" / "local").mkdir(parents=True)
+    monkeypatch.setattr(runner, "playbooks", lambda: tmp_path / "playbooks")
+    with pytest.raises(InternalError, match=r"^playbook local/create.yml is missing from "):
+        runner.run_step("local", "create", "h1", {})
+
+
+def test_the_installed_playbooks_have_every_step():
+    from dacd.runner import playbooks
+    for backend in ("local", "lustre", "daos"):
+        for step in ("create", "mount", "unmount", "delete"):
+            assert (playbooks() / backend / f"{step}.yml").is_file(), (backend, step)

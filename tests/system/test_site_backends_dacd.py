@@ -6,12 +6,12 @@ import itertools
 import os
 
 import pytest
-
 from clitools import pools, slurm, wait_for
+from recorded_site import RecordedSite
+
 from daccore.config import load_config
 from daccore.store import Store
 from daclocal.slurm import ensure_submit_user
-from recorded_site import RecordedSite
 
 _prefixes = itertools.count()
 

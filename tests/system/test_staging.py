@@ -5,6 +5,7 @@ import json
 import os
 
 from clitools import run, setup, slurm
+
 from daccore.units import format_size
 
 UID, GID = 1234, 4321
@@ -72,8 +73,8 @@ def test_stage_in_and_out_copy_as_the_user(dac, open_dir, tmp_path):
     table = run("dacctl", "status", "51", env=env).stdout
     assert table.startswith("buffer 51: staged_in") and host in table and "4/4 files" in table
     r = run("dacctl", "status", "nope", env=env, check=False)
-    assert (r.returncode, r.stderr.strip()) == (1, "dacctl: user error: no buffer 'nope' of yours (a job id "
-                                                   "or a persistent buffer's name)")
+    assert (r.returncode, r.stderr.strip()) == (
+        1, "dacctl: user error: no buffer 'nope' of yours (a job id or a persistent buffer's name)")
 
     slurm(env, "data_out", 51, "--job", str(script))
     result = out / "run1"
@@ -157,7 +158,8 @@ def test_a_failed_stage_out_keeps_the_buffer_until_a_hurried_teardown(dac, open_
     assert store.buffer("56") is None
 
 
-def test_a_list_stages_each_pair_and_data_too_big_is_refused_before_copying(dac, open_dir, tmp_path):
+def test_a_list_stages_each_pair_and_data_too_big_is_refused_before_copying(dac, open_dir,
+                                                                           tmp_path):
     workdir, env, store = dac
     src = owned(open_dir / "in5")
     write(src / "one", b"1\n")

@@ -2,12 +2,20 @@ import json
 
 import pytest
 
-from daccore.admin_views import (age, buffer_detail, buffer_rows, buffer_state, host_rows,
-                                 resolve_uid, shorten, sort_names, visible)
+from daccore.admin_views import (
+    age,
+    buffer_detail,
+    buffer_rows,
+    buffer_state,
+    host_rows,
+    resolve_uid,
+    shorten,
+    sort_names,
+    visible,
+)
 from daccore.errors import Kind, NotFound
 from daccore.inventory import Inventory
-from daccore.models import (Allocation, BrickRef, Buffer, BufferRequest, State, Status,
-                            StatusError)
+from daccore.models import Allocation, BrickRef, Buffer, BufferRequest, State, Status, StatusError
 
 MiB = 1 << 20
 

@@ -2,7 +2,8 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daccore.allocator import place
 from daccore.errors import CapacityError, NotFound, UserError
@@ -53,8 +54,8 @@ def test_single_host_keeps_the_buffer_on_one_host_and_picks_the_best_fit():
 
 def test_single_host_refuses_when_no_host_is_big_enough_even_if_the_pool_is():
     inv = inventory({"a": [(0, "0")] * 2, "b": [(0, "0")] * 2}, placement="single_host")
-    with pytest.raises(CapacityError, match="no host in pool 'p' has 3 bricks of 100B free .* most on "
-                                            "one host is 2"):
+    with pytest.raises(CapacityError, match="no host in pool 'p' has 3 bricks of 100B free .* "
+                                            "most on one host is 2"):
         place(inv, 3 * G, "p")
 
 
@@ -130,7 +131,7 @@ def test_placement_properties(scenario):
         assert len(per_host) == 1
     else:
         # spread: a host gets a second brick only when every other host is used up or equal
-        for h, n in per_host.items():
+        for _h, n in per_host.items():
             for other, bricks in free.items():
                 if per_host.get(other, 0) + 1 < n:
                     assert per_host.get(other, 0) == len(bricks)
@@ -138,7 +139,7 @@ def test_placement_properties(scenario):
     for h in per_host:
         groups = Counter((b.socket, b.pcie_switch) for b in free[h])
         used = Counter((b.socket, b.pcie_switch) for b in picked if b.host == h)
-        for g, n in used.items():
+        for _g, n in used.items():
             for other, size in groups.items():
                 if used.get(other, 0) + 1 < n:
                     assert used.get(other, 0) == size

@@ -156,7 +156,6 @@ def _fields(model, seen=None):
 
 
 def test_the_sample_config_is_valid_and_shows_every_setting():
-    from pathlib import Path
 
     from daccore.config import DacConfig
     sample = asset("packaging", "dac.yaml")

@@ -1,7 +1,8 @@
 import re
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from daccore.escape import escape, printable
 

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from daccore.errors import NoCredential
-from daccore.etcd_auth import Credential, token_rejected
+from daccore.etcd.auth import Credential, token_rejected
 
 
 @pytest.fixture

@@ -1,6 +1,9 @@
 import json
 
-from daccore.inventory import Inventory, summarize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daccore.inventory import ClaimCounts, Inventory, summarize, views_of
 
 
 def test_summary_counts_live_free_used_and_drained():
@@ -22,9 +25,6 @@ def test_summary_counts_live_free_used_and_drained():
     assert sorted(inv.free_bricks("p")) == ["up"]
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from daccore.inventory import ClaimCounts, views_of  # noqa: E402
 from daccore.models import Brick, Host, HostCapacity  # noqa: E402
 
 

@@ -4,8 +4,15 @@ from daccore.admin_views import buffer_detail
 from daccore.directives import parse_script
 from daccore.errors import Kind
 from daccore.estimate import report
-from daccore.models import (Allocation, BrickRef, Buffer, BufferRequest, StageRequest, Status,
-                            StatusError)
+from daccore.models import (
+    Allocation,
+    BrickRef,
+    Buffer,
+    BufferRequest,
+    StageRequest,
+    Status,
+    StatusError,
+)
 from dacctl import render
 
 MiB = 1 << 20

@@ -1,7 +1,14 @@
 from daccore.admin_views import buffer_detail
 from daccore.errors import Kind
-from daccore.models import (Allocation, BrickRef, Buffer, BufferRequest, StageRequest, Status,
-                            StatusError)
+from daccore.models import (
+    Allocation,
+    BrickRef,
+    Buffer,
+    BufferRequest,
+    StageRequest,
+    Status,
+    StatusError,
+)
 from dacctl import render
 
 MiB = 1 << 20

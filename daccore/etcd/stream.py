@@ -1,5 +1,5 @@
 """The long-lived parts of the etcd client, used by daemons: a resumable watch and a lease
-kept alive in a thread. Split from `daccore.etcd` so that the short-lived Slurm hooks never
+kept alive in a thread. Split from `daccore.etcd.client` so that the short-lived Slurm hooks never
 import `logging` for them."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from daccore.errors import StoreUnavailable
-from daccore.etcd import EtcdClient, EtcdRequestError, Event, Unreachable, WatchCompacted
-from daccore.etcd import WatchMessage
+from daccore.etcd.types import EtcdRequestError, Event, Unreachable, WatchCompacted, WatchMessage
 
 if TYPE_CHECKING:
-    from daccore.etcd import WatchStream
+    from daccore.etcd.client import EtcdClient
+    from daccore.etcd.types import WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ class Watch:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self._client.timeout:
-                    raise StoreUnavailable(self._client.endpoints, str(e), now - failing_since)
+                    raise StoreUnavailable(self._client.endpoints, str(e),
+                                           now - failing_since) from e
                 self._client._preferred += 1  # try the next endpoint, if there is one
                 log.debug("watch on %s broke (%s); resuming from revision %s", self._key, e,
                           self.next_revision)

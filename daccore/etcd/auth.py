@@ -23,7 +23,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from daccore.errors import AdminError, NoCredential
-from daccore.etcd import EtcdRequestError
+from daccore.etcd.types import EtcdRequestError
 
 if TYPE_CHECKING:
     from typing import Callable, TypeVar

@@ -1,7 +1,7 @@
 """The `grpc` transport: etcd's native gRPC API, synchronous, through the protobuf stubs that
 aetcd generates and ships (`aetcd.rpc`); aetcd's own client is asyncio-only, and dacd is built
 on threads. Every gRPC error is translated here, and nowhere else. With etcd's RBAC on, each call
-carries the role's token as `token` metadata (daccore.etcd_auth gets and renews it).
+carries the role's token as `token` metadata (daccore.etcd.auth gets and renews it).
 """
 
 from __future__ import annotations
@@ -14,11 +14,19 @@ import grpc
 from aetcd.rpc import kv_pb2, rpc_pb2, rpc_pb2_grpc
 
 from daccore.errors import AdminError
-from daccore.etcd import (KV, Compare, EtcdRequestError, Event, Op, TxnResult, Unreachable,
-                          WatchMessage)
+from daccore.etcd.types import (
+    KV,
+    Compare,
+    EtcdRequestError,
+    Event,
+    Op,
+    TxnResult,
+    Unreachable,
+    WatchMessage,
+)
 
 if TYPE_CHECKING:
-    from daccore.etcd_auth import Credential
+    from daccore.etcd.auth import Credential
 
 __all__ = ["GrpcTransport"]
 
@@ -210,7 +218,7 @@ class _GrpcWatch:
     def _renew_if_rejected(self, reason: str) -> None:
         """A watch etcd cancels for its token: renew it and break the stream, so the resuming
         Watch opens a new one with the fresh token."""
-        from daccore.etcd_auth import token_rejected
+        from daccore.etcd.auth import token_rejected
         t = self._transport
         if t.credential is not None and self._metadata and token_rejected(None, reason):
             t.credential.renew(t.endpoint, self._metadata[0][1], t.authenticate)

@@ -6,7 +6,7 @@ or chunked replies): `http.client` imports the `email` package and cost 37 ms of
 Slurm hook inside slurmctld may take (docs/performance.md). `ssl` is imported only for https.
 
 With etcd's RBAC on, each request carries the token of the caller's role (`Authorization`
-header; daccore.etcd_auth gets, caches and renews it).
+header; daccore.etcd.auth gets, caches and renews it).
 
 Keys and values travel base64-encoded, 64-bit integers as strings, and a field at its default
 value is left out of a response (a txn that failed has no "succeeded"). Verified against Debian's
@@ -27,11 +27,19 @@ if TYPE_CHECKING:
     import ssl
     from typing import Any, Iterator
 
-    from daccore.etcd_auth import Credential
+    from daccore.etcd.auth import Credential
 
 from daccore.errors import AdminError
-from daccore.etcd import (KV, Compare, EtcdRequestError, Event, Op, TxnResult, Unreachable,
-                          WatchMessage)
+from daccore.etcd.types import (
+    KV,
+    Compare,
+    EtcdRequestError,
+    Event,
+    Op,
+    TxnResult,
+    Unreachable,
+    WatchMessage,
+)
 
 __all__ = ["HttpTransport"]
 
@@ -118,7 +126,7 @@ class _Connection:
         status = self.rfile.readline(65537).split(None, 2)
         if len(status) < 2 or not status[0].startswith(b"HTTP/"):
             raise ValueError(f"not an HTTP reply: {status!r}")
-        headers = {}
+        headers: dict[str, str] = {}
         while True:
             line = self.rfile.readline(65537)
             if line in (b"\r\n", b"\n"):
@@ -382,7 +390,7 @@ class _HttpWatch:
 def _renew_if_rejected(transport: HttpTransport, token: str | None, reason: str) -> None:
     """A watch etcd cancels for its token (expired since the last request): renew it and
     break the stream, so the resuming Watch opens a new one with the fresh token."""
-    from daccore.etcd_auth import token_rejected
+    from daccore.etcd.auth import token_rejected
     if transport.credential is not None and token and token_rejected(None, reason):
         transport.credential.renew(transport.endpoint, token, transport.authenticate)
         raise Unreachable("etcd token expired; renewed")

@@ -1,0 +1,22 @@
+"""The patterns and bounds every record obeys: what `daccore.models` validates with and
+`daccore.trust` checks by, in one place that imports nothing (the Slurm hooks use the patterns
+on their hot path, and the models and the checks both need them)."""
+
+__all__ = ["NAME", "BUFFER_NAME", "JOB_KEY", "MAX_BYTES", "MAX_PATH", "MAX_STAGE_LINES",
+           "MAX_JOBS", "MAX_NODES"]
+
+#: hosts, bricks, pools, compute nodes: safe inside an etcd key, a path and an argv.
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+#: a job's buffer is named after its job id; a persistent buffer as directives.PERSISTENT_NAME.
+BUFFER_NAME = r"^(?:[0-9]{1,10}|[A-Za-z][A-Za-z0-9_.-]{0,63})$"
+#: attachment keys are Slurm job ids (uint32).
+JOB_KEY = r"^[0-9]{1,10}$"
+#: 1 EiB: more than any pool; keeps sums of sizes far from overflowing anything downstream.
+MAX_BYTES = 1 << 60
+#: Linux's PATH_MAX, for a stage line's source and destination.
+MAX_PATH = 4096
+#: per direction; a job script with more is better served by one `type=list` line.
+MAX_STAGE_LINES = 1000
+#: jobs attaching one persistent buffer at once, and compute nodes of one job.
+MAX_JOBS = 10_000
+MAX_NODES = 100_000

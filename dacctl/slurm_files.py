@@ -1,0 +1,89 @@
+"""`dacctl slurm-files DIR`: the Slurm plugin files of this installation, written into a site's
+Slurm configuration directory, so the burst_buffer.lua slurmctld runs is the one this dac was
+tested with (daccore/share/slurm/).
+
+Anyone may run it: it writes only files any user can read from the package, and only where the
+caller may write. It runs as root in the common case, so it never follows a link it did not
+make: `DIR` is opened without following a link in its last component, and each file is written
+to a new name beside its target and renamed over it through that directory's descriptor (a
+rename replaces a planted link, never writes through it). A file that differs from the
+package's is kept unless `force`: the site may have edited its burst_buffer.conf.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from daccore.errors import AdminError, UserError
+from daccore.share import SLURM_FILES, asset
+
+__all__ = ["write_slurm_files"]
+
+
+def write_slurm_files(directory: str, force: bool = False) -> list[tuple[str, str]]:
+    """Write SLURM_FILES into `directory` (made 0755 if absent); [(name, "written" | "same")].
+    UserError naming the first file that differs when not `force`."""
+    try:
+        os.mkdir(directory, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise AdminError(f"slurm-files: cannot make {directory}: {e.strerror}") from None
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        why = "a link, or not a directory (give the directory itself)" if e.errno in (
+            errno.ENOTDIR, errno.ELOOP) else e.strerror
+        raise AdminError(f"slurm-files: {directory}: {why}") from None
+    try:
+        wanted = {name: asset("slurm", name).read_bytes() for name in SLURM_FILES}
+        done = []
+        for name, data in wanted.items():
+            have = _read(dfd, name)
+            if have == data:
+                done.append((name, "same"))
+                continue
+            if have is not None and not force:
+                raise UserError(f"slurm-files: {directory}/{name} exists and differs from this "
+                                "dac's; compare them, then run again with --force to replace it")
+            _replace(dfd, name, data)
+            done.append((name, "written"))
+        return done
+    finally:
+        os.close(dfd)
+
+
+def _read(dfd: int, name: str) -> bytes | None:
+    """The regular file `name` in dfd, None when absent; anything else (a link) differs."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return b""  # a link, a FIFO, ...: never read through; replaced only with --force
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(1 << 20)
+    finally:
+        os.close(fd)
+
+
+def _replace(dfd: int, name: str, data: bytes) -> None:
+    tmp = f".{name}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
+                     dir_fd=dfd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), 0o644)  # whatever the umask: slurmctld's user reads them
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError as e:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        raise AdminError(f"slurm-files: cannot write {name}: {e.strerror}") from None
