@@ -318,19 +318,25 @@ def steady_setups(slurm: Slurm, rate: float, seconds: float, first_job: int,
     return latencies, jobs, errors
 
 
-def closed_loop(fn, jobs: list[int], workers: int) -> tuple[float, list[str]]:
-    """Run fn(job) for every job on `workers` threads; (per second, errors)."""
+def closed_loop(fn, jobs: list[int], workers: int,
+                seconds: float = 60.0) -> tuple[float, list[int], list[str]]:
+    """Run fn(job) for the jobs on `workers` threads, starting none after `seconds`;
+    (done per second, the jobs done, errors)."""
     errors: list[str] = []
+    done: list[int] = []
+    start = time.monotonic()
 
     def one(job: int) -> None:
+        if time.monotonic() - start > seconds:
+            return
         try:
             fn(job)
+            done.append(job)
         except Exception as e:  # noqa: BLE001
             errors.append(f"{type(e).__name__}: {e}")
-    start = time.monotonic()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, jobs))
-    return len(jobs) / (time.monotonic() - start), errors
+    return len(done) / (time.monotonic() - start), done, errors
 
 
 def main() -> int:
@@ -486,11 +492,11 @@ def main() -> int:
             counter.close()
 
             # -- throughput: teardowns of those, then setups and teardowns closed-loop
-            rate, errs = closed_loop(slurm.teardown, jobs, 16)
+            rate, _, errs = closed_loop(slurm.teardown, jobs, 16, seconds=3600)
             figures["teardowns_per_s"] = round(rate, 1)
-            more = list(range(100000, 100000 + 400))
-            srate, serrs = closed_loop(lambda j: slurm.setup(j, 1), more, 16)
-            trate, terrs = closed_loop(slurm.teardown, more, 16)
+            srate, made, serrs = closed_loop(lambda j: slurm.setup(j, 1),
+                                             list(range(100000, 100000 + 2000)), 16)
+            trate, _, terrs = closed_loop(slurm.teardown, made, 16, seconds=3600)
             figures["setups_per_s"] = round(srate, 1)
             figures["teardowns_per_s_2"] = round(trate, 1)
             print(f"closed loop, 16 at once: {srate:.1f} setups/s, {trate:.1f} and {rate:.1f} "

@@ -279,8 +279,7 @@ class Store:
                     prefix = k.host_claims(pool, host) if host else k.pool_claims(pool)
                     ops.append(range_op(prefix, prefix_end(prefix), count_only=True,
                                         revision=revision))
-                for (pool, host), n in zip(chunk, self.client.txn([], ops).counts,
-                                             strict=True):
+                for (pool, host), n in zip(chunk, self.client.txn([], ops).counts, strict=True):
                     if host:
                         counts.per_host[(pool, host)] = n
                     else:

@@ -191,9 +191,8 @@ class Reconciler:
                         if new is not None:
                             self._claims[change.name] = new
                             self._held[new] = self._held.get(new, 0) + 1
-                    for name in {old, new}:
-                        if name is not None:
-                            self.schedule(name)
+                    for name in {n for n in (old, new) if n is not None}:
+                        self.schedule(name)
             except WatchCompacted:
                 log.warning("claim watch compacted; listing this host's buffers again")
                 revision = self._list_all()

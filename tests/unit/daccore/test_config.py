@@ -169,3 +169,19 @@ def test_the_sample_config_is_valid_and_shows_every_setting():
     text = sample.read_text()
     missing = sorted(f for f in _fields(DacConfig) if f"{f}:" not in text)
     assert missing == []
+
+
+def test_a_big_config_is_parsed_apart_and_means_the_same(tmp_path):
+    """A site of 800 servers x 24 bricks (1.1 MB of YAML) is parsed in a child process (the
+    parse's memory stays there); a mistake in one is still one line naming its line."""
+    hosts = "".join(f"  s{h}:\n    bricks:\n" + "".join(
+        f"    - {{device: /dev/nvme{b}n1, capacity: 1TiB, socket: {b % 2}}}\n"
+        for b in range(24)) for h in range(800))
+    text = "pools:\n  default: {granularity: 1TiB}\nhosts:\n" + hosts
+    from daccore import config as config_module
+    assert len(text) > config_module._BIG_FILE
+    c = load_config(write(tmp_path, text), env={})
+    assert len(c.hosts) == 800 and c.hosts["s799"].bricks[23].device == "/dev/nvme23n1"
+    with pytest.raises(ConfigError, match=r"dac.yaml: line [0-9]+: "):
+        load_config(write(tmp_path, text.replace("hosts:\n  s0:", "hosts:\n  s0: [\n")),
+                    env={})
