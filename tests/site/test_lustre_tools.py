@@ -322,21 +322,25 @@ REFUSALS["ambiguous abbreviation"] = ("dac1", ["mkfs.lustre", "--m", "{spare}"],
                                       "option '--m' is ambiguous")
 
 _OST = ["mkfs.lustre", "--ost", "--fsname=fs1", f"--mgsnode={MGS}"]
+#: what 2.15 and 2.16 both refuse where master differs
+_RELEASED = {
+    "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
+                                           4, "usage: erase_lcfg <fsname>"),
+    "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
+                                     "This command must be run on the MGS."),
+    "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
+                                    "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
+    "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
+                                           "--fsname=fs1", "--index=7",
+                                           f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
+    "index too large": ("dac1", [*_OST, "--index=65535", "{spare}"], 1,
+                        "Target index must be less than 65535"),
+}
 #: the rules that differ between releases (sources in lustre_model.py, lustre_mkfs.py,
 #: lustre_lctl.py): release -> refusals and accepted forms of that release only
 REFUSALS_OF = {
     "2.15": {
-        "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
-                                               4, "usage: erase_lcfg <fsname>"),
-        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
-                                         "This command must be run on the MGS."),
-        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
-                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
-        "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
-                                               "--fsname=fs1", "--index=7",
-                                               f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
-        "index too large": ("dac1", [*_OST, "--index=65535", "{spare}"], 1,
-                            "Target index must be less than 65535"),
+        **_RELEASED,
         "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 1,
                                    "failed to ping 10.0.0.9@tcp: Input/output error"),
         "ping with a timeout over 120 s": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "121"], 1,
@@ -346,17 +350,7 @@ REFUSALS_OF = {
             "param_path 'mdt/fs1-MDT*/max_mod_rpcs_in_flight': No such file or directory"),
     },
     "2.16": {
-        "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
-                                               4, "usage: erase_lcfg <fsname>"),
-        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
-                                         "This command must be run on the MGS."),
-        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
-                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
-        "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
-                                               "--fsname=fs1", "--index=7",
-                                               f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
-        "index too large": ("dac1", [*_OST, "--index=65535", "{spare}"], 1,
-                            "Target index must be less than 65535"),
+        **_RELEASED,
         "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 5,
                                    "failed to ping 10.0.0.9@tcp: Input/output error"),
         "ping with a timeout over 120 s": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "121"], 22,
