@@ -82,8 +82,19 @@ class Slurm:
             if job.get("JobState") in states and \
                     job.get("BurstBufferState", "complete") in ("complete", "(null)", ""):
                 return job
-            assert time.monotonic() < deadline, f"job {job_id} stuck: {job}"
+            assert time.monotonic() < deadline, f"job {job_id} stuck: {job}\n{self.logs()}"
             time.sleep(0.2)
+
+    def logs(self, lines: int = 15) -> str:
+        """The last lines of slurmctld's, dacctl's and each dacd's log: what a stuck job's
+        failure report needs, since the workdir is gone once the session ends."""
+        out = []
+        for pattern in ("*/log/slurmctld.log", "*/log/dacctl.log", "logs/dacd-*.log"):
+            for path in sorted(glob.glob(os.path.join(self.workdir, pattern))):
+                with open(path, errors="replace") as f:
+                    tail = f.readlines()[-lines:]
+                out.append(f"-- {path}\n{''.join(tail)}")
+        return "\n".join(out)
 
     def scontrol(self, *args: str) -> str:
         return self._run(["scontrol", *args]).stdout

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -45,16 +46,40 @@ def test_setup_builds_the_filesystem_and_teardown_frees_everything(dac, tmp_path
 def slurm_call_in_background(env, *args):
     """A Slurm call that waits for dacd, as Slurm's would: it must survive dacd dying."""
     return subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function", *args],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+                            env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
-def kill_during(workdir, env, store, name, step):
-    """SIGKILL the dacd of buffer `name`'s host while it runs `step`, start a new one; returns
-    the new dacd's process."""
+def revision(store) -> int:
+    """etcd's revision now: watch from it to see every status written after this point."""
+    return store.client.range(store.keys.statuses)[1]
+
+
+def kill_during(workdir, env, store, name, step, since, call=None):
+    """SIGKILL the dacd of buffer `name`'s host once it starts `step` (seen by watching every
+    status written since revision `since`, so a step shorter than any poll is not missed),
+    start a new one; returns the new dacd's process."""
     state = json.loads((workdir / "state.json").read_text())
     host = store.buffer(name).record.allocation.primary_host
-    wait_for(lambda: (s := store.statuses(name).get(host)) and s.step.startswith(step),
-             what=f"{step} to start")
+    watch, changes = store.watch_statuses(since)
+    seen, started = [], threading.Event()
+
+    def follow():
+        for change in changes:
+            if change.record and change.record.buffer == name and change.record.host == host:
+                seen.append(change.record.step)
+                if change.record.step.startswith(step):
+                    started.set()
+                    return
+    threading.Thread(target=follow, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 120
+        while not started.wait(0.2):
+            assert call is None or call.poll() is None, \
+                f"the Slurm call ended before {step} started: {call.stdout.read()}"
+            assert time.monotonic() < deadline, f"{step} never started; steps seen: {seen}"
+    finally:
+        watch.close()
     pid = next(d["pid"] for d in state["dacd"] if d["host"] == host)
     os.kill(pid, signal.SIGKILL)
     log = open(workdir / "logs" / f"dacd-{host}-restarted.log", "ab")
@@ -68,11 +93,12 @@ def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
     workdir, env, store = dac
     script = tmp_path / "job6.sh"
     script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
+    since = revision(store)
     slurm_call = slurm_call_in_background(env, "setup", "--token", "6", "--caller", "SLURM",
                                           "--user", "1234", "--groupid", "4321", "--job",
                                           str(script))
     wait_for(lambda: store.buffer("6"), what="the buffer")
-    proc = kill_during(workdir, env, store, "6", "create")
+    proc = kill_during(workdir, env, store, "6", "create", since, slurm_call)
     try:
         wait_for(reached(store, "6", State.CREATED), what="created after the restart")
         host = store.buffer("6").record.allocation.primary_host
@@ -93,9 +119,10 @@ def test_a_dacd_killed_mid_step_finishes_it_after_a_restart(dac, tmp_path, funct
     before = {"pre_run": [], "post_run": ["pre_run"], "teardown": ["pre_run"]}[function]
     for f in before:
         slurm(env, f, 21, "--job", str(script), "--nodehostnamefile", str(nodes))
+    since = revision(store)
     call = slurm_call_in_background(env, function, "--token", "21", "--job", str(script),
                                     "--nodehostnamefile", str(nodes))
-    proc = kill_during(workdir, env, store, "21", step)
+    proc = kill_during(workdir, env, store, "21", step, since, call)
     try:
         assert call.wait(120) == 0 and call.stdout.read() == ""
         binds = [m for m in mounts() if m.startswith(f"{workdir}/nodes/")]
