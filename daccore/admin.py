@@ -73,7 +73,8 @@ def create_persistent(store, config, name: str, capacity: int, pool: str | None,
     check_owner(uid, gid, config.min_owner_uid)
     jobs.create_persistent(store, name, uid, gid, capacity, pool, access, type_,
                            config.default_pool, config.own_mgs_pools())
-    jobs.wait_for(store, name, State.CREATED, config.step_timeout)
+    jobs.wait_for(store, name, State.CREATED, config.step_timeout,
+                  grace=config.restart_grace)
     current = store.buffer(name)
     if current is None:
         raise NotFound(f"persistent buffer '{name}' was destroyed as soon as it was built")
@@ -92,7 +93,8 @@ def destroy_persistent(store, config, name: str, uid: int) -> None:
         raise UserError(f"buffer '{name}' belongs to job {job} and goes when the job ends "
                         f"(scancel {job})")
     jobs.destroy(store, name, uid)
-    jobs.wait_for(store, name, State.DELETED, config.step_timeout)
+    jobs.wait_for(store, name, State.DELETED, config.step_timeout,
+                  grace=config.restart_grace)
 
 
 def forget(store, name: str, uid: int) -> list[str]:

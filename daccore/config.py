@@ -249,6 +249,12 @@ class DacConfig(Settings):
     step_timeout: float = Field(
         270, gt=0, description="seconds setup/pre_run/post_run/teardown wait for dacd; keep it "
                                "below burst_buffer.conf's OtherTimeout (default 300)")
+    restart_grace: float = Field(
+        90, ge=0, description="seconds a Slurm call waiting on a storage host whose dacd's "
+                              "lease lapsed waits for it to come back before failing: covers "
+                              "systemd restarting a crashed dacd (RestartSec=5, a start of a "
+                              "few seconds, a retry or two) with room to spare; keep it below "
+                              "step_timeout (docs/reliability.md)")
     stage_timeout: float = Field(
         3500, gt=0, description="seconds data_in/data_out wait; dacd kills a stage's copier "
                                 "10 % (at most 10 s) sooner; keep it below StageInTimeout "

@@ -262,23 +262,35 @@ def destroy(store, name: str, uid: int | None = None) -> None:
         raise NotFound(f"destroy_persistent: no persistent buffer named '{name}'")
 
 
-def wait_for(store, name: str, state: State, timeout: float, job: str | None = None) -> None:
+#: seconds a waiting Slurm call gives a storage host whose dacd's lease lapsed to come back,
+#: when the caller passes none (DacConfig.restart_grace says why 90)
+RESTART_GRACE = 90.0
+
+
+def wait_for(store, name: str, state: State, timeout: float, job: str | None = None,
+             grace: float = RESTART_GRACE) -> None:
     """Return once every host of the buffer has reached `state` (for DELETED: once the buffer
     is gone) and, with `job`, mounts it on exactly the nodes the spec attaches for that job;
-    raise the step's error, typed by who must act, or AdminError at the deadline."""
+    raise the step's error, typed by who must act, or AdminError at the deadline.
+
+    A host whose dacd's lease lapsed (killed, crashed, restarting) is waited for during `grace`
+    seconds from when this call first finds it down: a restarted dacd registers again and
+    finishes the step, and the call goes on as if nothing happened. Past the grace the call
+    fails with one line naming the host and what to do."""
     wake = threading.Event()
     watch = store.wake_on_status(name, wake)
     try:
-        _wait(store, name, state, timeout, job, wake)
+        _wait(store, name, state, timeout, job, wake, grace)
     finally:
         watch.close()
 
 
 def _wait(store, name: str, state: State, timeout: float, job: str | None,
-          wake: threading.Event) -> None:
+          wake: threading.Event, grace: float) -> None:
     from daccore.errors import AdminError, InternalError
     errors = {"user": UserError, "admin": AdminError, "internal": InternalError}
     deadline = time.monotonic() + timeout
+    down_since: dict[str, float] = {}  # host -> when this call first found it down
     # a status write wakes us; between them, a read at most every 0.25 s (quick at first: the
     # watch may start after the write it should see), so a long stage-in polled by many jobs
     # stays cheap for etcd
@@ -290,11 +302,10 @@ def _wait(store, name: str, state: State, timeout: float, job: str | None,
             return  # gone: deleted, or a job without a jobdw
         statuses = store.status_docs(name)
         hosts = buffer_hosts(buf)
-        down = sorted(set(hosts) - store.alive_among(hosts))
-        if down:
-            raise AdminError(f"buffer {name}: storage host {', '.join(down)} is down (its dacd's "
-                             "lease expired); restart dacd there, or tear the job down")
-        behind = []
+        now = time.monotonic()
+        down = set(hosts) - store.alive_among(hosts)
+        down_since = {h: down_since.get(h, now) for h in down}
+        behind, late = [], []
         for host in hosts:
             s = statuses.get(host) or {}
             error = s.get("error")
@@ -306,15 +317,40 @@ def _wait(store, name: str, state: State, timeout: float, job: str | None,
                 reached is not State.DELETED and reached.rank >= state.rank and
                 (job is None or s.get("attached", {}).get(job) == buf["attachments"].get(job)))
             if not done:
-                where = s.get("step") or (reached.value if reached else "")
+                where = "down: its dacd's lease lapsed" if host in down else \
+                    s.get("step") or (reached.value if reached else "")
                 behind.append(f"{host} ({where or 'not started'})")
+                if host in down and now - down_since[host] >= grace:
+                    late.append(host)
+        if late:  # a host that already reached the state needs no dacd for this call
+            raise AdminError(_down_line(buf, name, state, late, down == set(hosts), grace, job))
         if not behind and state is not State.DELETED:
             return
-        if time.monotonic() > deadline:
+        if now > deadline:
             raise AdminError(f"buffer {name}: not {state.value} within {timeout:.0f}s on "
                              f"{', '.join(behind) or 'its hosts'}; is dacd running there?")
         wake.wait(delay)
         delay = min(delay * 1.3, 0.25)
+
+
+def _down_line(buf: dict, name: str, state: State, late: list[str], all_down: bool,
+               grace: float, job: str | None) -> str:
+    """The one line of a call that waited `grace` seconds for a host in vain: the host and
+    every remedy that works from here (docs/reliability.md tests each)."""
+    hosts = ", ".join(late)
+    line = (f"buffer {name}: storage host {hosts} is down (its dacd's lease lapsed and it did "
+            f"not come back within restart_grace, {grace:.0f}s); start dacd there "
+            "(systemctl start dacd)")
+    if state is State.DELETED:
+        line += ": it finishes this teardown by itself"
+    else:
+        owner = job or (str(buf["job_id"]) if buf.get("job_id") is not None else None)
+        if owner is not None:
+            line += (f", then cancel job {owner} (scancel {owner}): its teardown frees the "
+                     "buffer once dacd is back")
+    if all_down:
+        line += f"; if the host is gone for good: dacctl forget {name}"
+    return line
 
 
 def paths_for(job: str, access: str, persistent: list[str], mount_root: str) -> list[str]:

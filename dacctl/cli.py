@@ -337,16 +337,20 @@ _workdir = click.option("--workdir", type=click.Path(file_okay=False, path_type=
               type=click.Choice(["3.4", "3.5", "3.6"]),
               help="3.4: the host's etcd-server; 3.5: Debian 13's; 3.6: built from the Go "
                    "module proxy on first use (needs Go); both cached in /var/cache/dac-local")
+@click.option("--etcd-members", default=1, show_default=True, type=click.IntRange(1, 7),
+              help="etcd members on loopback, one cluster (3: one may fail; odd numbers only)")
 def up(workdir: Path, servers: int, bricks_per_server: int, brick_size: int, slurm_nodes: int,
-       slurm_plugin: str, slurm_release: str, etcd_release: str) -> None:
+       slurm_plugin: str, slurm_release: str, etcd_release: str, etcd_members: int) -> None:
     _local_root_only("up")
     from daclocal import cluster
     state = cluster.up(workdir, servers, bricks_per_server, brick_size,
                        slurm_nodes=slurm_nodes, slurm_plugin=slurm_plugin,
-                       slurm_release=slurm_release, etcd_release=etcd_release)
+                       slurm_release=slurm_release, etcd_release=etcd_release,
+                       etcd_members=etcd_members)
     slurm = (f", Slurm {slurm_release} {slurm_nodes} nodes (burst_buffer/{slurm_plugin})"
              if slurm_nodes else "")
-    click.echo(f"local DAC up in {state.workdir}: etcd {etcd_release} {state.endpoint}, "
+    click.echo(f"local DAC up in {state.workdir}: etcd {etcd_release} "
+               f"{','.join(state.endpoints)}, "
                f"{servers} servers "
                f"x {bricks_per_server} bricks of {format_size(brick_size)}{slurm}")
     click.echo(f"use it: eval \"$(dacctl local env --workdir {workdir})\"")
@@ -371,7 +375,9 @@ def local_status(workdir: Path, as_json: bool) -> None:
         return
     e = report["etcd"]
     click.echo(f"workdir {report['workdir']}")
-    click.echo(f"etcd    {e['release']} {e['endpoint']} pid {e['pid']} {_up(e['running'])}")
+    click.echo(f"etcd    {e['release']}")
+    for m in e["members"]:
+        click.echo(f"etcd    {m['endpoint']} pid {m['pid']} {_up(m['running'])}")
     for d in report["dacd"]:
         bricks = [b for b in report["bricks"] if b["host"] == d["host"]]
         attached = sum(b["attached"] for b in bricks)

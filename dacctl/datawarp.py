@@ -237,6 +237,7 @@ class _Settings:
     def __init__(self, data: dict):
         self.default_pool, self.lua_directive = data["default_pool"], data["lua_directive"]
         self.step_timeout, self.stage_timeout = data["step_timeout"], data["stage_timeout"]
+        self.grace = data["restart_grace"]  # for a host whose dacd restarts (jobs.wait_for)
         self._own_mgs = frozenset(data["own_mgs_pools"])
 
     def own_mgs_pools(self) -> frozenset[str]:
@@ -273,7 +274,7 @@ def _full(args, settings: dict) -> str:
                                   args.groupid,
                                   _script(args, config.lua_directive), config.default_pool,
                                   config.own_mgs_pools()):
-            jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
+            jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
         return ""
     if f == "real_size":
         _need(args, "token")
@@ -296,7 +297,7 @@ def _full(args, settings: dict) -> str:
     if f in states:
         _need(args, "token")
         if jobs.set_desired(store, args.token, states[f]):
-            jobs.wait_for(store, args.token, states[f], config.stage_timeout)
+            jobs.wait_for(store, args.token, states[f], config.stage_timeout, grace=config.grace)
         return ""
     # create_persistent
     _need(args, "token", "user", "capacity")
@@ -320,7 +321,7 @@ def _full(args, settings: dict) -> str:
     jobs.create_persistent(_allocating(settings, store), args.token, args.user, gid, capacity,
                            pool or None, access, type_, config.default_pool,
                            config.own_mgs_pools())
-    jobs.wait_for(store, args.token, State.CREATED, config.step_timeout)
+    jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
     return f"created {args.token}"
 
 
@@ -369,9 +370,9 @@ def _pre_run(store, config, args) -> None:
     jobs.attach(store, job, nodes, persistent)
     if buf is not None:
         jobs.attach(store, job, nodes, [job], State.MOUNTED)
-        jobs.wait_for(store, job, State.MOUNTED, config.step_timeout, job)
+        jobs.wait_for(store, job, State.MOUNTED, config.step_timeout, job, grace=config.grace)
     for name in persistent:
-        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job)
+        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job, grace=config.grace)
 
 
 def _post_run(store, config, job: str) -> None:
@@ -382,9 +383,9 @@ def _post_run(store, config, job: str) -> None:
     jobs.detach(store, job, persistent)
     if store.buffer_json(job) is not None:
         jobs.detach(store, job, [job], State.UNMOUNTED)
-        jobs.wait_for(store, job, State.UNMOUNTED, config.step_timeout, job)
+        jobs.wait_for(store, job, State.UNMOUNTED, config.step_timeout, job, grace=config.grace)
     for name in persistent:
-        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job)
+        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job, grace=config.grace)
 
 
 def _teardown(store, config, token: str, hurry: bool = False) -> None:
@@ -397,14 +398,14 @@ def _teardown(store, config, token: str, hurry: bool = False) -> None:
     current = store.buffer_json(token)
     if current is not None and current.get("persistent"):
         jobs.destroy(store, token)
-        jobs.wait_for(store, token, State.DELETED, config.step_timeout)
+        jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.grace)
         return
     persistent = jobs.attached_by(store, token)  # pre_run failed, or post_run never came
     jobs.detach(store, token, persistent)
     if current is not None and not hurry and jobs.needs_stage_out(store, current):
         jobs.detach(store, token, [token], State.STAGED_OUT)
-        jobs.wait_for(store, token, State.STAGED_OUT, config.stage_timeout)
+        jobs.wait_for(store, token, State.STAGED_OUT, config.stage_timeout, grace=config.grace)
     jobs.set_desired(store, token, State.DELETED)
-    jobs.wait_for(store, token, State.DELETED, config.step_timeout)
+    jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.grace)
     for name in persistent:
-        jobs.wait_for(store, name, State.CREATED, config.step_timeout, token)
+        jobs.wait_for(store, name, State.CREATED, config.step_timeout, token, grace=config.grace)

@@ -31,7 +31,7 @@ from daccore.errors import AdminError, DacError
 from daccore.inventory import summarize
 from daccore.store import Store
 from daclocal import loopdev, releases
-from daclocal.etcd_server import EtcdServer
+from daclocal.etcd_server import EtcdCluster, EtcdServer
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 from daclocal.slurm import SlurmCluster, munge_socket, start_munged
 
@@ -46,7 +46,9 @@ NODE_ROOTS = "nodes"
 @dataclass
 class LocalState:
     workdir: str
-    etcd: dict = field(default_factory=dict)  # pid, client_port, peer_port, release
+    # pid, client_port, peer_port (the first member's), release, members: [{name, pid,
+    # client_port, peer_port}] (one, or --etcd-members of them)
+    etcd: dict = field(default_factory=dict)
     bricks: list[dict] = field(default_factory=list)  # host, file, device
     dacd: list[dict] = field(default_factory=list)  # host, pid, metrics (host:port)
     slurm: dict = field(default_factory=dict)  # nodes, plugin, release, pids
@@ -59,6 +61,12 @@ class LocalState:
     @property
     def endpoint(self) -> str:
         return f"https://127.0.0.1:{self.etcd['client_port']}"
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every etcd member's client URL (a state from before members: the one)."""
+        members = self.etcd.get("members") or [self.etcd]
+        return [f"https://127.0.0.1:{m['client_port']}" for m in members]
 
     def save(self) -> None:
         path = Path(self.workdir) / "state.json"
@@ -105,15 +113,20 @@ def _trusted_workdir(workdir: Path) -> None:
 
 def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: int = 1 << 30,
        timeout: float = 30.0, slurm_nodes: int = 0, slurm_plugin: str = "lua",
-       slurm_release: str = releases.HOST_RELEASE, etcd_release: str = "3.4") -> LocalState:
+       slurm_release: str = releases.HOST_RELEASE, etcd_release: str = "3.4",
+       etcd_members: int = 1) -> LocalState:
     """Start etcd, make the loop-file bricks, start one dacd per server and, with
     `slurm_nodes`, a Slurm (`slurm_release`: the host's own, or one from a cached Debian
     chroot) of that many nodes wired to dac; return when every server shows in the pools and
-    every node is idle. `etcd_release`: 3.4 (the host's), 3.5 or 3.6 (daclocal.etcd_releases).
+    every node is idle. `etcd_release`: 3.4 (the host's), 3.5 or 3.6 (daclocal.etcd_releases);
+    `etcd_members`: 1, or an odd number of members on loopback (one cluster, failover).
     On any failure, stop what was started and re-raise."""
     workdir = workdir.resolve()
     if servers < 1 or bricks_per_server < 1:
         raise AdminError("the local DAC needs at least one server with one brick")
+    if etcd_members < 1 or etcd_members % 2 == 0:
+        raise AdminError(f"--etcd-members {etcd_members}: give an odd number (1, 3, 5): an "
+                         "even one tolerates no more failures than the odd one below it")
     rel = releases.release(slurm_release)
     if slurm_nodes and not rel.host:
         releases.ensure_chroot(rel)  # before anything starts: a failed build leaves nothing
@@ -137,12 +150,24 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         pw = pwd.getpwnam(slurm_user)
         owners = {"slurm": (pw.pw_uid, pw.pw_gid)}
     try:
-        etcd = EtcdServer(workdir / "etcd", owners=owners, binary=etcd_bin).start()
+        etcd: EtcdServer | EtcdCluster
+        if etcd_members == 1:
+            etcd = EtcdServer(workdir / "etcd", owners=owners, binary=etcd_bin)
+            members = [etcd]
+        else:
+            etcd = EtcdCluster(workdir / "etcd", etcd_members, owners=owners, binary=etcd_bin)
+            members = etcd.members
+        try:
+            etcd.start()
+        finally:  # started or not, down must find every member that ran
+            state.etcd = {"pid": members[0].pid, "client_port": members[0].client_port,
+                          "peer_port": members[0].peer_port, "release": etcd_release,
+                          "members": [{"name": m.name, "pid": m.pid,
+                                       "client_port": m.client_port,
+                                       "peer_port": m.peer_port} for m in members]}
+            state.save()
         if owners:
             os.chown(etcd.pki_dir / "client.key", *owners["slurm"])
-        state.etcd = {"pid": etcd.pid, "client_port": etcd.client_port,
-                      "peer_port": etcd.peer_port, "release": etcd_release}
-        state.save()
         hosts = {}
         for s in range(1, servers + 1):
             host = f"dac-server-{s}"
@@ -290,11 +315,12 @@ def down(workdir: Path) -> list[str]:
         if is_running(d["pid"], marker):
             stop_pid(d["pid"], marker)
             done.append(f"dacd {d['host']} (pid {d['pid']})")
-    if state.etcd.get("pid"):
-        etcd = EtcdServer(workdir / "etcd", pid=state.etcd["pid"])
-        if etcd.running():
-            etcd.stop()
-            done.append(f"etcd (pid {state.etcd['pid']})")
+    for m in state.etcd.get("members") or [state.etcd]:
+        if m.get("pid"):
+            etcd = EtcdServer(workdir / "etcd", pid=m["pid"])
+            if etcd.running():
+                etcd.stop()
+                done.append(f"etcd {m.get('name', '')} (pid {m['pid']})".replace("  ", " "))
     done += _unmount_under(workdir)
     bricks = workdir / "bricks"
     for b in state.bricks:
@@ -305,6 +331,9 @@ def down(workdir: Path) -> list[str]:
             loopdev.detach(b["device"], Path(b["file"]))
             done.append(f"loop device {b['device']}")
         _unlink_beneath(bricks, name)
+    for m in state.etcd.get("members", []):
+        if re.fullmatch(r"dac-local-[0-9]{1,2}", str(m.get("name"))):
+            shutil.rmtree(workdir / "etcd" / f"{m['name']}-data", ignore_errors=True)
     for leftover in (workdir / "etcd" / "etcd-data", workdir / "etcd" / "credentials",
                      workdir / "etcd" / "pki", workdir / "bricks", workdir / "slurm" / "state",
                      workdir / "slurm" / "spool", workdir / "slurm" / "munge",
@@ -354,7 +383,7 @@ def _store(state: LocalState) -> Store:
 def env_lines(workdir: Path) -> list[str]:
     state = _require(workdir)
     lines = [f"export DAC_CONFIG={state.config_path}",
-             f"export DAC_ETCD_ENDPOINTS={state.endpoint}"]
+             f"export DAC_ETCD_ENDPOINTS={','.join(state.endpoints)}"]
     if state.slurm:
         cluster = _cluster(state)
         lines.append(f"export SLURM_CONF={cluster.conf}")
@@ -376,7 +405,11 @@ def status(workdir: Path) -> dict:
         "workdir": state.workdir,
         "etcd": {"endpoint": state.endpoint, "pid": state.etcd["pid"],
                  "release": state.etcd.get("release", "3.4"),
-                 "running": is_running(state.etcd["pid"], state.workdir)},
+                 "running": is_running(state.etcd["pid"], state.workdir),
+                 "members": [{"name": m.get("name", "dac-local"), "pid": m["pid"],
+                              "endpoint": f"https://127.0.0.1:{m['client_port']}",
+                              "running": is_running(m["pid"], state.workdir)}
+                             for m in state.etcd.get("members") or [state.etcd]]},
         "slurm_release": state.slurm.get("release", releases.HOST_RELEASE)
         if state.slurm else None,
         "dacd": [{"host": d["host"], "pid": d["pid"], "metrics": d.get("metrics"),

@@ -1,5 +1,7 @@
-"""A single-node etcd on free loopback ports, for the local DAC and the store tests; secure
-(TLS with client certificates, and RBAC) unless told otherwise (daclocal.etcd_secure)."""
+"""etcd on free loopback ports, for the local DAC and the store tests: one member
+(`EtcdServer`) or several (`EtcdCluster`, `dacctl local up --etcd-members 3`); secure (TLS with
+client certificates on the client and peer ports, and RBAC) unless told otherwise
+(daclocal.etcd_secure)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 from daccore.errors import AdminError
 from daclocal.procs import free_port, is_running, spawn, stop_pid
 
-__all__ = ["find_etcd", "EtcdServer", "PREFIX"]
+__all__ = ["find_etcd", "EtcdServer", "EtcdCluster", "PREFIX"]
 
 #: the key prefix the roles are granted on (etcd.prefix's default)
 PREFIX = "/dac/v1/"
@@ -33,7 +35,8 @@ class EtcdServer:
                  pid: int = 0, tls: tuple[str, str, str] | None = None, secure: bool = True,
                  owners: dict[str, tuple[int, int]] | None = None,
                  extra_grants: dict[str, list[tuple[str, str]]] | None = None,
-                 flags: tuple[str, ...] = (), binary: str | None = None):
+                 flags: tuple[str, ...] = (), binary: str | None = None,
+                 name: str = "dac-local"):
         """`tls` = (cacert, cert, key): serve https and require client certificates signed by
         the CA; the same cert and key serve as the health check's client identity. Without
         `tls`, `secure` makes a CA and certificates in `workdir/pki`, serves https with client
@@ -47,6 +50,7 @@ class EtcdServer:
         self.flags = list(flags)  # more etcd flags, e.g. a short --auth-token-ttl for tests
         self.binary = binary  # another release's etcd (daclocal.etcd_releases); else the host's
         self.tls = tls
+        self.name = name  # a member's name; one member per workdir unless in an EtcdCluster
         if self.secure:
             self.tls = (str(self.pki_dir / "ca.pem"), str(self.pki_dir / "server.pem"),
                         str(self.pki_dir / "server.key"))
@@ -77,7 +81,16 @@ class EtcdServer:
 
     @property
     def log(self) -> Path:
-        return self.workdir / "etcd.log"
+        return self.workdir / ("etcd.log" if self.name == "dac-local" else f"{self.name}.log")
+
+    @property
+    def data_dir(self) -> Path:
+        return self.workdir / ("etcd-data" if self.name == "dac-local" else
+                               f"{self.name}-data")
+
+    @property
+    def peer_url(self) -> str:
+        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.peer_port}"
 
     def start(self, timeout: float = 15.0) -> EtcdServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -87,22 +100,29 @@ class EtcdServer:
         for _ in range(5):  # a free port can be taken between probing and binding
             self.client_port, self.peer_port = free_port(), free_port()
             # the peer port too: raft messages from anyone who can connect would be trusted
-            scheme = "https" if self.secure else "http"
-            client, peer = self.endpoint, f"{scheme}://127.0.0.1:{self.peer_port}"
-            proc = spawn([self.binary or find_etcd(), "--name", "dac-local",
-                          "--data-dir", str(self.workdir / "etcd-data"),
-                          "--listen-client-urls", client, "--advertise-client-urls", client,
-                          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                          "--initial-cluster", f"dac-local={peer}",
-                          "--heartbeat-interval", "10", "--election-timeout", "100",
-                          "--log-level", "warn", *self._tls_flags(), *self.flags], self.log)
-            self.pid = proc.pid
+            proc = self.spawn(f"{self.name}={self.peer_url}", ("10", "100"))
             if self._wait_healthy(proc, timeout):
                 if self.secure:
                     self._enable_rbac()
                 return self
         tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no log)"]
         raise AdminError(f"etcd did not start in {timeout:.0f}s: {tail[0]} (log: {self.log})")
+
+    def spawn(self, initial_cluster: str, timing: tuple[str, str]):
+        """Start this member of `initial_cluster` (name=peer URL,…) with `timing` =
+        (heartbeat, election timeout) in ms; returns the process, not waiting for health."""
+        client = self.endpoint
+        proc = spawn([self.binary or find_etcd(), "--name", self.name,
+                      "--data-dir", str(self.data_dir),
+                      "--listen-client-urls", client, "--advertise-client-urls", client,
+                      "--listen-peer-urls", self.peer_url,
+                      "--initial-advertise-peer-urls", self.peer_url,
+                      "--initial-cluster", initial_cluster,
+                      "--initial-cluster-state", "new",
+                      "--heartbeat-interval", timing[0], "--election-timeout", timing[1],
+                      "--log-level", "warn", *self._tls_flags(), *self.flags], self.log)
+        self.pid = proc.pid
+        return proc
 
     def _enable_rbac(self) -> None:
         from daclocal.etcd_secure import Pki, enable_rbac
@@ -147,3 +167,54 @@ class EtcdServer:
         if self.pid:
             stop_pid(self.pid, str(self.workdir))
         self.pid = 0
+
+
+class EtcdCluster:
+    """`size` etcd members on loopback, `dac-local-1`…, sharing one PKI and the credentials
+    (`workdir/pki`, `workdir/credentials`), each with its own data and log in `workdir`. etcd's
+    default raft timing (100 ms heartbeat, 1 s election timeout): on a loaded machine the fast
+    single-member timing would make members call elections for nothing."""
+
+    TIMING = ("100", "1000")
+
+    def __init__(self, workdir: Path, size: int = 3,
+                 owners: dict[str, tuple[int, int]] | None = None, binary: str | None = None):
+        self.workdir = Path(workdir)
+        self.members = [EtcdServer(workdir, owners=owners, binary=binary,
+                                   name=f"dac-local-{i}") for i in range(1, size + 1)]
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.members[0].pki_dir
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    def settings(self) -> dict:
+        return {**self.members[0].settings(), "endpoints": self.endpoints}
+
+    def start(self, timeout: float = 30.0) -> EtcdCluster:
+        from daclocal.etcd_secure import make_pki
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        make_pki(self.pki_dir)
+        for _ in range(5):  # a free port can be taken between probing and binding
+            for m in self.members:
+                m.client_port, m.peer_port = free_port(), free_port()
+            initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+            procs = [m.spawn(initial, self.TIMING) for m in self.members]
+            if all(m._wait_healthy(p, timeout) for m, p in zip(self.members, procs, strict=True)):
+                self.members[0]._enable_rbac()
+                return self
+            self.stop()
+            for m in self.members:
+                shutil.rmtree(m.data_dir, ignore_errors=True)
+        tail = self.members[0].log.read_text(errors="replace").strip().splitlines()[-1:] or \
+            ["(no log)"]
+        raise AdminError(f"etcd's {len(self.members)} members did not start in {timeout:.0f}s: "
+                         f"{tail[0]} (logs: {self.workdir})")
+
+    def stop(self) -> None:
+        for m in self.members:
+            if m.running():
+                m.stop()

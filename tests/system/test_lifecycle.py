@@ -168,23 +168,6 @@ def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(open_dir,
         run("dacctl", "local", "down", "--workdir", str(workdir), check=False)
 
 
-def test_when_a_hosts_lease_expires_its_buffers_report_the_failure(dac, tmp_path):
-    workdir, env, store = dac
-    state = json.loads((workdir / "state.json").read_text())
-    script = setup(env, tmp_path, 8, "512MiB")
-    host = store.buffer("8").record.allocation.primary_host
-    os.kill(next(d["pid"] for d in state["dacd"] if d["host"] == host), signal.SIGKILL)
-    wait_for(lambda: host not in store.alive(), what="the lease to expire")  # lease_ttl 5 s
-    assert pools(env)["default"]["hosts_down"] == 1
-    start = time.monotonic()
-    r = run("dacctl", "--function", "data_in", "--token", "8", "--job", str(script), env=env,
-            check=False)
-    assert time.monotonic() - start < 10  # at once, not after step_timeout
-    assert (r.returncode, r.stdout) == (1, f"buffer 8: storage host {host} is down (its dacd's "
-                                           "lease expired); restart dacd there, or tear the job "
-                                           "down\n")
-
-
 def test_a_drained_host_takes_no_new_buffers_and_keeps_serving_its_own(dac, tmp_path):
     workdir, env, store = dac
     first = setup(env, tmp_path, 31, "512MiB")

@@ -1,0 +1,162 @@
+"""Issue 19's own case through a real Slurm: dacd killed (-9) during a job's stage-in and started
+again once its lease has lapsed, as systemd would. The job must not notice: before
+restart_grace, a lapsed lease made data_in fail at once, Slurm held the job, and it stayed
+PENDING with BurstBufferState=staging-in for good."""
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from daccore.config import load_config
+from daccore.store import Store
+from daclocal.cluster import LocalState
+from daclocal.procs import child_env, spawn
+
+STAGED_JOB = """#!/bin/bash
+#SBATCH -N 1
+#SBATCH -o @JOBS@/out-%j.txt
+#DW jobdw capacity=512MiB access_mode=striped type=scratch pool=default
+#DW stage_in type=directory source=@JOBS@/data destination=$DW_JOB_STRIPED/in
+cd "$DW_JOB_STRIPED/in" && sha256sum f* | sha256sum
+"""
+
+
+def restart_dacd(workdir: Path, host: str) -> int:
+    """dacd for `host` again, with the command line `up` gave it, recorded in state.json so
+    the session's later tests and `down` find it."""
+    state = LocalState.load(workdir)
+    assert state is not None
+    d = next(d for d in state.dacd if d["host"] == host)
+    proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
+                  "--host", host, "--metrics-address", d["metrics"]],
+                 workdir / "logs" / f"dacd-{host}.log",
+                 child_env(DAC_CONFIG=str(state.config_path)))
+    d["pid"] = proc.pid
+    state.save()
+    return proc.pid
+
+
+def test_a_dacd_restarted_during_stage_in_costs_the_job_nothing(slurm):
+    data = Path(slurm.jobs) / "data"
+    data.mkdir(mode=0o755, exist_ok=True)
+    block = os.urandom(8 << 20)
+    for i in range(48):  # 384 MiB: the stage outlives the kill
+        (data / f"f{i:03}").write_bytes(i.to_bytes(4, "big") + block[4:])
+    expected = hashlib.sha256("".join(
+        f"{hashlib.sha256((data / n).read_bytes()).hexdigest()}  {n}\n"
+        for n in sorted(os.listdir(data))).encode()).hexdigest()
+    workdir = Path(slurm.workdir)
+    store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
+    job_id, r = slurm.sbatch(STAGED_JOB)
+    assert job_id, r.stderr
+    deadline = time.monotonic() + 120
+    while True:
+        buf = store.buffer(job_id)
+        host = buf.record.allocation.primary_host if buf else None
+        s = store.statuses(job_id).get(host) if host else None
+        if s and s.step == "stage_in":
+            break
+        assert time.monotonic() < deadline, f"no stage-in: {slurm.job(job_id)}"
+        time.sleep(0.02)
+    state = json.loads((workdir / "state.json").read_text())
+    os.kill(next(d["pid"] for d in state["dacd"] if d["host"] == host), signal.SIGKILL)
+    while host in store.alive():  # lease_ttl 5 s
+        assert time.monotonic() < deadline + 30
+        time.sleep(0.1)
+    time.sleep(2)  # well past the lapse, as the issue's restart 4 s after the kill was
+    restart_dacd(workdir, host)
+    job = slurm.wait(job_id, timeout=300)
+    assert job["JobState"] == "COMPLETED", job
+    with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
+        assert f.read().split()[0] == expected  # every byte staged, by the restarted dacd
+    log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
+    assert log.count(f"buffer {job_id} (job {job_id}): stage_in on {host}") >= 2
+    assert store.buffer(job_id) is None
+
+
+def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm):
+    """dacd not back within restart_grace (3 s here): Slurm holds the job with the one line as
+    its Reason; doing what the line says (start dacd, then scancel) tears the buffer down and
+    every brick comes back."""
+    from clitools import pools
+    workdir = Path(slurm.workdir)
+    config = workdir / "dac.yaml"
+    original = config.read_text()
+    config.write_text(original + "restart_grace: 3\n")
+    store = Store.from_settings(load_config(str(config), env={}).etcd)
+    try:
+        job_id, r = slurm.sbatch(STAGED_JOB.replace("@JOBS@/data", "/etc/hostname")
+                                 .replace("type=directory", "type=file"))
+        assert job_id, r.stderr
+        deadline = time.monotonic() + 120
+        while store.buffer(job_id) is None:
+            assert time.monotonic() < deadline, slurm.job(job_id)
+            time.sleep(0.02)
+        host = store.buffer(job_id).record.allocation.primary_host
+        state = json.loads((workdir / "state.json").read_text())
+        os.kill(next(d["pid"] for d in state["dacd"] if d["host"] == host), signal.SIGKILL)
+        while (job := slurm.job(job_id)).get("Priority") != "0":
+            assert time.monotonic() < deadline + 60, job
+            time.sleep(0.2)
+        assert f"storage_host_{host}_is_down" in job["Reason"], job["Reason"]
+        assert f"scancel_{job_id}" in job["Reason"], job["Reason"]
+        restart_dacd(workdir, host)  # the remedy: start dacd there, then scancel the job
+        slurm._run(["scancel", job_id])
+        job = slurm.wait(job_id, timeout=180)
+        assert job["JobState"] == "CANCELLED", job
+        deadline = time.monotonic() + 60
+        while store.buffer(job_id) is not None or pools(slurm.env)["default"]["free_bricks"] != 8:
+            assert time.monotonic() < deadline, (store.buffer(job_id), pools(slurm.env))
+            time.sleep(0.2)
+    finally:
+        config.write_text(original)
+
+
+def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
+    """etcd gone (the local DAC's one member killed: as quorum lost, nothing answers): sbatch of
+    a #DW job answers within 20 s with one line, scontrol ping answers, `dacctl pools` fails
+    within 20 s in one line; etcd started again on its data, a job runs through its buffer."""
+    from clitools import run
+    workdir = Path(slurm.workdir)
+    state = LocalState.load(workdir)
+    assert state is not None
+    pid = state.etcd["pid"]
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    os.kill(pid, signal.SIGKILL)
+    try:
+        start = time.monotonic()
+        job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+                                 "type=scratch pool=default\ntrue\n")
+        took = {"sbatch": time.monotonic() - start}
+        assert job_id is None and "etcd unreachable" in r.stderr, (job_id, r.stderr)
+        start = time.monotonic()
+        ping = slurm._run(["scontrol", "ping"])
+        took["scontrol ping"] = time.monotonic() - start
+        assert ping.returncode == 0 and "UP" in ping.stdout, ping.stdout + ping.stderr
+        start = time.monotonic()
+        r = run("dacctl", "pools", env=slurm.env, check=False, timeout=60)
+        took["dacctl pools"] = time.monotonic() - start
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("dacctl: admin error: etcd unreachable at ")
+        assert max(took.values()) < 20, took
+    finally:
+        proc = spawn(argv, workdir / "etcd" / "etcd.log")  # on its data, as systemd would
+        state.etcd["pid"] = proc.pid
+        for m in state.etcd.get("members", []):
+            m["pid"] = proc.pid
+        state.save()
+    start = time.monotonic()
+    while run("dacctl", "pools", env=slurm.env, check=False).returncode != 0:
+        assert time.monotonic() - start < 60, "etcd did not come back"
+        time.sleep(0.5)
+    back = time.monotonic() - start
+    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+                             "type=scratch pool=default\ntouch $DW_JOB_STRIPED/x\n")
+    assert job_id, r.stderr
+    assert slurm.wait(job_id, timeout=180)["JobState"] == "COMPLETED"
+    print(f"\netcd down: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
+          f"pools answered {back:.1f}s after etcd's restart")

@@ -1,0 +1,312 @@
+"""Faults met by real parts (issue 19, docs/reliability.md): a dacd killed (-9) in the middle of
+each step and started again only after its lease lapsed, as systemd's Restart= would; the Slurm
+call waiting on it rides it out within `restart_grace`, and past it fails with one line whose
+every remedy is then done here and works."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from clitools import pools, run, setup, slurm
+from mounts import mounts
+
+UID, GID = 1234, 4321
+MiB = 1 << 20
+
+
+def poll(check, timeout=120.0, what="condition", every=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
+
+
+def call_in_background(env, function, job, *args):
+    """A Slurm call that waits for dacd, as slurmscriptd runs it."""
+    return subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function",
+                             function, "--token", str(job), *args],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+
+
+def dacd_pid(workdir, host):
+    state = json.loads((workdir / "state.json").read_text())
+    return next(d["pid"] for d in state["dacd"] if d["host"] == host)
+
+
+def start_dacd(workdir, env, host):
+    """dacd for `host` again, as systemd would start it; its log says what it did."""
+    log = open(workdir / "logs" / f"dacd-{host}-restarted.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"],
+                             "--host", host], stdout=log, stderr=log,
+                            env={k: v for k, v in os.environ.items()
+                                 if k not in ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")})
+
+
+def stop(proc):
+    proc.terminate()
+    proc.wait(30)
+
+
+def processes():
+    """pid -> (parent pid, uid) of every process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        try:
+            fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines())
+            out[int(d.name)] = (int(fields["PPid"]), int(fields["Uid"].split()[0]))
+        except (ValueError, OSError, KeyError):
+            continue
+    return out
+
+
+def copiers(pid):
+    """The job user's processes below `pid` (a stage's copier and its workers)."""
+    procs, found, parents = processes(), set(), {pid}
+    while True:
+        more = {p for p, (ppid, uid) in procs.items() if ppid in parents and uid == UID} - found
+        if not more:
+            return found
+        found |= more
+        parents = more
+
+
+def kill_until_lapsed(workdir, store, name, step):
+    """SIGKILL the dacd of buffer `name`'s host once it runs `step` (a stage: once its copier
+    runs), and wait until its lease has lapsed (the host is down); returns the host, how long
+    that took, and the killed dacd's copier processes still alive then."""
+    host = store.buffer(name).record.allocation.primary_host
+    poll(lambda: (s := store.statuses(name).get(host)) and s.step.startswith(step),
+         what=f"{step} to start")
+    pid = dacd_pid(workdir, host)
+    stage = poll(lambda: copiers(pid), 30, "the copier") if step.startswith("stage") else set()
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
+    return host, time.monotonic() - killed, stage & set(processes())
+
+
+def make_source(directory, files=48, size=8 * MiB):
+    """`files` files of `size` bytes (distinct contents), readable by the job's user."""
+    directory.mkdir(mode=0o755)
+    block = os.urandom(size)
+    for i in range(files):
+        path = directory / f"f{i:03}"
+        path.write_bytes(i.to_bytes(4, "big") + block[4:])
+        os.chown(path, UID, GID)
+    os.chown(directory, UID, GID)
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.iterdir()}
+
+
+def digests(directory):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.iterdir()}
+
+
+def ran_again(workdir, host, name, step):
+    log = (workdir / "logs" / f"dacd-{host}-restarted.log").read_text(errors="replace")
+    return f"buffer {name} (job {name}): {step} on {host}" in log
+
+
+@pytest.mark.parametrize("function,step", [("data_in", "stage_in"), ("pre_run", "mount"),
+                                           ("post_run", "unmount"), ("data_out", "stage_out"),
+                                           ("teardown", "delete")])
+def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(dac, open_dir, tmp_path,
+                                                                       function, step):
+    """kill -9 mid-step, the host down (lease lapsed), dacd back within restart_grace: the
+    waiting call succeeds with nothing on stdout, the step done by the restarted dacd."""
+    workdir, env, store = dac
+    job = 40
+    src, out = open_dir / "src", open_dir / "results"
+    lines = []
+    if function == "data_in":
+        expected = make_source(src)
+        lines.append(f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in")
+    if function == "data_out":
+        out.mkdir(mode=0o755)
+        os.chown(out, UID, GID)
+        lines.append(f"#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
+                     f"destination={out}/run")
+    script = setup(env, tmp_path, job, "1GiB", *lines)
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\nnode2\n")
+    host = store.buffer(str(job)).record.allocation.primary_host
+    before = {"data_in": [], "pre_run": [], "post_run": ["pre_run"],
+              "data_out": ["pre_run", "post_run"], "teardown": ["pre_run"]}[function]
+    for f in before:
+        slurm(env, f, job, "--job", str(script), "--nodehostnamefile", str(nodes))
+        if f == "pre_run" and function == "data_out":  # the job writes its results
+            made = workdir / "fs" / host / str(job) / "striped" / "out"
+            expected = make_source(made)
+    args = ["--job", str(script)]
+    if function in ("pre_run", "post_run", "teardown"):
+        args += ["--nodehostnamefile", str(nodes)]
+    call = call_in_background(env, function, job, *args)
+    host, lapse, orphans = kill_until_lapsed(workdir, store, str(job), step)
+    assert call.poll() is None, call.stdout.read()  # waiting for the host, not failing at once
+    # the killed dacd's copier ends at its next progress line (a broken pipe) and kills its
+    # workers, before the host is even down: no two copiers ever write the same buffer
+    assert orphans == set()
+    proc = start_dacd(workdir, env, host)
+    try:
+        assert call.wait(180) == 0
+        assert call.stdout.read() == ""
+        assert ran_again(workdir, host, job, step)  # cut short, then done by the new dacd
+        if function == "data_in":
+            assert digests(workdir / "fs" / host / str(job) / "striped" / "in") == expected
+        if function == "data_out":
+            assert digests(out / "run") == expected
+        binds = [m for m in mounts() if m.startswith(f"{workdir}/nodes/")]
+        assert len(binds) == (4 if function == "pre_run" else 0)
+        if function == "teardown":
+            assert store.buffer(str(job)) is None and store.claims() == {}
+            assert pools(env)["default"]["free_bricks"] == 4
+        else:
+            slurm(env, "teardown", job, "--job", str(script), "--nodehostnamefile", str(nodes),
+                  "--hurry")
+            assert store.buffer(str(job)) is None and store.claims() == {}
+    finally:
+        stop(proc)
+    print(f"\n{function}: lease lapsed {lapse:.1f}s after the kill; the call succeeded")
+
+
+def shorten_grace(workdir, seconds):
+    """restart_grace in the local DAC's config (read by every Slurm call; dacd never reads it)."""
+    path = workdir / "dac.yaml"
+    path.write_text(path.read_text() + f"restart_grace: {seconds}\n")
+
+
+def test_past_the_grace_the_call_fails_in_one_line_and_its_remedies_work(dac, tmp_path):
+    """data_in past restart_grace: one line naming the host and the remedies; doing them (start
+    dacd, cancel the job: Slurm's teardown) completes the teardown and frees every brick."""
+    workdir, env, store = dac
+    shorten_grace(workdir, 3)
+    script = setup(env, tmp_path, 8, "512MiB", "#DW stage_in type=file source=/etc/hostname "
+                   "destination=$DW_JOB_STRIPED/hostname")
+    host = store.buffer("8").record.allocation.primary_host
+    os.kill(dacd_pid(workdir, host), signal.SIGKILL)
+    poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
+    start = time.monotonic()
+    r = run("dacctl", "--function", "data_in", "--token", "8", "--job", str(script), env=env,
+            check=False)
+    took = time.monotonic() - start
+    assert 3 <= took < 10, took  # the grace, then at once
+    assert (r.returncode, r.stdout) == (
+        1, f"buffer 8: storage host {host} is down (its dacd's lease lapsed and it did not come "
+           "back within restart_grace, 3s); start dacd there (systemctl start dacd), then "
+           "cancel job 8 (scancel 8): its teardown frees the buffer once dacd is back; if the "
+           "host is gone for good: dacctl forget 8\n")
+    # remedy 1: start dacd there, then cancel the job (Slurm runs teardown)
+    proc = start_dacd(workdir, env, host)
+    try:
+        slurm(env, "teardown", 8, "--job", str(script))
+        assert store.buffer("8") is None and store.claims() == {}
+        assert pools(env)["default"]["free_bricks"] == 4
+        assert not [m for m in mounts() if m.startswith(f"{workdir}/fs/")]
+    finally:
+        stop(proc)
+    print(f"\npast the grace: failed after {took:.1f}s")
+
+
+def test_a_host_gone_for_good_is_forgotten_and_the_jobs_teardown_succeeds(dac, tmp_path):
+    """The other remedy: the host never comes back; `dacctl forget` as the line says, then
+    Slurm's teardown of the cancelled job succeeds at once; a teardown that came first fails past
+    the grace naming both remedies."""
+    workdir, env, store = dac
+    shorten_grace(workdir, 2)
+    script = setup(env, tmp_path, 9, "512MiB")
+    host = store.buffer("9").record.allocation.primary_host
+    os.kill(dacd_pid(workdir, host), signal.SIGKILL)
+    poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
+    r = slurm(env, "teardown", 9, "--job", str(script), check=False)
+    assert (r.returncode, r.stdout) == (
+        1, f"buffer 9: storage host {host} is down (its dacd's lease lapsed and it did not come "
+           "back within restart_grace, 2s); start dacd there (systemctl start dacd): it "
+           "finishes this teardown by itself; if the host is gone for good: dacctl forget 9\n")
+    out = run("dacctl", "forget", "9", env=env).stdout
+    assert out.startswith("buffer 9 forgotten")
+    slurm(env, "teardown", 9, "--job", str(script))  # Slurm retries: nothing left to do
+    assert store.buffer("9") is None and store.claims() == {}
+
+
+def test_a_dacd_back_after_a_failed_teardown_finishes_it_by_itself(dac, tmp_path):
+    """The teardown line's first remedy: dacd started again tears the buffer down with no call
+    from Slurm."""
+    workdir, env, store = dac
+    shorten_grace(workdir, 2)
+    script = setup(env, tmp_path, 7, "512MiB")
+    host = store.buffer("7").record.allocation.primary_host
+    os.kill(dacd_pid(workdir, host), signal.SIGKILL)
+    poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
+    r = slurm(env, "teardown", 7, "--job", str(script), check=False)
+    assert r.returncode == 1 and "it finishes this teardown by itself" in r.stdout
+    proc = start_dacd(workdir, env, host)
+    try:
+        poll(lambda: store.buffer("7") is None, 120, "the restarted dacd's teardown", every=0.2)
+        assert store.claims() == {} and pools(env)["default"]["free_bricks"] == 4
+    finally:
+        stop(proc)
+
+
+def restart_etcd(workdir):
+    """kill -9 the local DAC's etcd and start it again on its data, as systemd would."""
+    from daclocal.cluster import LocalState
+    from daclocal.procs import spawn
+    state = LocalState.load(workdir)
+    pid = state.etcd["pid"]
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    os.kill(pid, signal.SIGKILL)
+    while Path(f"/proc/{pid}").exists() and \
+            "zombie" not in Path(f"/proc/{pid}/status").read_text():
+        time.sleep(0.02)
+    proc = spawn(argv, workdir / "etcd" / "etcd.log")
+    state.etcd["pid"] = proc.pid
+    for m in state.etcd.get("members", []):
+        m["pid"] = proc.pid
+    state.save()
+
+
+def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_nothing(dac,
+                                                                                      tmp_path):
+    """Both dacds frozen (SIGSTOP) while a buffer is set up, etcd compacted past the revision
+    their watches resume from and restarted (their streams break): resumed, they get
+    "compacted", list their buffers again, and the buffer is built: the setup call succeeds."""
+    workdir, env, store = dac
+    pids = [d["pid"] for d in json.loads((workdir / "state.json").read_text())["dacd"]]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        script = tmp_path / "job12.sh"
+        script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
+        call = call_in_background(env, "setup", 12, "--caller", "SLURM", "--user", str(UID),
+                                  "--groupid", str(GID), "--job", str(script))
+        poll(lambda: store.buffer("12"), 30, "the buffer's spec")
+        for i in range(5):  # revisions past the spec's, all compacted away
+            store.client.put(f"/dac/v1/test/compact/{i}", "x")
+        revision = store.client.range("/dac/v1/test/compact/0")[1]
+        pki, creds = workdir / "etcd" / "pki", workdir / "etcd" / "credentials"
+        r = subprocess.run(["etcdctl", "--endpoints", store.client.endpoints[0],
+                            "--cacert", str(pki / "ca.pem"), "--cert", str(pki / "client.pem"),
+                            "--key", str(pki / "client.key"),
+                            "--user", (creds / "root").read_text().strip(),
+                            "compaction", str(revision)],
+                           capture_output=True, text=True, env={"ETCDCTL_API": "3",
+                                                                "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0, r.stderr
+        restart_etcd(workdir)  # the frozen watches' streams break: they resume, compacted
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert call.wait(120) == 0 and call.stdout.read() == ""
+    host = store.buffer("12").record.allocation.primary_host
+    log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
+    assert "watch compacted; listing this host's buffers again" in log
+    slurm(env, "teardown", 12, "--job", str(script))
+    assert store.buffer("12") is None and store.claims() == {}
