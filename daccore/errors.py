@@ -76,6 +76,16 @@ class StoreUnavailable(AdminError):
         self.endpoints = endpoints
 
 
+class Fenced(AdminError):
+    """A dacd whose lease lapsed (frozen, cut off from etcd) tried to act on a buffer: it acts
+    on none until it holds a lease again and has listed its buffers anew."""
+
+    def __init__(self, host: str):
+        super().__init__(f"host {host}: this dacd's lease lapsed; it acts on no buffer until "
+                         "it has registered again (it does so by itself once etcd answers)")
+        self.host = host
+
+
 class NoCredential(AdminError):
     def __init__(self, path: str, role: str, reason: str):
         holder = {"dacd": "root on storage servers", "slurm": "the Slurm controller's SlurmUser",

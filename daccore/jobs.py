@@ -194,11 +194,19 @@ def _update(store, name: str, change) -> bool:
     raise Conflict(f"buffer '{name}' kept changing while updating it")
 
 
-def set_desired(store, name: str, state: State) -> bool:
+def set_desired(store, name: str, state: State, retry: bool = False) -> bool:
     """Record the desired state of a buffer; False when there is no such buffer (a job without
-    a jobdw, or a teardown Slurm repeats)."""
-    return _update(store, name, lambda b: None if b["desired_state"] == state.value
-                   else {"desired_state": state.value})
+    a jobdw, or a teardown Slurm repeats). With `retry`, asking again for the state a host
+    failed to reach (a stage into a full filesystem, since freed) records it anew: a new
+    generation, which dacd answers by running the failed step again."""
+    def change(b):
+        if b["desired_state"] != state.value:
+            return {"desired_state": state.value}
+        if retry and any(s.get("error") and s.get("generation", 0) >= b["generation"]
+                         for s in store.status_docs(name).values()):
+            return {"desired_state": state.value}  # _update bumps the generation
+        return None
+    return _update(store, name, change)
 
 
 def _attachment(job: str, nodes: list[str] | None, state: State | None):

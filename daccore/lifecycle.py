@@ -6,7 +6,7 @@ toward the desired one, so a spec that jumps from created to mounted still gets 
 Teardown (desired DELETED) may come from anywhere and always proceeds, even after a failure,
 so a broken buffer can still be cleaned up. After any other failure the host waits until the
 spec changes (a higher generation): Slurm answers a failed step by holding or tearing down the
-job, not by asking again.
+job; a stage asked for again after it failed comes as a newer spec (daccore.jobs.set_desired).
 
 Mounts on compute nodes follow the spec's attachments (job id -> nodes): the "mount" step
 makes the host's mounts match them, mounting what is new and unmounting what is gone. A job

@@ -13,7 +13,15 @@ import time
 from collections import namedtuple
 from typing import TYPE_CHECKING
 
-from daccore.errors import AdminError, Conflict, DacError, InternalError, NotFound, UserError
+from daccore.errors import (
+    AdminError,
+    Conflict,
+    DacError,
+    Fenced,
+    InternalError,
+    NotFound,
+    UserError,
+)
 from daccore.etcd.client import EtcdClient
 from daccore.etcd.types import KV, Compare, Op, absent, delete_op, mod_is, put_op, range_op
 from daccore.gcpause import gc_paused
@@ -76,6 +84,10 @@ class Store:
         self.client = client
         self.keys = Keys(prefix)
         self._views: dict | None = None  # _host_views' cache
+        #: host -> (its alive key, the revision of its last bind): keep_alive fences this
+        #: store's writes of that host's statuses, and its reaps, on the dacd's lease (dacd);
+        #: empty for every other caller
+        self._fences: dict[str, tuple[str, int]] = {}
 
     @classmethod
     def from_settings(cls, etcd: EtcdSettings, transport: str | None = None,
@@ -163,13 +175,38 @@ class Store:
     def hosts(self) -> dict[str, Host]:
         return {h.name: h for h in self._list(_m().Host, self.keys.hosts)}
 
-    def keep_alive(self, host: str, ttl: int) -> LeaseKeeper:
-        """Start keeping `alive/<host>` on a lease; returns once the key exists."""
+    def keep_alive(self, host: str, ttl: int,
+                   on_bound: Callable[[], None] | None = None) -> LeaseKeeper:
+        """Start keeping `alive/<host>` on a lease; returns once the key exists. From then on
+        this store's status writes and reaps are fenced on that key: each compares it unchanged
+        since its last bind, so once the lease lapses (the key goes with it) they raise Fenced
+        until a new lease is bound; `on_bound` is called after each new binding but the first
+        (the caller lists its buffers again)."""
         from daccore.etcd.stream import LeaseKeeper
         key = self.keys.alive_key(host)
+
         def bind(lease: int) -> None:
-            self.client.put(key, "", lease)
+            first = host not in self._fences
+            self._fences[host] = (key, self.client.put(key, "", lease))
+            if on_bound is not None and not first:
+                on_bound()
         return LeaseKeeper(self.client, ttl, bind, name=f"lease-{host}").start()
+
+    def _fenced_txn(self, hosts: list[str], compare: list[Compare], ops: list[Op]) -> bool:
+        """`ops` if `compare` holds; Fenced when one of `hosts` is kept alive by this store and
+        its lease lapsed since (its alive key is gone, or bound anew by someone else)."""
+        fences = [(h, *self._fences[h]) for h in hosts if h in self._fences]
+        if not fences and not compare:
+            self.client.txn([], ops)
+            return True
+        r = self.client.txn([mod_is(key, rev) for _, key, rev in fences] + compare, ops,
+                            [range_op(key) for _, key, _ in fences])
+        if r.succeeded:
+            return True
+        for (host, _, rev), kvs in zip(fences, r.ranges, strict=False):
+            if not kvs or kvs[0].mod_revision != rev:
+                raise Fenced(host)
+        return False
 
     def lease_ages(self) -> dict[str, float]:
         """Live host -> seconds since its dacd last renewed its lease (granted TTL minus what
@@ -695,27 +732,30 @@ class Store:
                 raise Conflict(f"buffer '{name}' changed since revision {mod_revision}")
             self._release(name, keys, spec)
             keys = []
-        r = self.client.txn(
-            [spec],
-            [delete_op(c) for c in keys]
-            + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
-               delete_op(k.buffer(name))],
-        )
-        if not r.succeeded:
+        if not self._fenced_txn(
+                [buf.allocation.primary_host], [spec],
+                [delete_op(c) for c in keys]
+                + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
+                   delete_op(k.buffer(name))]):
             raise Conflict(f"buffer '{name}' changed since revision {mod_revision}")
 
     # -- status --------------------------------------------------------------------------------
 
-    def put_status(self, status: Status) -> int:
-        """Single writer per key (the host's own dacd), so a plain put."""
-        return self.client.put(self.keys.status(status.buffer, status.host), _dump(status))
+    def put_status(self, status: Status) -> None:
+        """Single writer per key (the host's own dacd), so no compare but the fence's."""
+        key = self.keys.status(status.buffer, status.host)
+        if status.host not in self._fences:
+            self.client.put(key, _dump(status))
+        else:
+            self._fenced_txn([status.host], [], [put_op(key, _dump(status))])
 
     def put_statuses(self, statuses: list[Status]) -> None:
         """Several hosts' statuses (a lustre or daos buffer's primary writes every host's):
         as few transactions as etcd allows, not one request per host."""
         ops = [put_op(self.keys.status(s.buffer, s.host), _dump(s)) for s in statuses]
-        for start in range(0, len(ops), _MAX_TXN_OPS):
-            self.client.txn([], ops[start:start + _MAX_TXN_OPS])
+        hosts = sorted({s.host for s in statuses} & set(self._fences))  # the writer's own
+        for start in range(0, len(ops), _MAX_TXN_OPS - len(hosts)):  # room for the fences
+            self._fenced_txn(hosts, [], ops[start:start + _MAX_TXN_OPS - len(hosts)])
 
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}

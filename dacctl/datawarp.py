@@ -296,7 +296,7 @@ def _full(args, settings: dict) -> str:
     states = {"data_in": State.STAGED_IN, "data_out": State.STAGED_OUT}
     if f in states:
         _need(args, "token")
-        if jobs.set_desired(store, args.token, states[f]):
+        if jobs.set_desired(store, args.token, states[f], retry=True):
             jobs.wait_for(store, args.token, states[f], config.stage_timeout, grace=config.grace)
         return ""
     # create_persistent
@@ -404,6 +404,7 @@ def _teardown(store, config, token: str, hurry: bool = False) -> None:
     jobs.detach(store, token, persistent)
     if current is not None and not hurry and jobs.needs_stage_out(store, current):
         jobs.detach(store, token, [token], State.STAGED_OUT)
+        jobs.set_desired(store, token, State.STAGED_OUT, retry=True)  # after a failed one
         jobs.wait_for(store, token, State.STAGED_OUT, config.stage_timeout, grace=config.grace)
     jobs.set_desired(store, token, State.DELETED)
     jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.grace)

@@ -46,7 +46,10 @@ class Daemon:
         record = self.store.register_host(host_record(self.host, self.settings))
         if rolled_back := self.store.recover_intents():
             log.info("rolled back the allocations of %s, cut short", ", ".join(rolled_back))
-        self._lease = self.store.keep_alive(self.host, self.config.lease_ttl)
+        # fenced: after a lapse (dacd frozen, or cut off from etcd) no step runs and no status
+        # is written until a new lease is bound; then every buffer is looked at again
+        self._lease = self.store.keep_alive(self.host, self.config.lease_ttl,
+                                            on_bound=self._relist)
         log.info("host %s registered: %d bricks, drained=%s, lease ttl %ss", self.host,
                  len(record.bricks), record.drained, self.config.lease_ttl)
         if swept := runner.sweep_stale_runs(self.host):
@@ -58,6 +61,10 @@ class Daemon:
             run_step = functools.partial(runner.run_step, warm=self.warm)
         self.reconciler = Reconciler(self.store, self.config, self.host, run_step)
         self.reconciler.start()
+
+    def _relist(self) -> None:
+        if self.reconciler is not None:
+            self.reconciler.relist()
 
     def wait(self) -> None:
         self.stopping.wait()

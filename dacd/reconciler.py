@@ -42,7 +42,7 @@ from typing import Callable
 from daccore.backends import get as get_backend
 from daccore.backends import runs_once_for_all_hosts
 from daccore.bounds import BUFFER_NAME
-from daccore.errors import Conflict, DacError, InternalError, Kind, StoreUnavailable
+from daccore.errors import Conflict, DacError, Fenced, InternalError, Kind, StoreUnavailable
 from daccore.escape import printable
 from daccore.etcd.types import WatchCompacted
 from daccore.lifecycle import next_step
@@ -135,6 +135,18 @@ class Reconciler:
             return None
         return name
 
+    def relist(self) -> None:
+        """After a new lease (the old one lapsed: steps were fenced meanwhile): look at every
+        buffer of this host again."""
+        if self._stopping.is_set():
+            return
+        try:
+            self._list_all()
+            log.info("registered again with a new lease: looking at every buffer again")
+        except DacError as e:
+            log.warning("could not list this host's buffers after a new lease (%s); the "
+                        "watches bring them", e)
+
     def _holds(self, name: str) -> bool:
         with self._lock:
             return name in self._held
@@ -207,6 +219,9 @@ class Reconciler:
         while True:
             try:
                 self.reconcile(name)
+            except Fenced as e:  # the lease lapsed: relist() brings the buffer back
+                metrics.etcd_error("reconcile", e)
+                log.warning("buffer %s: not acted on: %s", name, e)
             except Exception as e:  # noqa: BLE001 - a worker must never die silently
                 metrics.etcd_error("reconcile", e)
                 log.exception("buffer %s: reconcile failed", name)
@@ -374,6 +389,8 @@ class Reconciler:
                                lambda task: status(step=f"{step}: {task}"),
                                inventory=backend.inventory(buf, step, attached),
                                forks=self.config.ansible_forks)
+        except Fenced:
+            raise  # nothing may be written: the next lease's pass runs the step again
         except Exception as e:  # noqa: BLE001 - every failure must reach the waiting Slurm call
             if not isinstance(e, DacError):
                 log.exception("buffer %s (job %s): %s failed", name, buf.job_id, step)

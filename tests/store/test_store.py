@@ -45,6 +45,44 @@ def test_keep_alive_marks_the_host_alive_until_stopped(store):
     assert store.alive() == set()
 
 
+def test_a_hosts_status_writes_are_fenced_on_its_lease_until_a_new_one_is_bound(store):
+    """dacd's fence (issue 19): once its lease lapsed (revoked here, as etcd does when a frozen
+    dacd misses its TTL), its status writes and reaps raise Fenced and change nothing; its
+    LeaseKeeper binds a new lease at its next refresh, calls on_bound (dacd lists its buffers
+    again), and writes go through again. Another host's writes are never fenced by it."""
+    import time
+
+    from daccore.errors import Fenced
+    register(store, ("h1", "h2"), alive=False)
+    bound = []
+    keeper = store.keep_alive("h1", 3, on_bound=lambda: bound.append(1))
+    other = store.keep_alive("h2", 5)
+    allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
+    h = store.buffer("j1").record.allocation.primary_host
+    before = Status(buffer="j1", host="h1", state=State.CREATED)
+    store.put_status(before)
+    store.client.lease_revoke(keeper.lease)
+    after = Status(buffer="j1", host="h1", state=State.DELETED)
+    with pytest.raises(Fenced, match="^host h1: this dacd's lease lapsed; it acts on no buffer "
+                                     "until it has registered again"):
+        store.put_status(after)
+    with pytest.raises(Fenced):
+        store.put_statuses([after])
+    assert store.statuses("j1")["h1"] == before
+    store.put_status(Status(buffer="j1", host="h2", state=State.CREATED))  # not h1's: no fence
+    if h == "h1":
+        with pytest.raises(Fenced):
+            store.delete_buffer("j1", store.buffer("j1").mod_revision)
+    deadline = time.monotonic() + 10
+    while not bound:
+        assert time.monotonic() < deadline, "no new lease bound"
+        time.sleep(0.05)
+    store.put_status(after)
+    assert store.statuses("j1")["h1"] == after and "h1" in store.alive()
+    keeper.stop()
+    other.stop()
+
+
 def test_inventory_and_pool_summary(store):
     keepers = register(store, ("h1", "h2", "h3"))
     keepers.pop().stop()  # h3 dies

@@ -310,3 +310,99 @@ def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_noth
     assert "watch compacted; listing this host's buffers again" in log
     slurm(env, "teardown", 12, "--job", str(script))
     assert store.buffer("12") is None and store.claims() == {}
+
+
+def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_again(dac,
+                                                                                     tmp_path):
+    """dacd frozen (SIGSTOP) until its lease lapsed while Slurm asks for a teardown, then
+    resumed: every status it writes for the buffer (the teardown's) comes after its new alive
+    key, i.e. after it registered again (the fence: each write compares that key); the teardown
+    call, waiting within restart_grace, succeeds."""
+    import threading
+    workdir, env, store = dac
+    script = setup(env, tmp_path, 13, "512MiB")
+    host = store.buffer("13").record.allocation.primary_host
+    pid = dacd_pid(workdir, host)
+    key = store.keys.status("13", host)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
+        revision = store.client.range(key)[1]
+        watch = store.client.watch(key, key + "\0", start_revision=revision + 1)
+        writes = []
+        reader = threading.Thread(target=lambda: [writes.append(e.kv.mod_revision)
+                                                  for e in watch if e.kv.value], daemon=True)
+        reader.start()
+        call = call_in_background(env, "teardown", 13, "--job", str(script))
+        poll(lambda: store.buffer("13").record.desired_state.value == "deleted", 30,
+             "the teardown's spec")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        assert call.wait(120) == 0 and call.stdout.read() == ""
+        assert store.buffer("13") is None and store.claims() == {}
+        registered = store.client.get(store.keys.alive_key(host)).create_revision
+        assert writes and min(writes) > registered, (writes, registered)
+    finally:
+        watch.close()
+    log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
+    fenced = "this dacd's lease lapsed; it acts on no buffer" in log
+    assert "registered again with a new lease" in log
+    print(f"\nfrozen dacd: {len(writes)} status writes, all after its new lease "
+          f"(a pass fenced meanwhile: {fenced})")
+
+
+def test_a_stage_in_larger_than_the_buffer_fails_in_one_line_naming_the_file(dac, open_dir,
+                                                                              tmp_path):
+    workdir, env, store = dac
+    src = open_dir / "big"
+    make_source(src, files=3, size=200 * MiB)  # 600 MiB into 512 MiB
+    script = setup(env, tmp_path, 81, "512MiB",
+                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in")
+    host = store.buffer("81").record.allocation.primary_host
+    r = slurm(env, "data_in", 81, "--job", str(script), check=False)
+    # the copier counts first: nothing is copied into a buffer it cannot fill
+    assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
+    assert r.stdout.startswith(f"buffer 81: stage_in failed: {workdir}/fs/{host}/81/striped: "
+                               "not enough space for the data to stage ("), r.stdout
+    assert r.stdout.endswith(" free)\n"), r.stdout
+    slurm(env, "teardown", 81, "--job", str(script))  # Slurm tears a failed stage-in down
+    assert store.buffer("81") is None and pools(env)["default"]["free_bricks"] == 4
+
+
+def test_a_stage_out_into_a_full_filesystem_keeps_the_buffer_until_retried(dac, open_dir,
+                                                                          tmp_path):
+    """data_out into a full filesystem: one line naming the file; the buffer is kept (and
+    teardown, which stages out first, fails the same way: Slurm's TeardownFailure); once the
+    admin made room, data_out (or Slurm's next teardown) runs the stage again and it succeeds;
+    `teardown --hurry` (scancel --hurry) would instead release it without the data."""
+    workdir, env, store = dac
+    small = open_dir / "small"
+    small.mkdir(mode=0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(small)],
+                   check=True)
+    try:
+        os.chown(small, UID, GID)
+        script = setup(env, tmp_path, 82, "512MiB",
+                       "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
+                       f"destination={small}/run")
+        nodes = tmp_path / "nodes"
+        nodes.write_text("node1\n")
+        host = store.buffer("82").record.allocation.primary_host
+        slurm(env, "pre_run", 82, "--job", str(script), "--nodehostnamefile", str(nodes))
+        expected = make_source(workdir / "fs" / host / "82" / "striped" / "out", files=4,
+                               size=4 * MiB)  # 16 MiB into 8
+        slurm(env, "post_run", 82, "--job", str(script), "--nodehostnamefile", str(nodes))
+        for function in ("data_out", "teardown"):
+            r = slurm(env, function, 82, "--job", str(script), check=False)
+            assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
+            assert r.stdout == (f"buffer 82: stage_out failed: {small}: not enough space for "
+                                "the data to stage (8.0 MiB free)\n"), r.stdout
+            assert store.buffer("82") is not None  # kept: the data can still be saved
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        slurm(env, "data_out", 82, "--job", str(script))  # the retry
+        assert digests(small / "run") == expected
+        slurm(env, "teardown", 82, "--job", str(script))
+        assert store.buffer("82") is None and pools(env)["default"]["free_bricks"] == 4
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
