@@ -43,14 +43,14 @@ def slurm(env, function, token, *args, check=True):
                check=check)
 
 
-def wait_for(check, timeout=120, what="condition"):
+def wait_for(check, timeout=120, what="condition", every=0.2):
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(every)
 
 
 def reached(store, name, state):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clitools import pools, run, setup, slurm
+from clitools import pools, run, setup, slurm, wait_for
 from mounts import mounts
 
 UID, GID = 1234, 4321
@@ -21,13 +21,8 @@ MiB = 1 << 20
 
 
 def poll(check, timeout=120.0, what="condition", every=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(every)
+    """wait_for, looking often: a step or a lease may come and go within 0.2 s."""
+    return wait_for(check, timeout, what, every)
 
 
 def call_in_background(env, function, job, *args):
