@@ -32,10 +32,11 @@ def slurm_release(argv: list[str]) -> str | None:
 
 @contextmanager
 def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 512 << 20,
-              release: str | None = None):
-    """A local DAC in a throwaway directory users can enter; yields (state, env for dac's
-    commands, workdir). With `release`, also a 2-node Slurm of that release (burst_buffer/lua)
-    whose hooks' way of running dacctl `as_slurm` reproduces. Needs root."""
+              release: str | None = None, etcd_members: int = 1):
+    """A local DAC in a throwaway directory users can enter, on `etcd_members` etcd members;
+    yields (state, env for dac's commands, workdir). With `release`, also a 2-node Slurm of
+    that release (burst_buffer/lua) whose hooks' way of running dacctl `as_slurm` reproduces.
+    Needs root."""
     import os
 
     from daclocal import cluster
@@ -45,7 +46,8 @@ def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 51
         slurm = {"slurm_nodes": 2, "slurm_plugin": "lua", "slurm_release": release} \
             if release else {}
         state = cluster.up(work / "dac", servers=servers, bricks_per_server=bricks_per_server,
-                           brick_size=brick_size, timeout=60, **slurm)
+                           brick_size=brick_size, timeout=60, etcd_members=etcd_members,
+                           **slurm)
         try:
             env = {**os.environ, "DAC_CONFIG": str(state.config_path)}
             env.pop("DAC_ETCD_ENDPOINTS", None)
