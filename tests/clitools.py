@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +52,37 @@ def wait_for(check, timeout=120, what="condition", every=0.2):
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(every)
+
+
+def revision(store) -> int:
+    """etcd's revision now: `step_started` from it sees every status written after it."""
+    return store.client.range(store.keys.statuses)[1]
+
+
+def step_started(store, name, host, step, since, call=None, timeout=120):
+    """Return once `host` has started `step` of buffer `name`, seen by watching every status
+    written since revision `since`: a step shorter than any poll, or a poll delayed by a
+    loaded machine, cannot hide it. Fails at once if `call` (a Popen) ended meanwhile."""
+    watch, changes = store.watch_statuses(since)
+    seen, started = [], threading.Event()
+
+    def follow():
+        for change in changes:
+            r = change.record
+            if r and r.buffer == name and r.host == host:
+                seen.append(r.step)
+                if r.step.startswith(step):
+                    started.set()
+                    return
+    threading.Thread(target=follow, daemon=True).start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not started.wait(0.1):
+            assert call is None or call.poll() is None, \
+                f"the call ended before {step} started: {call.stdout.read()}"
+            assert time.monotonic() < deadline, f"{step} never started; steps seen: {seen}"
+    finally:
+        watch.close()
 
 
 def reached(store, name, state):

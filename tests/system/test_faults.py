@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clitools import pools, run, setup, slurm, wait_for
+from clitools import pools, revision, run, setup, slurm, step_started, wait_for
 from mounts import mounts
 
 UID, GID = 1234, 4321
@@ -74,13 +74,12 @@ def copiers(pid):
         parents = more
 
 
-def kill_until_lapsed(workdir, store, name, step):
+def kill_until_lapsed(workdir, store, name, step, since, call):
     """SIGKILL the dacd of buffer `name`'s host once it runs `step` (a stage: once its copier
     runs), and wait until its lease has lapsed (the host is down); returns the host, how long
     that took, and the killed dacd's copier processes still alive then."""
     host = store.buffer(name).record.allocation.primary_host
-    poll(lambda: (s := store.statuses(name).get(host)) and s.step.startswith(step),
-         what=f"{step} to start")
+    step_started(store, name, host, step, since, call)
     pid = dacd_pid(workdir, host)
     stage = poll(lambda: copiers(pid), 30, "the copier") if step.startswith("stage") else set()
     os.kill(pid, signal.SIGKILL)
@@ -143,8 +142,9 @@ def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(dac, open
     args = ["--job", str(script)]
     if function in ("pre_run", "post_run", "teardown"):
         args += ["--nodehostnamefile", str(nodes)]
+    since = revision(store)
     call = call_in_background(env, function, job, *args)
-    host, lapse, orphans = kill_until_lapsed(workdir, store, str(job), step)
+    host, lapse, orphans = kill_until_lapsed(workdir, store, str(job), step, since, call)
     assert call.poll() is None, call.stdout.read()  # waiting for the host, not failing at once
     # the killed dacd's copier ends at its next progress line (a broken pipe) and kills its
     # workers, before the host is even down: no two copiers ever write the same buffer
@@ -399,5 +399,72 @@ def test_a_stage_out_into_a_full_filesystem_keeps_the_buffer_until_retried(dac, 
         assert digests(small / "run") == expected
         slurm(env, "teardown", 82, "--job", str(script))
         assert store.buffer("82") is None and pools(env)["default"]["free_bricks"] == 4
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def as_user(*argv):
+    """`argv` as the job's user, with nothing of root's: what a job's own process can do."""
+    return subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups",
+                           "--", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_the_brick_filling_while_the_job_writes_costs_the_job_only_its_own_write(dac, open_dir,
+                                                                                 tmp_path):
+    """The job fills its buffer: its own write fails with the kernel's ENOSPC naming its file;
+    dac goes on: post_run, the stage-out of what the job wrote before, and the teardown all
+    succeed, every brick back."""
+    workdir, env, store = dac
+    results = open_dir / "results"
+    results.mkdir(mode=0o755)
+    os.chown(results, UID, GID)
+    script = setup(env, tmp_path, 84, "512MiB",
+                   "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
+                   f"destination={results}/run")
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\n")
+    host = store.buffer("84").record.allocation.primary_host
+    slurm(env, "pre_run", 84, "--job", str(script), "--nodehostnamefile", str(nodes))
+    striped = workdir / "fs" / host / "84" / "striped"
+    expected = make_source(striped / "out", files=4, size=MiB)
+    fill = as_user("dd", "if=/dev/zero", f"of={striped}/fill", "bs=4M", "status=none")
+    assert fill.returncode == 1, fill.stderr
+    assert fill.stderr.strip() == f"dd: error writing '{striped}/fill': No space left on device"
+    for f in ("post_run", "data_out"):
+        slurm(env, f, 84, "--job", str(script), "--nodehostnamefile", str(nodes))
+    assert digests(results / "run") == expected
+    assert store.statuses("84")[host].error is None
+    slurm(env, "teardown", 84, "--job", str(script), "--nodehostnamefile", str(nodes))
+    assert store.buffer("84") is None and pools(env)["default"]["free_bricks"] == 4
+
+
+def test_a_destination_filling_during_the_stage_out_fails_it_naming_the_file(dac, open_dir,
+                                                                             tmp_path):
+    """The room counted before the copy is not the room there is once it runs (here: a
+    filesystem with bytes to spare but too few inodes): the stage-out fails with one line naming
+    the file it could not write, and the buffer is kept, as for a full filesystem."""
+    workdir, env, store = dac
+    small = open_dir / "small"
+    small.mkdir(mode=0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=6,mode=0755", "tmpfs",
+                    str(small)], check=True)
+    try:
+        os.chown(small, UID, GID)
+        script = setup(env, tmp_path, 85, "512MiB",
+                       "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
+                       f"destination={small}/run")
+        nodes = tmp_path / "nodes"
+        nodes.write_text("node1\n")
+        host = store.buffer("85").record.allocation.primary_host
+        slurm(env, "pre_run", 85, "--job", str(script), "--nodehostnamefile", str(nodes))
+        make_source(workdir / "fs" / host / "85" / "striped" / "out", files=10, size=MiB)
+        slurm(env, "post_run", 85, "--job", str(script), "--nodehostnamefile", str(nodes))
+        r = slurm(env, "data_out", 85, "--job", str(script), check=False)
+        assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
+        assert r.stdout.startswith(f"buffer 85: stage_out failed: {small}/run/f"), r.stdout
+        assert r.stdout.endswith(": No space left on device\n"), r.stdout
+        assert store.buffer("85") is not None  # kept: the data can still be saved
+        slurm(env, "teardown", 85, "--job", str(script), "--hurry")
+        assert store.buffer("85") is None and pools(env)["default"]["free_bricks"] == 4
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)

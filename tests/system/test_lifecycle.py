@@ -7,12 +7,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from clitools import pools, reached, run, setup, slurm, wait_for
+from clitools import pools, reached, revision, run, setup, slurm, step_started, wait_for
 from mounts import mount_of, mounts, swaps
 
 from daccore.config import load_config
@@ -50,36 +48,13 @@ def slurm_call_in_background(env, *args):
                             stderr=subprocess.STDOUT, text=True)
 
 
-def revision(store) -> int:
-    """etcd's revision now: watch from it to see every status written after this point."""
-    return store.client.range(store.keys.statuses)[1]
-
-
 def kill_during(workdir, env, store, name, step, since, call=None):
     """SIGKILL the dacd of buffer `name`'s host once it starts `step` (seen by watching every
     status written since revision `since`, so a step shorter than any poll is not missed),
     start a new one; returns the new dacd's process."""
     state = json.loads((workdir / "state.json").read_text())
     host = store.buffer(name).record.allocation.primary_host
-    watch, changes = store.watch_statuses(since)
-    seen, started = [], threading.Event()
-
-    def follow():
-        for change in changes:
-            if change.record and change.record.buffer == name and change.record.host == host:
-                seen.append(change.record.step)
-                if change.record.step.startswith(step):
-                    started.set()
-                    return
-    threading.Thread(target=follow, daemon=True).start()
-    try:
-        deadline = time.monotonic() + 120
-        while not started.wait(0.2):
-            assert call is None or call.poll() is None, \
-                f"the Slurm call ended before {step} started: {call.stdout.read()}"
-            assert time.monotonic() < deadline, f"{step} never started; steps seen: {seen}"
-    finally:
-        watch.close()
+    step_started(store, name, host, step, since, call)
     pid = next(d["pid"] for d in state["dacd"] if d["host"] == host)
     os.kill(pid, signal.SIGKILL)
     log = open(workdir / "logs" / f"dacd-{host}-restarted.log", "ab")
