@@ -175,7 +175,7 @@ def job_process_fault(script: bytes, rc: int, out: str, err: str) -> str | None:
 
 WORDS = ["", "-", "--", "x", "1", "0", "-1", "4294967296", "99999999999999999999", "default",
          "dac-server-1x", "proj1", "../..", "/etc/shadow", "--json", "--help", "--line",
-         "--debug", "--bogus", "-x", "=", "{{x}}", "$(id)", "\x1b]0;t\x07", "ünï", "\udcff",
+         "--bogus", "-x", "=", "{{x}}", "$(id)", "\x1b]0;t\x07", "ünï", "\udcff",
          "a" * 5000, "1GiB", "1.5GiB", "-5GiB", "25%", "1e9", "nan", " ", "\t", "\n", "a\nb",
          "--user", "--state", "--pool", "new", "error", "mounted", "root", "nobody"]
 #: verb -> options it takes (None: a flag); the positional arguments come from WORDS
@@ -236,7 +236,7 @@ def cli_args(rng: random.Random, scratch: str, hosts: set[str]) -> list[str]:
     if verb in ("drain", "undrain") and hosts & set(args):
         return [verb, "not-" + "-".join(sorted(hosts))]
     if rng.random() < 0.1:
-        args.insert(rng.randrange(len(args) + 1), rng.choice(["--debug", "--bogus", "-h"]))
+        args.insert(rng.randrange(len(args) + 1), rng.choice(["--bogus", "-h", "--version"]))
     return args
 
 
@@ -245,9 +245,24 @@ def _workdir(rng: random.Random, scratch: str) -> str:
                        f"{scratch}/workdir-list", "", "/nonexistent/x"])
 
 
-#: What scratch's files hold (the workdirs with a state.json nobody's `up` wrote: junk only,
-#: never a pid, since `down` stops the pids a state names)
-SCRATCH_FILES = {"workdir-junk/state.json": b"\xff{not json", "workdir-list/state.json": b"[1]"}
+def scratch_files(scratch: str) -> dict[str, bytes]:
+    """What the scratch directory holds for cli_args and function_args: job scripts (none
+    fits the pool, so no setup builds anything), a node list, and workdirs with a state.json
+    nobody's `up` wrote (junk only, never a pid: `down` stops the pids a state names)."""
+    return {
+        "in/data": b"42\n",
+        "script-0": (f"#!/bin/sh\n#DW jobdw capacity=1PiB access_mode=striped\n#DW stage_in "
+                     f"type=directory source={scratch}/in destination=$DW_JOB_STRIPED/in\n"
+                     ).encode(),
+        "script-1": b"#!/bin/sh\n#DW jobdw capacity=\xff\x00 \x1b]0;t\x07\n",
+        "script-2": (b"#!/bin/sh\n#DW jobdw capacity=1PiB\n#DW persistentdw name=proj9\n"
+                     b"#DW stage_in type=list source=/nonexistent destination=$DW_JOB_STRIPED/x\n"),
+        "script-3/x": b"",  # script-3: a directory
+        "nodes": b"node1\nnode\xff\n{{x}}\n" + b"n" * 3000 + b"\n",
+        "workdir-junk/state.json": b"\xff{not json",
+        "workdir-list/state.json": b"[1]",
+        "slurm-0/.keep": b"",
+    }
 
 FUNCTIONS = ["pools", "show_instances", "show_sessions", "show_configurations", "job_process",
              "setup", "real_size", "data_in", "paths", "pre_run", "post_run", "data_out",
@@ -274,7 +289,7 @@ def function_args(rng: random.Random, scratch: str) -> list[str]:
         if rng.random() < 0.3:
             args += [option, rng.choice([f"{scratch}/script-{rng.randrange(4)}",
                                          f"{scratch}/nodes", f"{scratch}/missing", scratch,
-                                         "relative", "/proc/1/fd/0", "/dev/zero", ""])]
+                                         "relative", "/proc/999999999/fd/0", "/dev/zero", ""])]
     return args
 
 

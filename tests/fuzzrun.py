@@ -73,3 +73,13 @@ def _dacctl(*args: str, env: dict[str, str] | None = None, check: bool = True) -
         raise RuntimeError(f"dacctl {' '.join(args)} failed ({r.returncode}): "
                            f"{r.stdout}{r.stderr}")
     return r.stdout
+
+
+def make_scratch(directory: Path) -> str:
+    """Fill `directory` with fuzzgen.scratch_files; returns its path."""
+    from fuzzgen import scratch_files
+    for name, data in scratch_files(str(directory)).items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return str(directory)
