@@ -205,8 +205,8 @@ LOCAL_UP_BAD = [["--servers", "0"], ["--servers", "65"], ["--servers", "x"],
 
 def cli_args(rng: random.Random, scratch: str, hosts: set[str]) -> list[str]:
     """dacctl's arguments for a verb, right and wrong. `scratch`: a directory for the paths
-    the verbs write or read (slurm-files, estimate, local's workdirs); `hosts`: the real
-    storage hosts, never drained here."""
+    the verbs write or read (slurm-files, estimate, local's workdirs: never "", the current
+    directory); `hosts`: the real storage hosts, never drained here."""
     verb = rng.choice(list(VERBS) + ["--version", "--help", "bogus", ""])
     if verb not in VERBS:
         return [verb] if verb else []
@@ -230,7 +230,7 @@ def cli_args(rng: random.Random, scratch: str, hosts: set[str]) -> list[str]:
                                     "/nonexistent", f"{scratch}/\udcff"]))
         elif verb == "slurm-files":
             args.append(rng.choice([f"{scratch}/slurm-{rng.randrange(3)}",
-                                    f"{scratch}/script-0", f"{scratch}/no/such/dir", ""]))
+                                    f"{scratch}/script-0", f"{scratch}/no/such/dir"]))
         else:
             args.append(rng.choice(WORDS + NAMES))
     if verb in ("drain", "undrain") and hosts & set(args):
@@ -242,7 +242,7 @@ def cli_args(rng: random.Random, scratch: str, hosts: set[str]) -> list[str]:
 
 def _workdir(rng: random.Random, scratch: str) -> str:
     return rng.choice([f"{scratch}/none", f"{scratch}/script-0", f"{scratch}/workdir-junk",
-                       f"{scratch}/workdir-list", "", "/nonexistent/x"])
+                       f"{scratch}/workdir-list", "/nonexistent/x"])
 
 
 def scratch_files(scratch: str) -> dict[str, bytes]:
