@@ -47,7 +47,7 @@ unit: deps
 schema: deps
 	$(PY) -m daccore.schema write
 
-BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory staging faults
+BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory staging faults fuzz
 
 # every bench runs even after one fails; the exit status says whether all met their budget
 bench: deps

@@ -72,12 +72,13 @@ DestroyPersistent = namedtuple("DestroyPersistent", "line name hurry", defaults=
 class Directives:
     """Everything a script asks of dac, validated."""
 
-    __slots__ = ("jobdw", "persistent", "stage_in", "stage_out", "swap", "swap_line", "create",
-                 "destroy")
+    __slots__ = ("jobdw", "persistent", "persistent_lines", "stage_in", "stage_out", "swap",
+                 "swap_line", "create", "destroy")
 
     def __init__(self) -> None:
         self.jobdw: JobDW | None = None
         self.persistent: list[str] = []
+        self.persistent_lines: list[int] = []  # the line of each of `persistent`
         self.stage_in: list[Stage] = []
         self.stage_out: list[Stage] = []
         self.swap = 0
@@ -109,6 +110,7 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
             if name in found.persistent:
                 raise DirectiveError(number, directive, f"'{name}' is attached twice")
             found.persistent.append(name)
+            found.persistent_lines.append(number)
         elif directive in ("stage_in", "stage_out"):
             stage = _stage(number, directive, args)
             (found.stage_in if stage.direction == "in" else found.stage_out).append(stage)

@@ -97,6 +97,16 @@ class NoCredential(AdminError):
         self.path, self.role = path, role
 
 
+class BadRecord(AdminError):
+    """A record in etcd that is not what dac's writers write (not JSON, a field missing or of
+    another type): something else wrote it, and an admin must fix or delete it."""
+
+    def __init__(self, key: str, model: str, reason: str):
+        super().__init__(f"record at {key} is not a valid {model}: {reason}; an admin must fix "
+                         "or delete it")
+        self.key = key
+
+
 class PlaybookFailed(AdminError):
     def __init__(self, step: str, task: str, host: str, rc: int, output: str):
         tail = output.strip().splitlines()[-1] if output.strip() else "no output"

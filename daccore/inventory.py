@@ -22,7 +22,7 @@ from collections import Counter, namedtuple
 from daccore.errors import InternalError
 
 __all__ = ["PoolInfo", "BrickInfo", "HostInfo", "HostView", "ClaimCounts", "Inventory",
-           "PoolSummary", "summarize"]
+           "PoolSummary", "summarize", "parse_pools", "parse_hosts", "views_of"]
 
 
 # namedtuples and plain classes, not dataclasses: `pools` runs inside slurmctld, and importing
@@ -84,7 +84,7 @@ class Inventory:
                   revision)
         inv._hosts, inv._alive = None, alive
         if hosts is not None:
-            inv._raw = {h["name"]: h for h in _loads_all(hosts)}
+            inv._raw = {h["name"]: h for h in parse_hosts(hosts)}
         if capacities is not None:
             inv._views = views_of(capacities, alive)
         if counts is None:
@@ -117,7 +117,7 @@ class Inventory:
 
     def _host(self, name: str, pool: str | None = None) -> HostInfo:
         h = self._records()[name]
-        bricks = [BrickInfo(name, b["name"], b["device"], b["capacity"], b["pool"],
+        bricks = [BrickInfo(name, b["name"], b.get("device", ""), b["capacity"], b["pool"],
                             b.get("socket", 0), b.get("pcie_switch", "0"))
                   for b in h.get("bricks", ()) if pool is None or b["pool"] == pool]
         return HostInfo(name, name in self._alive, h.get("drained", False), bricks)
@@ -170,18 +170,58 @@ class Inventory:
 def parse_pools(pools: list[bytes]) -> dict[str, PoolInfo]:
     return {p["name"]: PoolInfo(p["name"], p["granularity"], p.get("backend", "local"),
                                 p.get("placement", "single_host"), p.get("swap", False))
-            for p in _loads_all(pools)}
+            for p in _loads_all(pools, _pool_ok)}
+
+
+def parse_hosts(hosts: list[bytes]) -> list[dict]:
+    """Host records as plain JSON, those of a host record's shape."""
+    return _loads_all(hosts, _host_ok)
 
 
 def views_of(capacities: list[bytes], alive: set[str]) -> list[HostView]:
     """HostViews from HostCapacity records."""
     return [HostView(c["name"], c["name"] in alive, c.get("drained", False), c.get("pools", {}))
-            for c in _loads_all(capacities)]
+            for c in _loads_all(capacities, _capacity_ok)]
 
 
-def _loads_all(values: list[bytes]) -> list[dict]:
+def _loads_all(values: list[bytes], ok=None) -> list[dict]:
+    """The records that are JSON objects of the right shape (`ok`); any other is left out, as
+    a pool or host no dacd registered: a record no dac writer wrote (dacd's log and the admin
+    commands name it) must not stop the pools hook, job_process or placement for every job."""
     # One json.loads over all records is several times faster than one call per record.
-    return json.loads(b"[" + b",".join(values) + b"]") if values else []
+    try:
+        docs = json.loads(b"[" + b",".join(values) + b"]") if values else []
+    except (ValueError, RecursionError):
+        docs = []
+    if len(docs) != len(values):  # a bad one: each on its own ('1},{' would make two)
+        docs = [_loads(v) for v in values]
+    return [d for d in docs if isinstance(d, dict) and isinstance(d.get("name"), str)
+            and (ok is None or ok(d))]
+
+
+def _loads(value: bytes):
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _pool_ok(p: dict) -> bool:
+    return type(p.get("granularity")) is int and p["granularity"] > 0 and \
+        all(isinstance(p.get(f, ""), str) for f in ("backend", "placement"))
+
+
+def _capacity_ok(c: dict) -> bool:
+    pools = c.get("pools", {})
+    return isinstance(c.get("drained", False), bool) and isinstance(pools, dict) and \
+        all(type(n) is int and n >= 0 for n in pools.values())
+
+
+def _host_ok(h: dict) -> bool:
+    bricks = h.get("bricks", [])
+    return isinstance(h.get("drained", False), bool) and isinstance(bricks, list) and all(
+        isinstance(b, dict) and all(isinstance(b.get(f), str) for f in ("name", "pool"))
+        and type(b.get("capacity")) is int for b in bricks)
 
 
 class PoolSummary(namedtuple("PoolSummary", "name backend granularity total free used "

@@ -60,13 +60,13 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
                 _check_swap(d, s, capacity)
     if d.persistent or d.create or d.destroy:
         buffers = store.buffer_owners()
-        for name in d.persistent:
+        for line, name in zip(d.persistent_lines, d.persistent, strict=True):
             owner = buffers.get(name)
             if owner is None:
-                raise NotFound(f"persistentdw: no persistent buffer named '{name}'")
+                raise NotFound(f"line {line}: persistentdw: no persistent buffer named '{name}'")
             if uid is not None and owner != uid:
-                raise UserError(f"persistentdw: persistent buffer '{name}' belongs to another "
-                                "user")
+                raise UserError(f"line {line}: persistentdw: persistent buffer '{name}' belongs "
+                                "to another user")
         for x in d.destroy:
             owner = buffers.get(x.name)
             if owner is None and at_setup:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from daccore.errors import (
     AdminError,
+    BadRecord,
     Conflict,
     DacError,
     Fenced,
@@ -23,9 +24,26 @@ from daccore.errors import (
     UserError,
 )
 from daccore.etcd.client import EtcdClient
-from daccore.etcd.types import KV, Compare, Op, absent, delete_op, mod_is, put_op, range_op
+from daccore.etcd.types import (
+    KV,
+    Compare,
+    Op,
+    absent,
+    delete_op,
+    key_bytes,
+    mod_is,
+    put_op,
+    range_op,
+)
 from daccore.gcpause import gc_paused
-from daccore.inventory import BrickInfo, ClaimCounts, Inventory, parse_pools, views_of
+from daccore.inventory import (
+    BrickInfo,
+    ClaimCounts,
+    Inventory,
+    parse_hosts,
+    parse_pools,
+    views_of,
+)
 from daccore.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
@@ -128,7 +146,17 @@ class Store:
         return existing
 
     def pools(self) -> dict[str, Pool]:
-        return {p.name: p for p in self._list(_m().Pool, self.keys.pools)}
+        """The registered pools; a record that is no Pool is left out, as in the pools summary
+        (`inventory.parse_pools`): one bad record must not stop every job's setup."""
+        kvs, _ = self.client.range(self.keys.pools, prefix_end(self.keys.pools))
+        out = {}
+        for kv in kvs:
+            try:
+                pool = _load(_m().Pool, kv)
+            except BadRecord:
+                continue
+            out[pool.name] = pool
+        return out
 
     # -- hosts and liveness --------------------------------------------------------------------
 
@@ -247,12 +275,11 @@ class Store:
                 range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
             ])
             pools, hosts, alive, claims, intents, leases = r.ranges
-            owner = (lambda kv: json.loads(kv.value)["buffer"]) if claim_owners else \
-                (lambda kv: "")
+            owner = (lambda kv: _claimant(kv) or "?") if claim_owners else (lambda kv: "")
             inv = Inventory.from_json(
-                [kv.value for kv in pools], {Keys.last(kv.key, k.alive) for kv in alive},
+                _named(pools, k.pools), {Keys.last(kv.key, k.alive) for kv in alive},
                 claims={k.parse_claim(kv.key): owner(kv) for kv in claims},
-                hosts=[kv.value for kv in hosts], revision=r.revision)
+                hosts=_named(hosts, k.hosts), revision=r.revision)
             live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
             inv.dead_intents = sorted(n for kv in intents
                                       if (n := Keys.last(kv.key, k.intents)) not in live)
@@ -266,7 +293,7 @@ class Store:
         with gc_paused():
             (pools,), capacities, alive, revision = self._host_views(
                 [range_op(k.pools, prefix_end(k.pools))])
-            pool_infos = parse_pools([kv.value for kv in pools])
+            pool_infos = parse_pools(_named(pools, k.pools))
             views = views_of(capacities, alive)
             wanted = [(p, None) for p in pool_infos] + [
                 (p, v.name) for v in views if not v.alive or v.drained for p in v.pools
@@ -323,11 +350,13 @@ class Store:
                 range_op(k.capacities, prefix_end(k.capacities)),
                 range_op(k.alive, prefix_end(k.alive), keys_only=True)])
             extra_ranges, (capacities, alive) = r.ranges[:n], r.ranges[n:]
-        values = [kv.value for kv in capacities]
+        values = _named(capacities, k.capacities)
         names = {Keys.last(kv.key, k.alive) for kv in alive}
         if extra and extra[0].key == k.pools:
             self._save_views({"revision": r.revision, "alive": sorted(names),
-                              "capacity": [v.decode() for v in values],
+                              # a record not UTF-8 is no HostCapacity: views_of leaves
+                              # it out, read from etcd or from here
+                              "capacity": [v.decode(errors="replace") for v in values],
                               "pools": _fingerprint(extra_ranges[0])})
         return extra_ranges, values, names, r.revision
 
@@ -394,7 +423,7 @@ class Store:
                         free[h] = bricks - used
             live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
             dead = sorted(n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live)
-            return PlacementView(parse_pools([kv.value for kv in pools]), free, revision, dead)
+            return PlacementView(parse_pools(_named(pools, k.pools)), free, revision, dead)
 
     def free_bricks_on(self, pool: str, hosts: list[str],
                        revision: int) -> dict[str, list[BrickInfo]]:
@@ -414,8 +443,9 @@ class Store:
             for i, h in enumerate(chunk):
                 records, claims = r.ranges[2 * i], r.ranges[2 * i + 1]
                 taken = {k.parse_claim(kv.key)[2] for kv in claims}
-                bricks = json.loads(records[0].value).get("bricks", ()) if records else ()
-                out[h] = [BrickInfo(h, b["name"], b["device"], b["capacity"], b["pool"],
+                bricks = next(iter(parse_hosts(_named(records, k.hosts))), {}).get(
+                    "bricks", ()) if records else ()
+                out[h] = [BrickInfo(h, b["name"], b.get("device", ""), b["capacity"], b["pool"],
                                     b.get("socket", 0), b.get("pcie_switch", "0"))
                           for b in bricks if b["pool"] == pool and b["name"] not in taken]
         return out
@@ -438,8 +468,8 @@ class Store:
         counts = ClaimCounts()
         for pool, n in zip(pools, r.counts[3:], strict=True):
             counts.per_pool[pool] = counts.per_host[(pool, host)] = n
-        views = views_of([kv.value for kv in capacity], {host} if alive else set())
-        return Inventory.of_counts(parse_pools([kv.value for kv in pool_recs]), views, counts,
+        views = views_of(_named(capacity, k.capacities), {host} if alive else set())
+        return Inventory.of_counts(parse_pools(_named(pool_recs, k.pools)), views, counts,
                                    r.revision)
 
     def host_claims(self, host: str,
@@ -606,11 +636,13 @@ class Store:
             else:
                 raise Conflict(f"claims of '{name}' kept changing while releasing them")
 
-    def recover_intents(self, names: list[str] | None = None) -> list[str]:
+    def recover_intents(self, names: list[str] | None = None,
+                        unreadable: list[str] | None = None) -> list[str]:
         """Roll back every intent whose call is gone (its lease key expired): release the
         claims it made, then drop it. `names`: those found dead already (Inventory's
         `dead_intents`). Safe to run anywhere, any number of times at once; returns the
-        buffers rolled back."""
+        buffers rolled back. An intent that is no spec dac wrote names no claim to release:
+        it is left for an admin, its key added to `unreadable`."""
         k = self.keys
         if names is None:
             r = self.client.txn([], [
@@ -623,11 +655,16 @@ class Store:
             kv = self.client.get(k.intent(name))
             if kv is None or self.client.get(k.intent_lease(name)) is not None:
                 continue  # rolled back or committed by someone else, or alive after all
-            doc = json.loads(kv.value)
-            alloc = doc["allocation"]
-            keys = self._claim_keys(doc["request"]["pool"], [_Ref(b["host"], b["brick"])
-                                                              for b in alloc["bricks"]],
-                                    alloc.get("mgs_host"))
+            try:
+                doc = _doc(kv.value)
+                alloc = doc["allocation"]  # type: ignore[index]
+                keys = self._claim_keys(doc["request"]["pool"],  # type: ignore[index]
+                                        [_Ref(b["host"], b["brick"]) for b in alloc["bricks"]],
+                                        alloc.get("mgs_host"))
+            except (TypeError, KeyError, AttributeError):  # None, or not a spec's fields
+                if unreadable is not None:
+                    unreadable.append(kv.key)
+                continue
             # The lease key is absent: the call that wrote the intent can claim no more, and
             # no other call can start one for this name while the intent exists. Every delete
             # compares the intent unchanged: once another recoverer has dropped it, a new
@@ -689,11 +726,8 @@ class Store:
         kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
         docs = {}
         for kv in kvs:
-            try:
-                doc = json.loads(kv.value)
-            except ValueError:  # not JSON, or not UTF-8
-                continue
-            if isinstance(doc, dict):
+            doc = _doc(kv.value)
+            if doc is not None:
                 docs[Keys.last(kv.key, self.keys.buffers)] = doc
         return docs
 
@@ -858,11 +892,8 @@ def _claimant(kv: KV) -> str | None:
 
 def _claim_of(kv: KV) -> tuple[str, str | None] | None:
     """(buffer, primary host or None) of a claim record; None when it is not one."""
-    try:
-        doc = json.loads(kv.value)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("buffer"), str):
+    doc = _doc(kv.value)
+    if doc is None or not isinstance(doc.get("buffer"), str):
         return None
     primary = doc.get("primary")
     return doc["buffer"], primary if isinstance(primary, str) else None
@@ -884,6 +915,23 @@ def _load(model: type[R], kv: KV) -> R:
     try:
         return model.model_validate_json(kv.value)
     except ValidationError as e:
-        raise InternalError(f"record at {kv.key} is not a valid {model.__name__}: "
-                            f"{e.errors()[0]['msg']}") from e
+        raise BadRecord(kv.key, model.__name__, e.errors()[0]["msg"]) from e
+
+
+def _named(kvs: list[KV], prefix: str) -> list[bytes]:
+    """The values of `kvs` that name their own key, as every record dac writes does (its
+    first field): a record under another key (`hosts/x` holding host `dac1`'s record) would
+    count a host or pool twice. A bytes comparison, not a parse: the pools hook reads these."""
+    return [kv.value for kv in kvs
+            if kv.value.startswith(b'{"name":"%s"' % key_bytes(Keys.last(kv.key, prefix)))]
+
+
+def _doc(value: bytes) -> dict | None:
+    """A record read as plain JSON: the object, or None when it is not one (not JSON, not
+    UTF-8, nested past the parser's depth: RecursionError is no ValueError)."""
+    try:
+        doc = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
 

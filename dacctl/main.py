@@ -33,6 +33,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except _click_errors() as e:
         import click
+        if isinstance(e, click.UsageError):  # click's own is four lines: usage, hint, error
+            from daccore.escape import printable
+            where = e.ctx.command_path if e.ctx else "dacctl"
+            message = e.format_message().rstrip(".")
+            print(printable(f"{where}: usage error: {message} (see {where} --help)"),
+                  file=sys.stderr)
+            return e.exit_code
         if isinstance(e, click.ClickException):
             e.show()
             return e.exit_code

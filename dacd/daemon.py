@@ -10,6 +10,7 @@ import threading
 from daccore.config import DacConfig
 from daccore.etcd.stream import LeaseKeeper
 from daccore.store import Store
+from daccore.trust import shown
 from dacd import metrics, runner
 from dacd.reconciler import Reconciler
 from dacd.registration import check_devices, host_record, host_settings, pool_records
@@ -44,8 +45,12 @@ class Daemon:
         for pool in pool_records(self.config):
             self.store.ensure_pool(pool)
         record = self.store.register_host(host_record(self.host, self.settings))
-        if rolled_back := self.store.recover_intents():
+        unreadable: list[str] = []
+        if rolled_back := self.store.recover_intents(unreadable=unreadable):
             log.info("rolled back the allocations of %s, cut short", ", ".join(rolled_back))
+        for key in unreadable:
+            log.error("skipping %s: not a buffer spec dac wrote, so no claim of it can be "
+                      "released; an admin must delete it", shown(key, 200))
         # fenced: after a lapse (dacd frozen, or cut off from etcd) no step runs and no status
         # is written until a new lease is bound; then every buffer is looked at again
         self._lease = self.store.keep_alive(self.host, self.config.lease_ttl,

@@ -433,7 +433,7 @@ def _named_hosts(text: bytes | str) -> set[str]:
     try:
         bricks = json.loads(text)["allocation"]["bricks"]
         return {b["host"] for b in bricks if isinstance(b.get("host"), str)}
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return set()
 
 
@@ -441,6 +441,6 @@ def _generation(text: bytes | str) -> int:
     """A refused record's generation where it is a sane one (the Slurm side compares it)."""
     try:
         g = json.loads(text)["generation"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return 0
     return g if type(g) is int and 0 <= g < 2**63 else 0

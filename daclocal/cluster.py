@@ -92,8 +92,13 @@ class LocalState:
                 raise AdminError(f"{workdir}/state.json is not root's alone (owner uid "
                                  f"{st.st_uid}, mode {st.st_mode & 0o777:04o}); refused: "
                                  "the local DAC acts as root on what it says")
-            data = json.loads(f.read(1 << 20))
-        return cls(**{**data, "workdir": str(workdir)})
+            try:
+                data = json.loads(f.read(1 << 20))
+                return cls(**{**data, "workdir": str(workdir)})
+            except (ValueError, TypeError) as e:  # not JSON, not UTF-8, not a state's fields
+                raise AdminError(f"{workdir}/state.json is not a state `dacctl local up` wrote "
+                                 f"({type(e).__name__}: {e}); refused: stop what it started by "
+                                 "hand, then remove it") from None
 
 
 def _trusted_workdir(workdir: Path) -> None:

@@ -23,6 +23,8 @@ from daccore.etcd.types import (
     TxnResult,
     Unreachable,
     WatchMessage,
+    key_bytes,
+    key_text,
 )
 
 if TYPE_CHECKING:
@@ -36,12 +38,12 @@ _TARGET = {"CREATE": rpc_pb2.Compare.CREATE, "MOD": rpc_pb2.Compare.MOD}
 
 
 def _kv(kv: kv_pb2.KeyValue) -> KV:
-    return KV(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version,
+    return KV(key_text(kv.key), kv.value, kv.create_revision, kv.mod_revision, kv.version,
               kv.lease)
 
 
 def _compare(c: Compare) -> rpc_pb2.Compare:
-    pb = rpc_pb2.Compare(key=c.key.encode(), target=_TARGET[c.target],
+    pb = rpc_pb2.Compare(key=key_bytes(c.key), target=_TARGET[c.target],
                          result=rpc_pb2.Compare.EQUAL)
     if c.target == "CREATE":
         pb.create_revision = c.revision
@@ -51,15 +53,15 @@ def _compare(c: Compare) -> rpc_pb2.Compare:
 
 
 def _op(op: Op) -> rpc_pb2.RequestOp:
-    end = op.range_end.encode() if op.range_end else b""
+    end = key_bytes(op.range_end) if op.range_end else b""
     if op.kind == "put":
         return rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(
-            key=op.key.encode(), value=op.value, lease=op.lease))
+            key=key_bytes(op.key), value=op.value, lease=op.lease))
     if op.kind == "delete":
         return rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(
-            key=op.key.encode(), range_end=end))
+            key=key_bytes(op.key), range_end=end))
     return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
-        key=op.key.encode(), range_end=end, keys_only=op.keys_only, count_only=op.count_only,
+        key=key_bytes(op.key), range_end=end, keys_only=op.keys_only, count_only=op.count_only,
         revision=op.revision, min_mod_revision=op.min_mod_revision))
 
 
@@ -128,18 +130,18 @@ class GrpcTransport:
     def range(self, key: str, range_end: str | None, keys_only: bool,
               revision: int) -> tuple[list[KV], int]:
         r = self._unary(self._kv.Range, rpc_pb2.RangeRequest(
-            key=key.encode(), range_end=range_end.encode() if range_end else b"",
+            key=key_bytes(key), range_end=key_bytes(range_end) if range_end else b"",
             keys_only=keys_only, revision=revision), "range")
         return [_kv(kv) for kv in r.kvs], r.header.revision
 
     def put(self, key: str, value: bytes, lease: int) -> int:
-        r = self._unary(self._kv.Put, rpc_pb2.PutRequest(key=key.encode(), value=value,
+        r = self._unary(self._kv.Put, rpc_pb2.PutRequest(key=key_bytes(key), value=value,
                                                           lease=lease), "put")
         return r.header.revision
 
     def delete(self, key: str, range_end: str | None) -> int:
         r = self._unary(self._kv.DeleteRange, rpc_pb2.DeleteRangeRequest(
-            key=key.encode(), range_end=range_end.encode() if range_end else b""), "delete")
+            key=key_bytes(key), range_end=key_bytes(range_end) if range_end else b""), "delete")
         return r.deleted
 
     def txn(self, compare: list[Compare], success: list[Op], failure: list[Op]) -> TxnResult:
@@ -181,8 +183,8 @@ class GrpcTransport:
         self._unary(self._lease.LeaseRevoke, rpc_pb2.LeaseRevokeRequest(ID=lease), "lease revoke")
 
     def watch(self, key: str, range_end: str | None, start_revision: int) -> _GrpcWatch:
-        create = rpc_pb2.WatchCreateRequest(key=key.encode(), start_revision=start_revision,
-                                            range_end=range_end.encode() if range_end else b"")
+        create = rpc_pb2.WatchCreateRequest(key=key_bytes(key), start_revision=start_revision,
+                                            range_end=key_bytes(range_end) if range_end else b"")
         request = rpc_pb2.WatchRequest(create_request=create)
         return self._authed(lambda metadata: _GrpcWatch(self, request, metadata))
 

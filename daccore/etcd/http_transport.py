@@ -39,6 +39,8 @@ from daccore.etcd.types import (
     TxnResult,
     Unreachable,
     WatchMessage,
+    key_bytes,
+    key_text,
 )
 
 __all__ = ["HttpTransport"]
@@ -48,13 +50,13 @@ _RETRY_CODES = {4, 8, 14}
 
 
 def _b64(data: str | bytes) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+    return base64.b64encode(key_bytes(data) if isinstance(data, str) else data).decode()
 
 
 def _kv(d: dict) -> KV:
     value = d.get("value")
     return KV(
-        key=binascii.a2b_base64(d["key"]).decode(),
+        key=key_text(binascii.a2b_base64(d["key"])),
         value=binascii.a2b_base64(value) if value else b"",
         create_revision=int(d.get("create_revision", 0)),
         mod_revision=int(d.get("mod_revision", 0)),

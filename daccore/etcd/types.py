@@ -14,9 +14,20 @@ if TYPE_CHECKING:
 
 __all__ = ["KV", "Event", "TxnResult", "Compare", "Op", "WatchCompacted", "WatchMessage",
            "EtcdRequestError", "Unreachable", "absent", "mod_is", "put_op", "delete_op",
-           "range_op", "TRANSPORTS"]
+           "range_op", "TRANSPORTS", "key_bytes", "key_text"]
 
 TRANSPORTS = ("grpc", "http")
+
+
+def key_bytes(key: str) -> bytes:
+    """A key as etcd holds it. Keys are bytes there; one that is not UTF-8 (written by some
+    other client, or a name from a command line) is held as surrogates, as Python holds such
+    a file name (`surrogateescape`), so that it can be read, shown and deleted like any other."""
+    return key.encode("utf-8", "surrogateescape")
+
+
+def key_text(key: bytes) -> str:
+    return key.decode("utf-8", "surrogateescape")
 
 
 class EtcdRequestError(InternalError):

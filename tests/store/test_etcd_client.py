@@ -11,6 +11,7 @@ from daccore.etcd.types import (
     EtcdRequestError,
     WatchCompacted,
     absent,
+    key_bytes,
     mod_is,
     put_op,
     range_op,
@@ -27,6 +28,27 @@ def test_put_get_range_delete(etcd):
     assert etcd.get("/c/r/1").value == b"v1"
     assert etcd.delete("/c/r/", prefix_end("/c/r/")) == 3
     assert etcd.get("/c/r/1") is None
+
+
+def test_a_key_that_is_not_utf8_is_listed_watched_read_and_deleted(etcd):
+    """Keys are bytes in etcd: one that is not UTF-8 (another client's, or a name given on a
+    command line: `dacctl forget $'\\xff'`) raised UnicodeEncodeError, and listing its prefix
+    UnicodeDecodeError (found by tests/system/test_fuzz_cli.py). It is held as surrogates,
+    byte for byte."""
+    key = "/c/u/bad\udcff\udcfe"
+    assert key_bytes(key) == b"/c/u/bad\xff\xfe"
+    w = etcd.watch("/c/u/", prefix_end("/c/u/"), etcd.put("/c/u/good", "1") + 1)
+    try:
+        etcd.put(key, b"\xff")
+        kvs, _ = etcd.range("/c/u/", prefix_end("/c/u/"))
+        assert [(kv.key, kv.value) for kv in kvs] == [("/c/u/bad\udcff\udcfe", b"\xff"),
+                                                      ("/c/u/good", b"1")]
+        assert next(iter(w)).kv.key == key
+    finally:
+        w.close()
+    assert etcd.get(key).value == b"\xff"
+    assert etcd.txn([mod_is(key, etcd.get(key).mod_revision)], [put_op(key, "2")]).succeeded
+    assert etcd.delete(key) == 1 and etcd.get(key) is None
 
 
 def test_txn_compare_and_swap_on_mod_revision(etcd):

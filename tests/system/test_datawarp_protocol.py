@@ -86,7 +86,7 @@ def test_a_job_from_setup_to_teardown(local_dac, open_dir, job, tmp_path):
     ("#DW jobdw capacity=1TiB", "line 2: jobdw: capacity 1TiB is more than pool 'default' holds "
                                 "(4GiB)"),
     ("#DW jobdw capacity=1GiB pool=fast", "line 2: jobdw: unknown pool 'fast' (pools: default)"),
-    ("#DW persistentdw name=nope", "persistentdw: no persistent buffer named 'nope'"),
+    ("#DW persistentdw name=nope", "line 2: persistentdw: no persistent buffer named 'nope'"),
     ("#DW stage_in type=file source=/a destination=$DW_JOB_STRIPED/a",
      "line 2: stage_in: the job has no buffer for $DW_JOB_STRIPED (add a #DW jobdw line)"),
 ])
@@ -106,8 +106,8 @@ def test_persistent_buffers_are_created_attached_and_owned(local_dac, job):
     attach = job("#!/bin/sh\n#DW persistentdw name=proj1\n")
     assert fn(env, "job_process", "--job", attach, "--user", "1000").returncode == 0
     r = fn(env, "job_process", "--job", attach, "--user", "1001")
-    assert (r.returncode, r.stdout) == (1, "persistentdw: persistent buffer 'proj1' belongs to "
-                                           "another user\n")
+    assert (r.returncode, r.stdout) == (1, "line 2: persistentdw: persistent buffer "
+                                           "'proj1' belongs to another user\n")
     again = job("#!/bin/sh\n#BB create_persistent name=proj1 capacity=512MiB\n", "again.sh")
     assert fn(env, "job_process", "--job", again).stdout == (
         "line 2: create_persistent: a buffer named 'proj1' already exists\n")

@@ -116,8 +116,8 @@ def test_a_persistent_buffer_is_attached_by_jobs_and_destroyed_only_when_free(da
                      "#DW persistentdw name=pbuf\n")
     r = run("dacctl", "--function", "setup", "--token", "13", "--caller", "SLURM", "--user",
             "4242", "--groupid", "4242", "--job", str(other), env=env, check=False)
-    assert (r.returncode, r.stdout) == (1, "persistentdw: persistent buffer 'pbuf' belongs to "
-                                           "another user\n")
+    assert (r.returncode, r.stdout) == (1, "line 3: persistentdw: persistent buffer "
+                                           "'pbuf' belongs to another user\n")
     assert (workdir / "fs" / host / "pbuf" / "striped" / "x").exists()  # data outlived jobs
     slurm(env, "teardown", "pbuf", "--job", str(job))
     assert store.buffer("pbuf") is None and pools(env)["default"]["free_bricks"] == 4
