@@ -318,3 +318,87 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
     assert not [m for m in mounts if m.startswith(f"{workdir}/") and job_id in Path(m).parts]
     print(f"\nslurmctld restarts: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}")
+
+
+QUORUM_JOB = """#!/bin/bash
+#SBATCH -N 1
+#SBATCH -o @JOBS@/out-%j.txt
+#DW jobdw capacity=512MiB access_mode=striped type=scratch pool=default
+#DW stage_in type=file source=@JOBS@/qdata destination=$DW_JOB_STRIPED/in
+#DW stage_out type=file source=$DW_JOB_STRIPED/out destination=@JOBS@/@OUT@
+for i in $(seq 900); do [ -e @JOBS@/go ] && break; sleep 0.2; done
+cp "$DW_JOB_STRIPED/in" "$DW_JOB_STRIPED/out"
+"""
+
+
+def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_etcd3):
+    """Two of three etcd members killed (-9) while a job runs on its buffer and a second waits
+    for it (afterok): sbatch of a #DW job answers within 20 s in one line, scontrol ping
+    answers, `dacctl pools` fails within 20 s in one line. The members started again on their
+    data, both jobs complete with every byte staged out and every brick back."""
+    from clitools import pools, run
+    slurm = slurm_etcd3
+    workdir = Path(slurm.workdir)
+    data = os.urandom(32 << 20)
+    (Path(slurm.jobs) / "qdata").write_bytes(data)
+    os.chmod(Path(slurm.jobs) / "qdata", 0o644)
+    first, r = slurm.sbatch(QUORUM_JOB.replace("@OUT@", "qout1"))
+    assert first, r.stderr
+    path = os.path.join(slurm.jobs, f"job{time.monotonic_ns()}.sh")
+    with open(path, "w") as f:
+        f.write(QUORUM_JOB.replace("@JOBS@", slurm.jobs).replace("@OUT@", "qout2"))
+    os.chmod(path, 0o644)
+    r = slurm._run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable",
+                    f"--dependency=afterok:{first}", path], cwd=slurm.jobs)
+    second = r.stdout.strip()
+    assert r.returncode == 0 and second, r.stderr
+    deadline = time.monotonic() + 120
+    while slurm.job(first).get("JobState") != "RUNNING":
+        assert time.monotonic() < deadline, slurm.job(first)
+        time.sleep(0.2)
+    state = LocalState.load(workdir)
+    assert state is not None
+    lost = state.etcd["members"][1:]
+    argvs = {m["name"]: [a.decode() for a in Path(f"/proc/{m['pid']}/cmdline").read_bytes()
+                         .split(b"\0")[:-1]] for m in lost}
+    for m in lost:
+        os.kill(m["pid"], signal.SIGKILL)
+    try:
+        start = time.monotonic()
+        job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+                                 "type=scratch pool=default\ntrue\n")
+        took = {"sbatch": time.monotonic() - start}
+        ours = [line for line in r.stderr.splitlines() if "burst_buffer/lua: " in line]
+        assert job_id is None and len(ours) == 1 and "etcd unreachable" in ours[0], r.stderr
+        start = time.monotonic()
+        ping = slurm._run(["scontrol", "ping"])
+        took["scontrol ping"] = time.monotonic() - start
+        assert ping.returncode == 0 and "UP" in ping.stdout, ping.stdout + ping.stderr
+        start = time.monotonic()
+        r = run("dacctl", "pools", env=slurm.env, check=False, timeout=60)
+        took["dacctl pools"] = time.monotonic() - start
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("dacctl: admin error: etcd unreachable at "), r.stderr
+        assert max(took.values()) < 20, took
+        assert slurm.job(first)["JobState"] == "RUNNING"
+        assert slurm.job(second)["JobState"] == "PENDING"
+    finally:
+        for m in lost:  # on their data, as systemd would
+            m["pid"] = spawn(argvs[m["name"]], workdir / "etcd" / f"{m['name']}.log").pid
+        state.save()
+    start = time.monotonic()
+    while run("dacctl", "pools", env=slurm.env, check=False).returncode != 0:
+        assert time.monotonic() - start < 60, "quorum did not come back"
+        time.sleep(0.2)
+    back = time.monotonic() - start
+    (Path(slurm.jobs) / "go").touch()
+    for job_id in (first, second):
+        job = slurm.wait(job_id, timeout=180)
+        assert job["JobState"] == "COMPLETED", job
+    for out in ("qout1", "qout2"):
+        assert (Path(slurm.jobs) / out).read_bytes() == data
+    store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
+    assert store.buffer(first) is None and store.buffer(second) is None
+    assert pools(slurm.env)["default"]["free_bricks"] == 8
+    print(f"\nquorum lost: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
+          f"pools answered {back:.1f}s after the members' restart")
