@@ -5,11 +5,24 @@ Kept free of heavy imports: the commands load click, pydantic and the store only
 
 from __future__ import annotations
 
+import signal
 import sys
+
+
+def _unblock_termination() -> None:
+    """slurmctld blocks SIGTERM, SIGINT, SIGHUP and SIGQUIT in its threads, and Slurm's
+    run_command (burst_buffer/datawarp's dw_wlm_cli calls) forks and execs from them without
+    unblocking: such a dacctl, waiting for a stage, would outlive a SIGTERM. systemd's stop of a
+    crashed or stopped slurmctld SIGTERMs what is left in its cgroup and, past TimeoutStopSec
+    (90 s), SIGKILLs it: the restart waited that long. Unblocked, the call ends at once; what
+    it asked of dac stays in etcd and Slurm asks again after its restart."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                                                signal.SIGQUIT})
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _unblock_termination()
     # Slurm's dw_wlm_cli protocol: its own lean path and error rules, and root or SlurmUser
     # only (dacctl/slurm_args.py); "--function=x" and argparse's abbreviations go there too
     if any(a.startswith("--fu") for a in argv):
@@ -54,3 +67,4 @@ def _click_errors() -> tuple[type[BaseException], ...]:
 
 if __name__ == "__main__":
     sys.exit(main())
+

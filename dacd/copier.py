@@ -257,6 +257,30 @@ def _dir(path: str, make: bool = True) -> int:
     return _LAST[1]
 
 
+def _replaced(dfd: int) -> dict[str, int]:
+    """The bytes each regular file already in a destination directory holds: a stage run
+    again after a copy cut short (a dacd killed mid-stage) unlinks and makes each anew, so
+    that room comes back. A new directory is empty: one getdents."""
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        with os.scandir(fd) as it:
+            return {e.name: e.stat(follow_symlinks=False).st_blocks * 512 for e in it
+                    if e.is_file(follow_symlinks=False)}
+    finally:
+        os.close(fd)
+
+
+def _replaced_blocks(dst: str) -> int:
+    """What `_replaced` says of one destination file; 0 if it is not there yet (the copy
+    itself then reports a link or a missing parent on the way)."""
+    try:
+        pfd, name = _parent(dst)
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+    except (OSError, CopyError):
+        return 0
+    return st.st_blocks * 512 if stat.S_ISREG(st.st_mode) else 0
+
+
 def _parent(path: str, make: bool = False) -> tuple[int, str]:
     """(descriptor of the parent directory, last component) of a destination."""
     parent, name = path.rsplit("/", 1)
@@ -665,7 +689,7 @@ class Copy:
         for kind, _src, dst, st in pairs:  # named files: all counted before anything is copied
             if kind != "directory" and stat.S_ISREG(st.st_mode):
                 self._room(dst)
-                self.left -= min(st.st_size, st.st_blocks * 512)
+                self.left -= min(st.st_size, st.st_blocks * 512) - _replaced_blocks(dst)
                 if self.left < 0:
                     raise self._full()
         self.free.clear()
@@ -700,7 +724,7 @@ class Copy:
         chunk, batch = self.chunk, self.batch
         while todo:
             src, dst, st = todo.pop()
-            _dir(dst)
+            old = _replaced(_dir(dst))
             self.dirs.append((dst, st))
             try:
                 with os.scandir(src) as it:
@@ -716,7 +740,8 @@ class Copy:
                 mode, size = est.st_mode, est.st_size
                 if stat.S_ISREG(mode) and size <= chunk:
                     sparse = est.st_blocks * 512 < size
-                    self.left -= est.st_blocks * 512 if sparse else size
+                    self.left -= (est.st_blocks * 512 if sparse else size) - \
+                        old.get(entry.name, 0)
                     if self.left < 0:
                         raise self._full()
                     batch.append((entry.path, prefix + entry.name, size, mode & 0o7777,
@@ -752,7 +777,7 @@ class Copy:
         if not stat.S_ISREG(st.st_mode):
             return
         size, sparse = st.st_size, st.st_blocks * 512 < st.st_size
-        self.left -= st.st_blocks * 512 if sparse else size
+        self.left -= (st.st_blocks * 512 if sparse else size) - _replaced_blocks(dst)
         if self.left < 0:
             raise self._full()
         self.files_total += 1

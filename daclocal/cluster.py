@@ -35,7 +35,7 @@ from daclocal.etcd_server import EtcdCluster, EtcdServer
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 from daclocal.slurm import SlurmCluster, munge_socket, start_munged
 
-__all__ = ["LocalState", "up", "down", "status", "env_lines", "POOL"]
+__all__ = ["LocalState", "up", "down", "status", "env_lines", "restart_slurmctld", "POOL"]
 
 POOL = "default"
 #: where jobs see buffers on every fake node, and where each node's own view lives
@@ -399,8 +399,23 @@ def env_lines(workdir: Path) -> list[str]:
 
 def _cluster(state: LocalState) -> SlurmCluster:
     s = state.slurm
-    return SlurmCluster(Path(state.workdir), s["nodes"], s["plugin"], pids=s["pids"],
+    workdir = Path(state.workdir)
+    return SlurmCluster(workdir, s["nodes"], s["plugin"], str(state.config_path),
+                        pids=s["pids"], mount_root=str(workdir / MOUNT_ROOT),
+                        node_roots=str(workdir / NODE_ROOTS),
                         release=s.get("release", releases.HOST_RELEASE))
+
+
+def restart_slurmctld(workdir: Path, timeout: float = 30.0) -> int:
+    """The local DAC's slurmctld started again on its saved state after it died, as systemd
+    would (SlurmCluster.restart_slurmctld); its new pid is recorded for `down`."""
+    state = _require(workdir.resolve())
+    if not state.slurm:
+        raise AdminError(f"the local DAC in {state.workdir} runs no Slurm")
+    def record(pid: int) -> None:
+        state.slurm["pids"]["slurmctld"] = pid
+        state.save()
+    return _cluster(state).restart_slurmctld(timeout, on_started=record)
 
 
 def status(workdir: Path) -> dict:

@@ -156,6 +156,32 @@ def _write_env_file(path: Path, env: dict[str, str]) -> None:
     path.chmod(0o644)
 
 
+def _terminate_session(sid: int) -> None:
+    """SIGTERM every process still in session `sid` (a daemon `spawn` started leads its
+    own), then SIGKILL what is left after 10 s, as systemd's KillMode=control-group does."""
+    def members() -> list[int]:
+        pids = []
+        for d in Path("/proc").iterdir():
+            try:
+                fields = (d / "stat").read_bytes().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[3]) == sid and fields[0] != b"Z":
+                pids.append(int(d.name))
+        return pids
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        for pid in members():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while members() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not members():
+            return
+
+
 def _marker(name: str) -> str:
     """What the command line of process `name` contains: slurmd-node1 -> slurmd."""
     return name.split("-")[0]
@@ -221,19 +247,48 @@ class SlurmCluster:
                 on_started(name, proc.pid)
         if munged:
             started("munged", start_munged(self.base.parent, timeout, rel))
-        env = child_env(**self.hook_env())
-        if not rel.host:  # the chroot's own commands (scontrol in a hook: no version skew)
-            env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
-        ctld = [_binary("slurmctld", rel), "-D", "-c"]
-        if not rel.host:
-            ctld = releases.daemon_argv(rel, self.base.parent, ctld, rel.slurm_user)
-        started("slurmctld", spawn(ctld, self.base / "log" / "slurmctld.out", env))
+        env = self._daemon_env()
+        started("slurmctld", self._spawn_slurmctld(clean=True))
         self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
         for node in self.node_names:
             started(f"slurmd-{node}", spawn(self._slurmd_argv(node),
                                             self.base / "log" / f"slurmd-{node}.out", env))
         self._wait(self._nodes_idle, timeout, "slurmd")
         return self
+
+    def restart_slurmctld(self, timeout: float = 30.0, on_started=None) -> int:
+        """slurmctld again after it died (killed, crashed), on its saved state, as
+        `systemctl start slurmctld` would: what is left of the old one's session (its
+        slurmscriptd, hooks still running) gets SIGTERM first, as systemd stops what is left
+        of a unit's control group once its main process is gone; then `slurmctld -D` without
+        `-c`, so Slurm recovers its jobs and burst buffers. Returns once `scontrol ping`
+        answers UP; its pid is in `pids`, and given to `on_started(pid)` as soon as it
+        exists."""
+        old = self.pids.get("slurmctld")
+        if old and is_running(old, "slurmctld"):
+            stop_pid(old, "slurmctld")
+        if old:
+            _terminate_session(old)
+        proc = self._spawn_slurmctld(clean=False)
+        self.pids["slurmctld"], self.procs["slurmctld"] = proc.pid, proc
+        if on_started:
+            on_started(proc.pid)
+        self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
+        return proc.pid
+
+    def _daemon_env(self) -> dict[str, str]:
+        env = child_env(**self.hook_env())
+        if not self.release.host:  # the chroot's own commands (scontrol in a hook: no skew)
+            env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+        return env
+
+    def _spawn_slurmctld(self, clean: bool) -> subprocess.Popen:
+        """slurmctld in the foreground; `clean` (-c): on no saved state, as `up` wants."""
+        rel = self.release
+        ctld = [_binary("slurmctld", rel), "-D", *(["-c"] if clean else [])]
+        if not rel.host:
+            ctld = releases.daemon_argv(rel, self.base.parent, ctld, rel.slurm_user)
+        return spawn(ctld, self.base / "log" / "slurmctld.out", self._daemon_env())
 
     def hook_env(self) -> dict[str, str]:
         """What burst_buffer.lua's hooks need to find dac: given to slurmctld, and written

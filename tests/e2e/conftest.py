@@ -103,6 +103,16 @@ class Slurm:
 @pytest.fixture(scope="session")
 def slurm(request):
     release, plugin, etcd = request.param
+    yield from _local_slurm(release, plugin, etcd)
+
+
+@pytest.fixture(scope="module")
+def slurm_etcd3():
+    """The host's Slurm, burst_buffer/lua, on three etcd members (quorum can be lost)."""
+    yield from _local_slurm(HOST_RELEASE, "lua", HOST_ETCD, "--etcd-members", "3")
+
+
+def _local_slurm(release: str, plugin: str, etcd: str, *more: str):
     # Not under pytest's tmp dir: that is root-only, and sbatch (run as the submit user) must
     # read slurm.conf in here.
     workdir = tempfile.mkdtemp(prefix=f"dac-e2e-{release}-{plugin}-")
@@ -110,7 +120,7 @@ def slurm(request):
     # a first use of a release builds its chroot (~30-60 s), within this timeout
     run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
         "--bricks-per-server", "4", "--brick-size", "512MiB", "--slurm-nodes", "2",
-        "--slurm-plugin", plugin, "--slurm-release", release, "--etcd-release", etcd,
+        "--slurm-plugin", plugin, "--slurm-release", release, "--etcd-release", etcd, *more,
         timeout=900)
     try:
         lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
@@ -136,7 +146,8 @@ def _pids(workdir: str) -> list[int]:
             state = json.load(f)
     except OSError:
         return []
-    return [state["etcd"].get("pid", 0), *(d["pid"] for d in state["dacd"]),
+    members = state["etcd"].get("members") or [state["etcd"]]
+    return [*(m.get("pid", 0) for m in members), *(d["pid"] for d in state["dacd"]),
             *state["slurm"].get("pids", {}).values(),
             *(state["users"].get(k, 0) for k in ("munged", "service"))]
 

@@ -218,3 +218,24 @@ def test_the_copier_starts_where_the_user_cannot_reach_dacs_files(open_dir, tmp_
     staging.stage(buffer, "in", str(fs), 2, lambda progress: None)
     copied = fs / "striped" / "in" / "data"
     assert copied.read_bytes() == b"42\n" and copied.stat().st_uid == UID
+
+
+def test_a_stage_run_again_after_a_cut_short_copy_has_room_for_what_it_replaces(dac, open_dir,
+                                                                               tmp_path):
+    """A dacd killed mid stage-in leaves part of the data in the buffer; its restarted dacd
+    runs the stage again, which replaces those files: 2 x 200 MiB of them fit a 512 MiB
+    buffer that already holds 300 MiB of their first copy (the count used to say no room)."""
+    workdir, env, store = dac
+    src = owned(open_dir / "again")
+    block = os.urandom(1 << 20)
+    for name in ("a", "b"):
+        write(src / name, block * 200)
+    script = setup(env, tmp_path, 59, "512MiB",
+                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in")
+    host = store.buffer("59").record.allocation.primary_host
+    inside = owned(workdir / "fs" / host / "59" / "striped" / "in")
+    write(inside / "a", block * 200)  # as a copy cut short left it
+    write(inside / "b", block * 100)
+    slurm(env, "data_in", 59, "--job", str(script))
+    assert (inside / "a").read_bytes() == (inside / "b").read_bytes() == block * 200
+    slurm(env, "teardown", 59, "--job", str(script), "--hurry")
