@@ -253,8 +253,10 @@ class DacConfig(Settings):
         90, ge=0, description="seconds a Slurm call waiting on a storage host whose dacd's "
                               "lease lapsed waits for it to come back before failing: covers "
                               "systemd restarting a crashed dacd (RestartSec=5, a start of a "
-                              "few seconds, a retry or two) with room to spare; keep it below "
-                              "step_timeout (docs/reliability.md)")
+                              "few seconds, a retry or two) with room to spare; setup, data_in, "
+                              "pre_run, post_run, data_out and teardown ride out etcd out of "
+                              "reach (quorum lost) as long too; keep it below step_timeout "
+                              "(docs/reliability.md)")
     stage_timeout: float = Field(
         3500, gt=0, description="seconds data_in/data_out wait; dacd kills a stage's copier "
                                 "10 % (at most 10 s) sooner; keep it below StageInTimeout "

@@ -177,13 +177,46 @@ def _script(args, lua_directive: str):
         raise AdminError(f"cannot read the job script {args.job}: {e.strerror}") from None
 
 
+#: The functions Slurm runs in slurmscriptd for a job's buffer. Each rides out etcd out of
+#: reach (quorum lost, members restarting) for `restart_grace` seconds, as it rides out a dacd
+#: restart, by running again from the start: each is idempotent, since Slurm itself runs them
+#: again after a slurmctld restart, so a job ending during an outage goes on when etcd is back
+#: instead of being left in stage-out for an admin (docs/reliability.md).
+RIDE_OUT = ("setup", "data_in", "pre_run", "post_run", "data_out", "teardown")
+
+
 def _dispatch(args, settings: dict) -> str:
     if args.function in HOT:
         return _hot(args, settings)
+    if args.function not in RIDE_OUT:
+        return _full(args, settings)
+    return _riding_out_etcd(lambda: _slurmscriptd(args, settings), settings["restart_grace"])
+
+
+def _slurmscriptd(args, settings: dict) -> str:
     if args.function in ("data_in", "data_out") and args.token and \
             _nothing_to_stage(args, settings):
         return ""
     return _full(args, settings)
+
+
+def _riding_out_etcd(call, grace: float) -> str:
+    """`call()`, again from the start while etcd stays out of reach, for `grace` seconds from
+    the first failure; then its one line, saying how long it waited."""
+    import time
+
+    from daccore.errors import StoreUnavailable
+    began, first = time.monotonic(), None
+    while True:
+        try:
+            return call()
+        except StoreUnavailable as e:
+            now = time.monotonic()
+            first = now if first is None else first
+            if now - first >= grace:
+                raise StoreUnavailable(e.endpoints, f"still after restart_grace, {grace:.0f}s",
+                                       now - began) from None
+            time.sleep(min(1.0, grace - (now - first)))
 
 
 def _nothing_to_stage(args, settings: dict) -> bool:

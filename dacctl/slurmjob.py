@@ -9,6 +9,7 @@ slurmctld's own environment gives, so the same release. argv lists only: no shel
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -69,12 +70,15 @@ def _numbers(ranges: str, hostlist: str) -> list[str]:
     return out
 
 
-def job_nodes(job_id: str, hostfile: str | None = None, hostlist: str | None = None) -> list[str]:
+def job_nodes(job_id: str, hostfile: str | int | None = None,
+              hostlist: str | None = None) -> list[str]:
     if hostlist:
         names = expand_hostlist(hostlist)
-    elif hostfile:
+    elif hostfile is not None:
         try:
-            with open(hostfile) as f:
+            if isinstance(hostfile, int):  # the fd slurm_args opened: read it from the start,
+                os.lseek(hostfile, 0, os.SEEK_SET)  # as often as the call runs again
+            with open(hostfile, closefd=not isinstance(hostfile, int)) as f:
                 names = f.read().split()
         except OSError as e:
             raise AdminError(f"cannot read the node file {hostfile}: {e.strerror}") from None

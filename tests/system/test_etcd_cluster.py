@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -238,5 +239,65 @@ def test_quorum_lost_the_slurmctld_hooks_answer_in_one_line_and_it_all_goes_on(d
               f"pools answered {back:.1f}s after the restart")
     finally:
         for p in procs:  # down finds them by their old pids no more: stop them here
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
+
+
+def test_quorum_lost_as_a_job_ends_its_calls_ride_it_out_within_restart_grace(dac3, tmp_path):
+    """2 of 3 members down as a job ends: post_run waits for etcd (past `etcd.timeout`, where
+    it failed before) and, the members back within restart_grace, succeeds with nothing said;
+    data_out and teardown follow. Past the grace, the call fails in one line saying so, and
+    once etcd is back the same call succeeds."""
+    workdir, env = dac3
+    script = setup(env, tmp_path, 73, "512MiB")
+    nodes = tmp_path / "nodes"
+    nodes.write_text("node1\n")
+    slurm(env, "pre_run", 73, "--job", str(script), "--nodehostnamefile", str(nodes))
+
+    def lose_quorum():
+        lead = leader(workdir)
+        victims = [m for m in members(workdir) if m["name"] != lead["name"]][:1] + [lead]
+        return [(m["name"], kill(m)) for m in victims]
+
+    procs = []
+    try:
+        argvs = lose_quorum()
+        call = subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function",
+                                 "post_run", "--token", "73", "--job", str(script),
+                                 "--nodehostnamefile", str(nodes)],
+                                env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+        time.sleep(8)  # past etcd.timeout (5 s)
+        assert call.poll() is None, call.stdout.read()
+        procs += [restart(workdir, argv, name) for name, argv in argvs]
+        start = time.monotonic()
+        assert call.wait(120) == 0 and call.stdout.read() == ""
+        back = time.monotonic() - start
+        for f in ("data_out", "teardown"):
+            slurm(env, f, 73, "--job", str(script), "--nodehostnamefile", str(nodes))
+        store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
+        assert store.claims() == {} and store.buffers() == {}
+
+        script = setup(env, tmp_path, 74, "512MiB")
+        config = workdir / "dac.yaml"
+        config.write_text(config.read_text() + "restart_grace: 3\n")
+        for p in procs:  # the same two members down again
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
+        procs = []
+        start = time.monotonic()
+        r = slurm(env, "pre_run", 74, "--job", str(script), "--nodehostnamefile", str(nodes),
+                  check=False)
+        failed = time.monotonic() - start
+        assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
+        assert r.stdout.startswith("etcd unreachable at ") and \
+            "still after restart_grace, 3s" in r.stdout, r.stdout
+        procs = [restart(workdir, argv, name) for name, argv in argvs]
+        slurm(env, "pre_run", 74, "--job", str(script), "--nodehostnamefile", str(nodes))
+        slurm(env, "teardown", 74, "--job", str(script), "--nodehostnamefile", str(nodes))
+        assert store.claims() == {} and store.buffers() == {}
+        print(f"\npost_run answered {back:.1f}s after quorum came back; past a 3 s grace, "
+              f"pre_run failed in {failed:.1f}s")
+    finally:
+        for p in procs:
             p.send_signal(signal.SIGTERM)
             p.wait(30)
