@@ -499,13 +499,10 @@ class Store:
             if isinstance(backend, str):
                 self._once[Keys.last(kv.key, self.keys.pools)] = runs_once_for_all_hosts(backend)
 
-    def _work_puts(self, doc: dict) -> list[Op]:
-        """The puts of a spec's work keys (`doc`: the spec in JSON); the value is the spec's
-        generation, for whoever reads the keys by hand: what wakes a dacd is the put itself."""
-        alloc = doc["allocation"]
-        hosts = self.work_hosts(doc["request"]["pool"], alloc["primary_host"],
-                                (b["host"] for b in alloc["bricks"]))
-        return [put_op(self.keys.work(h, doc["name"]), str(doc["generation"])) for h in hosts]
+    def _work_puts(self, name: str, generation: int, hosts: list[str]) -> list[Op]:
+        """The puts of a spec's work keys; the value is the spec's generation, for whoever
+        reads the keys by hand: what wakes a dacd is the put itself."""
+        return [put_op(self.keys.work(h, name), str(generation)) for h in hosts]
 
     def _wake_rest(self, name: str, revision: int, ops: list[Op]) -> None:
         """The work keys that did not fit in the spec's own transaction, right after it,
@@ -528,9 +525,10 @@ class Store:
 
     def drop_stray_work(self, host: str, pools: list[str]) -> list[str]:
         """Delete `host`'s work keys that name a buffer holding none of its bricks in `pools`
-        (its claims read in the same transaction): a key written by hand, or left between a
-        big buffer's released claims and its deleted spec. Each goes only if unchanged since
-        read, so a buffer created anew under the name keeps its key. Returns their buffers."""
+        (its claims read in the same transaction): written by hand, or by a writer that got
+        the acting hosts wrong (a key whose buffer's claims are being released goes too: the
+        spec's delete would drop it). Each goes only if unchanged since read, so a buffer
+        created anew under the name keeps its key. Returns their buffers."""
         k = self.keys
         mine = k.host_work(host)
         r = self.client.txn([], [range_op(mine, prefix_end(mine), keys_only=True)] + [
@@ -580,7 +578,8 @@ class Store:
                                       buffer.allocation.mgs_host)
         claim = _dump(_m().BrickClaim(buffer=name, primary=buffer.allocation.primary_host))
         spec = _dump(buffer)
-        work = self._work_puts(buffer.model_dump(mode="json"))
+        work = self._work_puts(name, buffer.generation, self.work_hosts(
+            buffer.request.pool, buffer.allocation.primary_host, buffer.allocation.hosts))
         if len(claim_keys) > CLAIMS_PER_TXN:
             return self._create_in_chunks(name, spec, claim, claim_keys, work)
         # the work keys that do not fit (a local buffer over ~50 hosts) right after: each of
@@ -810,7 +809,9 @@ class Store:
         """update_buffer of a spec in JSON; its work keys are put in the same transaction
         (those beyond one transaction's worth right after: `_wake_rest`)."""
         key = self.keys.buffer(doc["name"])
-        work = self._work_puts(doc)
+        alloc = doc["allocation"]
+        work = self._work_puts(doc["name"], doc["generation"], self.work_hosts(
+            doc["request"]["pool"], alloc["primary_host"], (b["host"] for b in alloc["bricks"])))
         room = _MAX_TXN_OPS - 1
         r = self.client.txn([mod_is(key, mod_revision)],
                             [put_op(key, json.dumps(doc, separators=(",", ":")))] + work[:room])
