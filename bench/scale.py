@@ -163,7 +163,8 @@ def seed(store, config, count: int, rng: random.Random) -> int:
                      request=BufferRequest(capacity=n * TIB, pool="default"),
                      allocation=allocation_of(chosen), created_at=time.time())
         claim = json.dumps({"buffer": name, "primary": chosen[0].host}, separators=(",", ":"))
-        batch = [put_op(k.buffer(name), buf.model_dump_json())]
+        batch = [put_op(k.buffer(name), buf.model_dump_json()),
+                 put_op(k.work(chosen[0].host, name), str(buf.generation))]  # lustre: primary
         batch += [put_op(k.claim("default", b.host, b.name), claim) for b in chosen]
         batch += [put_op(k.status(name, h), Status(
             buffer=name, host=h, state=State.CREATED, generation=buf.generation,
@@ -219,11 +220,12 @@ def etcd_figures(store, server) -> dict:
 
 
 def key_bytes(store) -> tuple[int, int]:
-    """(keys, bytes of keys and values) under the buffers', claims' and statuses' prefixes."""
+    """(keys, bytes of keys and values) under the buffers', claims', statuses' and work
+    keys' prefixes."""
     keys = total = 0
     k = store.keys
     from daccore.keys import prefix_end
-    for prefix in (k.buffers, k.claims, k.statuses):
+    for prefix in (k.buffers, k.claims, k.statuses, k.works):
         kvs, _ = store.client.range(prefix, prefix_end(prefix))
         keys += len(kvs)
         total += sum(len(kv.key) + len(kv.value) for kv in kvs)
@@ -231,8 +233,8 @@ def key_bytes(store) -> tuple[int, int]:
 
 
 class EventCounter:
-    """A watch on the whole prefix, counting events: what each dacd's watch on buffers/
-    would see is the buffers/ share."""
+    """A watch on the whole prefix, counting events by the prefix's first part: buffers/,
+    claims/, status/, work/ (each work event goes to one dacd's watch)."""
 
     def __init__(self, store):
         from daccore.keys import prefix_end

@@ -11,6 +11,10 @@
                                                     are claimed in several transactions
     <prefix>intent-leases/<name>       empty        dacctl, bound to the allocating call's lease
     <prefix>status/<name>/<host>       Status       the dacd of <host>
+    <prefix>work/<host>/<name>         generation   whoever writes buffers/<name>, same txn: a
+                                                    wake-up for each host that acts on it (its
+                                                    primary alone for lustre and daos), so a
+                                                    dacd watches its own work, not every spec
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Keys:
         self.mgs_slots = prefix + "mgs/"
         self.intents = prefix + "intents/"
         self.intent_leases = prefix + "intent-leases/"
+        self.works = prefix + "work/"
 
     def pool(self, name: str) -> str:
         return self.pools + name
@@ -70,6 +75,12 @@ class Keys:
 
     def buffer(self, name: str) -> str:
         return self.buffers + name
+
+    def work(self, host: str, buffer: str) -> str:
+        return f"{self.works}{host}/{buffer}"
+
+    def host_work(self, host: str) -> str:
+        return f"{self.works}{host}/"
 
     def status(self, buffer: str, host: str) -> str:
         return f"{self.statuses}{buffer}/{host}"

@@ -3,6 +3,11 @@
 Writers are unique per key (see `daccore.keys`); every read-modify-write compares the key's
 mod_revision, and the allocation of a buffer is one transaction that creates the buffer and all
 of its claim keys, or changes nothing.
+
+Every write of a spec also puts, in the same transaction, `work/<host>/<name>` for each host
+that acts on the buffer (`Store.work_hosts`), and its delete drops them: a dacd watches its
+own `work/<host>/` instead of every spec (at 1,000 servers the `buffers/` watch sent each
+change to every dacd: docs/performance.md).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from daccore.inventory import (
 from daccore.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
-    from typing import Callable, Iterator, TypeVar
+    from typing import Callable, Iterable, Iterator, TypeVar
 
     from pydantic import BaseModel
 
@@ -106,6 +111,10 @@ class Store:
         #: store's writes of that host's statuses, and its reaps, on the dacd's lease (dacd);
         #: empty for every other caller
         self._fences: dict[str, tuple[str, int]] = {}
+        #: pool -> whether its backend runs each step once, on the primary, for all hosts:
+        #: read from the pool records once (dac writes a pool record once and never changes
+        #: it: ensure_pool refuses a different definition)
+        self._once: dict[str, bool] = {}
 
     @classmethod
     def from_settings(cls, etcd: EtcdSettings, transport: str | None = None,
@@ -423,6 +432,7 @@ class Store:
                         free[h] = bricks - used
             live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
             dead = sorted(n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live)
+            self._note_pools(pools)  # create_buffer's work_hosts then reads nothing more
             return PlacementView(parse_pools(_named(pools, k.pools)), free, revision, dead)
 
     def free_bricks_on(self, pool: str, hosts: list[str],
@@ -497,6 +507,84 @@ class Store:
         kvs, _ = self.client.range(self.keys.claims, prefix_end(self.keys.claims))
         return {self.keys.parse_claim(kv.key)[1:]: _load(_m().BrickClaim, kv).buffer for kv in kvs}
 
+    # -- work keys -----------------------------------------------------------------------------
+
+    def work_hosts(self, pool: str, primary: str, hosts: Iterable[str]) -> list[str]:
+        """The hosts whose dacd acts on a buffer of `pool`, and so get its work keys: the
+        primary alone where the pool's backend runs each step once for all hosts (lustre,
+        daos), else every host of the buffer. A pool without a record gets every host: a
+        wake-up too many costs a dacd nothing, one too few leaves a buffer unseen."""
+        if pool not in self._once:
+            kvs, _ = self.client.range(self.keys.pools, prefix_end(self.keys.pools))
+            self._note_pools(kvs)
+        return [primary] if self._once.get(pool) else sorted(set(hosts))
+
+    def _note_pools(self, kvs: list[KV]) -> None:
+        from daccore.backends import runs_once_for_all_hosts
+        for kv in kvs:
+            doc = _doc(kv.value)
+            if doc is None:
+                continue  # not a pool record: its buffers wake every host
+            backend = doc.get("backend", "local")
+            if isinstance(backend, str):
+                self._once[Keys.last(kv.key, self.keys.pools)] = runs_once_for_all_hosts(backend)
+
+    def _work_puts(self, name: str, generation: int, hosts: list[str]) -> list[Op]:
+        """The puts of a spec's work keys; the value is the spec's generation, for whoever
+        reads the keys by hand: what wakes a dacd is the put itself."""
+        return [put_op(self.keys.work(h, name), str(generation)) for h in hosts]
+
+    def _wake_rest(self, name: str, revision: int, ops: list[Op]) -> None:
+        """The work keys that did not fit in the spec's own transaction, right after it,
+        each chunk while the spec is still the one written at `revision`: a newer write puts
+        every work key itself, and a buffer deleted meanwhile must not get keys again."""
+        key = self.keys.buffer(name)
+        for start in range(0, len(ops), _MAX_TXN_OPS):
+            if not self.client.txn([mod_is(key, revision)],
+                                   ops[start:start + _MAX_TXN_OPS]).succeeded:
+                return
+
+    def watch_host_work(self, host: str,
+                        start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
+        """The buffers `host`'s dacd must look at again: `name` the buffer, `record` the
+        key's value (None when it was deleted). Names only: dacd reads and checks the spec."""
+        prefix = self.keys.host_work(host)
+        w = self.client.watch(prefix, prefix_end(prefix), start_revision)
+        return w, (Change(Keys.last(ev.kv.key, prefix), ev.kv.value if ev.type == "put" else None,
+                          ev.kv.mod_revision) for ev in w)
+
+    def drop_stray_work(self, host: str, pools: list[str]) -> list[str]:
+        """Delete `host`'s work keys that name a buffer holding none of its bricks in `pools`
+        (its claims read in the same transaction): written by hand, or by a writer that got
+        the acting hosts wrong (a key whose buffer's claims are being released goes too: the
+        spec's delete would drop it). Each goes only if unchanged since read, so a buffer
+        created anew under the name keeps its key. Returns their buffers."""
+        k = self.keys
+        mine = k.host_work(host)
+        r = self.client.txn([], [range_op(mine, prefix_end(mine), keys_only=True)] + [
+            range_op(k.host_claims(p, host), prefix_end(k.host_claims(p, host)))
+            for p in sorted(set(pools))])
+        held = {c[0] for kvs in r.ranges[1:] for kv in kvs if (c := _claim_of(kv)) is not None}
+        gone = []
+        for kv in r.ranges[0]:
+            name = Keys.last(kv.key, mine)
+            if name not in held and self.client.txn([mod_is(kv.key, kv.mod_revision)],
+                                                    [delete_op(kv.key)]).succeeded:
+                gone.append(name)
+        return gone
+
+    def spec_revisions(self, names: list[str]) -> dict[str, int]:
+        """Buffer name -> its spec's mod_revision, for those of `names` that exist: keys only,
+        as many to a transaction as etcd allows (dacd's periodic resync)."""
+        out = {}
+        for start in range(0, len(names), _MAX_TXN_OPS):
+            chunk = names[start:start + _MAX_TXN_OPS]
+            r = self.client.txn([], [range_op(self.keys.buffer(n), keys_only=True)
+                                     for n in chunk])
+            out.update({n: kvs[0].mod_revision for n, kvs in zip(chunk, r.ranges, strict=True)
+                        if kvs})
+        return out
+
     # -- buffers -------------------------------------------------------------------------------
 
     def create_buffer(self, buffer: Buffer) -> int:
@@ -520,14 +608,21 @@ class Store:
                                       buffer.allocation.mgs_host)
         claim = _dump(_m().BrickClaim(buffer=name, primary=buffer.allocation.primary_host))
         spec = _dump(buffer)
+        work = self._work_puts(name, buffer.generation, self.work_hosts(
+            buffer.request.pool, buffer.allocation.primary_host, buffer.allocation.hosts))
         if len(claim_keys) > CLAIMS_PER_TXN:
-            return self._create_in_chunks(name, spec, claim, claim_keys)
+            return self._create_in_chunks(name, spec, claim, claim_keys, work)
+        # the work keys that do not fit (a local buffer over ~50 hosts) right after: each of
+        # those hosts holds a claim made in this transaction, whose event wakes its dacd too
+        room = _MAX_TXN_OPS - 1 - len(claim_keys)
         r = self.client.txn(
             [absent(k.buffer(name)), absent(k.intent(name))] + [absent(c) for c in claim_keys],
-            [put_op(k.buffer(name), spec)] + [put_op(c, claim) for c in claim_keys],
+            [put_op(k.buffer(name), spec)] + [put_op(c, claim) for c in claim_keys]
+            + work[:room],
             [range_op(k.buffer(name), keys_only=True)],
         )
         if r.succeeded:
+            self._wake_rest(name, r.revision, work[room:])
             return r.revision
         if r.ranges[0]:
             raise UserError(f"buffer '{name}' already exists")
@@ -543,7 +638,8 @@ class Store:
             raise InternalError("an allocation lists a brick twice")
         return keys + ([k.mgs(mgs_host)] if mgs_host else [])
 
-    def _create_in_chunks(self, name: str, spec: str, claim: str, claim_keys: list[str]) -> int:
+    def _create_in_chunks(self, name: str, spec: str, claim: str, claim_keys: list[str],
+                          work: list[Op]) -> int:
         k = self.keys
         intent, lease_key = k.intent(name), k.intent_lease(name)
         lease = self.client.lease_grant(INTENT_TTL)
@@ -566,12 +662,17 @@ class Store:
                         refreshed = time.monotonic()
                     self._claim_chunk(name, alive, claim,
                                       claim_keys[start:start + CLAIMS_PER_TXN])
+                # the spec and its work keys in one transaction; beyond it (a local buffer
+                # over ~100 hosts) the rest right after: those hosts' claims came before the
+                # spec, so a call that dies in between leaves them to dacd's resync
+                room = _MAX_TXN_OPS - 3
                 r = self.client.txn([alive, absent(k.buffer(name))],
                                     [put_op(k.buffer(name), spec), delete_op(intent),
-                                     delete_op(lease_key)])
+                                     delete_op(lease_key)] + work[:room])
                 if not r.succeeded:
                     raise AllocationConflict(f"buffer '{name}': its intent was rolled back "
                                              "before it committed; starting over")
+                self._wake_rest(name, r.revision, work[room:])
                 return r.revision
             except BaseException:
                 try:  # our own claims, then the intent, while it is still ours
@@ -739,11 +840,18 @@ class Store:
         return self.update_buffer_doc(buffer.model_dump(mode="json"), mod_revision)
 
     def update_buffer_doc(self, doc: dict, mod_revision: int) -> int:
+        """update_buffer of a spec in JSON; its work keys are put in the same transaction
+        (those beyond one transaction's worth right after: `_wake_rest`)."""
         key = self.keys.buffer(doc["name"])
+        alloc = doc["allocation"]
+        work = self._work_puts(doc["name"], doc["generation"], self.work_hosts(
+            doc["request"]["pool"], alloc["primary_host"], (b["host"] for b in alloc["bricks"])))
+        room = _MAX_TXN_OPS - 1
         r = self.client.txn([mod_is(key, mod_revision)],
-                            [put_op(key, json.dumps(doc, separators=(",", ":")))])
+                            [put_op(key, json.dumps(doc, separators=(",", ":")))] + work[:room])
         if not r.succeeded:
             raise Conflict(f"buffer '{doc['name']}' changed since revision {mod_revision}")
+        self._wake_rest(doc["name"], r.revision, work[room:])
         return r.revision
 
     def delete_buffer(self, name: str, mod_revision: int) -> None:
@@ -760,18 +868,29 @@ class Store:
         k = self.keys
         keys = self._claim_keys(buf.request.pool, buf.allocation.bricks,
                                 buf.allocation.mgs_host)
+        work = [delete_op(k.work(h, name)) for h in self.work_hosts(
+            buf.request.pool, buf.allocation.primary_host, buf.allocation.hosts)]
         spec = mod_is(k.buffer(name), mod_revision)
-        if len(keys) > CLAIMS_PER_TXN:
+        changed = f"buffer '{name}' changed since revision {mod_revision}"
+        fence = [buf.allocation.primary_host]
+        if len(keys) > CLAIMS_PER_TXN or len(keys) + 2 + len(work) > _MAX_TXN_OPS:
             if current.mod_revision != mod_revision:
-                raise Conflict(f"buffer '{name}' changed since revision {mod_revision}")
+                raise Conflict(changed)
             self._release(name, keys, spec)
             keys = []
+        # Work keys beyond one transaction (a local buffer over ~100 hosts) go before the
+        # spec, each chunk comparing it unchanged: a pass cut short leaves the spec, and the
+        # next pass finishes; a work key never outlives its spec.
+        room = _MAX_TXN_OPS - 2 - len(keys)
+        for start in range(room, len(work), _MAX_TXN_OPS):
+            if not self._fenced_txn(fence, [spec], work[start:start + _MAX_TXN_OPS]):
+                raise Conflict(changed)
         if not self._fenced_txn(
-                [buf.allocation.primary_host], [spec],
-                [delete_op(c) for c in keys]
+                fence, [spec],
+                [delete_op(c) for c in keys] + work[:room]
                 + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
                    delete_op(k.buffer(name))]):
-            raise Conflict(f"buffer '{name}' changed since revision {mod_revision}")
+            raise Conflict(changed)
 
     # -- status --------------------------------------------------------------------------------
 
@@ -827,13 +946,6 @@ class Store:
     def watch_buffers(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every change to a buffer spec from `start_revision` on; the Watch closes it."""
         return self._watch(_m().Buffer, self.keys.buffers, start_revision)
-
-    def watch_buffer_names(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
-        """As watch_buffers, without reading the records (`record` is None): a daemon that
-        checks each record when it acts on it, so one bad record never stops the watch."""
-        prefix = self.keys.buffers
-        w = self.client.watch(prefix, prefix_end(prefix), start_revision)
-        return w, (Change(Keys.last(ev.kv.key, prefix), None, ev.kv.mod_revision) for ev in w)
 
     def watch_statuses(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         return self._watch(_m().Status, self.keys.statuses, start_revision)

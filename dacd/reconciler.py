@@ -3,9 +3,13 @@
 At start it lists the claims on this host's bricks and reconciles each buffer they name (so a
 restart finishes, or cleanly fails, whatever was in flight: every step is idempotent), then
 follows, from the listing's revision, a watch on those claims (a buffer arrives on this host,
-or leaves it) and a watch on the buffer specs, whose events it acts on only for the buffers
-it holds claims of: on a site of 1,000 servers, a spec change is every dacd's event but one
-or a few dacds' read (bench/scale.py, docs/performance.md). Each buffer is worked on by one
+or leaves it) and a watch on this host's work keys (`work/<host>/<buffer>`, put with every
+change of a spec it acts on), whose events it acts on only for the buffers it holds claims
+of: on a site of 1,000 servers, a spec change reaches one or a few dacds, not all
+(bench/scale.py, docs/performance.md). Every `resync` seconds it also compares the held
+specs' revisions with those it last acted on, and drops work keys naming no buffer of its
+host: the net for a write cut short between a big buffer's spec and the rest of its work
+keys, and for a stray key. Each buffer is worked on by one
 worker at a time, from a pool of `concurrency` workers, so one slow buffer never blocks the
 others; changes that arrive meanwhile are folded into one more pass. A pass asks
 `daccore.lifecycle.next_step`, runs that step's playbook, records the state reached (or the
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -52,11 +57,17 @@ from dacd import metrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Reconciler"]
+__all__ = ["Reconciler", "RESYNC"]
+
+#: Seconds between two looks at the revisions of the specs this host works on (each spread
+#: by +-50 % so that a site's dacds started together do not look together): one keys-only
+#: read a dacd, a spec read only for a buffer changed unseen.
+RESYNC = 600.0
 
 
 class Reconciler:
-    def __init__(self, store, config, host: str, run_step: Callable | None = None):
+    def __init__(self, store, config, host: str, run_step: Callable | None = None,
+                 resync: float = RESYNC):
         from dacd.runner import run_step as default_run
         self.store, self.config, self.host = store, config, host
         self._run_step = run_step or default_run
@@ -82,16 +93,20 @@ class Reconciler:
                           if runs_once_for_all_hosts(config.pools[p].backend.value)}
         self._watches: list = []
         self._threads: list[threading.Thread] = []
+        self._resync = resync
+        self._acted: dict[str, int] = {}  # buffer name -> the spec revision last reconciled
 
     # -- scheduling ----------------------------------------------------------------------------
 
     def start(self) -> None:
         revision = self._list_all()
         self._threads = [threading.Thread(target=self._follow, args=(revision,),
-                                          name="watch-buffers", daemon=True)]
+                                          name="watch-work", daemon=True)]
         self._threads += [threading.Thread(target=self._follow_claims, args=(pool, revision),
                                            name=f"watch-claims-{pool}", daemon=True)
                           for pool in self._pools]
+        self._threads.append(threading.Thread(target=self._resync_loop, name="resync",
+                                              daemon=True))
         self._thread = self._threads[0]
         for t in self._threads:
             t.start()
@@ -122,6 +137,10 @@ class Reconciler:
                 self._held[name] = self._held.get(name, 0) + 1
         for name in set(claims.values()):
             self.schedule(name)
+        dropped = self.store.drop_stray_work(self.host, self._pools)
+        if dropped:
+            log.info("dropped work keys of buffers holding no brick here: %s",
+                     ", ".join(printable(n) for n in dropped[:10]))
         return revision
 
     def _works_on(self, key: str, claim: tuple[str, str | None]) -> str | None:
@@ -152,24 +171,44 @@ class Reconciler:
             return name in self._held
 
     def _follow(self, revision: int = 0) -> None:
-        """Spec changes, acted on for the buffers this host holds claims of. One that comes
-        before its claims' event is not lost: the claims' event schedules the buffer too."""
+        """This host's work keys: a put is a change of a spec this host acts on, acted on for
+        the buffers it holds claims of. One that comes before its claims' event is not lost:
+        the claims' event schedules the buffer too. A delete goes with the spec's (its claims'
+        event says so)."""
         while not self._stopping.is_set():
             try:
-                self._watch, changes = self.store.watch_buffer_names(revision + 1)
+                self._watch, changes = self.store.watch_host_work(self.host, revision + 1)
                 for change in changes:
                     revision = change.revision
-                    if self._holds(change.name):
+                    if change.record is not None and self._holds(change.name):
                         self.schedule(change.name)
             except WatchCompacted:
-                log.warning("buffer watch compacted; listing this host's buffers again")
+                log.warning("work watch compacted; listing this host's buffers again")
                 revision = self._list_all()
             except (StoreUnavailable, InternalError) as e:
                 if self._stopping.is_set():
                     return
                 metrics.etcd_error("watch", e)
-                log.warning("buffer watch failed (%s); resuming from revision %d", e, revision)
+                log.warning("work watch failed (%s); resuming from revision %d", e, revision)
                 time.sleep(1)
+
+    def _resync_loop(self) -> None:
+        """Now and then: the held buffers whose spec changed since this host last acted on
+        it (a work key that never came), and the stray work keys."""
+        while not self._stopping.wait(self._resync * random.uniform(0.5, 1.5)):
+            try:
+                self.resync()
+            except DacError as e:
+                log.warning("resync failed (%s); trying again later", e)
+
+    def resync(self) -> None:
+        with self._lock:
+            held = sorted(self._held)
+            self._acted = acted = {n: r for n, r in self._acted.items() if n in self._held}
+        for name, revision in self.store.spec_revisions(held).items():
+            if acted.get(name) != revision:
+                self.schedule(name)
+        self.store.drop_stray_work(self.host, self._pools)
 
     def _follow_claims(self, pool: str, revision: int) -> None:
         """Claims made and released on this host's bricks in `pool`: a buffer arriving is
@@ -241,8 +280,12 @@ class Reconciler:
             if current is None:
                 metrics.buffer_gone(name)
                 self._refused.pop(name, None)
+                with self._lock:
+                    self._acted.pop(name, None)
                 return
             (key, text), mod_revision = current
+            with self._lock:
+                self._acted[name] = mod_revision
             try:
                 buf = parse_buffer(key, text, self.config)
             except Untrusted as e:

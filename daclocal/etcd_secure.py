@@ -96,20 +96,21 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
     """Role -> (permission, key prefix): what each role's code writes, and reads, and no more.
 
     - dacd writes pools/, hosts/ with capacity/, alive/ and status/; the primary host's dacd
-      also reaps a torn-down buffer (Store.delete_buffer: its claims, MGS slot, statuses and
-      spec in one transaction), and etcd has no delete-only permission, so it writes buffers/,
-      claims/ and mgs/ too; and it rolls back a big allocation cut short (intents/,
-      intent-leases/: Store.recover_intents) when it starts.
+      also reaps a torn-down buffer (Store.delete_buffer: its claims, MGS slot, statuses, work
+      keys and spec in one transaction), and etcd has no delete-only permission, so it writes
+      buffers/, claims/, mgs/ and work/ too (it also drops its host's stray work keys); and it
+      rolls back a big allocation cut short (intents/, intent-leases/: Store.recover_intents)
+      when it starts.
     - slurm (the Slurm hooks, the user service) writes buffers/, claims/ and mgs/ (the
-      allocation transaction), intents/ and intent-leases/ (a big buffer's chunked claim) and
-      reads the rest: placement reads the whole inventory.
+      allocation transaction), work/ (with every write of a spec), intents/ and intent-leases/
+      (a big buffer's chunked claim) and reads the rest: placement reads the whole inventory.
     - admin (root on admin hosts) writes all of the prefix: drain (hosts/, capacity/), forget.
     Reading covers txn compares, which etcd checks as reads.
     """
     p = prefix
     dacd_writes = ["pools/", "hosts/", "capacity/", "alive/", "status/", "buffers/", "claims/",
-                   "mgs/", "intents/", "intent-leases/"]
-    slurm_writes = ["buffers/", "claims/", "mgs/", "intents/", "intent-leases/"]
+                   "mgs/", "intents/", "intent-leases/", "work/"]
+    slurm_writes = ["buffers/", "claims/", "mgs/", "intents/", "intent-leases/", "work/"]
     return {
         "dacd": [("read", p)] + [("readwrite", p + k) for k in dacd_writes],
         "slurm": [("read", p)] + [("readwrite", p + k) for k in slurm_writes],
