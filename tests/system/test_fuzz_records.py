@@ -65,11 +65,13 @@ def bad_records(rng, store, good):
         names[:len(ODD_NAMES)] = ODD_NAMES
         for i, (name, value) in enumerate(zip(names, values, strict=True)):
             host = HOSTS[i % 2]
-            if prefix == "buffers":
-                name = f"fz{i}"
+            if prefix == "buffers":  # the spec, then its claim: a dacd is woken by the claim
+                name = f"fz{i}"      # (or by a spec's work key, which no forger writes here)
+                out.append((k.buffers + name, value))
                 out.append((k.claim("default", host, f"fz-brick-{i}"),
                             json.dumps({"buffer": name}).encode()))
-            elif prefix == "status":
+                continue
+            if prefix == "status":
                 out.append((k.status(f"fz{i % 7}", name), value))
                 continue
             elif prefix == "claims":
