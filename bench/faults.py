@@ -193,10 +193,7 @@ def _storm(store: Store, cluster: EtcdCluster) -> bool:
           f"{percentiles(took)}; "
           f"{sampler.samples} samples, {sampler.failed_reads} reads failed during the "
           f"election, 0 double claims: {not sampler.double}; {steal()}")
-    for p in problems:
-        print("PROBLEM:", p)
-    print(f"storm with the leader killed: {'PASS' if not problems else 'FAIL'}")
-    return not problems
+    return verdict("storm with the leader killed", problems)
 
 
 def jobs() -> bool:
@@ -276,9 +273,13 @@ def _jobs(state, env: dict, work: Path) -> bool:
           f"{killed - start:.1f}s in, during the stage-ins: {len(done)}/{JOBS} completed, the "
           f"last {after[-1] if after else float('nan'):.1f}s after the kill; "
           f"{sampler.samples} samples, {sampler.failed_reads} reads failed during the election")
+    return verdict("staged jobs with the leader killed", problems)
+
+
+def verdict(case: str, problems: list[str]) -> bool:
     for p in problems:
         print("PROBLEM:", p)
-    print(f"staged jobs with the leader killed: {'PASS' if not problems else 'FAIL'}")
+    print(f"{case}: {'PASS' if not problems else 'FAIL'}")
     return not problems
 
 

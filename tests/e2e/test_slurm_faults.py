@@ -122,6 +122,20 @@ def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm
         config.write_text(original)
 
 
+def ping_and_pools_answer_with_etcd_gone(slurm, took: dict) -> None:
+    """`scontrol ping` answers UP and `dacctl pools` fails in one line; their times in `took`."""
+    from clitools import run
+    start = time.monotonic()
+    ping = slurm._run(["scontrol", "ping"])
+    took["scontrol ping"] = time.monotonic() - start
+    assert ping.returncode == 0 and "UP" in ping.stdout, ping.stdout + ping.stderr
+    start = time.monotonic()
+    r = run("dacctl", "pools", env=slurm.env, check=False, timeout=60)
+    took["dacctl pools"] = time.monotonic() - start
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("dacctl: admin error: etcd unreachable at "), r.stderr
+
+
 def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
     """etcd gone (the local DAC's one member killed: as quorum lost, nothing answers): sbatch of
     a #DW job answers within 20 s with one line, scontrol ping answers, `dacctl pools` fails
@@ -139,15 +153,7 @@ def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
                                  "type=scratch pool=default\ntrue\n")
         took = {"sbatch": time.monotonic() - start}
         assert job_id is None and "etcd unreachable" in r.stderr, (job_id, r.stderr)
-        start = time.monotonic()
-        ping = slurm._run(["scontrol", "ping"])
-        took["scontrol ping"] = time.monotonic() - start
-        assert ping.returncode == 0 and "UP" in ping.stdout, ping.stdout + ping.stderr
-        start = time.monotonic()
-        r = run("dacctl", "pools", env=slurm.env, check=False, timeout=60)
-        took["dacctl pools"] = time.monotonic() - start
-        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert r.stderr.startswith("dacctl: admin error: etcd unreachable at ")
+        ping_and_pools_answer_with_etcd_gone(slurm, took)
         assert max(took.values()) < 20, took
     finally:
         proc = spawn(argv, workdir / "etcd" / "etcd.log")  # on its data, as systemd would
@@ -370,15 +376,7 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
         took = {"sbatch": time.monotonic() - start}
         ours = [line for line in r.stderr.splitlines() if "burst_buffer/lua: " in line]
         assert job_id is None and len(ours) == 1 and "etcd unreachable" in ours[0], r.stderr
-        start = time.monotonic()
-        ping = slurm._run(["scontrol", "ping"])
-        took["scontrol ping"] = time.monotonic() - start
-        assert ping.returncode == 0 and "UP" in ping.stdout, ping.stdout + ping.stderr
-        start = time.monotonic()
-        r = run("dacctl", "pools", env=slurm.env, check=False, timeout=60)
-        took["dacctl pools"] = time.monotonic() - start
-        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert r.stderr.startswith("dacctl: admin error: etcd unreachable at "), r.stderr
+        ping_and_pools_answer_with_etcd_gone(slurm, took)
         assert max(took.values()) < 20, took
         assert slurm.job(first)["JobState"] == "RUNNING"
         assert slurm.job(second)["JobState"] == "PENDING"

@@ -3,6 +3,7 @@ each step and started again only after its lease lapsed, as systemd's Restart= w
 call waiting on it rides it out within `restart_grace`, and past it fails with one line whose
 every remedy is then done here and works."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -365,29 +366,42 @@ def test_a_stage_in_larger_than_the_buffer_fails_in_one_line_naming_the_file(dac
     assert store.buffer("81") is None and pools(env)["default"]["free_bricks"] == 4
 
 
+@contextlib.contextmanager
+def job_staging_out_to_tmpfs(dac, open_dir, tmp_path, job, options, files, size):
+    """A job whose stage-out goes to a tmpfs mounted with `options`, run to the end of its
+    post_run, having written `files` files of `size` bytes: yields (the tmpfs, the job script,
+    their digests)."""
+    workdir, env, store = dac
+    small = open_dir / "small"
+    small.mkdir(mode=0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"{options},mode=0755", "tmpfs", str(small)],
+                   check=True)
+    try:
+        os.chown(small, UID, GID)
+        script = setup(env, tmp_path, job, "512MiB",
+                       "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
+                       f"destination={small}/run")
+        nodes = tmp_path / "nodes"
+        nodes.write_text("node1\n")
+        host = store.buffer(str(job)).record.allocation.primary_host
+        slurm(env, "pre_run", job, "--job", str(script), "--nodehostnamefile", str(nodes))
+        expected = make_source(workdir / "fs" / host / str(job) / "striped" / "out",
+                               files=files, size=size)
+        slurm(env, "post_run", job, "--job", str(script), "--nodehostnamefile", str(nodes))
+        yield small, script, expected
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
 def test_a_stage_out_into_a_full_filesystem_keeps_the_buffer_until_retried(dac, open_dir,
                                                                           tmp_path):
     """data_out into a full filesystem: one line naming the file; the buffer is kept (and
     teardown, which stages out first, fails the same way: Slurm's TeardownFailure); once the
     admin made room, data_out (or Slurm's next teardown) runs the stage again and it succeeds;
     `teardown --hurry` (scancel --hurry) would instead release it without the data."""
-    workdir, env, store = dac
-    small = open_dir / "small"
-    small.mkdir(mode=0o755)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(small)],
-                   check=True)
-    try:
-        os.chown(small, UID, GID)
-        script = setup(env, tmp_path, 82, "512MiB",
-                       "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
-                       f"destination={small}/run")
-        nodes = tmp_path / "nodes"
-        nodes.write_text("node1\n")
-        host = store.buffer("82").record.allocation.primary_host
-        slurm(env, "pre_run", 82, "--job", str(script), "--nodehostnamefile", str(nodes))
-        expected = make_source(workdir / "fs" / host / "82" / "striped" / "out", files=4,
-                               size=4 * MiB)  # 16 MiB into 8
-        slurm(env, "post_run", 82, "--job", str(script), "--nodehostnamefile", str(nodes))
+    _, env, store = dac
+    with job_staging_out_to_tmpfs(dac, open_dir, tmp_path, 82, "size=8m", files=4,
+                                  size=4 * MiB) as (small, script, expected):  # 16 MiB into 8
         for function in ("data_out", "teardown"):
             r = slurm(env, function, 82, "--job", str(script), check=False)
             assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
@@ -399,8 +413,6 @@ def test_a_stage_out_into_a_full_filesystem_keeps_the_buffer_until_retried(dac, 
         assert digests(small / "run") == expected
         slurm(env, "teardown", 82, "--job", str(script))
         assert store.buffer("82") is None and pools(env)["default"]["free_bricks"] == 4
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def as_user(*argv):
@@ -443,22 +455,9 @@ def test_a_destination_filling_during_the_stage_out_fails_it_naming_the_file(dac
     """The room counted before the copy is not the room there is once it runs (here: a
     filesystem with bytes to spare but too few inodes): the stage-out fails with one line naming
     the file it could not write, and the buffer is kept, as for a full filesystem."""
-    workdir, env, store = dac
-    small = open_dir / "small"
-    small.mkdir(mode=0o755)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=6,mode=0755", "tmpfs",
-                    str(small)], check=True)
-    try:
-        os.chown(small, UID, GID)
-        script = setup(env, tmp_path, 85, "512MiB",
-                       "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
-                       f"destination={small}/run")
-        nodes = tmp_path / "nodes"
-        nodes.write_text("node1\n")
-        host = store.buffer("85").record.allocation.primary_host
-        slurm(env, "pre_run", 85, "--job", str(script), "--nodehostnamefile", str(nodes))
-        make_source(workdir / "fs" / host / "85" / "striped" / "out", files=10, size=MiB)
-        slurm(env, "post_run", 85, "--job", str(script), "--nodehostnamefile", str(nodes))
+    _, env, store = dac
+    with job_staging_out_to_tmpfs(dac, open_dir, tmp_path, 85, "size=64m,nr_inodes=6",
+                                  files=10, size=MiB) as (small, script, _):
         r = slurm(env, "data_out", 85, "--job", str(script), check=False)
         assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
         assert r.stdout.startswith(f"buffer 85: stage_out failed: {small}/run/f"), r.stdout
@@ -466,5 +465,3 @@ def test_a_destination_filling_during_the_stage_out_fails_it_naming_the_file(dac
         assert store.buffer("85") is not None  # kept: the data can still be saved
         slurm(env, "teardown", 85, "--job", str(script), "--hurry")
         assert store.buffer("85") is None and pools(env)["default"]["free_bricks"] == 4
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
