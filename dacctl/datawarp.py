@@ -213,6 +213,8 @@ def _riding_out_etcd(call, grace: float) -> str:
         except StoreUnavailable as e:
             now = time.monotonic()
             first = now if first is None else first
+            if grace <= 0:
+                raise  # restart_grace 0: fail at once, as before the grace existed
             if now - first >= grace:
                 raise StoreUnavailable(e.endpoints, f"still after restart_grace, {grace:.0f}s",
                                        now - began) from None
