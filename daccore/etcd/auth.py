@@ -23,7 +23,12 @@ import threading
 from typing import TYPE_CHECKING
 
 from daccore.errors import AdminError, NoCredential
-from daccore.etcd.types import EtcdRequestError
+from daccore.etcd.types import EtcdRequestError, Unreachable
+
+#: What etcd answers a login it cannot serve now (no leader, a raft proposal timed out), as
+#: its gateway reports it with code 2 (Unknown) rather than as unavailable.
+_CANNOT_SERVE = ("deadline exceeded", "timed out", "no leader", "leader changed",
+                 "too many requests")
 
 if TYPE_CHECKING:
     from typing import Callable, TypeVar
@@ -101,6 +106,10 @@ class Credential:
         try:
             token = authenticate(user, password)
         except EtcdRequestError as e:
+            if any(m in e.reason.lower() for m in _CANNOT_SERVE):
+                # a member that cannot reach its leader (quorum lost) times the login out:
+                # etcd out of reach, for the client to fail over and back off, not a refusal
+                raise Unreachable(e.reason) from None
             raise AdminError(f"etcd at {endpoint} refused user '{user}' of {self.path}: "
                              f"{e.reason}; an admin must make the file match that etcd user "
                              "(docs/security.md)") from None

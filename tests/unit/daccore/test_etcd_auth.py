@@ -60,3 +60,27 @@ def test_what_counts_as_a_rejected_token():
     assert token_rejected(3, "etcdserver: revision of auth store is old")
     assert not token_rejected(7, "etcdserver: permission denied")
     assert not token_rejected(3, "etcdserver: user name is empty")
+
+
+@pytest.mark.parametrize("reason", ["context deadline exceeded", "etcdserver: request timed out",
+                                    "etcdserver: no leader"])
+def test_a_login_etcd_cannot_serve_now_is_etcd_out_of_reach_not_a_refusal(cred, reason):
+    """A member without quorum times the login out: the client fails over and backs off
+    (StoreUnavailable in the end), it does not tell an admin to fix the credential file."""
+    from daccore.etcd.types import EtcdRequestError, Unreachable
+
+    def login(user, password):
+        raise EtcdRequestError("authenticate", 2, reason)
+    with pytest.raises(Unreachable):
+        cred.call("https://127.0.0.1:2379", login, lambda token: token)
+
+
+def test_a_wrong_password_is_an_admins_one_line(cred):
+    from daccore.errors import AdminError
+    from daccore.etcd.types import EtcdRequestError
+
+    def login(user, password):
+        raise EtcdRequestError("authenticate", 3, "etcdserver: authentication failed, invalid "
+                               "user ID or password")
+    with pytest.raises(AdminError, match="refused user 'slurm'"):
+        cred.call("https://127.0.0.1:2379", login, lambda token: token)
