@@ -529,6 +529,12 @@ class Store:
             if isinstance(backend, str):
                 self._once[Keys.last(kv.key, self.keys.pools)] = runs_once_for_all_hosts(backend)
 
+    def wake(self, host: str, name: str) -> None:
+        """Put `host`'s work key of buffer `name`, so its dacd looks at the buffer again: a
+        host that deleted its part last wakes the primary, whose reap it waits for (a status
+        write wakes no one). A key left after the reap is a stray, dropped at dacd's resync."""
+        self.client.put(self.keys.work(host, name), "wake")
+
     def _work_puts(self, name: str, generation: int, hosts: list[str]) -> list[Op]:
         """The puts of a spec's work keys; the value is the spec's generation, for whoever
         reads the keys by hand: what wakes a dacd is the put itself."""

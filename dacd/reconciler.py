@@ -463,6 +463,10 @@ class Reconciler:
     def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:
         everywhere = all(statuses.get(h) and statuses[h].state is State.DELETED for h in hosts)
         if buf.desired_state is State.DELETED and everywhere and \
+                self.host != buf.allocation.primary_host:
+            self.store.wake(buf.allocation.primary_host, buf.name)  # done last: the primary reaps
+            return
+        if buf.desired_state is State.DELETED and everywhere and \
                 self.host == buf.allocation.primary_host:
             try:
                 self.store.delete_buffer(buf.name, mod_revision)
