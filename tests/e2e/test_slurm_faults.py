@@ -133,11 +133,20 @@ def ping_and_pools_answer_with_etcd_gone(slurm, took: dict) -> None:
     assert r.stderr.startswith("dacctl: admin error: etcd unreachable at "), r.stderr
 
 
+def seconds_until_pools_answer(slurm, what: str) -> float:
+    """How long `dacctl pools` takes to succeed again once etcd is back (at most 60 s)."""
+    from clitools import run
+    start = time.monotonic()
+    while run("dacctl", "pools", env=slurm.env, check=False).returncode != 0:
+        assert time.monotonic() - start < 60, what
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
 def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
     """etcd gone (the local DAC's one member killed: as quorum lost, nothing answers): sbatch of
     a #DW job answers within 20 s with one line, scontrol ping answers, `dacctl pools` fails
     within 20 s in one line; etcd started again on its data, a job runs through its buffer."""
-    from clitools import run
     workdir = Path(slurm.workdir)
     state = LocalState.load(workdir)
     assert state is not None
@@ -158,11 +167,7 @@ def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
         for m in state.etcd.get("members", []):
             m["pid"] = proc.pid
         state.save()
-    start = time.monotonic()
-    while run("dacctl", "pools", env=slurm.env, check=False).returncode != 0:
-        assert time.monotonic() - start < 60, "etcd did not come back"
-        time.sleep(0.5)
-    back = time.monotonic() - start
+    back = seconds_until_pools_answer(slurm, "etcd did not come back")
     job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
                              "type=scratch pool=default\ntouch $DW_JOB_STRIPED/x\n")
     assert job_id, r.stderr
@@ -187,7 +192,7 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
     for it (afterok): sbatch of a #DW job answers within 20 s in one line, scontrol ping
     answers, `dacctl pools` fails within 20 s in one line. The members started again on their
     data, both jobs complete with every byte staged out and every brick back."""
-    from clitools import pools, run
+    from clitools import pools
     slurm = slurm_etcd3
     workdir = Path(slurm.workdir)
     data = os.urandom(32 << 20)
@@ -229,11 +234,7 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
         for m in lost:  # on their data, as systemd would
             m["pid"] = spawn(argvs[m["name"]], workdir / "etcd" / f"{m['name']}.log").pid
         state.save()
-    start = time.monotonic()
-    while run("dacctl", "pools", env=slurm.env, check=False).returncode != 0:
-        assert time.monotonic() - start < 60, "quorum did not come back"
-        time.sleep(0.2)
-    back = time.monotonic() - start
+    back = seconds_until_pools_answer(slurm, "quorum did not come back")
     (Path(slurm.jobs) / "go").touch()
     for job_id in (first, second):
         job = slurm.wait(job_id, timeout=180)

@@ -106,23 +106,12 @@ def test_each_dacd_reads_only_the_buffers_on_its_host(store):
 def test_where_the_primary_runs_every_step_the_other_hosts_never_read_the_buffer(store):
     """lustre: the buffer's claims name its primary, so the dacd of its other hosts leave it
     alone without reading its spec, however often it changes."""
-    cfg = DacConfig.model_validate({
-        "pools": {"l": {"granularity": 100, "backend": "lustre", "lustre": {
-            "mgs": {"host": "mgs0", "nid": "10.0.0.1@tcp"}, "lnet_suffix": "@tcp",
-            "mdt_size": 10}}},
-        "hosts": {h: {"bricks": [{"device": f"/dev/{h}-{i}", "capacity": 100, "pool": "l",
-                                  "name": f"b{i}"} for i in range(2)]} for h in HOSTS}})
-    from dacd.registration import host_record, pool_records
-    for p in pool_records(cfg):
-        store.ensure_pool(p)
-    for h in HOSTS:
-        store.register_host(host_record(h, cfg.hosts[h]))
-        store.client.put(store.keys.alive_key(h), "")
+    cfg = site_of(store, "lustre")
     servers = {h: Server(store, cfg, h) for h in HOSTS}
     try:
         for s in servers.values():
             s.rec.start()
-        buf, _ = allocate_buffer(store, buffer_maker("wide", 300, "l"), capacity=300, pool="l")
+        buf, _ = allocate_buffer(store, buffer_maker("wide", 300, "p"), capacity=300, pool="p")
         assert len(buf.allocation.hosts) == 3
         primary = buf.allocation.primary_host
         wait("wide to be created everywhere",
