@@ -11,6 +11,7 @@
     │   └── PlaybookFailed        a lifecycle step's playbook failed on a storage host
     └── InternalError             a bug or a broken invariant in dac itself
         └── Conflict              a compare-and-swap lost a race (re-read and try again)
+            └── Superseded        the buffer acted on was deleted or created anew meanwhile
 
 Messages are one lower-case line that names the object and, where there is one, the fix.
 """
@@ -122,3 +123,14 @@ class InternalError(DacError):
 
 class Conflict(InternalError):
     """A compare-and-swap lost a race: re-read and try again."""
+
+
+class Superseded(Conflict):
+    """A dacd's status write for a buffer that was deleted, or deleted and created anew under
+    the same name (Slurm sets a job's buffer up again after a slurmctld restart), since the
+    dacd read it: nothing is written, and the step for the old buffer goes no further."""
+
+    def __init__(self, name: str):
+        super().__init__(f"buffer {name}: deleted or created anew while this host acted on it; "
+                         "its status was not written")
+        self.name = name

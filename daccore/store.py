@@ -26,6 +26,7 @@ from daccore.errors import (
     Fenced,
     InternalError,
     NotFound,
+    Superseded,
     UserError,
 )
 from daccore.etcd.client import EtcdClient
@@ -95,7 +96,8 @@ class AllocationConflict(Conflict):
 #: the buffers whose chunked allocation was cut short.
 PlacementView = namedtuple("PlacementView", "pools free revision dead_intents")
 #: A record with the mod_revision to compare against when writing it back.
-Versioned = namedtuple("Versioned", "record mod_revision")
+#: `create_revision` tells one incarnation of a key from another of the same name
+Versioned = namedtuple("Versioned", "record mod_revision create_revision", defaults=(0,))
 #: One event of a watch: `record` is None when the key was deleted.
 Change = namedtuple("Change", "name record revision")
 
@@ -793,14 +795,15 @@ class Store:
 
     def buffer(self, name: str) -> Versioned | None:
         kv = self.client.get(self.keys.buffer(name))
-        return Versioned(_load(_m().Buffer, kv), kv.mod_revision) if kv else None
+        return Versioned(_load(_m().Buffer, kv), kv.mod_revision, kv.create_revision) \
+            if kv else None
 
     def buffer_text(self, name: str) -> Versioned | None:
         """The spec as etcd holds it, unparsed, with its key: for dacd, which checks every
         record itself (daccore.trust) so that a bad one is skipped, not raised."""
         key = self.keys.buffer(name)
         kv = self.client.get(key)
-        return Versioned((key, kv.value), kv.mod_revision) if kv else None
+        return Versioned((key, kv.value), kv.mod_revision, kv.create_revision) if kv else None
 
     def buffer_owners(self) -> dict[str, int]:
         """Buffer name -> owner uid, read without validating every spec (job_process)."""
@@ -825,7 +828,8 @@ class Store:
     def buffer_doc(self, name: str) -> Versioned | None:
         """The spec as JSON with its revision, for a compare-and-swap."""
         kv = self.client.get(self.keys.buffer(name))
-        return Versioned(json.loads(kv.value), kv.mod_revision) if kv else None
+        return Versioned(json.loads(kv.value), kv.mod_revision, kv.create_revision) \
+            if kv else None
 
     def buffer_docs(self) -> dict[str, dict]:
         """Every spec that is a JSON object: one that is not is no buffer any Slurm call can
@@ -900,21 +904,26 @@ class Store:
 
     # -- status --------------------------------------------------------------------------------
 
-    def put_status(self, status: Status) -> None:
-        """Single writer per key (the host's own dacd), so no compare but the fence's."""
-        key = self.keys.status(status.buffer, status.host)
-        if status.host not in self._fences:
-            self.client.put(key, _dump(status))
-        else:
-            self._fenced_txn([status.host], [], [put_op(key, _dump(status))])
+    def put_status(self, status: Status, incarnation: int = 0) -> None:
+        """Single writer per key (the host's own dacd), so no compare but the fence's and,
+        with `incarnation` (the spec's create_revision when the writer read it), the spec's:
+        Superseded when that buffer was deleted or created anew since. Without it, the last
+        write of a step for a buffer Slurm tore down and set up again (same name) could land
+        in the new buffer's statuses and count for it."""
+        self.put_statuses([status], incarnation)
 
-    def put_statuses(self, statuses: list[Status]) -> None:
+    def put_statuses(self, statuses: list[Status], incarnation: int = 0) -> None:
         """Several hosts' statuses (a lustre or daos buffer's primary writes every host's):
         as few transactions as etcd allows, not one request per host."""
         ops = [put_op(self.keys.status(s.buffer, s.host), _dump(s)) for s in statuses]
         hosts = sorted({s.host for s in statuses} & set(self._fences))  # the writer's own
-        for start in range(0, len(ops), _MAX_TXN_OPS - len(hosts)):  # room for the fences
-            self._fenced_txn(hosts, [], ops[start:start + _MAX_TXN_OPS - len(hosts)])
+        names = {s.buffer for s in statuses}
+        same = [Compare(self.keys.buffer(n), "CREATE", incarnation) for n in names] \
+            if incarnation else []
+        step = _MAX_TXN_OPS - len(hosts) - len(same)  # room for the compares
+        for start in range(0, len(ops), step):
+            if not self._fenced_txn(hosts, same, ops[start:start + step]):
+                raise Superseded(", ".join(sorted(names)))
 
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}

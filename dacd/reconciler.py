@@ -47,7 +47,15 @@ from typing import Callable
 from daccore.backends import get as get_backend
 from daccore.backends import runs_once_for_all_hosts
 from daccore.bounds import BUFFER_NAME
-from daccore.errors import Conflict, DacError, Fenced, InternalError, Kind, StoreUnavailable
+from daccore.errors import (
+    Conflict,
+    DacError,
+    Fenced,
+    InternalError,
+    Kind,
+    StoreUnavailable,
+    Superseded,
+)
 from daccore.escape import printable
 from daccore.etcd.types import WatchCompacted
 from daccore.lifecycle import next_step
@@ -261,6 +269,9 @@ class Reconciler:
             except Fenced as e:  # the lease lapsed: relist() brings the buffer back
                 metrics.etcd_error("reconcile", e)
                 log.warning("buffer %s: not acted on: %s", name, e)
+            except Superseded as e:  # the buffer of that name now, if any, is looked at anew
+                log.info("%s", e)
+                continue
             except Exception as e:  # noqa: BLE001 - a worker must never die silently
                 metrics.etcd_error("reconcile", e)
                 log.exception("buffer %s: reconcile failed", name)
@@ -283,13 +294,13 @@ class Reconciler:
                 with self._lock:
                     self._acted.pop(name, None)
                 return
-            (key, text), mod_revision = current
+            (key, text), mod_revision, incarnation = current
             with self._lock:
                 self._acted[name] = mod_revision
             try:
                 buf = parse_buffer(key, text, self.config)
             except Untrusted as e:
-                self._refuse(name, str(e), text)
+                self._refuse(name, str(e), text, incarnation)
                 return
             hosts = buf.allocation.hosts
             if self.host not in hosts:
@@ -307,14 +318,14 @@ class Reconciler:
             try:
                 statuses = self._statuses(name)
             except Untrusted as e:
-                self._refuse(name, str(e), None)
+                self._refuse(name, str(e), None, incarnation)
                 return
             self._refused.pop(name, None)
             mine = statuses.get(self.host)
             if mine and mine.error and mine.error.message.startswith(self._refusal):
                 # the record was refused and is sane now: carry on where it was
                 mine = mine.model_copy(update={"error": None, "generation": buf.generation})
-                self.store.put_status(mine)
+                self.store.put_status(mine, incarnation)
             metrics.buffer_seen(buf, self.host, mine)
             failed = mine.generation if mine and mine.error else None
             attached = mine.attached if mine else {}
@@ -325,10 +336,10 @@ class Reconciler:
                 return
             step, target = nxt
             if step in ("stage_in", "stage_out") and self.host == buf.allocation.primary_host:
-                self._hand_off(buf, mine, step, target, backend,
+                self._hand_off(buf, incarnation, mine, step, target, backend,
                                hosts if together else [self.host])
                 return
-            self._step(buf, mine, step, target, backend,
+            self._step(buf, incarnation, mine, step, target, backend,
                        hosts if together else [self.host])
 
     def _statuses(self, name: str) -> dict[str, Status]:
@@ -359,7 +370,8 @@ class Reconciler:
         self._refused[key] = (why, generation)
         return last != (why, generation)
 
-    def _refuse(self, name: str, why: str, text: bytes | str | None) -> None:
+    def _refuse(self, name: str, why: str, text: bytes | str | None,
+                incarnation: int) -> None:
         """Log once and skip; tell the waiting Slurm call why, in this host's status, when
         the record (`text`: the spec) names this host under a sane buffer name. This host's
         own status, when that is what is bad, is left for an admin to look at."""
@@ -375,9 +387,10 @@ class Reconciler:
             {"buffer": name, "host": self.host}
         self.store.put_status(Status(**fields, generation=generation, updated_at=time.time(),
                                      error=StatusError(category=Kind.ADMIN,
-                                                       message=f"{self._refusal}{why}")))
+                                                       message=f"{self._refusal}{why}")),
+                              incarnation)
 
-    def _hand_off(self, buf, mine, step: str, target: State, backend: str,
+    def _hand_off(self, buf, incarnation: int, mine, step: str, target: State, backend: str,
                   hosts: list[str]) -> None:
         """The stage to the stage pool; the buffer is looked at again when it ends."""
         from dacd.staging import Run
@@ -387,7 +400,11 @@ class Reconciler:
 
         def stage() -> None:
             try:
-                self._step(buf, mine, step, target, backend, hosts, run)
+                self._step(buf, incarnation, mine, step, target, backend, hosts, run)
+            except (Fenced, Superseded) as e:  # schedule() below looks at the buffer afresh
+                log.warning("buffer %s: %s not recorded: %s", buf.name, step, e)
+            except Exception:  # noqa: BLE001 - a stage's thread must never die silently
+                log.exception("buffer %s: %s failed", buf.name, step)
             finally:
                 with self._lock:
                     del self._staging[buf.name]
@@ -398,9 +415,10 @@ class Reconciler:
             with self._lock:
                 del self._staging[buf.name]
 
-    def _step(self, buf, mine: Status | None, step: str, target: State, backend_name: str,
-              hosts: list[str], run=None) -> None:
-        """Run `step`, recording its progress and outcome in the status of each of `hosts`."""
+    def _step(self, buf, incarnation: int, mine: Status | None, step: str, target: State,
+              backend_name: str, hosts: list[str], run=None) -> None:
+        """Run `step`, recording its progress and outcome in the status of each of `hosts`,
+        of this incarnation of the buffer only (Superseded ends the step otherwise)."""
         name, reached = buf.name, mine.state if mine else None
         attached = mine.attached if mine else {}
         attempt = (mine.attempt + 1) if mine and mine.step == step else 1
@@ -412,9 +430,10 @@ class Reconciler:
                           updated_at=time.time())
             values.update(fields)
             if len(hosts) == 1:
-                self.store.put_status(Status(host=hosts[0], **values))
+                self.store.put_status(Status(host=hosts[0], **values), incarnation)
             else:
-                self.store.put_statuses([Status(host=host, **values) for host in hosts])
+                self.store.put_statuses([Status(host=host, **values) for host in hosts],
+                                        incarnation)
         status()
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         started, backend = time.monotonic(), None
@@ -432,8 +451,9 @@ class Reconciler:
                                lambda task: status(step=f"{step}: {task}"),
                                inventory=backend.inventory(buf, step, attached),
                                forks=self.config.ansible_forks)
-        except Fenced:
-            raise  # nothing may be written: the next lease's pass runs the step again
+        except (Fenced, Superseded):
+            raise  # nothing may be written: the next lease's pass runs the step again, and
+            # a buffer deleted or created anew is looked at afresh
         except Exception as e:  # noqa: BLE001 - every failure must reach the waiting Slurm call
             if not isinstance(e, DacError):
                 log.exception("buffer %s (job %s): %s failed", name, buf.job_id, step)

@@ -90,6 +90,43 @@ def test_a_hosts_status_writes_are_fenced_on_its_lease_until_a_new_one_is_bound(
     other.stop()
 
 
+def test_a_status_write_for_a_deleted_or_recreated_buffer_is_refused(store):
+    """A status answers one incarnation of a buffer (issue 19): after a slurmctld restart
+    Slurm tears a staging job's buffer down and sets one up again under the same name, and a
+    write dacd meant for the first must never count for the second. With the incarnation
+    (the spec's create_revision) the write raises Superseded and changes nothing, once the
+    buffer is gone and once it is back under its name; the new incarnation's writes go
+    through, for one host and for several."""
+    from daccore.errors import Superseded
+    keepers = register(store, ("h1", "h2"))
+    allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
+    first = store.buffer("j1")
+    store.put_status(Status(buffer="j1", host="h1", state=State.CREATED),
+                     first.create_revision)
+    store.put_status(Status(buffer="j1", host="h1", state=State.DELETED),
+                     first.create_revision)
+    store.delete_buffer("j1", first.mod_revision)
+    late = Status(buffer="j1", host="h1", state=State.STAGED_IN)
+    with pytest.raises(Superseded, match="^buffer j1: deleted or created anew while this host "
+                                         "acted on it; its status was not written$"):
+        store.put_status(late, first.create_revision)
+    assert store.statuses("j1") == {}
+    allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
+    second = store.buffer("j1")
+    assert second.create_revision > first.create_revision
+    with pytest.raises(Superseded):
+        store.put_status(late, first.create_revision)
+    with pytest.raises(Superseded):
+        store.put_statuses([late, late.model_copy(update={"host": "h2"})],
+                           first.create_revision)
+    assert store.statuses("j1") == {}
+    fresh = [Status(buffer="j1", host=h, state=State.CREATED) for h in ("h1", "h2")]
+    store.put_statuses(fresh, second.create_revision)
+    assert store.statuses("j1") == {s.host: s for s in fresh}
+    for k in keepers:
+        k.stop()
+
+
 def test_inventory_and_pool_summary(store):
     keepers = register(store, ("h1", "h2", "h3"))
     keepers.pop().stop()  # h3 dies
