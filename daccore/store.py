@@ -99,7 +99,7 @@ PlacementView = namedtuple("PlacementView", "pools free revision dead_intents")
 #: `create_revision` tells one incarnation of a key from another of the same name
 Versioned = namedtuple("Versioned", "record mod_revision create_revision", defaults=(0,))
 #: One event of a watch: `record` is None when the key was deleted.
-Change = namedtuple("Change", "name record revision")
+Change = namedtuple("Change", "name record revision bad", defaults=(False,))
 
 
 class Store:
@@ -485,24 +485,29 @@ class Store:
                                    r.revision)
 
     def host_claims(self, host: str,
-                    pools: list[str]) -> tuple[dict[str, tuple[str, str | None]], int]:
+                    pools: list[str]) -> tuple[dict[str, tuple[str, str | None] | None], int]:
         """The claims on `host`'s bricks in `pools` (claim key -> (buffer, its primary host
-        or None when the claim does not say)), and the revision of the read (to watch from):
-        which buffers the host's dacd works on."""
+        or None when the claim does not say), or None for a record that is no claim), and the
+        revision of the read (to watch from): which buffers the host's dacd works on."""
         k = self.keys
         prefixes = [k.host_claims(p, host) for p in sorted(set(pools))]
         r = self.client.txn([], [range_op(p, prefix_end(p)) for p in prefixes])
-        return {kv.key: c for kvs in r.ranges for kv in kvs
-                if (c := _claim_of(kv)) is not None}, r.revision
+        return {kv.key: _claim_of(kv) for kvs in r.ranges for kv in kvs}, r.revision
 
     def watch_host_claims(self, host: str, pool: str,
                           start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every claim made or released on `host`'s bricks in `pool`: `name` is the claim
-        key, `record` (buffer, primary host) as host_claims has it, None when released."""
+        key, `record` (buffer, primary host) as host_claims has it, None when released or
+        when what was put is no claim (`bad` then)."""
         prefix = self.keys.host_claims(pool, host)
         w = self.client.watch(prefix, prefix_end(prefix), start_revision)
-        return w, (Change(ev.kv.key, _claim_of(ev.kv) if ev.type == "put" else None,
-                          ev.kv.mod_revision) for ev in w)
+
+        def changes() -> Iterator[Change]:
+            for ev in w:
+                claim = _claim_of(ev.kv) if ev.type == "put" else None
+                yield Change(ev.kv.key, claim, ev.kv.mod_revision,
+                             ev.type == "put" and claim is None)
+        return w, changes()
 
     def claims(self) -> dict[tuple[str, str], str]:
         """Every claim: (host, brick) -> buffer name."""

@@ -137,8 +137,10 @@ class Reconciler:
     def _list_all(self) -> int:
         """Reconcile every buffer holding a brick of this host; the revision read at."""
         found, revision = self.store.host_claims(self.host, self._pools)
+        for key in sorted(k for k, claim in found.items() if claim is None):
+            self._log_once(key, f"{printable(key)}: not a brick claim")
         claims = {key: name for key, claim in found.items()
-                  if (name := self._works_on(key, claim)) is not None}
+                  if claim is not None and (name := self._works_on(key, claim)) is not None}
         with self._lock:
             self._claims, self._held = claims, {}
             for name in claims.values():
@@ -227,6 +229,11 @@ class Reconciler:
                 self._watches.append(watch)
                 for change in changes:
                     revision = change.revision
+                    if change.bad:  # it holds no brick for any buffer: counted as used only
+                        self._log_once(change.name, f"{printable(change.name)}: not a brick "
+                                                    "claim")
+                    elif change.record is None:
+                        self._refused.pop(change.name, None)
                     with self._lock:
                         old = self._claims.pop(change.name, None)
                         if old is not None:

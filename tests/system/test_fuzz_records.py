@@ -27,6 +27,7 @@ from fuzzgen import ODD_NAMES, bad_values, cli_fault, seed, summary
 from fuzzrun import in_process, local_dac
 
 from daccore.config import load_config
+from daccore.escape import printable
 from daccore.store import Store
 
 HOSTS = ("dac-server-1", "dac-server-2")
@@ -100,6 +101,15 @@ def restart_dacd(workdir, env, host):
                                  if k not in ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")})
 
 
+def is_claim(value: bytes) -> bool:
+    """What dacd takes for a brick claim: a JSON object naming its buffer."""
+    try:
+        doc = json.loads(value)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("buffer"), str)
+
+
 def logs(workdir):
     return {p.name: p.read_text(errors="replace") for p in (workdir / "logs").glob("dacd-*.log")}
 
@@ -143,6 +153,16 @@ def test_bad_records_under_every_key_are_skipped_and_dacd_goes_on(records_dac, t
                 for log, text in logs(workdir).items() if host in log
                 for k, v in records if k.endswith("/" + name)), timeout=60,
                 what=f"{host}'s dacd to skip the buffer its claim {name} names")
+        # and every record under its claim keys that is no claim, once
+        under = store.keys.claims + "default/"
+        no_claims = [key for key, value in records
+                     if key.startswith(under) and not is_claim(value)]
+        for key in no_claims:
+            host = key[len(under):].split("/", 1)[0]
+            wait_for(lambda key=key, host=host: any(
+                f"skipping {printable(key)}: not a brick claim" in text
+                for log, text in logs(workdir).items() if host in log), timeout=60,
+                what=f"{host}'s dacd to skip {printable(key)}, no claim")
         faults = admin_answers(env, [*ODD_NAMES, "fz3", "fz-buffers-20"])
         scraped = [urllib.request.urlopen(f"http://{d['metrics']}/metrics", timeout=10).status
                    for d in json.loads((workdir / "state.json").read_text())["dacd"]]
@@ -155,8 +175,10 @@ def test_bad_records_under_every_key_are_skipped_and_dacd_goes_on(records_dac, t
         took = time.monotonic() - started
         with capsys.disabled():
             print(f"\nfuzz seed {s}: {len(records)} bad records under {len(good) + 3} prefixes, "
-                  f"{len(buffers)} buffers skipped, {len(faults)} faults, {took:.1f} s")
+                  f"{len(buffers)} buffers and {len(no_claims)} claims skipped, "
+                  f"{len(faults)} faults, {took:.1f} s")
         assert not faults, summary(faults)
+        assert no_claims
         assert scraped == [200, 200]
         assert pools(env)["default"]["free_bricks"] == 4
         assert restarted.poll() is None
