@@ -87,13 +87,17 @@ def bad_records(rng, store, good):
     return out
 
 
-def restart_dacd(workdir, env, host):
-    """SIGTERM `host`'s dacd and start it again, as systemd would; its log is its own."""
+def restart_dacd(workdir, env, host, log="restarted"):
+    """SIGTERM `host`'s dacd, if the local DAC's still runs, and start it again, as systemd
+    would; its log is its own, logs/dacd-<host>-<log>.log."""
     dacd = next(d for d in json.loads((workdir / "state.json").read_text())["dacd"]
                 if d["host"] == host)
-    os.kill(dacd["pid"], signal.SIGTERM)
+    try:
+        os.kill(dacd["pid"], signal.SIGTERM)
+    except ProcessLookupError:  # stopped by an earlier test
+        pass
     wait_for(lambda: not os.path.exists(f"/proc/{dacd['pid']}"), 30, "the dacd to stop")
-    log = open(workdir / "logs" / f"dacd-{host}-restarted.log", "ab")
+    log = open(workdir / "logs" / f"dacd-{host}-{log}.log", "ab")
     return subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"],
                              "--host", host, "--metrics-address", dacd["metrics"]],
                             stdout=log, stderr=log,
@@ -191,3 +195,32 @@ def test_bad_records_under_every_key_are_skipped_and_dacd_goes_on(records_dac, t
         restarted.wait(30)
         for key, _ in records:
             store.client.delete(key)
+
+
+def test_a_dacd_whose_own_host_record_is_bad_refuses_to_start_in_one_line(records_dac):
+    """dacd never overwrites its own hosts/<host> record when it is not one dac wrote (an
+    admin's drained flag would be lost): it refuses to start, in one line naming the key, and
+    starts once the record is sane again."""
+    workdir, env, store = records_dac
+    key = store.keys.host("dac-server-1")
+    good = store.client.get(key).value
+    store.client.put(key, b'{"name": "dac-server-1", "bricks": 7}')
+    try:
+        refused = restart_dacd(workdir, env, "dac-server-1", "bad-host")
+        rc = refused.wait(60)
+    finally:
+        store.client.put(key, good)
+    out = (workdir / "logs" / "dacd-dac-server-1-bad-host.log").read_text()  # log + stderr
+    said = [line for line in out.splitlines() if not line.startswith("20")]  # not a log line
+    assert rc == 2 and len(said) == 1 and "Traceback" not in out, out
+    assert said[0].startswith(f"dacd: admin error: record at {key} is not a valid Host: "), out
+    assert said[0].endswith("; an admin must fix or delete it"), out
+    assert store.client.get(key).value == good  # left as it was
+    again = restart_dacd(workdir, env, "dac-server-1", "good-host")
+    try:
+        wait_for(lambda: "registered" in (workdir / "logs" / "dacd-dac-server-1-good-host.log")
+                 .read_text(), timeout=60, what="dacd to start on the sane record")
+        assert again.poll() is None
+    finally:
+        again.terminate()
+        again.wait(30)
