@@ -918,17 +918,16 @@ class Store:
         self.put_statuses([status], incarnation)
 
     def put_statuses(self, statuses: list[Status], incarnation: int = 0) -> None:
-        """Several hosts' statuses (a lustre or daos buffer's primary writes every host's):
-        as few transactions as etcd allows, not one request per host."""
-        ops = [put_op(self.keys.status(s.buffer, s.host), _dump(s)) for s in statuses]
+        """Several hosts' statuses of one buffer (a lustre or daos buffer's primary writes
+        every host's): as few transactions as etcd allows, not one request per host."""
+        (name,) = {s.buffer for s in statuses}
+        ops = [put_op(self.keys.status(name, s.host), _dump(s)) for s in statuses]
         hosts = sorted({s.host for s in statuses} & set(self._fences))  # the writer's own
-        names = {s.buffer for s in statuses}
-        same = [Compare(self.keys.buffer(n), "CREATE", incarnation) for n in names] \
-            if incarnation else []
+        same = [Compare(self.keys.buffer(name), "CREATE", incarnation)] if incarnation else []
         step = _MAX_TXN_OPS - len(hosts) - len(same)  # room for the compares
         for start in range(0, len(ops), step):
             if not self._fenced_txn(hosts, same, ops[start:start + step]):
-                raise Superseded(", ".join(sorted(names)))
+                raise Superseded(name)
 
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
