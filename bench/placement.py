@@ -5,7 +5,7 @@ One etcd (TLS, client certificates, RBAC), 1,000 hosts x 24 bricks registered an
 for each number of hosts counted (`allocator.SAMPLE_HOSTS`; "all" counts every host, as
 before sampling), allocations one at a time through gRPC as `setup` makes them, each deleted
 again so every round starts from the same pool. Prints per allocation: wall time, etcd's
-CPU, transactions, and how many were widened to every host.
+CPU and the caller's, transactions, and how many were widened to every host.
 
     .venv/bin/python bench/placement.py                       # ~2 min
     .venv/bin/python bench/placement.py --samples 32 64 all --allocations 500
@@ -85,7 +85,7 @@ def main() -> int:
                 rng = random.Random(size)
                 wall, made = [], []
                 txns[0] = widened[0] = 0
-                cpu0 = cpu_s(server.pid)
+                cpu0, mine0 = cpu_s(server.pid), time.process_time()
                 for n in sizes(args.allocations, rng):
                     job += 1
 
@@ -98,8 +98,10 @@ def main() -> int:
                                                 pool="default", rng=rng))
                     wall.append((time.perf_counter() - t0) * 1000)
                 etcd_ms = (cpu_s(server.pid) - cpu0) * 1000 / len(wall)
+                mine_ms = (time.process_time() - mine0) * 1000 / len(wall)
                 print(f"sample {size:>4}: p50 {statistics.median(wall):5.1f} ms, p99 "
-                      f"{p99(wall):5.1f} ms a placement; etcd {etcd_ms:5.1f} ms of CPU and "
+                      f"{p99(wall):5.1f} ms a placement; CPU: etcd {etcd_ms:5.1f} ms, the "
+                      f"caller {mine_ms:5.1f} ms; "
                       f"{txns[0] / len(wall):.1f} transactions each (the claim's included); "
                       f"{widened[0]} of {len(wall)} widened")
                 for buf, rev in made:
