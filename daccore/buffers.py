@@ -7,8 +7,9 @@ when the pool no longer has room it gets the allocator's CapacityError. An inten
 allocating call died is rolled back first, by whichever allocation finds it.
 
 Each attempt counts the free bricks of a random sample of the pool's hosts only
-(`allocator.sample`); when the sample cannot hold the buffer, the rest are counted at the same
-revision before placing again, so a refusal is never the sample's.
+(`allocator.sample`); when the sample cannot hold the buffer, or would give a server a second
+brick across servers, the rest are counted at the same revision before placing again, so a
+refusal is never the sample's.
 """
 
 from __future__ import annotations
