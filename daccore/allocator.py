@@ -8,6 +8,14 @@ undrained hosts and are never already claimed. Policies:
   requests.
 - across_servers: spread over servers first (Lustre, DAOS: bandwidth scales with servers).
 
+On a pool of more than SAMPLE_HOSTS hosts, an allocation counts the free bricks of a random
+sample of them only (`sample`, "power of d choices": each count is an etcd range, and at
+1,000 servers counting every host was most of etcd's cost of a setup). The single_host best
+fit is then the best fit within the sample, and across_servers takes the emptiest servers of
+the sample. A sample that cannot hold the request, or would give a server a second brick
+across servers (`crowded`), is widened to every host (daccore.buffers): a CapacityError
+always comes from every host's count, with the same message as without sampling.
+
 Within a host, bricks spread over (socket, PCIe switch) groups before a group is used twice:
 the reference architecture saw about 5 NVMe saturate one PCIe switch.
 
@@ -25,7 +33,14 @@ from daccore.inventory import BrickInfo, Inventory, PoolInfo
 from daccore.models import PlacementPolicy
 from daccore.units import bricks_needed, format_size
 
-__all__ = ["place", "plan", "pick"]
+__all__ = ["place", "plan", "pick", "sample", "crowded", "SAMPLE_HOSTS", "SAMPLE_HEADROOM"]
+
+#: The fewest hosts a sample has (all of them on a smaller pool): one transaction of count
+#: ranges (100 at most). Measured at 1,000 servers (docs/performance.md, Scale).
+SAMPLE_HOSTS = 64
+#: Hosts sampled per brick asked for, so that across servers each brick nearly always finds a
+#: server of its own in the sample, even in a pool mostly claimed.
+SAMPLE_HEADROOM = 4
 
 
 def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
@@ -92,6 +107,29 @@ def plan(pools: dict[str, PoolInfo], free: dict[str, int], capacity: int, pool: 
         hosts.insert(0, lead)
     return {h: k for h, k in zip(hosts, _round_robin([free[h] for h in hosts], n), strict=True)
             if k}
+
+
+def sample(pools: dict[str, PoolInfo], bricks: dict[str, int], capacity: int, pool: str,
+           rng: random.Random) -> list[str]:
+    """The hosts whose free bricks an allocation counts, of the candidates `bricks` (live,
+    undrained hosts with bricks in `pool`): SAMPLE_HOSTS of them at random, or SAMPLE_HEADROOM
+    per brick asked for if more; all of them on a smaller pool (a 2,048-brick buffer counts
+    every host of a pool of 1,000)."""
+    info = pools.get(pool)
+    if info is None or capacity <= 0:
+        return list(bricks)  # plan refuses, with its own message
+    n = max(SAMPLE_HOSTS, SAMPLE_HEADROOM * bricks_needed(capacity, info.granularity))
+    if n >= len(bricks):
+        return list(bricks)
+    return rng.sample(sorted(bricks), n)
+
+
+def crowded(pools: dict[str, PoolInfo], hosts: dict[str, int], pool: str,
+            policy: str | None = None) -> bool:
+    """Whether `plan`'s choice `hosts` gave a server a second brick across servers: from a
+    sample, the hosts left out may still have none of the buffer and a brick free."""
+    placement = PlacementPolicy(policy or pools[pool].placement)
+    return placement is PlacementPolicy.ACROSS_SERVERS and max(hosts.values(), default=0) > 1
 
 
 def pick(bricks: list[BrickInfo], n: int, rng: random.Random) -> list[BrickInfo]:

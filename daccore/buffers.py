@@ -5,6 +5,11 @@ No global lock: each attempt reads the inventory at one revision, places the buf
 and commits only if every chosen claim key is still absent. A loser re-reads and places again;
 when the pool no longer has room it gets the allocator's CapacityError. An intent whose
 allocating call died is rolled back first, by whichever allocation finds it.
+
+Each attempt counts the free bricks of a random sample of the pool's hosts only
+(`allocator.sample`); when the sample cannot hold the buffer, or would give a server a second
+brick across servers, the rest are counted at the same revision before placing again, so a
+refusal is never the sample's.
 """
 
 from __future__ import annotations
@@ -14,12 +19,12 @@ import random
 import time
 from typing import Callable
 
-from daccore.allocator import pick, plan
+from daccore.allocator import crowded, pick, plan, sample
 from daccore.errors import CapacityError
 from daccore.gcpause import gc_paused
 from daccore.inventory import BrickInfo
 from daccore.models import Allocation, BrickRef, Buffer
-from daccore.store import AllocationConflict, Store
+from daccore.store import AllocationConflict, PlacementView, Store
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,21 @@ def allocation_of(bricks: list[BrickInfo], own_mgs: bool = False) -> Allocation:
                                        capacity=b.capacity) for b in bricks])
 
 
+def _plan(store: Store, view: PlacementView, capacity: int, pool: str, policy: str | None,
+          rng: random.Random, busy: set[str] | None) -> tuple[PlacementView, dict[str, int]]:
+    """`plan` from the view's sample of hosts; from every host's count when the sample
+    refuses the buffer or crowds it, so that a refusal and its message are the pool's."""
+    if view.uncounted:
+        try:
+            hosts = plan(view.pools, view.free, capacity, pool, policy, rng, busy)
+            if not crowded(view.pools, hosts, pool, policy):
+                return view, hosts
+        except CapacityError:
+            pass
+        view = store.count_rest(pool, view)
+    return view, plan(view.pools, view.free, capacity, pool, policy, rng, busy)
+
+
 def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capacity: int,
                     pool: str, policy: str | None = None, rng: random.Random | None = None,
                     own_mgs: bool = False) -> tuple[Buffer, int]:
@@ -47,17 +67,20 @@ def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capac
     when a buffer of that name exists.
     """
     rng = rng or random.Random()
+
+    def sampled(pools, bricks):
+        return sample(pools, bricks, capacity, pool, rng)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         busy = store.mgs_hosts() if own_mgs else None
-        view = store.placement_view(pool)
+        view = store.placement_view(pool, sampled)
         if view.dead_intents:  # a big allocation cut short: its claims go first
             log.info("rolling back the allocations of %s, cut short",
                      ", ".join(view.dead_intents))
             store.recover_intents(view.dead_intents)
-            view = store.placement_view(pool)
+            view = store.placement_view(pool, sampled)
         # hosts first, from counts; then the bricks of the chosen hosts, read at the same
         # revision (allocator.plan, allocator.pick)
-        hosts = plan(view.pools, view.free, capacity, pool, policy, rng, busy)
+        view, hosts = _plan(store, view, capacity, pool, policy, rng, busy)
         free = store.free_bricks_on(pool, list(hosts), view.revision)
         with gc_paused():
             bricks = [b for h, k in hosts.items() for b in pick(free[h], k, rng)]

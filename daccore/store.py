@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from daccore.config import EtcdSettings
     from daccore.etcd.stream import LeaseKeeper, Watch
+    from daccore.inventory import PoolInfo
     from daccore.models import Buffer, Host, Pool, Status
     R = TypeVar("R", bound=BaseModel)
 
@@ -93,8 +94,10 @@ class AllocationConflict(Conflict):
 
 
 #: What placement reads first: pools, free bricks per host of one pool, at one revision, and
-#: the buffers whose chunked allocation was cut short.
-PlacementView = namedtuple("PlacementView", "pools free revision dead_intents")
+#: the buffers whose chunked allocation was cut short. `uncounted`: the candidate hosts left
+#: out of a sampled count, with their bricks in the pool (`Store.count_rest`).
+PlacementView = namedtuple("PlacementView", "pools free revision dead_intents uncounted",
+                           defaults=((),))
 #: A record with the mod_revision to compare against when writing it back.
 #: `create_revision` tells one incarnation of a key from another of the same name
 Versioned = namedtuple("Versioned", "record mod_revision create_revision", defaults=(0,))
@@ -407,13 +410,20 @@ class Store:
         except OSError:
             pass  # a cache: the next call reads everything again
 
-    def placement_view(self, pool: str) -> PlacementView:
+    def placement_view(self, pool: str, sample: Callable[[dict[str, PoolInfo], dict[str, int]],
+                                                         Iterable[str]] | None = None
+                       ) -> PlacementView:
         """What placement needs to choose hosts (`allocator.plan`): the pools, and how many
         bricks of `pool` each live, undrained host has free, from the capacity index and each
         host's claims counted by etcd, all at one revision; and the intents cut short. A few
         small reads where `inventory` lists every host record and every claim: at 1,000
         servers x 24 bricks with 10,000 buffers, 0.43 s and 150 ms of the caller's CPU over
-        the gateway, most of the cost of a setup (bench/scale.py)."""
+        the gateway, most of the cost of a setup (bench/scale.py).
+
+        With `sample(pools, bricks)` (`bricks`: each candidate host's bricks in the pool, from
+        the cached capacity index, before any count), only the hosts it returns are counted;
+        the others are left in `uncounted`, for `count_rest`. Counting all 1,000 hosts was
+        ~1,000 count ranges per setup, most of etcd's cost of one (docs/performance.md)."""
         k = self.keys
         with gc_paused():
             (pools, intents, leases), capacities, alive, revision = self._host_views([
@@ -421,21 +431,38 @@ class Store:
                 range_op(k.intents, prefix_end(k.intents), keys_only=True),
                 range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True)])
             views = views_of(capacities, alive)
-            hosts = [(v.name, v.pools[pool]) for v in views
-                     if v.alive and not v.drained and v.pools.get(pool, 0) > 0]
-            free = {}
-            for start in range(0, len(hosts), _MAX_TXN_OPS):
-                chunk = hosts[start:start + _MAX_TXN_OPS]
-                counted = self.client.txn([], [
-                    range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
-                             count_only=True, revision=revision) for h, _ in chunk]).counts
-                for (h, bricks), used in zip(chunk, counted, strict=True):
-                    if bricks > used:
-                        free[h] = bricks - used
+            hosts = {v.name: v.pools[pool] for v in views
+                     if v.alive and not v.drained and v.pools.get(pool, 0) > 0}
+            pool_infos = parse_pools(_named(pools, k.pools))
+            counted = set(sample(pool_infos, hosts)) & hosts.keys() if sample else hosts.keys()
+            free = self._count_free(pool, [(h, n) for h, n in hosts.items() if h in counted],
+                                    revision)
             live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
             dead = sorted(n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live)
             self._note_pools(pools)  # create_buffer's work_hosts then reads nothing more
-            return PlacementView(parse_pools(_named(pools, k.pools)), free, revision, dead)
+            return PlacementView(pool_infos, free, revision, dead,
+                                 tuple((h, n) for h, n in hosts.items() if h not in counted))
+
+    def count_rest(self, pool: str, view: PlacementView) -> PlacementView:
+        """`view` with its uncounted hosts counted too, at its revision: every candidate's."""
+        with gc_paused():
+            free = {**view.free, **self._count_free(pool, list(view.uncounted), view.revision)}
+        return view._replace(free=free, uncounted=())
+
+    def _count_free(self, pool: str, hosts: list[tuple[str, int]],
+                    revision: int) -> dict[str, int]:
+        """Free bricks of `pool` on each of `hosts` (name, bricks in the pool) with one free."""
+        k = self.keys
+        free = {}
+        for start in range(0, len(hosts), _MAX_TXN_OPS):
+            chunk = hosts[start:start + _MAX_TXN_OPS]
+            counted = self.client.txn([], [
+                range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
+                         count_only=True, revision=revision) for h, _ in chunk]).counts
+            for (h, bricks), used in zip(chunk, counted, strict=True):
+                if bricks > used:
+                    free[h] = bricks - used
+        return free
 
     def free_bricks_on(self, pool: str, hosts: list[str],
                        revision: int) -> dict[str, list[BrickInfo]]:

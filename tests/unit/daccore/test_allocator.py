@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daccore.allocator import place
+from daccore.allocator import SAMPLE_HEADROOM, SAMPLE_HOSTS, crowded, place, sample
 from daccore.errors import CapacityError, NotFound, UserError
 from daccore.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
 
@@ -153,3 +153,23 @@ def test_a_buffer_with_its_own_mgs_never_leads_from_a_host_running_one(placement
         assert bricks[0].host == "h1"
     with pytest.raises(CapacityError, match="already runs another buffer's Lustre MGS"):
         place(inv, G, "p", busy_mgs={"h0", "h1", "h2"})
+
+
+def test_a_sample_is_sample_hosts_or_headroom_per_brick_and_all_of_a_small_pool():
+    pools = {"p": PoolInfo("p", G, "lustre", "across_servers")}
+    bricks = {f"h{i:04d}": 24 for i in range(1000)}
+    rng = random.Random(0)
+    one = sample(pools, bricks, G, "p", rng)
+    assert len(one) == len(set(one)) == SAMPLE_HOSTS and set(one) <= set(bricks)
+    assert sample(pools, bricks, G, "p", rng) != one  # at random
+    assert len(sample(pools, bricks, 100 * G, "p", rng)) == SAMPLE_HEADROOM * 100
+    assert sorted(sample(pools, bricks, 2048 * G, "p", rng)) == sorted(bricks)
+    few = {f"h{i}": 4 for i in range(SAMPLE_HOSTS)}
+    assert sorted(sample(pools, few, G, "p", rng)) == sorted(few)
+
+
+def test_only_a_server_given_a_second_brick_across_servers_is_crowded():
+    pools = {"p": PoolInfo("p", G, "lustre", "across_servers")}
+    assert not crowded(pools, {"h1": 1, "h2": 1}, "p")
+    assert crowded(pools, {"h1": 2, "h2": 1}, "p")
+    assert not crowded(pools, {"h1": 3}, "p", "single_host")
