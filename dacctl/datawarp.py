@@ -238,8 +238,8 @@ def _nothing_to_stage(args, settings: dict) -> bool:
 
 
 def _hot(args, settings: dict) -> str:
-    """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc."""
-    from daccore import jobs
+    """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc; and pools
+    no more than its read (slurmctld calls it every scheduling pass)."""
     from daccore.store import Store
     f = args.function
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
@@ -248,6 +248,7 @@ def _hot(args, settings: dict) -> str:
         return json.dumps({"pools": [
             {"id": s.name, "units": "bytes", "granularity": s.granularity, "quantity": s.total,
              "free": s.free} for s in summarize(store.summary_inventory())]})
+    from daccore import jobs
     if f == "job_process":
         _need(args, "job")
         jobs.validate(store, _script(args, settings["lua_directive"]), settings["default_pool"],
