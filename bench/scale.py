@@ -1,6 +1,8 @@
 """Scale: N simulated storage servers and thousands of live buffers on one etcd (issue 20).
 
-A real etcd (TLS, client certificates, RBAC, default limits) and N storage servers, each with
+A real etcd (TLS, client certificates, RBAC, default limits; `--etcd-members 3` for a cluster
+of three on this machine, as `dacctl local up --etcd-members 3` runs it, its CPU and memory
+the members' sum) and N storage servers, each with
 its own registration, lease and keepalive, and the real dacd reconciler (dacd/reconciler.py)
 driving a backend that only records the step (no playbooks, no mounts); several servers per
 process (`--per-process`), so 1,000 fit in 2 cores. The Slurm side is the real code: `dacctl
@@ -9,6 +11,7 @@ transport and the `slurm` role, as in slurmscriptd) for the throughput figures.
 
     .venv/bin/python bench/scale.py                        # 1,000 x 24 bricks, 10,000 buffers
     .venv/bin/python bench/scale.py --servers 100 --buffers 1000   # a few minutes
+    .venv/bin/python bench/scale.py --etcd-members 3               # on three etcd members
 
 Budgets (1,000 servers x 24 bricks, 10,000 live buffers): `pools` and `job_process` p99 within
 4x the median of `python3 -c pass`, `pools` p99 <= 100 ms; a 2,048-brick buffer all or
@@ -204,19 +207,23 @@ class Slurm:
 
 
 def etcd_figures(store, server) -> dict:
-    """etcd's database size, keys under dac's prefix, and its own CPU so far."""
+    """etcd's database size, keys under dac's prefix, and its own CPU so far and resident
+    memory (every member's, summed)."""
     s = store.client._all()[0].call("/v3/maintenance/status", {})
     k = store.keys
     from daccore.etcd.types import range_op
     from daccore.keys import prefix_end
     r = store.client.txn([], [range_op(k.root, prefix_end(k.root), count_only=True)])
-    stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
     hz = os.sysconf("SC_CLK_TCK")
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{server.pid}/status").read_text()
-                  .splitlines() if ":" in line)
-    return {"db_bytes": int(s.get("dbSize", 0)), "keys": r.counts[0],
-            "cpu_s": (int(stat[11]) + int(stat[12])) / hz,
-            "rss_mb": int(status["VmRSS"].split()[0]) / 1024}
+    cpu = rss = 0.0
+    for member in getattr(server, "members", [server]):
+        stat = Path(f"/proc/{member.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{member.pid}/status")
+                      .read_text().splitlines() if ":" in line)
+        cpu += (int(stat[11]) + int(stat[12])) / hz
+        rss += int(status["VmRSS"].split()[0]) / 1024
+    return {"db_bytes": int(s.get("dbSize", 0)), "keys": r.counts[0], "cpu_s": cpu,
+            "rss_mb": rss}
 
 
 def key_bytes(store) -> tuple[int, int]:
@@ -352,6 +359,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--biggest", type=int, help="bricks of the biggest buffer (default: 2,048, "
                    "or a fifth of the bricks on a smaller site)")
+    p.add_argument("--etcd-members", type=int, default=1, choices=(1, 3))
     p.add_argument("--json", help="write the figures here too")
     p.add_argument("--serve", nargs=3, metavar=("CONFIG", "HOSTS", "STATUS"),
                    help=argparse.SUPPRESS)
@@ -363,14 +371,16 @@ def main() -> int:
         return 0
 
     from daccore.config import load_config
-    from daclocal.etcd_server import EtcdServer
-    figures: dict = {"servers": args.servers, "bricks": args.bricks, "buffers": args.buffers}
+    from daclocal.etcd_server import EtcdCluster, EtcdServer
+    figures: dict = {"servers": args.servers, "bricks": args.bricks, "buffers": args.buffers,
+                     "etcd_members": args.etcd_members}
     rng = random.Random(20)
     cpu = steal_meter()
     with tempfile.TemporaryDirectory(prefix="dac-scale-") as d:
         work = Path(d)
         work.chmod(0o755)
-        server = EtcdServer(work / "etcd").start()
+        server = EtcdServer(work / "etcd").start() if args.etcd_members == 1 else \
+            EtcdCluster(work / "etcd", args.etcd_members).start()
         sims: list[subprocess.Popen] = []
         try:
             config_path = work / "dac.yaml"
