@@ -60,18 +60,20 @@ def revision(store) -> int:
 
 
 def step_started(store, name, host, step, since, call=None, timeout=120):
-    """Return once `host` has started `step` of buffer `name`, seen by watching every status
-    written since revision `since`: a step shorter than any poll, or a poll delayed by a
-    loaded machine, cannot hide it. Fails at once if `call` (a Popen) ended meanwhile."""
+    """Return the host once `host` (None: any host) has started `step` of buffer `name`, seen
+    by watching every status written since revision `since`: a step shorter than any poll, or
+    a poll delayed by a loaded machine, cannot hide it. Fails at once if `call` (a Popen)
+    ended meanwhile."""
     watch, changes = store.watch_statuses(since)
-    seen, started = [], threading.Event()
+    seen, started, where = [], threading.Event(), []
 
     def follow():
         for change in changes:
             r = change.record
-            if r and r.buffer == name and r.host == host:
+            if r and r.buffer == name and host in (None, r.host):
                 seen.append(r.step)
                 if r.step.startswith(step):
+                    where.append(r.host)
                     started.set()
                     return
     threading.Thread(target=follow, daemon=True).start()
@@ -83,6 +85,7 @@ def step_started(store, name, host, step, since, call=None, timeout=120):
             assert time.monotonic() < deadline, f"{step} never started; steps seen: {seen}"
     finally:
         watch.close()
+    return where[0]
 
 
 def reached(store, name, state):

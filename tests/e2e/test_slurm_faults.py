@@ -50,6 +50,7 @@ def restart_dacd(workdir: Path, host: str) -> int:
 
 
 def test_a_dacd_restarted_during_stage_in_costs_the_job_nothing(slurm):
+    from clitools import revision, step_started
     data = Path(slurm.jobs) / "data"
     data.mkdir(mode=0o755, exist_ok=True)
     block = os.urandom(8 << 20)
@@ -60,17 +61,13 @@ def test_a_dacd_restarted_during_stage_in_costs_the_job_nothing(slurm):
         for n in sorted(os.listdir(data))).encode()).hexdigest()
     workdir = Path(slurm.workdir)
     store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
+    since = revision(store)
     job_id, r = slurm.sbatch(STAGED_JOB)
     assert job_id, r.stderr
+    # killed as the stage starts: a poll could see it only as it ends, and the kill then
+    # come after the stage was recorded done (seen)
+    host = step_started(store, job_id, None, "stage_in", since)
     deadline = time.monotonic() + 120
-    while True:
-        buf = store.buffer(job_id)
-        host = buf.record.allocation.primary_host if buf else None
-        s = store.statuses(job_id).get(host) if host else None
-        if s and s.step == "stage_in":
-            break
-        assert time.monotonic() < deadline, f"no stage-in: {slurm.job(job_id)}"
-        time.sleep(0.02)
     state = json.loads((workdir / "state.json").read_text())
     os.kill(next(d["pid"] for d in state["dacd"] if d["host"] == host), signal.SIGKILL)
     while host in store.alive():  # lease_ttl 5 s
@@ -192,14 +189,6 @@ cd "$DW_JOB_STRIPED/in" && sha256sum f* | sha256sum && cp -a . ../out
 """
 
 
-def _running_step(store, job_id):
-    """(the buffer's primary host, the step its dacd runs now), or (None, None)."""
-    buf = store.buffer(job_id)
-    host = buf.record.allocation.primary_host if buf else None
-    s = store.statuses(job_id).get(host) if host else None
-    return host, (s.step if s else None)
-
-
 def _copier_group(workdir: Path, host: str) -> int:
     """The process group of the stage's copier (dacd starts it as the job's user, in a
     session of its own), once it runs."""
@@ -264,7 +253,7 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
     tears the buffer down (hurry) and defers the job 60 s, then sets it up and stages in
     again; at stage-out it runs post_run and data_out again, which dac finds already under way
     and waits for. The job completes, every staged-out byte is there once, nothing leaks."""
-    from clitools import pools
+    from clitools import pools, revision, step_started
     data = Path(slurm.jobs) / "rdata"
     data.mkdir(mode=0o755, exist_ok=True)
     block = os.urandom(8 << 20)
@@ -277,62 +266,61 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
                               .encode()).hexdigest()
     workdir = Path(slurm.workdir)
     store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
+    since = revision(store)
     job_id, r = slurm.sbatch(RESTART_JOB)
     assert job_id, r.stderr
-    took = {}
-
-    def wait_step(step, timeout=120):
-        deadline = time.monotonic() + timeout
-        while (found := _running_step(store, job_id))[1] != step:
-            assert time.monotonic() < deadline, f"no {step}: {slurm.job(job_id)}"
-            time.sleep(0.02)
-        return found[0]
-
-    # 1. during the stage-in, once Slurm has saved both the job in staging-in and its buffer,
-    # as for any stage-in longer than Slurm's periodic saves (below); the copier is held
-    # meanwhile so the stage outlives the wait
-    host = wait_step("stage_in")
-    group = _copier_group(workdir, host)
-    os.killpg(group, signal.SIGSTOP)
     try:
-        _wait_until_slurm_saved(slurm, job_id)
-        took["restart during stage-in"] = _kill_and_restart_slurmctld(workdir)
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the teardown may have killed it
-            os.killpg(group, signal.SIGCONT)
-    killed = time.time()
-    deadline = time.monotonic() + 60
-    while store.buffer(job_id) is not None:  # Slurm's teardown (hurry): dac deletes it
-        assert time.monotonic() < deadline, (store.buffer(job_id), slurm.logs())
-        time.sleep(0.1)
-    took["buffer torn down"] = time.time() - killed
-    job = slurm.job(job_id)
-    begin = time.mktime(time.strptime(job["EligibleTime"], "%Y-%m-%dT%H:%M:%S"))
-    assert job["JobState"] == "PENDING" and begin >= killed + 50, (job, killed)
-    # the 60 s Slurm waits for its teardown (which dac finished above) are not waited here
-    slurm.scontrol("update", f"JobId={job_id}", "StartTime=now")
-    # 2. during the stage-out: the stage-in ran again, on a new buffer
-    host = wait_step("stage_out")
-    took["restart during stage-out"] = _kill_and_restart_slurmctld(workdir)
-    job = slurm.wait(job_id, timeout=180)
-    assert job["JobState"] == "COMPLETED", (job, slurm.logs(60))
-    with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
-        assert f.read().split()[0] == expected  # the job saw every byte staged in
-    out = Path(slurm.jobs) / "rout"
-    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in out.iterdir()} == sums  # every byte staged out, nothing partial or extra
-    dacd_log = "".join(p.read_text(errors="replace") for p in (workdir / "logs").glob("dacd-*"))
-    stages = {s: dacd_log.count(f"buffer {job_id} (job {job_id}): {s} on ")
-              for s in ("stage_in", "stage_out", "delete")}
-    # stage-in: cut short by Slurm's teardown, then once on the new buffer; stage-out once
-    assert stages == {"stage_in": 2, "stage_out": 1, "delete": 2}, stages
-    assert f"buffer {job_id} (job {job_id}): stage_in stopped: the buffer is being torn " \
-           "down" in dacd_log
-    assert store.buffer(job_id) is None
-    assert pools(slurm.env)["default"]["free_bricks"] == 8
-    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    assert not [m for m in mounts if m.startswith(f"{workdir}/") and job_id in Path(m).parts]
-    print(f"\nslurmctld restarts: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}")
+        took = {}
+        # 1. during the stage-in, once Slurm has saved both the job in staging-in and its buffer,
+        # as for any stage-in longer than Slurm's periodic saves (below); the copier is held
+        # meanwhile so the stage outlives the wait
+        host = step_started(store, job_id, None, "stage_in", since)  # as it starts
+        group = _copier_group(workdir, host)
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            _wait_until_slurm_saved(slurm, job_id)
+            took["restart during stage-in"] = _kill_and_restart_slurmctld(workdir)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the teardown may have killed it
+                os.killpg(group, signal.SIGCONT)
+        killed = time.time()
+        deadline = time.monotonic() + 60
+        while store.buffer(job_id) is not None:  # Slurm's teardown (hurry): dac deletes it
+            assert time.monotonic() < deadline, (store.buffer(job_id), slurm.logs())
+            time.sleep(0.1)
+        took["buffer torn down"] = time.time() - killed
+        job = slurm.job(job_id)
+        begin = time.mktime(time.strptime(job["EligibleTime"], "%Y-%m-%dT%H:%M:%S"))
+        assert job["JobState"] == "PENDING" and begin >= killed + 50, (job, killed)
+        # the 60 s Slurm waits for its teardown (which dac finished above) are not waited here
+        since = revision(store)
+        slurm.scontrol("update", f"JobId={job_id}", "StartTime=now")
+        # 2. during the stage-out: the stage-in ran again, on a new buffer
+        step_started(store, job_id, None, "stage_out", since, timeout=180)
+        took["restart during stage-out"] = _kill_and_restart_slurmctld(workdir)
+        job = slurm.wait(job_id, timeout=180)
+        assert job["JobState"] == "COMPLETED", (job, slurm.logs(60))
+        with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
+            assert f.read().split()[0] == expected  # the job saw every byte staged in
+        out = Path(slurm.jobs) / "rout"
+        assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in out.iterdir()} == sums  # every byte staged out, nothing partial or extra
+        dacd_log = "".join(p.read_text(errors="replace") for p in (workdir / "logs").glob("dacd-*"))
+        stages = {s: dacd_log.count(f"buffer {job_id} (job {job_id}): {s} on ")
+                  for s in ("stage_in", "stage_out", "delete")}
+        # stage-in: cut short by Slurm's teardown, then once on the new buffer; stage-out once
+        assert stages == {"stage_in": 2, "stage_out": 1, "delete": 2}, stages
+        assert f"buffer {job_id} (job {job_id}): stage_in stopped: the buffer is being torn " \
+               "down" in dacd_log
+        assert store.buffer(job_id) is None
+        assert pools(slurm.env)["default"]["free_bricks"] == 8
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        assert not [m for m in mounts if m.startswith(f"{workdir}/") and job_id in Path(m).parts]
+        print(f"\nslurmctld restarts: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}")
+    except AssertionError as e:  # what Slurm and dac said, since the workdir goes
+        raise AssertionError(f"{e}\n{slurm.logs(80)}") from None
+    finally:  # a job left behind must not hold the next tests' nodes and bricks
+        slurm._run(["scancel", job_id])
 
 
 QUORUM_JOB = """#!/bin/bash
