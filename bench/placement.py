@@ -14,7 +14,6 @@ CPU and the caller's, transactions, and how many were widened to every host.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -24,12 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import p99, steal_meter  # noqa: E402
-from scale import SEED_JOBS, TIB, UID, host_name, seed, sizes, write_config  # noqa: E402
-
-
-def cpu_s(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+from scale import SEED_JOBS, TIB, UID, cpu_s, host_name, seed, sizes, write_config  # noqa: E402
 
 
 def main() -> int:

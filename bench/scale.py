@@ -206,6 +206,12 @@ class Slurm:
         jobs.wait_for(self.store, str(job), State.DELETED, self.config.step_timeout)
 
 
+def cpu_s(pid: int) -> float:
+    """A process's user and system CPU so far, in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def etcd_figures(store, server) -> dict:
     """etcd's database size, keys under dac's prefix, and its own CPU so far and resident
     memory (every member's, summed)."""
@@ -214,13 +220,11 @@ def etcd_figures(store, server) -> dict:
     from daccore.etcd.types import range_op
     from daccore.keys import prefix_end
     r = store.client.txn([], [range_op(k.root, prefix_end(k.root), count_only=True)])
-    hz = os.sysconf("SC_CLK_TCK")
     cpu = rss = 0.0
     for member in getattr(server, "members", [server]):
-        stat = Path(f"/proc/{member.pid}/stat").read_text().rsplit(")", 1)[1].split()
         status = dict(line.split(":", 1) for line in Path(f"/proc/{member.pid}/status")
                       .read_text().splitlines() if ":" in line)
-        cpu += (int(stat[11]) + int(stat[12])) / hz
+        cpu += cpu_s(member.pid)
         rss += int(status["VmRSS"].split()[0]) / 1024
     return {"db_bytes": int(s.get("dbSize", 0)), "keys": r.counts[0], "cpu_s": cpu,
             "rss_mb": rss}
