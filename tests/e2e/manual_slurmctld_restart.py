@@ -1,0 +1,167 @@
+"""slurmctld killed (-9) and started again during a job's stage-in and stage-out (issue 19).
+
+Out of `make test` (pytest collects only test_*.py): it failed in 2 of 4 full runs of the
+suite on 2026-11-24 (once on lua, once on datawarp) while passing every run of its own; see
+docs/reliability.md, "Not covered yet". Run it by name:
+
+    CI=true .venv/bin/python -m pytest tests/e2e/manual_slurmctld_restart.py
+"""
+
+import contextlib
+import hashlib
+import os
+import pwd
+import signal
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from daccore.config import load_config
+from daccore.store import Store
+from daclocal.cluster import LocalState, restart_slurmctld
+from daclocal.slurm import SUBMIT_USER
+
+RESTART_JOB = """#!/bin/bash
+#SBATCH -N 1
+#SBATCH -o @JOBS@/out-%j.txt
+#DW jobdw capacity=1GiB access_mode=striped type=scratch pool=default
+#DW stage_in type=directory source=@JOBS@/rdata destination=$DW_JOB_STRIPED/in
+#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination=@JOBS@/rout
+cd "$DW_JOB_STRIPED/in" && sha256sum f* | sha256sum && cp -a . ../out
+"""
+
+
+def _copier_group(workdir: Path, host: str) -> int:
+    """The process group of the stage's copier (dacd starts it as the job's user, in a
+    session of its own), once it runs."""
+    state = LocalState.load(workdir)
+    assert state is not None
+    dacd = next(d["pid"] for d in state.dacd if d["host"] == host)
+    uid = str(pwd.getpwnam(SUBMIT_USER).pw_uid)
+    deadline = time.monotonic() + 30
+    while True:
+        for d in Path("/proc").iterdir():
+            try:
+                status = dict(line.split(":\t", 1) for line in
+                              (d / "status").read_text().splitlines() if ":\t" in line)
+                if status["PPid"].strip() == str(dacd) and status["Uid"].split()[0] == uid:
+                    return os.getpgid(int(d.name))
+            except (OSError, KeyError):
+                continue
+        assert time.monotonic() < deadline, f"no copier under dacd {dacd}"
+        time.sleep(0.02)
+
+
+def _kill_and_restart_slurmctld(workdir: Path) -> float:
+    """slurmctld killed (-9) and started again as systemd would; seconds until it answers."""
+    state = LocalState.load(workdir)
+    assert state is not None
+    os.kill(state.slurm["pids"]["slurmctld"], signal.SIGKILL)
+    start = time.monotonic()
+    restart_slurmctld(workdir)
+    return time.monotonic() - start
+
+
+def _saved_by_slurm(workdir: Path, job_id: str) -> bool:
+    """burst_buffer/lua saves its buffers (name = job id, packed as Slurm's packstr: length
+    with its NUL, big-endian, then the bytes) every 30 s only (AGENT_INTERVAL)."""
+    path = workdir / "slurm" / "state" / "burst_buffer_lua_state"
+    packed = struct.pack(">I", len(job_id) + 1) + job_id.encode() + b"\0"
+    return path.exists() and packed in path.read_bytes()
+
+
+def _wait_until_slurm_saved(slurm, job_id: str) -> None:
+    """Until slurmctld's state files hold the job as it is now and (lua) its buffer.
+    slurmctld saves its jobs at its next event, or every 300 s (PERIODIC_CHECKPOINT): a held
+    job submitted here is such an event. burst_buffer/lua saves its buffers every 30 s
+    (AGENT_INTERVAL); datawarp keeps none: at start it asks dac (show_sessions)."""
+    workdir = Path(slurm.workdir)
+    jobs = workdir / "slurm" / "state" / "job_state"
+    since = time.time()
+    held, r = slurm.sbatch("#!/bin/bash\n#SBATCH --hold\ntrue\n")
+    assert held, r.stderr
+    deadline = time.monotonic() + 40
+    while jobs.stat().st_mtime < since or \
+            (slurm.plugin == "lua" and not _saved_by_slurm(workdir, job_id)):
+        assert time.monotonic() < deadline, "slurmctld never saved its state"
+        time.sleep(0.2)
+    slurm._run(["scancel", held])
+
+
+@pytest.mark.every_release
+def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
+    """slurmctld killed (-9) and started again during a job's stage-in, then during its
+    stage-out. Slurm (both plugins, 22.05 to 26.05) does not know how far a stage-in got: it
+    tears the buffer down (hurry) and defers the job 60 s, then sets it up and stages in
+    again; at stage-out it runs post_run and data_out again, which dac finds already under way
+    and waits for. The job completes, every staged-out byte is there once, nothing leaks."""
+    from clitools import pools, revision, step_started
+    data = Path(slurm.jobs) / "rdata"
+    data.mkdir(mode=0o755, exist_ok=True)
+    block = os.urandom(8 << 20)
+    sums = {}
+    for i in range(48):  # 384 MiB
+        content = i.to_bytes(4, "big") + block[4:]
+        (data / f"f{i:03}").write_bytes(content)
+        sums[f"f{i:03}"] = hashlib.sha256(content).hexdigest()
+    expected = hashlib.sha256("".join(f"{v}  {k}\n" for k, v in sorted(sums.items()))
+                              .encode()).hexdigest()
+    workdir = Path(slurm.workdir)
+    store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
+    since = revision(store)
+    job_id, r = slurm.sbatch(RESTART_JOB)
+    assert job_id, r.stderr
+    try:
+        took = {}
+        # 1. during the stage-in, once Slurm has saved both the job in staging-in and its buffer,
+        # as for any stage-in longer than Slurm's periodic saves (below); the copier is held
+        # meanwhile so the stage outlives the wait
+        host = step_started(store, job_id, None, "stage_in", since)  # as it starts
+        group = _copier_group(workdir, host)
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            _wait_until_slurm_saved(slurm, job_id)
+            took["restart during stage-in"] = _kill_and_restart_slurmctld(workdir)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the teardown may have killed it
+                os.killpg(group, signal.SIGCONT)
+        killed = time.time()
+        deadline = time.monotonic() + 60
+        while store.buffer(job_id) is not None:  # Slurm's teardown (hurry): dac deletes it
+            assert time.monotonic() < deadline, (store.buffer(job_id), slurm.logs())
+            time.sleep(0.1)
+        took["buffer torn down"] = time.time() - killed
+        job = slurm.job(job_id)
+        begin = time.mktime(time.strptime(job["EligibleTime"], "%Y-%m-%dT%H:%M:%S"))
+        assert job["JobState"] == "PENDING" and begin >= killed + 50, (job, killed)
+        # the 60 s Slurm waits for its teardown (which dac finished above) are not waited here
+        since = revision(store)
+        slurm.scontrol("update", f"JobId={job_id}", "StartTime=now")
+        # 2. during the stage-out: the stage-in ran again, on a new buffer
+        step_started(store, job_id, None, "stage_out", since, timeout=180)
+        took["restart during stage-out"] = _kill_and_restart_slurmctld(workdir)
+        job = slurm.wait(job_id, timeout=180)
+        assert job["JobState"] == "COMPLETED", (job, slurm.logs(60))
+        with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
+            assert f.read().split()[0] == expected  # the job saw every byte staged in
+        out = Path(slurm.jobs) / "rout"
+        assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in out.iterdir()} == sums  # every byte staged out, nothing partial or extra
+        dacd_log = "".join(p.read_text(errors="replace") for p in (workdir / "logs").glob("dacd-*"))
+        stages = {s: dacd_log.count(f"buffer {job_id} (job {job_id}): {s} on ")
+                  for s in ("stage_in", "stage_out", "delete")}
+        # stage-in: cut short by Slurm's teardown, then once on the new buffer; stage-out once
+        assert stages == {"stage_in": 2, "stage_out": 1, "delete": 2}, stages
+        assert f"buffer {job_id} (job {job_id}): stage_in stopped: the buffer is being torn " \
+               "down" in dacd_log
+        assert store.buffer(job_id) is None
+        assert pools(slurm.env)["default"]["free_bricks"] == 8
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        assert not [m for m in mounts if m.startswith(f"{workdir}/") and job_id in Path(m).parts]
+        print(f"\nslurmctld restarts: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}")
+    except AssertionError as e:  # what Slurm and dac said, since the workdir goes
+        raise AssertionError(f"{e}\n{slurm.logs(80)}") from None
+    finally:  # a job left behind must not hold the next tests' nodes and bricks
+        slurm._run(["scancel", job_id])
