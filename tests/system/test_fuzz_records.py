@@ -197,28 +197,32 @@ def test_bad_records_under_every_key_are_skipped_and_dacd_goes_on(records_dac, t
             store.client.delete(key)
 
 
-def test_a_dacd_whose_own_host_record_is_bad_refuses_to_start_in_one_line(records_dac):
-    """dacd never overwrites its own hosts/<host> record when it is not one dac wrote (an
-    admin's drained flag would be lost): it refuses to start, in one line naming the key, and
-    starts once the record is sane again."""
+@pytest.mark.parametrize("kind", ["Host", "Pool"])
+def test_a_dacd_whose_own_host_or_pool_record_is_bad_refuses_to_start_in_one_line(records_dac,
+                                                                                 kind):
+    """dacd never overwrites its own hosts/<host> record, nor its pool's pools/<pool>, when it
+    is not one dac wrote (an admin's drained flag would be lost; a pool record is written once):
+    it refuses to start, in one line naming the key, and starts once the record is sane again."""
     workdir, env, store = records_dac
-    key = store.keys.host("dac-server-1")
+    key, bad = {
+        "Host": (store.keys.host("dac-server-1"), b'{"name": "dac-server-1", "bricks": 7}'),
+        "Pool": (store.keys.pool("default"), b'{"name": "default", "granularity": []}')}[kind]
     good = store.client.get(key).value
-    store.client.put(key, b'{"name": "dac-server-1", "bricks": 7}')
+    store.client.put(key, bad)
     try:
-        refused = restart_dacd(workdir, env, "dac-server-1", "bad-host")
+        refused = restart_dacd(workdir, env, "dac-server-1", f"bad-{kind}")
         rc = refused.wait(60)
     finally:
         store.client.put(key, good)
-    out = (workdir / "logs" / "dacd-dac-server-1-bad-host.log").read_text()  # log + stderr
+    out = (workdir / "logs" / f"dacd-dac-server-1-bad-{kind}.log").read_text()  # log + stderr
     said = [line for line in out.splitlines() if not line.startswith("20")]  # not a log line
     assert rc == 2 and len(said) == 1 and "Traceback" not in out, out
-    assert said[0].startswith(f"dacd: admin error: record at {key} is not a valid Host: "), out
+    assert said[0].startswith(f"dacd: admin error: record at {key} is not a valid {kind}: "), out
     assert said[0].endswith("; an admin must fix or delete it"), out
     assert store.client.get(key).value == good  # left as it was
-    again = restart_dacd(workdir, env, "dac-server-1", "good-host")
+    again = restart_dacd(workdir, env, "dac-server-1", f"good-{kind}")
     try:
-        wait_for(lambda: "registered" in (workdir / "logs" / "dacd-dac-server-1-good-host.log")
+        wait_for(lambda: "registered" in (workdir / "logs" / f"dacd-dac-server-1-good-{kind}.log")
                  .read_text(), timeout=60, what="dacd to start on the sane record")
         assert again.poll() is None
     finally:
