@@ -87,11 +87,12 @@ class Slurm:
             time.sleep(0.2)
 
     def wait_torn_down(self, job_id: str) -> dict:
-        """`wait` for a job cancelled while pending. Slurm 24.11+ may kill the teardown that
-        the cancel itself started (slurmscriptd_flush_job racing it, job_mgr.c) and run no
-        other: the job stays BurstBufferState=teardown, slurmctld logging "teardown for
-        JobId=N terminated by slurmctld". The remedy docs/slurm.md gives, a slurmctld restart
-        (it runs teardown again for such jobs), is then applied, and must work."""
+        """`wait` for a job cancelled while pending. Slurm (22.05 to 26.05) may kill the
+        teardown that the cancel or a failed setup started (slurmscriptd_flush_job racing it,
+        job_mgr.c) and run no other: the job stays BurstBufferState=teardown, slurmctld
+        logging "teardown for JobId=N terminated by slurmctld". The remedy docs/slurm.md
+        gives, a slurmctld restart (it runs teardown again for such jobs), is then applied,
+        and must work."""
         from daclocal.cluster import restart_slurmctld
         try:
             return self.wait(job_id, timeout=60)
