@@ -64,6 +64,24 @@ def _kill_and_restart_slurmctld(workdir: Path) -> float:
     return time.monotonic() - start
 
 
+def _restart_once_saved(slurm, store, job_id: str, step: str, since: int) -> float:
+    """As `step` starts, its copier held (SIGSTOP) so the stage outlives the wait: once
+    slurmctld's state files hold the job as it is now, slurmctld killed (-9) and started again;
+    seconds until it answers. A kill before that save finds Slurm's own state behind what it
+    did (docs/reliability.md): seen, a job that had ended recovered as RUNNING."""
+    from clitools import step_started
+    workdir = Path(slurm.workdir)
+    host = step_started(store, job_id, None, step, since, timeout=180)
+    group = _copier_group(workdir, host)
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        _wait_until_slurm_saved(slurm, job_id)
+        return _kill_and_restart_slurmctld(workdir)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a teardown may have killed it
+            os.killpg(group, signal.SIGCONT)
+
+
 def _saved_by_slurm(workdir: Path, job_id: str) -> bool:
     """burst_buffer/lua saves its buffers (name = job id, packed as Slurm's packstr: length
     with its NUL, big-endian, then the bytes) every 30 s only (AGENT_INTERVAL)."""
@@ -74,9 +92,10 @@ def _saved_by_slurm(workdir: Path, job_id: str) -> bool:
 
 def _wait_until_slurm_saved(slurm, job_id: str) -> None:
     """Until slurmctld's state files hold the job as it is now and (lua) its buffer.
-    slurmctld saves its jobs at its next event, or every 300 s (PERIODIC_CHECKPOINT): a held
-    job submitted here is such an event. burst_buffer/lua saves its buffers every 30 s
-    (AGENT_INTERVAL); datawarp keeps none: at start it asks dac (show_sessions)."""
+    slurmctld saves its jobs after an event, at most every 5 s (SAVE_MAX_WAIT,
+    state_save.c), or every 300 s (PERIODIC_CHECKPOINT): a held job submitted here is such an
+    event. burst_buffer/lua saves its buffers every 30 s (AGENT_INTERVAL); datawarp keeps
+    none: at start it asks dac (show_sessions)."""
     workdir = Path(slurm.workdir)
     jobs = workdir / "slurm" / "state" / "job_state"
     since = time.time()
@@ -97,7 +116,7 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
     tears the buffer down (hurry) and defers the job 60 s, then sets it up and stages in
     again; at stage-out it runs post_run and data_out again, which dac finds already under way
     and waits for. The job completes, every staged-out byte is there once, nothing leaks."""
-    from clitools import pools, revision, step_started
+    from clitools import pools, revision
     data = Path(slurm.jobs) / "rdata"
     data.mkdir(mode=0o755, exist_ok=True)
     block = os.urandom(8 << 20)
@@ -116,17 +135,9 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
     try:
         took = {}
         # 1. during the stage-in, once Slurm has saved both the job in staging-in and its buffer,
-        # as for any stage-in longer than Slurm's periodic saves (below); the copier is held
-        # meanwhile so the stage outlives the wait
-        host = step_started(store, job_id, None, "stage_in", since)  # as it starts
-        group = _copier_group(workdir, host)
-        os.killpg(group, signal.SIGSTOP)
-        try:
-            _wait_until_slurm_saved(slurm, job_id)
-            took["restart during stage-in"] = _kill_and_restart_slurmctld(workdir)
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # the teardown may have killed it
-                os.killpg(group, signal.SIGCONT)
+        # as for any stage-in longer than Slurm's saves (below)
+        took["restart during stage-in"] = _restart_once_saved(slurm, store, job_id, "stage_in",
+                                                              since)
         killed = time.time()
         deadline = time.monotonic() + 60
         while store.buffer(job_id) is not None:  # Slurm's teardown (hurry): dac deletes it
@@ -139,9 +150,10 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
         # the 60 s Slurm waits for its teardown (which dac finished above) are not waited here
         since = revision(store)
         slurm.scontrol("update", f"JobId={job_id}", "StartTime=now")
-        # 2. during the stage-out: the stage-in ran again, on a new buffer
-        step_started(store, job_id, None, "stage_out", since, timeout=180)
-        took["restart during stage-out"] = _kill_and_restart_slurmctld(workdir)
+        # 2. during the stage-out (the stage-in ran again, on a new buffer), once Slurm has
+        # saved the job's end: a kill within 5 s of it left the job RUNNING for good (seen)
+        took["restart during stage-out"] = _restart_once_saved(slurm, store, job_id,
+                                                               "stage_out", since)
         job = slurm.wait(job_id, timeout=180)
         assert job["JobState"] == "COMPLETED", (job, slurm.logs(60))
         with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
