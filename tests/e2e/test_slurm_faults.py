@@ -2,8 +2,7 @@
 again once its lease has lapsed, as systemd would: the job must not notice (before
 restart_grace, a lapsed lease made data_in fail at once, Slurm held the job, and it stayed
 PENDING with BurstBufferState=staging-in for good). etcd gone, or quorum lost on three
-members: Slurm is never held by dac. (slurmctld restarted mid-stage: manual_slurmctld_restart.py,
-out of make test: docs/reliability.md.)"""
+members: Slurm is never held by dac. (slurmctld restarted mid-stage: test_slurmctld_restart.py.)"""
 
 import hashlib
 import json

@@ -1,11 +1,10 @@
 """slurmctld killed (-9) and started again during a job's stage-in and stage-out (issue 19).
 
-Out of `make test` (pytest collects only test_*.py): it failed in 2 of 4 full runs of the
-suite on 2026-11-24 (once on lua, once on datawarp) while passing every run of its own; see
-docs/reliability.md, "Not covered yet". Run it by name:
-
-    CI=true .venv/bin/python -m pytest tests/e2e/manual_slurmctld_restart.py
-"""
+Each kill comes once slurmctld's state files hold the job as it is then: a kill before that
+finds Slurm's own saved state behind what it had done, which no burst buffer can mend
+(docs/reliability.md, "slurmctld restarted: what Slurm does"). Seen before the stage-out kill
+waited for it: a kill within 5 s of the job's end (slurmctld's SAVE_MAX_WAIT) brought the
+job back RUNNING for good."""
 
 import contextlib
 import hashlib
