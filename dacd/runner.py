@@ -89,11 +89,11 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         bindir = os.path.dirname(sys.executable)
         envvars = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
                    "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"}
+        if warm is not None:  # first: it may move the client
+            envvars["DAC_WARM_ANSIBLE"] = warm.ensure()
         # runner runs a `binary` as given: the playbook goes on its command line
         how = {"playbook": f"{step}.yml"} if warm is None else {
             "binary": warm.client, "cmdline": f"{step}.yml"}
-        if warm is not None:
-            envvars["DAC_WARM_ANSIBLE"] = warm.ensure()
         inventory_file = _write_unsafe(workdir, "inventory/hosts.yml", _with_interpreter(
             inventory or {"all": {"hosts": {host: {"ansible_connection": "local"}}}}))
         # runner passes an existing env/extravars as `-e @file`, and nothing else

@@ -91,7 +91,15 @@ class WarmAnsible:
                                  "warm_ansible_client.py")
 
     def __init__(self, log=None):
-        self._dir = tempfile.mkdtemp(prefix="dac-ansible-")  # 0700, this uid's
+        self._log = log  # where the server logs (default: dacd's stderr)
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._install()
+
+    def _install(self) -> None:
+        """A fresh directory (0700, this uid's) holding the client and, once started, the
+        server's socket."""
+        self._dir = tempfile.mkdtemp(prefix="dac-ansible-")
         self.socket = os.path.join(self._dir, "sock")
         # runner's `binary`: the client, started by this interpreter (-IS: standard library
         # only, milliseconds), executable whatever the install kept of the file's mode
@@ -101,14 +109,17 @@ class WarmAnsible:
         fd = os.open(self.client, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
         with os.fdopen(fd, "w") as f:
             f.write(f"#!{sys.executable} -IS\n{source}")
-        self._log = log  # where the server logs (default: dacd's stderr)
-        self._proc: subprocess.Popen | None = None
-        self._lock = threading.Lock()
 
     def ensure(self) -> str:
         """The socket path, with a live server behind it (a run that finds no server yet runs
-        cold, so this never waits)."""
+        cold, so this never waits). Read `client` after it: when something removed the
+        directory (a temp cleaner on a long-lived dacd; seen once in make test), the client
+        and the server move to a new one rather than every step failing."""
         with self._lock:
+            if not os.path.isfile(self.client):
+                log.warning("%s was removed: warm Ansible moves to a new directory", self._dir)
+                self._stop_server()
+                self._install()
             if self._proc is None or self._proc.poll() is not None:
                 if os.path.exists(self.socket):
                     os.unlink(self.socket)
@@ -120,15 +131,18 @@ class WarmAnsible:
 
     def stop(self) -> None:
         with self._lock:
-            if self._proc is not None and self._proc.stdin is not None:
-                self._proc.stdin.close()
-                try:
-                    self._proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
-                    self._proc.wait()
-                self._proc = None
+            self._stop_server()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _stop_server(self) -> None:
+        if self._proc is not None and self._proc.stdin is not None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
 
 
 class Server:

@@ -75,8 +75,16 @@ class Slurm:
         return dict(re.findall(r"(\w+)=(\S*)", out))
 
     def wait(self, job_id: str, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-             timeout: float = 60) -> dict:
-        """The job once it has ended and its burst buffer is torn down (or none was asked)."""
+             timeout: float = 60, remedy_race: bool = False) -> dict:
+        """The job once it has ended and its burst buffer is torn down (or none was asked).
+        With `remedy_race` (a job cancelled while pending or held): Slurm (22.05 to 26.05) may
+        kill the teardown that the cancel or a failed setup started (slurmscriptd_flush_job
+        racing it, job_mgr.c) and run no other: the job stays BurstBufferState=teardown,
+        slurmctld logging "teardown for JobId=N terminated by slurmctld". Once that line is
+        there, the remedy docs/slurm.md gives, a slurmctld restart (it runs teardown again for
+        such jobs), is applied, and must work within `timeout`."""
+        from daclocal.cluster import restart_slurmctld
+        race = f"teardown for JobId={job_id} terminated by slurmctld"
         deadline = time.monotonic() + timeout
         while True:
             job = self.job(job_id)
@@ -84,25 +92,15 @@ class Slurm:
                     job.get("BurstBufferState", "complete") in ("complete", "(null)", ""):
                 return job
             assert time.monotonic() < deadline, f"job {job_id} stuck: {job}\n{self.logs()}"
+            if remedy_race and race in self._slurmctld_log():
+                restart_slurmctld(Path(self.workdir))
+                remedy_race, deadline = False, time.monotonic() + timeout
             time.sleep(0.2)
 
-    def wait_torn_down(self, job_id: str) -> dict:
-        """`wait` for a job cancelled while pending. Slurm (22.05 to 26.05) may kill the
-        teardown that the cancel or a failed setup started (slurmscriptd_flush_job racing it,
-        job_mgr.c) and run no other: the job stays BurstBufferState=teardown, slurmctld
-        logging "teardown for JobId=N terminated by slurmctld". The remedy docs/slurm.md
-        gives, a slurmctld restart (it runs teardown again for such jobs), is then applied,
-        and must work."""
-        from daclocal.cluster import restart_slurmctld
-        try:
-            return self.wait(job_id, timeout=60)
-        except AssertionError:
-            log = glob.glob(os.path.join(self.workdir, "*/log/slurmctld.log"))[0]
-            with open(log, errors="replace") as f:
-                if f"teardown for JobId={job_id} terminated by slurmctld" not in f.read():
-                    raise
-        restart_slurmctld(Path(self.workdir))
-        return self.wait(job_id, timeout=180)
+    def _slurmctld_log(self) -> str:
+        (path,) = glob.glob(os.path.join(self.workdir, "*/log/slurmctld.log"))
+        with open(path, errors="replace") as f:
+            return f.read()
 
     def logs(self, lines: int = 15) -> str:
         """The last lines of slurmctld's, dacctl's and each dacd's log: what a stuck job's

@@ -108,7 +108,7 @@ def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm
         assert f"scancel_{job_id}" in job["Reason"], job["Reason"]
         restart_dacd(workdir, host)  # the remedy: start dacd there, then scancel the job
         slurm._run(["scancel", job_id])
-        job = slurm.wait_torn_down(job_id)  # Slurm's own race, seen here on 22.05 too
+        job = slurm.wait(job_id, timeout=180, remedy_race=True)  # Slurm's race: 22.05 too
         assert job["JobState"] == "CANCELLED", job
         deadline = time.monotonic() + 60
         while store.buffer(job_id) is not None or pools(slurm.env)["default"]["free_bricks"] != 8:

@@ -189,4 +189,4 @@ def test_a_failed_stage_in_holds_the_job_with_our_line_as_its_reason(slurm):
         assert line in slurm.scontrol("show", "job", job_id)  # SystemComment
     finally:
         slurm._run(["scancel", "--hurry", job_id])
-    slurm.wait_torn_down(job_id)
+    slurm.wait(job_id, timeout=180, remedy_race=True)
