@@ -23,11 +23,21 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: every port free_port handed out in this process
+_given: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port nobody listens on right now, and never one this process handed out
+    before: `up` picks every daemon's ports before any listens, and the kernel can give the
+    same free port twice (seen: both dacds of one `up` given one metrics port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _given:
+            _given.add(port)
+            return port
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
