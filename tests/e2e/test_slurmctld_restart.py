@@ -86,7 +86,20 @@ def _saved_by_slurm(workdir: Path, job_id: str) -> bool:
     with its NUL, big-endian, then the bytes) every 30 s only (AGENT_INTERVAL)."""
     path = workdir / "slurm" / "state" / "burst_buffer_lua_state"
     packed = struct.pack(">I", len(job_id) + 1) + job_id.encode() + b"\0"
-    return path.exists() and packed in path.read_bytes()
+    try:
+        return packed in path.read_bytes()
+    except FileNotFoundError:  # not saved yet, or between the unlink and link of a save
+        return False
+
+
+def _saved_at(path: Path) -> float:
+    """mtime of a Slurm state file; 0 while it is missing. Slurm saves by writing NAME.new,
+    unlinking NAME and linking NAME.new as NAME: seen (26.05), a stat in between that found
+    no job_state."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def _wait_until_slurm_saved(slurm, job_id: str) -> None:
@@ -101,7 +114,7 @@ def _wait_until_slurm_saved(slurm, job_id: str) -> None:
     held, r = slurm.sbatch("#!/bin/bash\n#SBATCH --hold\ntrue\n")
     assert held, r.stderr
     deadline = time.monotonic() + 40
-    while jobs.stat().st_mtime < since or \
+    while _saved_at(jobs) < since or \
             (slurm.plugin == "lua" and not _saved_by_slurm(workdir, job_id)):
         assert time.monotonic() < deadline, "slurmctld never saved its state"
         time.sleep(0.2)
