@@ -347,8 +347,8 @@ def _down_line(buf: dict, name: str, state: State, late: list[str], all_down: bo
     every remedy that works from here (docs/reliability.md tests each)."""
     hosts = ", ".join(late)
     line = (f"buffer {name}: storage host {hosts} is down (its dacd's lease lapsed and it did "
-            f"not come back within restart_grace, {grace:.0f}s); start dacd there "
-            "(systemctl start dacd)")
+            f"not come back within restart_grace, {grace:.0f}s); restart dacd there "
+            "(systemctl restart dacd)")
     if state is State.DELETED:
         line += ": it finishes this teardown by itself"
     else:

@@ -196,7 +196,7 @@ def test_past_the_grace_the_call_fails_in_one_line_and_its_remedies_work(dac, tm
     assert 3 <= took < 10, took  # the grace, then at once
     assert (r.returncode, r.stdout) == (
         1, f"buffer 8: storage host {host} is down (its dacd's lease lapsed and it did not come "
-           "back within restart_grace, 3s); start dacd there (systemctl start dacd), then "
+           "back within restart_grace, 3s); restart dacd there (systemctl restart dacd), then "
            "cancel job 8 (scancel 8): its teardown frees the buffer once dacd is back; if the "
            "host is gone for good: dacctl forget 8\n")
     # remedy 1: start dacd there, then cancel the job (Slurm runs teardown)
@@ -224,7 +224,7 @@ def test_a_host_gone_for_good_is_forgotten_and_the_jobs_teardown_succeeds(dac, t
     r = slurm(env, "teardown", 9, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1, f"buffer 9: storage host {host} is down (its dacd's lease lapsed and it did not come "
-           "back within restart_grace, 2s); start dacd there (systemctl start dacd): it "
+           "back within restart_grace, 2s); restart dacd there (systemctl restart dacd): it "
            "finishes this teardown by itself; if the host is gone for good: dacctl forget 9\n")
     out = run("dacctl", "forget", "9", env=env).stdout
     assert out.startswith("buffer 9 forgotten")
@@ -346,6 +346,53 @@ def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_ag
     assert "registered again with a new lease" in log
     print(f"\nfrozen dacd: {len(writes)} status writes, all after its new lease "
           f"(a pass fenced meanwhile: {fenced})")
+
+
+@pytest.mark.parametrize("remedy", ["resumed", "restarted"])
+def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac, tmp_path,
+                                                                             remedy):
+    """dacd frozen (SIGSTOP) past its lease and past restart_grace: the waiting data_in fails
+    with the one line naming the host, as for a dead dacd. Its remedy, `systemctl restart
+    dacd` (systemd sends SIGTERM, then SIGCONT, and starts it again), or the freeze ending by
+    itself: the host rejoins, the job's teardown (scancel) frees every brick, none claimed
+    twice."""
+    workdir, env, store = dac
+    shorten_grace(workdir, 3)
+    script = setup(env, tmp_path, 14, "512MiB", "#DW stage_in type=file source=/etc/hostname "
+                   "destination=$DW_JOB_STRIPED/hostname")
+    host = store.buffer("14").record.allocation.primary_host
+    claimed = store.claims()
+    pid = dacd_pid(workdir, host)
+    os.kill(pid, signal.SIGSTOP)
+    proc = None
+    try:
+        poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
+        start = time.monotonic()
+        r = slurm(env, "data_in", 14, "--job", str(script), check=False)
+        took = time.monotonic() - start
+        assert (r.returncode, r.stdout.count("\n")) == (1, 1), r.stdout
+        assert r.stdout.startswith(f"buffer 14: storage host {host} is down (its dacd's lease "
+                                   "lapsed and it did not come back within restart_grace, 3s); "
+                                   "restart dacd there (systemctl restart dacd)"), r.stdout
+        assert store.claims() == claimed  # nothing taken from it, nothing given to another
+        if remedy == "restarted":  # what systemctl restart does to a stopped process
+            os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)
+        if remedy == "restarted":
+            poll(lambda: not Path(f"/proc/{pid}").exists() or
+                 "zombie" in Path(f"/proc/{pid}/status").read_text(), 30, "dacd to stop")
+            proc = start_dacd(workdir, env, host)
+        poll(lambda: host in store.alive(), 60, "the host to register again", every=0.1)
+        slurm(env, "teardown", 14, "--job", str(script))  # scancel
+        assert store.buffer("14") is None and store.claims() == {}
+        assert pools(env)["default"]["free_bricks"] == 4
+        assert not [m for m in mounts() if m.startswith(f"{workdir}/fs/")]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        if proc is not None:
+            stop(proc)
+    print(f"\nfrozen past the grace ({remedy}): data_in failed after {took:.1f}s")
 
 
 def test_a_stage_in_larger_than_the_buffer_fails_in_one_line_naming_the_file(dac, open_dir,
