@@ -85,6 +85,7 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
 
     workdir = tempfile.mkdtemp(prefix=f"{_run_prefix(host)}{step}-")
     output = ""
+    dacd = os.getpid()
     try:
         bindir = os.path.dirname(sys.executable)
         envvars = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
@@ -105,6 +106,7 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         if (r.status != "successful" or r.rc != 0) and not failed:
             output = _stdout_tail(r)  # no task failed: ansible itself did (syntax, start-up)
     finally:
+        _exit_if_forked(dacd)
         shutil.rmtree(workdir, ignore_errors=True)
     if r.status != "successful" or r.rc != 0:
         raise PlaybookFailed(step, failed.get("task", "(before any task)"),
@@ -112,6 +114,16 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
                              failed.get("rc", r.rc if r.rc is not None else -1),
                              failed.get("output") or output or
                              f"ansible-runner ended with status {r.status}")
+
+
+def _exit_if_forked(dacd: int) -> None:
+    """End at once a child that pexpect forked for the playbook and whose set-up failed in
+    Python before its exec: ptyprocess lets that exception rise through the child's copy of
+    dacd, which would go on as a second dacd on the same lease, failing the step with a status
+    the real one never wrote (seen: dacd killed just after the fork closes the pty's master; a
+    child that ignores SIGHUP then gets EIO setting its window size)."""
+    if os.getpid() != dacd:
+        os._exit(127)
 
 
 def _run_prefix(host: str) -> str:

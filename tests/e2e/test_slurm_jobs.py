@@ -66,9 +66,14 @@ def test_a_request_bigger_than_the_pool_is_refused_before_it_queues(slurm):
 
 @pytest.mark.every_release
 def test_scontrol_show_burst_lists_our_pool_with_its_sizes(slurm):
-    out = slurm.scontrol("show", "burst")
+    """Slurm asks for the pools every 30 s (AGENT_INTERVAL): after a fault test left etcd out
+    of reach for a while, its view can still be the outage's until the next ask (seen once,
+    the pool's sizes not those of the local DAC, in a full run on a loaded machine)."""
+    deadline = time.monotonic() + 70
+    while "Granularity=512MiB TotalSpace=4GiB" not in (out := slurm.scontrol("show", "burst")):
+        assert time.monotonic() < deadline, out
+        time.sleep(1)
     assert f"Name={slurm.plugin}" in out
-    assert "Granularity=512MiB TotalSpace=4GiB" in out
 
 
 @pytest.mark.every_release
