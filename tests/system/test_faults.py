@@ -199,7 +199,7 @@ def test_past_the_grace_the_call_fails_in_one_line_and_its_remedies_work(dac, tm
            "back within restart_grace, 3s); restart dacd there (systemctl restart dacd), then "
            "cancel job 8 (scancel 8): its teardown frees the buffer once dacd is back; if the "
            "host is gone for good: dacctl forget 8\n")
-    # remedy 1: start dacd there, then cancel the job (Slurm runs teardown)
+    # remedy 1: (re)start dacd there, then cancel the job (Slurm runs teardown)
     proc = start_dacd(workdir, env, host)
     try:
         slurm(env, "teardown", 8, "--job", str(script))
