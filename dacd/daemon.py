@@ -72,7 +72,12 @@ class Daemon:
             self.reconciler.relist()
 
     def wait(self) -> None:
-        self.stopping.wait()
+        # In slices: Python runs a signal's handler in the main thread only, and a SIGTERM that
+        # another thread took (after SIGSTOP, whichever thread resumes first takes the pending
+        # one) does not wake a main thread blocked in an unbounded wait. Seen: a frozen dacd
+        # given SIGTERM then SIGCONT still running 30 s later.
+        while not self.stopping.wait(1.0):
+            pass
 
     def stop(self) -> None:
         """Revoke the lease so the host leaves the pools now, not after the TTL."""

@@ -348,12 +348,14 @@ def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_ag
           f"(a pass fenced meanwhile: {fenced})")
 
 
-def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac, tmp_path):
+@pytest.mark.parametrize("remedy", ["resumed", "restarted"])
+def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac, tmp_path,
+                                                                             remedy):
     """dacd frozen (SIGSTOP) past its lease and past restart_grace: the waiting data_in fails
-    with the one line naming the host, as for a dead dacd. The freeze ending (SIGCONT), the host
-    rejoins and the job's teardown (scancel) frees every brick, none claimed twice. (The line's
-    `systemctl restart dacd` on a frozen dacd: SIGTERM and SIGCONT once left it running past
-    30 s, docs/reliability.md "Not covered yet".)"""
+    with the one line naming the host, as for a dead dacd. Its remedy, `systemctl restart
+    dacd` (systemd sends SIGTERM, then SIGCONT, and starts it again; the pending SIGTERM goes
+    to whichever thread resumes first), or the freeze ending by itself: the host rejoins, the
+    job's teardown (scancel) frees every brick, none claimed twice."""
     workdir, env, store = dac
     shorten_grace(workdir, 3)
     script = setup(env, tmp_path, 14, "512MiB", "#DW stage_in type=file source=/etc/hostname "
@@ -362,6 +364,7 @@ def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac
     claimed = store.claims()
     pid = dacd_pid(workdir, host)
     os.kill(pid, signal.SIGSTOP)
+    proc = None
     try:
         poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
         start = time.monotonic()
@@ -372,14 +375,45 @@ def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac
                                    "lapsed and it did not come back within restart_grace, 3s); "
                                    "restart dacd there (systemctl restart dacd)"), r.stdout
         assert store.claims() == claimed  # nothing taken from it, nothing given to another
-    finally:
+        if remedy == "restarted":  # what systemctl restart does to a stopped process
+            os.kill(pid, signal.SIGTERM)
         os.kill(pid, signal.SIGCONT)
-    poll(lambda: host in store.alive(), 60, "the host to register again", every=0.1)
-    slurm(env, "teardown", 14, "--job", str(script))  # scancel
-    assert store.buffer("14") is None and store.claims() == {}
-    assert pools(env)["default"]["free_bricks"] == 4
-    assert not [m for m in mounts() if m.startswith(f"{workdir}/fs/")]
-    print(f"\nfrozen past the grace: data_in failed after {took:.1f}s")
+        if remedy == "restarted":
+            poll(lambda: not Path(f"/proc/{pid}").exists() or
+                 "zombie" in Path(f"/proc/{pid}/status").read_text(), 30, "dacd to stop")
+            proc = start_dacd(workdir, env, host)
+        poll(lambda: host in store.alive(), 60, "the host to register again", every=0.1)
+        slurm(env, "teardown", 14, "--job", str(script))  # scancel
+        assert store.buffer("14") is None and store.claims() == {}
+        assert pools(env)["default"]["free_bricks"] == 4
+        assert not [m for m in mounts() if m.startswith(f"{workdir}/fs/")]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        if proc is not None:
+            stop(proc)
+    print(f"\nfrozen past the grace ({remedy}): data_in failed after {took:.1f}s")
+
+
+def test_a_sigterm_taken_by_any_thread_stops_dacd_at_once(dac):
+    """SIGTERM sent to a thread of dacd other than its main one (as after SIGSTOP, when
+    whichever thread resumes first takes the pending signal): dacd stops within seconds and its
+    host leaves the pools at once (lease revoked), as for a SIGTERM the main thread takes."""
+    import ctypes
+    workdir, env, store = dac
+    host = sorted(store.hosts())[0]
+    pid = dacd_pid(workdir, host)
+    others = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir() if int(t.name) != pid]
+    assert others, "dacd runs threads besides its main one"
+    start = time.monotonic()
+    assert ctypes.CDLL(None, use_errno=True).tgkill(pid, others[-1], signal.SIGTERM) == 0
+    poll(lambda: not Path(f"/proc/{pid}").exists() or
+         "zombie" in Path(f"/proc/{pid}/status").read_text(), 10, "dacd to stop")
+    took = time.monotonic() - start
+    assert host not in store.alive()
+    log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
+    assert f"host {host} stopped" in log
+    print(f"\nSIGTERM to thread {others[-1]} of dacd: stopped after {took:.1f}s")
 
 
 def test_a_stage_in_larger_than_the_buffer_fails_in_one_line_naming_the_file(dac, open_dir,
