@@ -17,6 +17,8 @@ import pytest
 from clitools import pools, revision, run, setup, slurm, step_started, wait_for
 from mounts import mounts
 
+from daclocal.procs import is_running
+
 UID, GID = 1234, 4321
 MiB = 1 << 20
 
@@ -259,8 +261,7 @@ def restart_etcd(workdir):
     pid = state.etcd["pid"]
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
     os.kill(pid, signal.SIGKILL)
-    while Path(f"/proc/{pid}").exists() and \
-            "zombie" not in Path(f"/proc/{pid}/status").read_text():
+    while is_running(pid):
         time.sleep(0.02)
     proc = spawn(argv, workdir / "etcd" / "etcd.log")
     state.etcd["pid"] = proc.pid
@@ -379,8 +380,7 @@ def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac
             os.kill(pid, signal.SIGTERM)
         os.kill(pid, signal.SIGCONT)
         if remedy == "restarted":
-            poll(lambda: not Path(f"/proc/{pid}").exists() or
-                 "zombie" in Path(f"/proc/{pid}/status").read_text(), 30, "dacd to stop")
+            poll(lambda: not is_running(pid), 30, "dacd to stop")
             proc = start_dacd(workdir, env, host)
         poll(lambda: host in store.alive(), 60, "the host to register again", every=0.1)
         slurm(env, "teardown", 14, "--job", str(script))  # scancel
@@ -407,8 +407,7 @@ def test_a_sigterm_taken_by_any_thread_stops_dacd_at_once(dac):
     assert others, "dacd runs threads besides its main one"
     start = time.monotonic()
     assert ctypes.CDLL(None, use_errno=True).tgkill(pid, others[-1], signal.SIGTERM) == 0
-    poll(lambda: not Path(f"/proc/{pid}").exists() or
-         "zombie" in Path(f"/proc/{pid}/status").read_text(), 10, "dacd to stop")
+    poll(lambda: not is_running(pid), 10, "dacd to stop")
     took = time.monotonic() - start
     assert host not in store.alive()
     log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
