@@ -64,11 +64,15 @@ def _kill_and_restart_slurmctld(workdir: Path) -> float:
     return time.monotonic() - start
 
 
-def _restart_once_saved(slurm, store, job_id: str, step: str, since: int) -> float:
+def _restart_once_saved(slurm, store, job_id: str, step: str, since: int,
+                        until_torn_down: bool = False) -> float:
     """As `step` starts, its copier held (SIGSTOP) so the stage outlives the wait: once
     slurmctld's state files hold the job as it is now, slurmctld killed (-9) and started again;
     seconds until it answers. A kill before that save finds Slurm's own state behind what it
-    did (docs/reliability.md): seen, a job that had ended recovered as RUNNING."""
+    did (docs/reliability.md): seen, a job that had ended recovered as RUNNING. With
+    `until_torn_down`, the copier is held until Slurm's teardown reaches dac (the spec says
+    deleted), so the teardown meets the stage under way: released at the restart, a 384 MiB
+    stage finished before 26.05's teardown came, 16 s later (seen)."""
     from clitools import step_started
     workdir = Path(slurm.workdir)
     host = step_started(store, job_id, None, step, since, timeout=180)
@@ -76,7 +80,13 @@ def _restart_once_saved(slurm, store, job_id: str, step: str, since: int) -> flo
     os.killpg(group, signal.SIGSTOP)
     try:
         _wait_until_slurm_saved(slurm, job_id)
-        return _kill_and_restart_slurmctld(workdir)
+        took = _kill_and_restart_slurmctld(workdir)
+        deadline = time.monotonic() + 60
+        while until_torn_down and (b := store.buffer(job_id)) is not None and \
+                b.record.desired_state.value != "deleted":
+            assert time.monotonic() < deadline, "Slurm's teardown never reached dac"
+            time.sleep(0.1)
+        return took
     finally:
         with contextlib.suppress(ProcessLookupError):  # a teardown may have killed it
             os.killpg(group, signal.SIGCONT)
@@ -169,7 +179,7 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
         # 1. during the stage-in, once Slurm has saved both the job in staging-in and its buffer,
         # as for any stage-in longer than Slurm's saves (below)
         took["restart during stage-in"] = _restart_once_saved(slurm, store, job_id, "stage_in",
-                                                              since)
+                                                              since, until_torn_down=True)
         killed = time.time()
         deadline = time.monotonic() + 60
         while store.buffer(job_id) is not None:  # Slurm's teardown (hurry): dac deletes it
