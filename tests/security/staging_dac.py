@@ -1,12 +1,14 @@
 """A local DAC for the staging attacks (tests/security/test_staging_*.py): real etcd, real
 dacd with a short `stage_timeout`, loop-device bricks, jobs of two real unprivileged users."""
 
+import contextlib
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from clitools import pools, run, setup, slurm, wait_for
 
 from daccore.config import load_config
 from daccore.store import Store
+from dacd.staging import _python
 from daclocal.cluster import LocalState
 from daclocal.procs import child_env, spawn, stop_pid
 
@@ -126,16 +129,64 @@ def copiers(uid=UID) -> list[int]:
     return sorted(mains | {pid for pid, parent in procs.items() if parent in mains})
 
 
-def stop_the_copier(timeout: float = 30, known=()) -> list[int]:
-    """The user stops their own copier (kill -STOP, as that user may: it runs with their uid),
+# Run as the user, with dacd's pids as arguments: stops each of their copiers (and its workers)
+# the moment it starts and prints the copier's pid. A process of the user's own, not one spawned
+# per stop: forking pytest for `kill` took long enough on a loaded machine (2 cores, another
+# suite beside) for the whole copy to end first, and `kill` then found no process.
+_STOPPER = r"""
+import os, signal, sys, time
+dacds, me, stopped = {int(p) for p in sys.argv[1:]}, os.getuid(), set()
+print("ready", flush=True)
+while True:
+    for entry in os.scandir("/proc"):
+        try:
+            if not entry.name.isdigit() or entry.stat().st_uid != me:
+                continue
+            pid = int(entry.name)
+            if pid in stopped:
+                continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            if parent in dacds and b"-I" in cmd and any(c.startswith(b"/dev/fd/") for c in cmd):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+                print(pid, flush=True)
+            elif parent in stopped:  # a worker forked before its copier was stopped
+                os.kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    time.sleep(0.001)
+"""
+
+
+@contextlib.contextmanager
+def stopping_copiers(uid=UID, gid=GID):
+    """The user stops their own copiers (SIGSTOP, as they may: each runs with their uid),
     standing for any stage that never ends: a hung NFS source, a disk that stops answering.
-    Returns the pids stopped; `known` are copiers stopped before, not waited for again."""
-    deadline = time.monotonic() + timeout
-    while not (found := sorted(set(copiers()) - set(known))):
-        assert time.monotonic() < deadline, "no copier started"
-        time.sleep(0.002)
-    as_user("kill", "-STOP", *map(str, found))
-    return found
+    Every copier this test's dacd starts for `uid` inside the block is stopped as it starts;
+    yields `next_stopped(timeout)`, the pid of the next one stopped."""
+    proc = subprocess.Popen([_python(), "-I", "-S", "-c", _STOPPER, *map(str, _DACDS)],
+                            stdout=subprocess.PIPE, text=True, user=uid, group=gid,
+                            extra_groups=[gid], cwd="/")
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout],
+                              daemon=True)
+    reader.start()
+
+    def next_stopped(timeout: float = 30) -> int:
+        try:
+            return int(lines.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError("no copier started") from None
+    try:
+        assert lines.get(timeout=30) == "ready\n"
+        yield next_stopped
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def next_job_runs(workdir: Path, env, store, tmp_path, src_dir: Path, job: int) -> None:
@@ -153,5 +204,5 @@ def next_job_runs(workdir: Path, env, store, tmp_path, src_dir: Path, job: int) 
 
 __all__ = ["open_dir", "UID", "GID", "OTHER_UID", "OTHER_GID", "up", "down", "owned", "write",
            "as_user",
-           "buffer_fs", "snapshot", "copiers", "stop_the_copier", "next_job_runs", "pools",
+           "buffer_fs", "snapshot", "copiers", "stopping_copiers", "next_job_runs", "pools",
            "setup", "slurm"]

@@ -22,7 +22,7 @@ from security.staging_dac import (
     owned,
     setup,
     slurm,
-    stop_the_copier,
+    stopping_copiers,
     up,
     write,
 )
@@ -167,8 +167,9 @@ def test_staging_a_stage_that_never_ends_is_killed_by_the_timeout(dac, open_dir,
     result = {}
     caller = threading.Thread(target=lambda: result.update(
         r=slurm(env, "data_in", 96, "--job", str(script), check=False)))
-    caller.start()
-    stop_the_copier()
+    with stopping_copiers() as next_stopped:
+        caller.start()
+        next_stopped()
     caller.join(STAGE_TIMEOUT + 30)
     from dacd.staging import time_limit  # here: the code before it had none (see the report)
     limit = time_limit(STAGE_TIMEOUT)
@@ -188,8 +189,9 @@ def test_staging_teardown_stops_a_running_stage_and_frees_its_bricks(dac, open_d
                    f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in")
     caller = threading.Thread(target=slurm, args=(env, "data_in", 98, "--job", str(script)),
                               kwargs={"check": False})
-    caller.start()
-    stop_the_copier()
+    with stopping_copiers() as next_stopped:
+        caller.start()
+        next_stopped()
     started = time.monotonic()
     slurm(env, "teardown", 98, "--job", str(script))
     assert time.monotonic() - started < 10
@@ -212,17 +214,19 @@ def big_dac(open_dir):
 def test_staging_five_stuck_stages_never_block_another_buffer(big_dac, open_dir, tmp_path):
     workdir, env, store = big_dac
     src = big_source(open_dir)
-    callers, stopped = [], []
-    for job in range(100, 105):
-        script = setup(env, tmp_path, job, "512MiB",
-                       f"#DW stage_in type=directory source={src} "
-                       "destination=$DW_JOB_STRIPED/in")
-        caller = threading.Thread(target=slurm, args=(env, "data_in", job, "--job", str(script)),
-                                  kwargs={"check": False})
-        caller.start()
-        callers.append((job, script, caller))
-        if job < 104:  # the fifth waits for a stage thread: there are `concurrency` (4)
-            stopped += stop_the_copier(known=stopped)
+    callers = []
+    with stopping_copiers() as next_stopped:
+        for job in range(100, 105):
+            script = setup(env, tmp_path, job, "512MiB",
+                           f"#DW stage_in type=directory source={src} "
+                           "destination=$DW_JOB_STRIPED/in")
+            caller = threading.Thread(target=slurm,
+                                      args=(env, "data_in", job, "--job", str(script)),
+                                      kwargs={"check": False})
+            caller.start()
+            callers.append((job, script, caller))
+            if job < 104:  # the fifth waits for a stage thread: there are `concurrency` (4)
+                next_stopped()
     started = time.monotonic()
     script = setup(env, tmp_path, 105, "512MiB")
     slurm(env, "teardown", 105, "--job", str(script))
