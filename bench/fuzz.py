@@ -43,7 +43,7 @@ def run_all(run_one, argvs, env, workers=1, scripts=None, directory=None):
     def one(i):
         argv = argvs[i]
         if scripts is not None:
-            path = directory / f"job{i % workers}.sh"
+            path = directory / f"job{i}.sh"  # one per worker could be rewritten mid-answer
             path.write_bytes(scripts[i])
             argv = [*argv, str(path)]
         rc, out, err = run_one(argv, env)

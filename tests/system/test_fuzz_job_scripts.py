@@ -33,7 +33,9 @@ def answers(run_one, scripts, directory, env, workers=1):
     """(script, fault or None, exit code) of each script through `run_one`."""
     def one(i_script):
         i, script = i_script
-        path = directory / f"job{i % workers}.sh"  # one file per worker, rewritten
+        # a file per script: with a file per worker slot, a thread could rewrite the one
+        # another was still answering (pool.map hands item i+workers to whichever is free)
+        path = directory / f"job{i}.sh"
         path.write_bytes(script)
         rc, out, err = run_one(["--function", "job_process", "--job", str(path)], env)
         return script, job_process_fault(script, rc, out, err) and \
