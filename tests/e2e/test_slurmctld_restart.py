@@ -65,15 +65,15 @@ def _kill_and_restart_slurmctld(workdir: Path) -> float:
 
 
 def _restart_once_saved(slurm, store, job_id: str, step: str, since: int,
-                        until_torn_down: bool = False) -> float:
+                        until_torn_down: bool = False) -> tuple[float, float]:
     """As `step` starts, its copier held (SIGSTOP) so the stage outlives the wait: once
     slurmctld's state files hold the job as it is now, slurmctld killed (-9) and started again;
-    seconds until it answers. A kill before that save finds Slurm's own state behind what it
-    did (docs/reliability.md): seen, a job that had ended recovered as RUNNING. With
-    `until_torn_down`, the copier is held until Slurm's teardown reaches dac (the spec says
-    deleted), so the teardown meets the stage under way: released at the restart, a 384 MiB
-    stage finished before 26.05's teardown came, 16 s later (seen)."""
-    from clitools import step_started
+    seconds until it answers, and the time (time.time()) it did. A kill before that save finds
+    Slurm's own state behind what it did (docs/reliability.md): seen, a job that had ended
+    recovered as RUNNING. With `until_torn_down`, the copier is held until Slurm's teardown
+    reaches dac (the spec says deleted), so the teardown meets the stage under way: released
+    at the restart, a 384 MiB stage finished before 26.05's teardown came, 16 s later (seen)."""
+    from clitools import step_started, wait_for
     workdir = Path(slurm.workdir)
     host = step_started(store, job_id, None, step, since, timeout=180)
     group = _copier_group(workdir, host)
@@ -81,12 +81,12 @@ def _restart_once_saved(slurm, store, job_id: str, step: str, since: int,
     try:
         _wait_until_slurm_saved(slurm, job_id)
         took = _kill_and_restart_slurmctld(workdir)
-        deadline = time.monotonic() + 60
-        while until_torn_down and (b := store.buffer(job_id)) is not None and \
-                b.record.desired_state.value != "deleted":
-            assert time.monotonic() < deadline, "Slurm's teardown never reached dac"
-            time.sleep(0.1)
-        return took
+        answered = time.time()
+        if until_torn_down:
+            wait_for(lambda: (b := store.buffer(job_id)) is None or
+                     b.record.desired_state.value == "deleted", 60,
+                     "Slurm's teardown to reach dac", every=0.1)
+        return took, answered
     finally:
         with contextlib.suppress(ProcessLookupError):  # a teardown may have killed it
             os.killpg(group, signal.SIGCONT)
@@ -178,9 +178,9 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
         took = {}
         # 1. during the stage-in, once Slurm has saved both the job in staging-in and its buffer,
         # as for any stage-in longer than Slurm's saves (below)
-        took["restart during stage-in"] = _restart_once_saved(slurm, store, job_id, "stage_in",
-                                                              since, until_torn_down=True)
-        killed = time.time()
+        # `killed`: when slurmctld answered again, which Slurm's 60 s deferral counts from
+        took["restart during stage-in"], killed = _restart_once_saved(
+            slurm, store, job_id, "stage_in", since, until_torn_down=True)
         deadline = time.monotonic() + 60
         while store.buffer(job_id) is not None:  # Slurm's teardown (hurry): dac deletes it
             assert time.monotonic() < deadline, (store.buffer(job_id), slurm.logs())
@@ -193,8 +193,8 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
         since = revision(store)
         # 2. during the stage-out (the stage-in ran again, on a new buffer), once Slurm has
         # saved the job's end: a kill within 5 s of it left the job RUNNING for good (seen)
-        took["restart during stage-out"] = _restart_once_saved(slurm, store, job_id,
-                                                               "stage_out", since)
+        took["restart during stage-out"], _ = _restart_once_saved(slurm, store, job_id,
+                                                                  "stage_out", since)
         job = slurm.wait(job_id, timeout=180)
         assert job["JobState"] == "COMPLETED", (job, slurm.logs(60))
         with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
