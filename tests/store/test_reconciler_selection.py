@@ -178,6 +178,8 @@ def test_a_desired_state_change_reaches_only_the_acting_hosts_work_watch(store, 
             s.rec.start()
         wait("two to be created", lambda: all(reached(store, "two", h, S.CREATED)
                                               for h in ("h1", "h2")))
+        wait("the workers to be done", lambda: all(idle(s.rec, "two")
+                                                   for s in servers.values()))
         revision = store.buffer("two").mod_revision
         watches = {h: WorkWatch(store, h, revision) for h in HOSTS}
         reads = {h: len(s.reads) for h, s in servers.items()}
@@ -197,6 +199,11 @@ def test_a_desired_state_change_reaches_only_the_acting_hosts_work_watch(store, 
             s.rec.stop(timeout=5)
 
 
+def idle(rec, name):
+    with rec._lock:
+        return name not in rec._busy
+
+
 def test_stray_work_is_dropped_at_start_and_a_change_without_work_is_found_by_resync(store):
     cfg = site_of(store, "local")
     buf, _ = allocate_buffer(store, buffer_maker("held", 100), capacity=100, pool="p")
@@ -207,6 +214,9 @@ def test_stray_work_is_dropped_at_start_and_a_change_without_work_is_found_by_re
     try:
         server.rec.start()
         wait("held to be created", lambda: reached(store, "held", home, S.CREATED))
+        # reconcile() reads the spec again after each step: a change written before it is
+        # done would be seen without a work key
+        wait("held's worker to be done", lambda: idle(server.rec, "held"))
         assert store.client.get(store.keys.work(home, "ghost")) is None
         # a spec changed by a writer that wrote no work key (by hand): unseen until resync
         current = store.buffer_doc("held")
