@@ -2,6 +2,7 @@ import threading
 import time
 
 import pytest
+from clitools import wait_for
 
 from daccore.errors import StoreUnavailable
 from daccore.etcd.client import EtcdClient
@@ -73,14 +74,12 @@ def test_lease_keeper_keeps_a_key_and_revoking_removes_it(etcd):
 
 
 def test_an_unrefreshed_lease_expires(etcd):
-    granted = time.monotonic()
     lease = etcd.lease_grant(2)
     etcd.put("/c/ttl", "", lease)
     time.sleep(0.5)
     assert etcd.get("/c/ttl") is not None  # not before its TTL
     # etcd's lessor revokes expired leases every 500 ms; a loaded machine can be later still
-    while etcd.get("/c/ttl") is not None and time.monotonic() - granted < 15:
-        time.sleep(0.1)
+    wait_for(lambda: etcd.get("/c/ttl") is None, 15, "the lease to expire", every=0.1)
     assert etcd.get("/c/ttl") is None
     assert etcd.lease_keepalive(lease) == 0
 
