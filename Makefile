@@ -3,18 +3,28 @@
 #             installed wheel (scripts/test-installed), installing what it needs; the store
 #             suite again on etcd 3.5 and 3.6; make test-dev runs it on the editable .venv
 # make lint   ruff and mypy, as configured in pyproject.toml
-PYTHON ?= python3
+# Debian's own interpreter, as a site installs dac (README, docs/admin.md): one every user can
+# run, whatever root's PATH puts first (a pyenv build under /root is root's alone)
+PYTHON ?= /usr/bin/python3
+# a TLS-re-signing proxy's CA, given as SSL_CERT_FILE, reaches pip too (the local DAC's own
+# downloads take it and the proxy variables from daclocal/fetching.py)
+ifneq ($(SSL_CERT_FILE),)
+export PIP_CERT ?= $(SSL_CERT_FILE)
+endif
 VENV   := .venv
 PY     := $(VENV)/bin/python
 DEMO_DIR ?= .dac-local
 
-.PHONY: deps demo test test-dev unit lint wheel schema bench clean
+.PHONY: deps system-deps demo test test-dev unit lint wheel schema bench clean
 
-deps: $(VENV)/.installed
+deps: system-deps $(VENV)/.installed
+
+# first: python3-venv among them, so the venv below is made once, without ensurepip's error
+system-deps:
 	@./scripts/install-system-deps
 
-$(VENV)/.installed: pyproject.toml setup.py
-	$(PYTHON) -m venv $(VENV) || { ./scripts/install-system-deps && rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+$(VENV)/.installed: pyproject.toml setup.py | system-deps
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,lint]'
 	touch $@
@@ -27,7 +37,7 @@ demo: deps
 ETCD_RELEASES_TOO = 3.5 3.6
 
 test: deps
-	DAC_TEST_ETCD_RELEASES_TOO="$(ETCD_RELEASES_TOO)" ./scripts/test-installed
+	PYTHON="$(PYTHON)" DAC_TEST_ETCD_RELEASES_TOO="$(ETCD_RELEASES_TOO)" ./scripts/test-installed
 
 test-dev: deps
 	@status=0; $(PY) -m pytest -q tests || status=1; \

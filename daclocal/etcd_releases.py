@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from daccore.errors import AdminError
-from daclocal import releases
+from daclocal import fetching, releases
 
 __all__ = ["ETCD_RELEASES", "HOST_ETCD", "etcd_binary", "etcd_version"]
 
@@ -129,9 +129,14 @@ def _from_module_proxy(d: Path, log: Path) -> None:
         inside = Path("/root/dac-etcd-build")
         shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)
         src, gocache, out = root / inside.relative_to("/") / "src", inside / "go", inside / "etcd"
-        # the host's trust store: the module proxy is reached as the host reaches it
+        # the host's trust store (SSL_CERT_FILE's first): the module proxy is reached as the
+        # host reaches it, through a TLS-re-signing proxy too
+        bundle = fetching.ca_bundle()
+        if bundle is None:
+            raise AdminError("building etcd: no CA bundle to reach the Go module proxy with: "
+                             "install ca-certificates or set SSL_CERT_FILE")
         (root / inside.relative_to("/")).mkdir(mode=0o700, parents=True)
-        shutil.copy("/etc/ssl/certs/ca-certificates.crt", root / inside.relative_to("/") / "ca.crt")
+        shutil.copy(bundle, root / inside.relative_to("/") / "ca.crt")
         # go finds its GOROOT through /proc/self/exe: a /proc of its own, in a namespace
         prefix = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                   'r=$1; shift; mount -t proc proc "$r/proc" && exec chroot "$r" "$@"', "sh",
@@ -144,7 +149,9 @@ def _from_module_proxy(d: Path, log: Path) -> None:
         gocache = cache
     src.mkdir(parents=True)
     (src / "main.go").write_text(_WRAPPER)
-    env = {**os.environ, "GOPATH": str(gocache / "path"), "GOCACHE": str(gocache / "build"),
+    # fetching.env: the site's proxies in both spellings, SSL_CERT_FILE for the host's Go (the
+    # chroot's is given its copy above)
+    env = {**fetching.env(), "GOPATH": str(gocache / "path"), "GOCACHE": str(gocache / "build"),
            "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0", "GOTOOLCHAIN": "auto"}
     gobin = go or "go"
     steps = (([gobin, "mod", "init", "dacetcd"], "go mod init"),

@@ -4,11 +4,13 @@ minbase chroot built on first use and cached, 24.11 (Debian 13, trixie) and 26.0
 A chroot release's munged, slurmctld and slurmd start in a mount namespace of their own
 (`daemon_argv`): the chroot sees the host's /dev, /sys, its own /proc, the host's /tmp and /home
 (where jobs and users work), the local DAC's workdir, the host's Python and dac (read-only, so
-the hooks run the same dacctl) and the host's users (/etc/passwd, /etc/group), all at the same
-paths as on the host; the chroot is bound at its own path too, so one slurm.conf's PluginDir
-serves the daemons inside and the client commands outside. Those (`write_client_wrappers`) run
-the chroot's binaries with its own dynamic loader and libraries: no privilege, so every user
-submits with the release's own sbatch (a 22.05 client cannot talk to a 24.11 slurmctld).
+the hooks run the same dacctl; Debian's own /usr/bin/python3 comes in as its interpreter file
+and standard library, not its /usr: `_host_python_paths`) and the host's users (/etc/passwd,
+/etc/group), all at the same paths as on the host; the chroot is bound at its own path too, so
+one slurm.conf's PluginDir serves the daemons inside and the client commands outside. Those
+(`write_client_wrappers`) run the chroot's binaries with its own dynamic loader and libraries:
+no privilege, so every user submits with the release's own sbatch (a 22.05 client cannot talk
+to a 24.11 slurmctld).
 
 The cache is /var/cache/dac-local (DAC_LOCAL_CACHE overrides it), root's alone: one directory per
 release, `slurm-<release>`, complete once its `.ok` stamp exists; a build holds a lock, so two
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daccore.errors import AdminError
+from daclocal import fetching
 
 __all__ = ["Release", "RELEASES", "HOST_RELEASE", "release", "cache_dir", "ensure_chroot",
            "daemon_argv", "write_client_wrappers", "CLIENTS"]
@@ -67,6 +70,8 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libffi8", "libsqlit
 CLIENTS = ("sbatch", "srun", "salloc", "scontrol", "squeue", "scancel", "sinfo", "sacct",
            "sprio", "sstat", "sshare", "sattach", "sbcast")
 _LIB = "usr/lib/x86_64-linux-gnu"
+#: the host's CA bundle (daclocal.fetching.ca_bundle), copied into each chroot for its downloads
+CHROOT_CA = "/etc/ssl/certs/dac-local-ca.crt"
 _LOADER = "lib64/ld-linux-x86-64.so.2"
 
 
@@ -117,13 +122,17 @@ def _mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def _run(argv: list[str], what: str, log: Path, timeout: float) -> None:
+def _run(argv: list[str], what: str, log: Path, timeout: float,
+         extra_env: dict[str, str] | None = None) -> None:
+    """`argv`, its output to `log`, with the site's proxy and CA settings (daclocal.fetching):
+    what runs here downloads."""
     with open(log, "ab") as out:
         out.write(f"\n$ {shlex.join(argv)}\n".encode())
         out.flush()
         try:
             r = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
+                               stdin=subprocess.DEVNULL,
+                               env={**fetching.env(), **(extra_env or {})})
         except subprocess.TimeoutExpired:
             raise AdminError(f"building the Slurm chroot: {what} took over {timeout:.0f}s "
                              f"(log: {log})") from None
@@ -157,14 +166,19 @@ def ensure_chroot(rel: Release, log=None) -> Path:
         shutil.rmtree(root, ignore_errors=True)
         script = f"/usr/share/debootstrap/scripts/{rel.script}"
         _run(["debootstrap", "--variant=minbase", rel.suite, str(build), _mirror(), script],
-             "debootstrap", blog, 900)
+             "debootstrap", blog, 900, fetching.wgetrc(cache))
         # no daemon may start inside while packages install; names resolve as on the host
         policy = build / "usr/sbin/policy-rc.d"
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
         # a testing suite's Release file may be past its Valid-Until on the mirror served here
-        (build / "etc/apt/apt.conf.d/99dac-local").write_text(
-            'Acquire::Check-Valid-Until "false";\n')
+        apt_conf = 'Acquire::Check-Valid-Until "false";\n'
+        # an https mirror is trusted as the host trusts it (a TLS-re-signing proxy's CA too)
+        bundle = fetching.ca_bundle()
+        if bundle:
+            shutil.copy(bundle, build / CHROOT_CA.lstrip("/"))
+            apt_conf += f'Acquire::https::CAInfo "{CHROOT_CA}";\n'
+        (build / "etc/apt/apt.conf.d/99dac-local").write_text(apt_conf)
         for f in ("etc/resolv.conf", "etc/hosts"):
             (build / f).unlink(missing_ok=True)
             shutil.copy(f"/{f}", build / f)
@@ -194,24 +208,41 @@ def version(rel: Release) -> str:
     return words[1] if len(words) > 1 else "?"
 
 
-def _host_python_paths() -> list[str]:
-    """The directories the host's dacctl needs: its interpreter's prefix (the stdlib, the
-    library it links) and every directory on sys.path (the venv, an editable checkout).
-    AdminError when that prefix is /usr: bound over the chroot's own /usr it would replace the
-    release's Slurm with the host's."""
-    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}
-    if prefixes & {"/", "/usr"}:
-        raise AdminError(
-            f"dacctl runs on {sys.executable} (prefix /usr), which the chroot of another Slurm "
-            "release cannot take in beside its own /usr: install dac into a venv of a Python "
-            "outside /usr (e.g. pyenv's, or one under /opt) to run --slurm-release")
-    paths = {sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent.parent)}
-    for p in sys.path:
-        if p and os.path.isdir(p):
-            paths.add(os.path.realpath(p))
+def _host_python_paths() -> tuple[list[str], list[str]]:
+    """(directories, files) of the host's that the hooks' dacctl needs inside a chroot: its
+    interpreter's prefix (the stdlib, the library it links), every directory on sys.path (the
+    venv, an editable checkout) and dac itself. An interpreter whose prefix is /usr (Debian's
+    own, as a site installs dac) cannot bring that prefix: bound over the chroot's /usr it would
+    replace the release's Slurm with the host's. It brings its own pieces instead, at the same
+    paths: the interpreter by every name the venv reaches it (files), its standard library, and
+    Debian's /etc/pythonX.Y (the stdlib's sitecustomize links there)."""
     import daccore
-    paths.add(str(Path(daccore.__file__).resolve().parent.parent))
-    return _outermost(paths)
+    exe = Path(sys.executable)
+    found = {sys.base_prefix, sys.prefix, str(exe.resolve().parent.parent),
+             str(Path(daccore.__file__).resolve().parent.parent), *sys.path}
+    dirs = {os.path.realpath(p) for p in found if p and os.path.isdir(p)}
+    files: list[str] = []
+    if dirs & _SYSTEM_PREFIXES:
+        dirs -= _SYSTEM_PREFIXES | {"/usr/bin", "/usr/lib", "/usr/local"}
+        for start in (sys.executable, getattr(sys, "_base_executable", sys.executable)):
+            files += [p for p in _link_chain(start) if p.startswith("/usr/")]
+        etc = Path("/etc") / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        if etc.is_dir():
+            dirs.add(str(etc))
+    return _outermost(dirs), sorted(set(files))
+
+
+#: prefixes a chroot keeps its own of (its /usr holds the release's Slurm)
+_SYSTEM_PREFIXES = {"/", "/usr"}
+
+
+def _link_chain(path: str) -> list[str]:
+    """`path` and every name its symbolic links lead through, as absolute paths."""
+    chain = [os.path.abspath(path)]
+    while os.path.islink(chain[-1]) and len(chain) < 40:
+        target = os.readlink(chain[-1])
+        chain.append(os.path.normpath(os.path.join(os.path.dirname(chain[-1]), target)))
+    return chain
 
 
 def _outermost(paths) -> list[str]:
@@ -237,6 +268,10 @@ done
 for d in {readonly}; do
   mkdir -p "$R$d"; mount --bind "$d" "$R$d"; mount -o remount,bind,ro "$R$d"
 done
+for f in {readonly_files}; do
+  if [ -L "$R$f" ] || [ ! -f "$R$f" ]; then rm -f "$R$f"; mkdir -p "$R${{f%/*}}"; : > "$R$f"; fi
+  mount --bind "$f" "$R$f"; mount -o remount,bind,ro "$R$f"
+done
 for f in /etc/passwd /etc/group /etc/hosts /etc/resolv.conf; do
   mount --bind "$f" "$R$f"; mount -o remount,bind,ro "$R$f"
 done
@@ -253,7 +288,8 @@ def daemon_argv(rel: Release, workdir: Path, argv: list[str], user: str = "root"
     q = shlex.quote
     shared = _outermost([d for d in ("/tmp", "/home", str(Path(workdir).resolve()))
                          if os.path.isdir(d)])
-    readonly = [p for p in _host_python_paths()
+    python_dirs, python_files = _host_python_paths()
+    readonly = [p for p in python_dirs
                 if not any(p == s or p.startswith(s + "/") for s in shared)]
     # the chroot at its own path too: slurm.conf's PluginDir names the chroot's plugins
     readonly = _outermost(readonly + [root])
@@ -268,6 +304,7 @@ def daemon_argv(rel: Release, workdir: Path, argv: list[str], user: str = "root"
     userspec = "" if user == "root" else f"--userspec={q(user)}:{q(user)}"
     script = _MOUNT.format(root=q(root), node=node, shared=" ".join(q(d) for d in shared),
                            readonly=" ".join(q(d) for d in readonly),
+                           readonly_files=" ".join(q(f) for f in python_files),
                            private_root=private_root, userspec=userspec)
     return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh",
             *argv]

@@ -100,9 +100,26 @@ def test_dacctl_local_up_names_the_releases():
     assert "--etcd-release [3.4|3.5|3.6]" in r.stdout
 
 
-def test_an_interpreter_under_usr_is_refused_in_one_line(tmp_path, monkeypatch):
-    # bound over the chroot's /usr it would run the host's Slurm instead of the release's
+def test_debians_own_interpreter_comes_in_by_its_files_not_its_usr(tmp_path, monkeypatch):
+    # /usr bound over the chroot's would run the host's Slurm instead of the release's: an
+    # interpreter under /usr brings its binary (every name the venv reaches it by), its stdlib
+    # and /etc/pythonX.Y, each at its own path
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin/python3").symlink_to("/usr/bin/python3")
+    (venv / "bin/python").symlink_to("python3")
     monkeypatch.setattr("sys.base_prefix", "/usr")
-    with pytest.raises(AdminError, match=r"prefix /usr\), which the chroot of another Slurm "
-                                         r"release cannot take in .* to run --slurm-release$"):
-        releases.daemon_argv(releases.release("24.11"), tmp_path, ["/usr/sbin/slurmctld"])
+    monkeypatch.setattr("sys.executable", str(venv / "bin/python"))
+    monkeypatch.setattr("sys._base_executable", "/usr/bin/python3.11")
+    monkeypatch.setattr("sys.path", ["", "/usr/lib/python3.11", "/usr/lib/python3.11/lib-dynload",
+                                     str(venv)])
+    dirs, files = releases._host_python_paths()
+    assert "/usr" not in dirs and "/" not in dirs and "/usr/bin" not in dirs
+    assert "/usr/lib/python3.11" in dirs and str(venv) in dirs
+    assert "/usr/bin/python3" in files and "/usr/bin/python3.11" in files
+    assert all(f.startswith("/usr/") for f in files)
+    script = releases.daemon_argv(releases.release("24.11"), tmp_path, ["/usr/sbin/slurmctld"])[7]
+    readonly_files = script.split("for f in ")[1].split(";")[0].split()
+    assert "/usr/bin/python3" in readonly_files
+    binds = script.split("for d in ")[3].split(";")[0].split()
+    assert "/usr" not in binds and "/usr/lib/python3.11" in binds
