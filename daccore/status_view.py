@@ -50,16 +50,19 @@ def summary_line(v: dict) -> str:
 def staged_text(progress: list[dict]) -> str:
     """Bytes and files done of the total, the rate and the time left, summed over hosts (only
     the primary stages): `12.0MiB/40.0MiB 30% 120/400 files at 20.0MiB/s, 1s left`. While the
-    copier still walks the tree the totals only grow: `counting` stands for the time left."""
+    copier still walks the tree the totals only grow: `counting` stands for the percentage and
+    the time left (a share of a total not yet known would mislead: 100 % of the first file)."""
     done = sum(p["bytes_done"] for p in progress)
     total = sum(p["bytes_total"] for p in progress)
-    text = (f"{format_size(done)}/{format_size(total)} {100 * done // total if total else 100}% "
+    counting = any(p.get("counting") for p in progress)
+    share = "" if counting else f" {100 * done // total if total else 100}%"
+    text = (f"{format_size(done)}/{format_size(total)}{share} "
             f"{sum(p['files_done'] for p in progress)}/{sum(p['files_total'] for p in progress)}"
             " files")
     rate = sum(p.get("rate", 0) for p in progress)
     if rate:
         text += f" at {format_size(rate)}/s"
-    if any(p.get("counting") for p in progress):
+    if counting:
         text += ", counting"
     elif done < total and all(p.get("eta") is not None for p in progress):
         text += f", {format_duration(max(p['eta'] for p in progress))} left"

@@ -120,7 +120,9 @@ def _show_status(v: dict, headline: str) -> None:
         bar: ProgressBar | str = ""
         staged = ""
         if p:
-            bar = ProgressBar(total=max(p["bytes_total"], 1), completed=p["bytes_done"], width=30)
+            # no total while the walk still counts: rich draws a pulse, not a share of it
+            total = None if p.get("counting") else max(p["bytes_total"], 1)
+            bar = ProgressBar(total=total, completed=p["bytes_done"], width=30)
             staged = staged_text([p])
         # Text: no rich markup in a cell; printable: no control character (daccore/escape.py)
         t.add_row(*(Text(printable(x)) for x in (h["host"], h["state"] or "new",

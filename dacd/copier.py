@@ -8,8 +8,9 @@ in the buffer, the number of workers, the chunk size, then each pair's type (fil
 list), source and destination.
 
 Stdout carries JSON lines: progress (bytes and files done and in total, the rate in bytes per
-second, the ETA in seconds, and `counting` while the tree is still being walked) at most once a
-second, then {"done": true} or {"error": "<one line naming the path>"}; the exit status is 0 only
+second, the ETA in seconds, and `counting` while the tree is still being walked) four times a
+second in the first 3 s, then at most once a second; then {"done": true} or
+{"error": "<one line naming the path>"}; the exit status is 0 only
 when everything was copied.
 
 How: every pair is checked first (absolute, no '..', a buffer-side source resolving inside the
@@ -864,7 +865,9 @@ def main() -> int:
     def report(c: Copy, final: bool = False) -> None:
         nonlocal last
         now = time.monotonic()
-        if final or now - last >= 1.0:
+        # four times a second while the copy is young, so a stage of a few seconds still
+        # shows where it is; once a second after that (each line is an etcd write)
+        if final or now - last >= (0.25 if now - started < 3.0 else 1.0):
             last = now
             rate = c.bytes_done / max(now - started, 1e-3)
             left = c.bytes_total - c.bytes_done

@@ -11,9 +11,15 @@ def progress(done, total, files, files_total, rate, eta, counting):
             "files_total": files_total, "rate": rate, "eta": eta, "counting": counting}
 
 
-def test_while_the_walk_counts_there_is_no_time_left_yet():
+def test_while_the_walk_counts_there_is_no_share_and_no_time_left_yet():
     p = progress(12 * MiB, 40 * MiB, 120, 400, 20 * MiB, None, True)
-    assert staged_text([p]) == "12MiB/40MiB 30% 120/400 files at 20MiB/s, counting"
+    assert staged_text([p]) == "12MiB/40MiB 120/400 files at 20MiB/s, counting"
+    # the copier's first line, before the walk found anything: never "100 %"
+    first = progress(0, 0, 0, 0, 0, None, True)
+    assert staged_text([first]) == "0B/0B 0/0 files, counting"
+    # one host still counting makes the sum a partial one too
+    other = progress(MiB, MiB, 1, 1, MiB, 0.0, False)
+    assert "%" not in staged_text([first, other])
 
 
 def test_after_the_walk_the_time_left_is_shown_until_done():
