@@ -26,7 +26,9 @@ system-deps:
 $(VENV)/.installed: pyproject.toml setup.py | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,lint]'
+	@# setuptools warns of every editable install (folders named as packages): that is this
+	@# checkout's layout, on purpose; -q keeps pip's own errors
+	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install -q -e '.[test,lint]'
 	touch $@
 
 demo: deps

@@ -356,6 +356,7 @@ def up(workdir: Path, servers: int, bricks_per_server: int, brick_size: int, slu
                f"{servers} servers "
                f"x {bricks_per_server} bricks of {format_size(brick_size)}{slurm}")
     click.echo(f"use it: eval \"$(dacctl local env --workdir {workdir})\"")
+    click.echo(f"users run: {state.users['dacctl']}")
 
 
 @local.command(help="Print the export lines a shell needs to use the local DAC.")
@@ -390,6 +391,8 @@ def local_status(workdir: Path, as_json: bool) -> None:
                    f"{_up(p['running'])}")
     for p in report.get("users", []):
         click.echo(f"users   {p['process']} {p['address']} pid {p['pid']} {_up(p['running'])}")
+    if report.get("users_dacctl"):
+        click.echo(f"users   dacctl {report['users_dacctl']}")
     for p in report.get("pools", []):
         click.echo(f"pool    {p['name']}: {p['free_bricks']}/{p['total_bricks']} bricks free, "
                    f"{p['hosts_up']} hosts up")

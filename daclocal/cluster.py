@@ -30,7 +30,7 @@ from daccore.config import load_config
 from daccore.errors import AdminError, DacError
 from daccore.inventory import summarize
 from daccore.store import Store
-from daclocal import loopdev, releases
+from daclocal import loopdev, releases, userbin
 from daclocal.etcd_server import EtcdCluster, EtcdServer
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 from daclocal.slurm import SlurmCluster, munge_socket, start_munged
@@ -142,9 +142,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
     if existing is not None:
         raise AdminError(f"a local DAC already runs in {workdir}: run "
                          f"`dacctl local down --workdir {workdir}` first")
-    (workdir / "bricks").mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(workdir / "logs", ignore_errors=True)  # down keeps them; a new up starts anew
-    (workdir / "logs").mkdir()
+    _lay_out(workdir)
     state = LocalState(str(workdir))
     # SlurmUser (Debian 13's slurm) runs the hooks: it holds the slurm role's credential and
     # the etcd client key, as a site's controller does (docs/security.md)
@@ -185,7 +183,10 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                 # Alternate two PCIe switches so placement's topology spreading is exercised.
                 bricks.append({"device": device, "capacity": brick_size, "pool": POOL,
                                "name": f"brick{b}", "pcie_switch": str(b % 2)})
-            hosts[host] = {"bricks": bricks, "fs_root": str(workdir / "fs" / host)}
+            fs_root = workdir / "fs" / host
+            fs_root.mkdir(exist_ok=True)
+            fs_root.chmod(0o711)
+            hosts[host] = {"bricks": bricks, "fs_root": str(fs_root)}
         node_views(workdir)
         # TLS with client certificates and RBAC, as a site's etcd must be (docs/security.md)
         config: dict[str, Any] = {"etcd": {**etcd.settings(), "timeout": 5},
@@ -224,12 +225,26 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         raise
 
 
+def _lay_out(workdir: Path) -> None:
+    """The workdir's tree, closed to users where they have no business (docs/security.md):
+    bricks and logs root's alone; fs (each server's fs_root) passable but not listable, since
+    the copier reaches a buffer's directories there as the job's user; the workdir itself and
+    the node roots passable, so jobs reach their buffers under mnt."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(workdir / "logs", ignore_errors=True)  # down keeps them; a new up starts anew
+    for sub, mode in (("bricks", 0o700), ("logs", 0o700), ("fs", 0o711)):
+        (workdir / sub).mkdir(exist_ok=True)
+        (workdir / sub).chmod(mode)
+
+
 def _start_user_service(state: LocalState, address: str, timeout: float,
                         rel: releases.Release | None = None) -> None:
     """The local DAC's one munged (Slurm's too: `rel`'s own) and dac's user service, through
     which users' dacctl commands reach etcd; returns once the service listens."""
     workdir = Path(state.workdir)
-    state.users = {"address": address}
+    # what users run: DIR/bin/dacctl, or the line saying why they cannot (daclocal/userbin.py)
+    problem = userbin.write_launcher(workdir)
+    state.users = {"address": address, "dacctl": problem or str(userbin.launcher(workdir))}
     state.users["munged"] = start_munged(workdir, timeout, rel).pid
     state.save()
     log = workdir / "logs" / "user-service.log"
@@ -270,6 +285,9 @@ def node_views(workdir: Path) -> None:
     roots = workdir / NODE_ROOTS
     (workdir / MOUNT_ROOT).mkdir(parents=True, exist_ok=True)
     roots.mkdir(parents=True, exist_ok=True)
+    # passable, never listable: a node's root shows every buffer of every job on that node
+    for d in (workdir / MOUNT_ROOT, roots):
+        d.chmod(0o711)
     if str(roots) not in _mounts():
         for argv in (["mount", "--bind", str(roots), str(roots)],
                      ["mount", "--make-shared", str(roots)]):
@@ -437,6 +455,8 @@ def status(workdir: Path) -> dict:
         "slurm": [{"process": name, "pid": pid, "running": is_running(pid, name.split("-")[0])}
                   for name, pid in state.slurm.get("pids", {}).items()],
         "users": _user_rows(state),
+        # users' own dacctl (DIR/bin/dacctl), or the line saying why they have none
+        "users_dacctl": state.users.get("dacctl"),
         "bricks": [{"host": b["host"], "device": b["device"],
                     "attached": loopdev.backing_file(b["device"]) == b["file"]}
                    for b in state.bricks],

@@ -1,6 +1,7 @@
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -8,6 +9,9 @@ from clitools import pools, run
 
 from daclocal.loopdev import backing_file
 from daclocal.procs import is_running
+
+#: an unprivileged user of no group of root's (a uid no account needs to exist for)
+USER_UID = 4321
 
 
 def test_up_registers_every_server_and_down_leaves_nothing_behind(local_dac):
@@ -109,3 +113,37 @@ def test_dacctl_with_etcd_down_says_so_in_bounded_time(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("dacctl: admin error: etcd unreachable at http://127.0.0.1:1 ")
     assert r.stderr.count("\n") == 1
+
+
+def test_a_user_runs_dacctl_from_the_workdir_whatever_interpreter_root_has(local_dac):
+    # DIR/bin/dacctl: an interpreter and import paths every user can reach (daclocal/userbin.py)
+    workdir, env = local_dac
+    launcher = workdir / "bin" / "dacctl"
+    status = json.loads(run("dacctl", "local", "status", "--workdir", str(workdir),
+                            "--json").stdout)
+    assert status["users_dacctl"] == str(launcher)
+    st = launcher.stat()
+    assert st.st_uid == 0 and st.st_mode & 0o777 == 0o755
+    r = subprocess.run([str(launcher), "pools", "--json"], user=USER_UID, group=USER_UID,
+                       extra_groups=[], cwd="/", capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "DAC_CONFIG": env["DAC_CONFIG"]})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["pools"][0]["name"] == "default"
+
+
+def test_a_private_venv_is_copied_where_users_reach_it(open_dir, monkeypatch):
+    # a clone (and its venv) under /root, 0700: the launcher imports from copies in DIR/lib
+    from daclocal import userbin
+    workdir = open_dir / "w"
+    workdir.mkdir()
+    reached = userbin.open_to_all
+    monkeypatch.setattr(userbin, "open_to_all",
+                        lambda p, execute=False: execute and reached(p, execute))
+    assert userbin.write_launcher(workdir) is None
+    assert (workdir / "lib" / "dac" / "daccore" / "__init__.py").is_file()
+    assert oct((workdir / "lib" / "dac").stat().st_mode & 0o777) == "0o755"
+    r = subprocess.run([str(workdir / "bin" / "dacctl"), "--version"], user=USER_UID,
+                       group=USER_UID, extra_groups=[], cwd="/", capture_output=True,
+                       text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout.startswith("dac, version "), r
+    assert str(workdir / "lib") in (workdir / "bin" / "dacctl").read_text()
