@@ -1,23 +1,34 @@
 #!/bin/bash
-# `make demo` on a fresh Debian 12: the issue's budget is <= 3 minutes including installs, and the
-# machine dac is developed on already has everything installed, so this builds a fresh root with
-# debootstrap (minbase: less than a cloud image has) and times `make demo` inside it, installs
-# included. python3 and make are taken as given, as for anyone typing `make demo` after a clone.
+# The README's two commands on a fresh Debian 12 root, timed, installs included. The machine dac
+# is developed on already has everything installed, so this builds a fresh root with debootstrap
+# (minbase: less than a cloud image has, plus make, python3, git and ca-certificates, as anyone
+# typing the commands after a clone has) and runs the command inside it.
 #
-#   bench/fresh_demo.sh [DIR]      (root; DIR default /var/tmp/dac-fresh, removed at the end)
-#   KEEP=1 bench/fresh_demo.sh DIR (keep DIR to look into afterwards)
+#   bench/fresh_root.sh demo [DIR]   `make demo` (budget 3 min, installs included)
+#   bench/fresh_root.sh test [DIR]   `.ci/run` as CI runs it (make lint, then make test with
+#                                    CI=true; budget 45 min for make test on 2 cores); the first
+#                                    make test on a machine builds the Slurm chroots and etcd
+#   (root; DIR default /var/tmp/dac-fresh, removed at the end; KEEP=1 keeps it to look into)
 #
-# The chroot shares this kernel (loop devices, mounts) but gets its own mount and pid namespaces:
-# nothing it mounts is seen by the host, and every process it starts dies with it, even when the
-# demo's own teardown does not run. The repository goes in as a clean clone of HEAD.
+# The chroot shares this kernel (loop devices, mounts, network) but gets its own mount and pid
+# namespaces: nothing it mounts is seen by the host, and every process it starts dies with it,
+# even when the command's own teardown does not run. The repository goes in as a clean clone of
+# HEAD. Where this network re-signs TLS, SSL_CERT_FILE (and the proxy variables) are passed on,
+# as a site behind such a proxy would set them.
 set -eu
-dir=${1:-/var/tmp/dac-fresh}
+what=${1:-}
+case $what in
+    demo) command="make demo" ;;
+    test) command=".ci/run" ;;
+    *) echo "usage: bench/fresh_root.sh demo|test [DIR]" >&2; exit 2 ;;
+esac
+dir=${2:-/var/tmp/dac-fresh}
 case $dir in /*) ;; *) dir=$(pwd)/$dir ;; esac
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mirror=http://deb.debian.org/debian
 
 if [ -e "$dir" ]; then
-    echo "fresh_demo: $dir exists; remove it first" >&2
+    echo "fresh_root: $dir exists; remove it first" >&2
     exit 1
 fi
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
@@ -42,7 +53,7 @@ cleanup() {
 trap cleanup EXIT
 
 start=$(date +%s)
-debootstrap --variant=minbase --include=make,python3,ca-certificates bookworm "$dir" "$mirror" \
+debootstrap --variant=minbase --include=make,python3,git,ca-certificates bookworm "$dir" "$mirror" \
     >"$dir.debootstrap.log" 2>&1 || { tail -20 "$dir.debootstrap.log"; exit 1; }
 echo "debootstrap: $(( $(date +%s) - start )) s (not counted)"
 # The same Debian sources as this machine (security updates included) in place of debootstrap's
@@ -55,11 +66,14 @@ cp /etc/resolv.conf "$dir/etc/resolv.conf"
 cp /etc/hosts "$dir/etc/hosts"  # every installed machine has one (localhost); debootstrap none
 # Where the network re-signs TLS (a sandbox's proxy), pip needs this machine's CA bundle; a real
 # fresh machine reaches PyPI with Debian's own. Given as SSL_CERT_FILE, it is passed on.
-ca_env=""
+net_env=""
 if [ -n "${SSL_CERT_FILE:-}" ] && [ -f "$SSL_CERT_FILE" ]; then
     cp "$SSL_CERT_FILE" "$dir/etc/ssl/certs/this-network.crt"
-    ca_env="SSL_CERT_FILE=/etc/ssl/certs/this-network.crt PIP_CERT=/etc/ssl/certs/this-network.crt"
+    net_env="SSL_CERT_FILE=/etc/ssl/certs/this-network.crt"
 fi
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    [ -z "${!v:-}" ] || net_env="$net_env $v=${!v}"
+done
 git clone -q "$repo" "$dir/root/dac"
 
 # A booted Debian 12 has cgroup2 on /sys/fs/cgroup (systemd mounts it) and slurmd will not start
@@ -78,18 +92,20 @@ unshare --mount --pid --fork --propagation private /bin/bash -eu -c '
     # env -i: nothing of this machine (pip wheel dirs, proxies) helps the fresh one
     chroot "$dir" /usr/bin/env -i HOME=/root TERM=dumb $2 \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        /bin/bash -c "cd /root/dac && date +%s.%N > /var/tmp/fresh_demo.start && make demo &&
-                      date +%s.%N > /var/tmp/fresh_demo.end"
-' fresh_demo "$dir" "$ca_env"
+        /bin/bash -c "cd /root/dac && date +%s.%N > /var/tmp/fresh.start && $3 &&
+                      date +%s.%N > /var/tmp/fresh.end"
+' fresh_root "$dir" "$net_env" "$command"
 
-# Where the time went, from what make demo leaves behind: the venv is created right after the
+# Where the time went, from what the command leaves behind: the venv is created right after the
 # system packages (scripts/install-system-deps), .venv/.installed is touched after pip.
-python3 - "$dir" <<'PY'
+python3 - "$dir" "$command" <<'PY'
 import os, sys
-d = sys.argv[1]
+d, command = sys.argv[1], sys.argv[2]
 t = lambda p: float(open(d + p).read()) if p.endswith(("start", "end")) else os.stat(d + p).st_mtime
-s, venv, pip, e = (t("/var/tmp/fresh_demo.start"), t("/root/dac/.venv/pyvenv.cfg"),
-                   t("/root/dac/.venv/.installed"), t("/var/tmp/fresh_demo.end"))
-print(f"make demo on a fresh Debian 12, installs included: {e - s:.1f} s "
-      f"(system packages {venv - s:.1f} s, venv + pip {pip - venv:.1f} s, demo {e - pip:.1f} s)")
+s, venv, pip, e = (t("/var/tmp/fresh.start"), t("/root/dac/.venv/pyvenv.cfg"),
+                   t("/root/dac/.venv/.installed"), t("/var/tmp/fresh.end"))
+print(f"{command} on a fresh Debian 12, installs included: {e - s:.1f} s "
+      f"(system packages {venv - s:.1f} s, venv + pip {pip - venv:.1f} s, "
+      f"the rest {e - pip:.1f} s)")
 PY
+du -sh --one-file-system "$dir" | sed 's/^/the fresh root afterwards: /'
