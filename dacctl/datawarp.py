@@ -134,9 +134,10 @@ def _check_args(args, settings: dict) -> None:
     for name in ("user", "groupid"):
         if getattr(args, name) is not None:
             sa.owner_id(getattr(args, name), f"--{name}", minimum)
-    args.job_fd = None
-    if args.job is not None:
-        args.job_fd = sa.open_read(args.job, "the job script", trusted, None, ("script",))
+    # --job is opened (and checked) by the functions that read the script, when they do
+    # (_script): data_in, post_run, data_out and teardown never need it, so a task of a job
+    # array cancelled before Slurm made its script tears down all the same
+    args.job_fd, args.trusted = None, trusted
     for name in ("nodehostnamefile", "nidlistfile", "jobexecutionnodefile"):
         path = getattr(args, name)
         if path is not None:
@@ -164,13 +165,33 @@ def _need(args, *names: str) -> None:
         raise _Usage(f"--function {args.function} needs --{' --'.join(missing)}")
 
 
+def _script_fd(args) -> int:
+    """The job script, checked (dacctl/slurm_args.py) and opened once. A job array's task
+    whose script Slurm never wrote (24.11+) gets the array's, linked where Slurm looks for
+    it, by the functions outside slurmctld: the array's id comes from scontrol, which a hook
+    inside slurmctld must not wait for (it holds the job lock scontrol needs)."""
+    from dacctl import slurm_args as sa
+    if args.job_fd is None:
+        try:
+            args.job_fd = sa.open_read(args.job, "the job script", args.trusted, None,
+                                       ("script",))
+        except sa.Missing:
+            if args.function in HOT or args.token is None:
+                raise
+            from dacctl.slurmjob import array_job_id
+            args.job_fd = sa.link_task_script(args.job, args.token,
+                                              lambda: array_job_id(args.token), args.trusted)
+    return args.job_fd
+
+
 def _script(args, lua_directive: str):
     from daccore.directives import parse_script
     from daccore.errors import AdminError
-    try:  # the fd _check_args opened: the file it checked, read once
-        os.lseek(args.job_fd, 0, os.SEEK_SET)
+    fd = _script_fd(args)
+    try:  # read from the start each time: a call run again after etcd came back reads it anew
+        os.lseek(fd, 0, os.SEEK_SET)
         data = b""
-        while chunk := os.read(args.job_fd, 1 << 20):
+        while chunk := os.read(fd, 1 << 20):
             data += chunk
         return parse_script(data, lua_directive)
     except OSError as e:

@@ -13,6 +13,17 @@ a path is accepted only when every directory on the way belongs to root or Slurm
 a user can write to (a sticky one such as /tmp only above the last), reached without following
 a link; the file itself is opened relative to its directory with O_NOFOLLOW.
 
+A job array's tasks: once a task's job_process succeeds, Slurm hard-links the array's script
+to the task's `job.<task id>/script` (bb_p_job_validate2, both plugins, 22.05 to master), so
+a script may have more than one name. Every name of it lies in a directory only root or
+SlurmUser can write to (a hard link is made in a directory one can write to, and every
+directory on our way is checked), and a file read must be writable by its owner alone, so no
+other name lets anyone change what is read. A file written (the path file) must still have
+one name. From 24.11 Slurm runs that job_process for the array's remaining record instead of
+the task it split off (job_scheduler.c, `_split_job_on_schedule_recurse`), so the task's job
+directory is never made, yet its hooks are handed `job.<task id>/script`: `link_task_script`
+makes the link Slurm meant to, from the array's script (docs/security.md).
+
 Imports only the standard library: job_process and paths run inside slurmctld.
 """
 
@@ -21,9 +32,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+from typing import TYPE_CHECKING
 
-__all__ = ["Refused", "require_slurm", "job_id", "token", "owner_id", "open_read",
-           "open_write"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Refused", "Missing", "require_slurm", "job_id", "token", "owner_id", "open_read",
+           "open_write", "link_task_script"]
 
 #: A job id as Slurm prints one (uint32): decimal, bounded.
 JOB_ID = re.compile(r"[1-9][0-9]{0,9}")  # fullmatch: "$" would let a newline through
@@ -33,6 +48,10 @@ _JOB_FILE = re.compile(r"/hash\.([0-9])/job\.([1-9][0-9]{0,9})/([a-z_]+)\Z")
 
 class Refused(Exception):
     """One line for whoever called: the argument, and why it was refused."""
+
+
+class Missing(Refused):
+    """The file, or a directory on its way, does not exist."""
 
 
 def require_slurm(slurm_user: str | None) -> frozenset[int]:
@@ -91,16 +110,66 @@ def open_read(path: str, what: str, trusted: frozenset[int], token: str | None =
         if owner not in trusted:
             raise Refused(f"{what} {path}: not a process of root or SlurmUser")
         fd = _open(path, os.O_RDONLY | os.O_CLOEXEC, what)
-    else:
-        _check_name(path, what, token, names)
-        parent, name = _parent(path, what, trusted)
-        try:
-            fd = _open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, what,
-                       parent, path)
-        finally:
-            os.close(parent)
-    _check_file(fd, path, what, trusted)
+        _check_file(fd, path, what, trusted, memfd=True)
+        return fd
+    _check_name(path, what, token, names)
+    parent, name = _parent(path, what, trusted)
+    try:
+        fd = _open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, what,
+                   parent, path)
+    finally:
+        os.close(parent)
+    _check_file(fd, path, what, trusted, links_ok=True)
     return fd
+
+
+def link_task_script(path: str, token: str, array_job: Callable[[], str | None],
+                     trusted: frozenset[int]) -> int:
+    """A read-only fd of job array task `token`'s script at `path`, Slurm's
+    `<state>/hash.<token % 10>/job.<token>/script`, once linked from the array's own
+    `job.<array_job()>/script` as Slurm 22.05 links it (the module's docstring says why 24.11+
+    does not): the task's job directory made (0700, owned as its hash directory is, as Slurm
+    makes it) and the very file checked linked in through its descriptor, never by a name
+    that could change in between. Missing unless `path` is that task's script and
+    `array_job()` names the array, another job."""
+    m = _JOB_FILE.search(path)
+    missing = Missing(f"cannot read the job script {path}: No such file or directory")
+    if m is None or m.group(2) != token or m.group(3) != "script":
+        raise missing
+    array = array_job()
+    if array is None or array == token or not JOB_ID.fullmatch(array):
+        raise missing
+    state = path[:m.start()]
+    source = open_read(f"{state}/hash.{int(array) % 10}/job.{array}/script",
+                       "the job array's script", trusted, array, ("script",))
+    try:
+        hash_dir, job_dir = _parent(f"{state}/hash.{m.group(1)}/job.{token}", "the job script",
+                                    trusted)
+        try:
+            try:
+                os.mkdir(job_dir, 0o700, dir_fd=hash_dir)
+                st = os.fstat(hash_dir)
+                if os.geteuid() == 0:
+                    os.chown(job_dir, st.st_uid, st.st_gid, dir_fd=hash_dir,
+                             follow_symlinks=False)
+            except FileExistsError:
+                pass
+        finally:
+            os.close(hash_dir)
+        task_dir, name = _parent(path, "the job script", trusted)
+        try:
+            # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N links the open file itself
+            os.link(f"/proc/self/fd/{source}", name, dst_dir_fd=task_dir)
+        except FileExistsError:
+            pass  # made meanwhile (a second call for the task, or Slurm): checked below
+        except OSError as e:
+            raise Refused(f"cannot link the job array's script to {path}: {e.strerror}") \
+                from None
+        finally:
+            os.close(task_dir)
+    finally:
+        os.close(source)
+    return open_read(path, "the job script", trusted, token, ("script",))
 
 
 def open_write(path: str, what: str, trusted: frozenset[int], token: str,
@@ -114,7 +183,7 @@ def open_write(path: str, what: str, trusted: frozenset[int], token: str,
                    | os.O_CLOEXEC, what, parent, path, 0o644)
     finally:
         os.close(parent)
-    _check_file(fd, path, what, trusted)
+    _check_file(fd, path, what, trusted, links_ok=False)
     os.ftruncate(fd, 0)  # only once it is known to be Slurm's own regular file
     return fd
 
@@ -174,11 +243,22 @@ def _open(name: str, flags: int, what: str, dir_fd: int | None = None, path: str
             raise Refused(f"{what} {path or name}: a symbolic link on the way, refused") \
                 from None
         verb = "write" if flags & os.O_WRONLY else "read"
-        raise Refused(f"cannot {verb} {what} {path or name}: {e.strerror}") from None
+        error = Missing if e.errno == errno.ENOENT else Refused
+        raise error(f"cannot {verb} {what} {path or name}: {e.strerror}") from None
 
 
-def _check_file(fd: int, path: str, what: str, trusted: frozenset[int]) -> None:
+def _check_file(fd: int, path: str, what: str, trusted: frozenset[int], links_ok: bool = False,
+                memfd: bool = False) -> None:
+    """A regular file of root's or SlurmUser's, which no one else can write to (a memfd only
+    its process can reach: its mode says nothing); one with several names (a job array's
+    script, linked by Slurm) only where `links_ok`."""
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid not in trusted or st.st_nlink > 1:
+    why = ("not a regular file" if not stat.S_ISREG(st.st_mode) else
+           f"owned by uid {st.st_uid}, not root or SlurmUser" if st.st_uid not in trusted else
+           f"writable by others (mode {st.st_mode & 0o7777:04o})"
+           if st.st_mode & 0o022 and not memfd else
+           f"has {st.st_nlink} names (hard links), so root writes to no file of this name"
+           if st.st_nlink > 1 and not links_ok else "")
+    if why:
         os.close(fd)
-        raise Refused(f"{what} {path}: not a regular file of root's or SlurmUser's")
+        raise Refused(f"{what} {path}: {why}")

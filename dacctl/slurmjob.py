@@ -1,10 +1,12 @@
-"""What dac asks Slurm about a running job: its compute nodes.
+"""What dac asks Slurm about a job: its compute nodes, and the job array a task belongs to.
 
 burst_buffer/datawarp hands pre_run a file of node names (--nodehostnamefile); burst_buffer/lua
 from 23.02 the job's node list (job_info.nodes, a hostlist such as node[1-2]: --nodes), expanded
 here; before 23.02 it passes none, so then we ask slurmctld (pre_run runs in slurmscriptd,
 outside slurmctld's locks, after the nodes are allocated), with the scontrol on PATH: the one
-slurmctld's own environment gives, so the same release. argv lists only: no shell.
+slurmctld's own environment gives, so the same release. A job array's task whose script
+Slurm 24.11+ never wrote is found the array's the same way (dacctl/slurm_args.py). argv lists
+only: no shell.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import subprocess
 
 from daccore.errors import AdminError
 
-__all__ = ["job_nodes", "expand_hostlist"]
+__all__ = ["job_nodes", "expand_hostlist", "array_job_id"]
 
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _RANGE = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")
@@ -92,6 +94,17 @@ def job_nodes(job_id: str, hostfile: str | int | None = None,
     if bad or not nodes:
         raise AdminError(f"job {job_id}: unusable node names {bad or nodes!r}")
     return nodes
+
+
+def array_job_id(job_id: str) -> str | None:
+    """The id of the job array whose task `job_id` is (scontrol's ArrayJobId), or None: not a
+    task, or scontrol cannot say (the caller's own error then stands)."""
+    try:
+        out = _scontrol("show", "job", "-o", job_id)
+    except AdminError:
+        return None
+    found = re.search(r"(?:^|\s)ArrayJobId=([1-9][0-9]{0,9})(?:\s|$)", out)
+    return found.group(1) if found and found.group(1) != job_id else None
 
 
 def _scontrol(*args: str) -> str:
