@@ -105,6 +105,7 @@ def host_rows(inv, lease_ages: dict[str, float] | None = None) -> list[dict]:
             "pools": {p: {"bricks": n, "free": n - claimed[p], "claimed": claimed[p]}
                       for p, n in sorted(bricks.items())},
             "buffers": sort_names(set(held.values())),
+            "warnings": h.warnings,
         })
     return rows
 

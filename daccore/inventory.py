@@ -36,11 +36,13 @@ HostView = namedtuple("HostView", "name alive drained pools")
 
 
 class HostInfo:
-    __slots__ = ("name", "alive", "drained", "bricks")
+    __slots__ = ("name", "alive", "drained", "bricks", "warnings")
 
-    def __init__(self, name: str, alive: bool, drained: bool, bricks: list | None = None):
+    def __init__(self, name: str, alive: bool, drained: bool, bricks: list | None = None,
+                 warnings: list | None = None):
         self.name, self.alive, self.drained = name, alive, drained
         self.bricks: list[BrickInfo] = bricks if bricks is not None else []
+        self.warnings: list[str] = warnings if warnings is not None else []
 
 
 class ClaimCounts:
@@ -120,7 +122,8 @@ class Inventory:
         bricks = [BrickInfo(name, b["name"], b.get("device", ""), b["capacity"], b["pool"],
                             b.get("socket", 0), b.get("pcie_switch", "0"))
                   for b in h.get("bricks", ()) if pool is None or b["pool"] == pool]
-        return HostInfo(name, name in self._alive, h.get("drained", False), bricks)
+        return HostInfo(name, name in self._alive, h.get("drained", False), bricks,
+                        [str(w) for w in h.get("warnings", ())])
 
     def views(self) -> list[HostView]:
         if self._views is None:

@@ -101,6 +101,10 @@ class Host(Record):
     bricks: list[Brick] = []
     drained: bool = False
     versions: dict[str, str] = {}
+    warnings: list[Annotated[str, Field(max_length=1000)]] = Field(
+        [], max_length=100,
+        description="what its dacd found open to users on the server (a brick device others "
+                    "may read, an fs_root others may list), for `dacctl hosts`")
 
     @model_validator(mode="after")
     def _unique_bricks(self) -> Host:

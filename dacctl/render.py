@@ -20,12 +20,15 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
 def hosts_table(rows: list[dict]) -> str:
     """`dacctl hosts`: bricks as free/total per pool, the buffers holding them."""
     from daccore.admin_views import shorten
-    return table(["HOST", "STATE", "LEASE", "BRICKS FREE/TOTAL", "BUFFERS"], [
+    text = table(["HOST", "STATE", "LEASE", "BRICKS FREE/TOTAL", "BUFFERS"], [
         [r["name"], r["state"],
          f"{r['lease_age']:.0f}s ago" if r.get("lease_age") is not None else "-",
          ", ".join(f"{p} {c['free']}/{c['bricks']}" for p, c in r["pools"].items()) or "-",
          f"{len(r['buffers'])}: {shorten(r['buffers'])}" if r["buffers"] else "0"]
         for r in rows])
+    # what a dacd found open to users on its server: the admin must act (docs/security.md)
+    return text + "".join(f"\nwarning: {printable(r['name'])}: {printable(w)} (admin)"
+                          for r in rows for w in r.get("warnings", ()))
 
 
 def buffers_table(rows: list[dict]) -> str:

@@ -13,7 +13,7 @@ from daccore.store import Store
 from daccore.trust import shown
 from dacd import metrics, runner
 from dacd.reconciler import Reconciler
-from dacd.registration import check_devices, host_record, host_settings, pool_records
+from dacd.registration import check_devices, exposure, host_record, host_settings, pool_records
 from dacd.warm_ansible import WarmAnsible
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,10 @@ class Daemon:
                                          self.config)
         for pool in pool_records(self.config):
             self.store.ensure_pool(pool)
-        record = self.store.register_host(host_record(self.host, self.settings))
+        warnings = exposure(self.settings)
+        for line in warnings:
+            log.warning("open to users: %s", line)
+        record = self.store.register_host(host_record(self.host, self.settings, warnings))
         unreadable: list[str] = []
         if rolled_back := self.store.recover_intents(unreadable=unreadable):
             log.info("rolled back the allocations of %s, cut short", ", ".join(rolled_back))

@@ -10,7 +10,7 @@ from daccore.config import DacConfig, HostSettings
 from daccore.errors import AdminError, ConfigError
 from daccore.models import Backend, Brick, Host, Pool
 
-__all__ = ["host_settings", "check_devices", "host_record", "pool_records"]
+__all__ = ["host_settings", "check_devices", "exposure", "host_record", "pool_records"]
 
 
 def host_settings(config: DacConfig, name: str, source: str) -> HostSettings:
@@ -40,8 +40,46 @@ def check_devices(name: str, settings: HostSettings, config: DacConfig) -> None:
             raise AdminError(f"{where}: '{b.device}' is not a block device")
 
 
-def host_record(name: str, settings: HostSettings) -> Host:
-    return Host(name=name, versions={"dacd": dacd.__version__}, bricks=[
+def exposure(settings: HostSettings) -> list[str]:
+    """What on this server lets users read what is not theirs, one line each for the admin
+    (`dacctl hosts` shows them): a brick device others may read or write (every buffer placed
+    on it, whatever its directories' modes), an fs_root others may list (every buffer's name)
+    or change. A missing fs_root is made, root's and 0711: passable, since the copier reaches a
+    buffer's striped/ as the job's user, never listable."""
+    lines = []
+    for b in settings.bricks:
+        try:
+            st = os.stat(b.device)
+        except OSError:
+            continue  # DAOS names bricks by PCI address; a missing device is check_devices'
+        if st.st_mode & 0o006:
+            lines.append(f"brick {b.brick_name}: device {b.device} is open to every user (mode "
+                         f"{st.st_mode & 0o777:04o}): make it 0600 or 0660 to a group no user "
+                         "is in")
+    root = settings.fs_root
+    if not os.path.lexists(root):
+        os.makedirs(os.path.dirname(root) or "/", exist_ok=True)
+        try:
+            os.mkdir(root, 0o711)
+            os.chmod(root, 0o711)  # whatever the umask
+        except FileExistsError:
+            pass
+    try:
+        st = os.lstat(root)
+    except OSError as e:
+        return [*lines, f"fs_root {root}: {e.strerror}"]
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+        lines.append(f"fs_root {root} is not a directory of root's (owner uid {st.st_uid}): "
+                     "buffers are mounted there as root")
+    elif st.st_mode & 0o006:
+        lines.append(f"fs_root {root} can be listed or changed by every user (mode "
+                     f"{st.st_mode & 0o777:04o}): chmod 0711 it")
+    return lines
+
+
+def host_record(name: str, settings: HostSettings,
+                warnings: list[str] | None = None) -> Host:
+    return Host(name=name, versions={"dacd": dacd.__version__}, warnings=warnings or [], bricks=[
         Brick(name=b.brick_name, device=b.device, capacity=b.capacity, pool=b.pool,
               socket=b.socket, pcie_switch=b.pcie_switch) for b in settings.bricks])
 

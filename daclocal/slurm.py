@@ -61,6 +61,7 @@ JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
 MailProg=/bin/true
+PrivateData=jobs
 BurstBufferType=burst_buffer/{plugin}
 {plugin_dir}{nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -180,6 +181,13 @@ def _terminate_session(sid: int) -> None:
             time.sleep(0.05)
         if not members():
             return
+
+
+def _node_root(path: str) -> None:
+    """A node's root, seen by its jobs at the mount root: passable, never listable (it shows
+    every buffer of every job on the node; docs/security.md)."""
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o711)
 
 
 def _marker(name: str) -> str:
@@ -303,23 +311,26 @@ class SlurmCluster:
         view = None
         if self.mount_root:
             view = (os.path.join(self.node_roots, node), self.mount_root)
-            os.makedirs(view[0], exist_ok=True)
+            _node_root(view[0])
         if not self.release.host:
             return releases.daemon_argv(self.release, self.base.parent, argv, node_view=view)
         return self._in_node_view(node) + argv
 
     def _own_for_slurm_user(self) -> None:
-        """A SlurmUser other than root (Debian 13's slurm) owns slurmctld's state, log and pid
-        file, and the hooks' log; everything else stays root's."""
-        user = self.release.slurm_user
-        if user == "root":
-            return
-        pw = pwd.getpwnam(user)
-        os.chown(self.base / "state", pw.pw_uid, pw.pw_gid)
+        """SlurmUser (root, or Debian 13's slurm) owns slurmctld's state, log and pid file, and
+        the hooks' log; everything else stays root's."""
+        pw = pwd.getpwnam(self.release.slurm_user)
+        if pw.pw_uid != 0:
+            os.chown(self.base / "state", pw.pw_uid, pw.pw_gid)
+        # logs 0600 (the hooks' log is made by a shell redirection, 0644 under a usual
+        # umask): they name other users' paths, buffers and errors; the directory passable only
+        os.chmod(self.base / "log", 0o711)
         for f in ("log/slurmctld.log", "log/dacctl.log", "run/slurmctld.pid"):
             path = self.base / f
-            path.touch(mode=0o644, exist_ok=True)
+            path.touch(mode=0o600, exist_ok=True)
             os.chown(path, pw.pw_uid, pw.pw_gid)
+            if f.startswith("log/"):
+                os.chmod(path, 0o600)
 
     def _in_node_view(self, node: str) -> list[str]:
         """The prefix that starts a node's slurmd (and so its jobs) in a mount namespace of its
@@ -329,7 +340,7 @@ class SlurmCluster:
         if not self.mount_root:
             return []
         root = os.path.join(self.node_roots, node)
-        os.makedirs(root, exist_ok=True)
+        _node_root(root)
         return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c",
                 'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", root, self.mount_root]
 

@@ -74,7 +74,9 @@ end
 
 -- Run a shell command line; returns slurm.SUCCESS or slurm.ERROR, and its stdout.
 local function run(what, cmd)
-	local pipe = io.popen("exec 2>/dev/null; " .. cmd .. "; echo __rc=$?")
+	-- umask 077: DAC_SLURM_LOG, made by the redirection below if missing, names other users'
+	-- paths and errors, so it is SlurmUser's alone (0600)
+	local pipe = io.popen("exec 2>/dev/null; umask 077; " .. cmd .. "; echo __rc=$?")
 	if pipe == nil then
 		return slurm.ERROR, "dac: cannot run " .. DACCTL
 	end

@@ -123,8 +123,10 @@ def bind(anchor_src: str, source: str, anchor_dst: str, target: str, done: list[
     """mount(2) from and onto the fds of checked directories: no name is resolved twice."""
     src = walk(anchor_src, source, done)
     try:
-        os.makedirs(anchor_dst, mode=0o755, exist_ok=True)  # a node's root: the admin's path
-        dst = walk(anchor_dst, target, done, make=0o755)
+        # a node's root (the admin's path) and the job's directories in it: passable, never
+        # listable, so no job learns the buffers of the others on its node
+        os.makedirs(anchor_dst, mode=0o711, exist_ok=True)
+        dst = walk(anchor_dst, target, done, make=0o711)
         try:
             if _libc.mount(_fd_path(src), _fd_path(dst), None, _MS_BIND, None) != 0:
                 e = ctypes.get_errno()
@@ -289,6 +291,9 @@ def create(a: dict, done: list[str]) -> None:
         run(a["mkfs_argv"], done)
         os.makedirs(fs, mode=0o755, exist_ok=True)
         run(["mount", "-o", a["mount_options"], a["devices"][0], fs], done)
+    # the filesystem's top, root's: passable (the copier reaches striped/ as the job's user),
+    # never listable
+    owned_dir(fs, fs, 0, 0, 0o711, done)
     for d in a["job_dirs"]:
         owned_dir(fs, os.path.join(fs, d), int(a["owner_uid"]), int(a["owner_gid"]), 0o700,
                   done)
