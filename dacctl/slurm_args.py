@@ -21,8 +21,9 @@ directory on our way is checked), and a file read must be writable by its owner 
 other name lets anyone change what is read. A file written (the path file) must still have
 one name. From 24.11 Slurm runs that job_process for the array's remaining record instead of
 the task it split off (job_scheduler.c, `_split_job_on_schedule_recurse`), so the task's job
-directory is never made, yet its hooks are handed `job.<task id>/script`: `link_task_script`
-makes the link Slurm meant to, from the array's script (docs/security.md).
+directory is never made, yet its hooks are handed `job.<task id>/script` and `path`:
+`link_task_script` makes the link Slurm meant to, from the array's script, and `open_write`
+the task's job directory for its path file (docs/security.md).
 
 Imports only the standard library: job_process and paths run inside slurmctld.
 """
@@ -143,19 +144,7 @@ def link_task_script(path: str, token: str, array_job: Callable[[], str | None],
     source = open_read(f"{state}/hash.{int(array) % 10}/job.{array}/script",
                        "the job array's script", trusted, array, ("script",))
     try:
-        hash_dir, job_dir = _parent(f"{state}/hash.{m.group(1)}/job.{token}", "the job script",
-                                    trusted)
-        try:
-            try:
-                os.mkdir(job_dir, 0o700, dir_fd=hash_dir)
-                st = os.fstat(hash_dir)
-                if os.geteuid() == 0:
-                    os.chown(job_dir, st.st_uid, st.st_gid, dir_fd=hash_dir,
-                             follow_symlinks=False)
-            except FileExistsError:
-                pass
-        finally:
-            os.close(hash_dir)
+        _make_job_dir(path, "the job script", trusted)
         task_dir, name = _parent(path, "the job script", trusted)
         try:
             # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N links the open file itself
@@ -177,7 +166,13 @@ def open_write(path: str, what: str, trusted: frozenset[int], token: str,
     """A write fd of the file Slurm asked us to fill (the path file), created or emptied
     inside Slurm's own job directory, never through a link."""
     _check_name(path, what, token, names)
-    parent, name = _parent(path, what, trusted)
+    try:
+        parent, name = _parent(path, what, trusted)
+    except Missing:
+        if _JOB_FILE.search(path) is None:
+            raise
+        _make_job_dir(path, what, trusted)  # a job array's task on 24.11+ (module docstring)
+        parent, name = _parent(path, what, trusted)
     try:
         fd = _open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                    | os.O_CLOEXEC, what, parent, path, 0o644)
@@ -186,6 +181,22 @@ def open_write(path: str, what: str, trusted: frozenset[int], token: str,
     _check_file(fd, path, what, trusted, links_ok=False)
     os.ftruncate(fd, 0)  # only once it is known to be Slurm's own regular file
     return fd
+
+
+def _make_job_dir(path: str, what: str, trusted: frozenset[int]) -> None:
+    """The job directory of `path` (checked by _check_name to be this job's, in Slurm's
+    layout), made in its hash directory as Slurm makes it: 0700, owned as the hash directory
+    is. Slurm removes it with the job's files when the job is purged."""
+    hash_dir, job_dir = _parent(path.rsplit("/", 1)[0], what, trusted)
+    try:
+        os.mkdir(job_dir, 0o700, dir_fd=hash_dir)
+        if os.geteuid() == 0:
+            st = os.fstat(hash_dir)
+            os.chown(job_dir, st.st_uid, st.st_gid, dir_fd=hash_dir, follow_symlinks=False)
+    except FileExistsError:
+        pass
+    finally:
+        os.close(hash_dir)
 
 
 def _check_name(path: str, what: str, token: str | None, names: tuple[str, ...]) -> None:

@@ -75,16 +75,17 @@ class Slurm:
         return dict(re.findall(r"(\w+)=(\S*)", out))
 
     def wait(self, job_id: str, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-             timeout: float = 60, remedy_race: bool = False) -> dict:
+             timeout: float = 60, remedy_race: bool = False, log_id: str = "") -> dict:
         """The job once it has ended and its burst buffer is torn down (or none was asked).
         With `remedy_race` (a job cancelled while pending or held): Slurm (22.05 to 26.05) may
         kill the teardown that the cancel or a failed setup started (slurmscriptd_flush_job
         racing it, job_mgr.c) and run no other: the job stays BurstBufferState=teardown,
         slurmctld logging "teardown for JobId=N terminated by slurmctld". Once that line is
         there, the remedy docs/slurm.md gives, a slurmctld restart (it runs teardown again for
-        such jobs), is applied, and must work within `timeout`."""
+        such jobs), is applied, and must work within `timeout`. `log_id`: the job's number in
+        that line, when `job_id` names a job array's task (`<array>_<index>`)."""
         from daclocal.cluster import restart_slurmctld
-        race = f"teardown for JobId={job_id} terminated by slurmctld"
+        race = f"teardown for JobId={log_id or job_id} terminated by slurmctld"
         deadline = time.monotonic() + timeout
         while True:
             job = self.job(job_id)

@@ -165,6 +165,18 @@ def test_only_this_tasks_script_is_linked_and_only_from_its_arrays(tmp_path, pat
     assert not (state / path).exists()
 
 
+def test_a_tasks_path_file_gets_the_job_directory_slurm_never_made(tmp_path):
+    state = array_state(tmp_path)
+    fd = sa.open_write(str(state / "hash.2/job.2/path"), "the path file", ROOT, "2", ("path",))
+    os.write(fd, b"DW_JOB_STRIPED=/mnt/2/striped\n")
+    os.close(fd)
+    assert (state / "hash.2/job.2/path").read_text() == "DW_JOB_STRIPED=/mnt/2/striped\n"
+    assert os.stat(state / "hash.2/job.2").st_mode & 0o7777 == 0o700
+    with pytest.raises(sa.Missing):  # outside Slurm's layout, nothing is made
+        sa.open_write(str(state / "other/path"), "the path file", ROOT, "2", ("path",))
+    assert not (state / "other").exists()
+
+
 def test_an_arrays_script_anyone_else_could_change_is_not_linked(tmp_path):
     state = array_state(tmp_path, mode=0o766)
     with pytest.raises(sa.Refused, match="writable by others"):
