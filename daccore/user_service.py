@@ -16,12 +16,15 @@ Reply: {"ok": answer} or {"error": {"kind": "user"|"admin"|"internal", "message"
 
 from __future__ import annotations
 
+import collections
+import errno
 import json
 import logging
 import os
 import pwd
+import queue
+import selectors
 import socket
-import socketserver
 import subprocess
 import threading
 import time
@@ -29,7 +32,8 @@ import time
 from daccore.errors import AdminError, DacError, InternalError, Kind, UserError
 from daccore.user_requests import Caller, answer
 
-__all__ = ["serve", "ask", "caller", "decode", "MAX_REQUEST", "READ_TIMEOUT", "MAX_CLIENTS"]
+__all__ = ["serve", "ask", "caller", "decode", "MAX_REQUEST", "READ_TIMEOUT", "MAX_CLIENTS",
+           "PER_UID", "MAX_PENDING"]
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +41,22 @@ log = logging.getLogger(__name__)
 MAX_REQUEST = 8192
 #: seconds a client has to send its credential: a slow or silent client holds no slot longer
 READ_TIMEOUT = 5.0
-#: requests served at once; more are told the service is busy (create-persistent may wait
+#: requests checked and answered at once (worker threads): a slot is taken only by a whole
+#: line, and held past unmunge only by an authenticated request (create-persistent may wait
 #: step_timeout for dacd, so a slot is not always short)
 MAX_CLIENTS = 32
+#: of those, one uid's at most; its further requests wait, holding no thread, up to MAX_PARKED
+PER_UID = 4
+MAX_PARKED = 64
+#: connections still sending their line, held by the one reader thread; past this many the
+#: oldest is dropped (each costs a descriptor and at most MAX_REQUEST bytes)
+MAX_PENDING = 4096
+#: whole lines waiting for a worker; past this many a line is told the service is busy
+MAX_QUEUED = 1024
+#: the listen backlog (the kernel caps it at net.core.somaxconn), and connections accepted in
+#: one turn of the reader
+BACKLOG = 4096
+ACCEPT_BATCH = 256
 #: seconds munge or unmunge may take (a local socket round trip: ~1.3 ms measured)
 MUNGE_TIMEOUT = 10.0
 _MAGIC = "dac-user/1"  # in every payload: a munge credential made for something else is refused
@@ -95,97 +112,273 @@ def caller(uid: int, gid: int, admin_group: str) -> Caller:
     return Caller(uid, gid, rights(uid, groups, admin_group))
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    server: _Server
+class _Conn:
+    """A connection the reader holds: what it sent so far, until when it may send the rest."""
 
-    def handle(self) -> None:
-        if not self.server.slots.acquire(blocking=False):
-            self._reply({"error": {"kind": "admin", "message": (
-                f"dac's user service is busy ({MAX_CLIENTS} requests at once): try again")}})
+    __slots__ = ("sock", "data", "deadline", "draining")
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock, self.data, self.deadline, self.draining = sock, b"", deadline, False
+
+
+class _Service:
+    """One reader thread reads every connection, without blocking, until it holds a line: a
+    connection that sends nothing or trickles costs a file descriptor and a few bytes until
+    READ_TIMEOUT, never a thread or a slot (at most MAX_PENDING of them; past that the oldest
+    is dropped). A whole line goes to WORKERS threads: unmunge first, then the request is
+    answered in one of the caller's PER_UID slots, or waits (parked, holding no thread) for
+    one of that uid's requests to end; MAX_CLIENTS requests are answered at once at most."""
+
+    def __init__(self, address: tuple[str, int], config, store):
+        self.config, self.store = config, store
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.listener = socket.socket(family, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(address)
+        self.listener.listen(BACKLOG)  # the kernel caps it at net.core.somaxconn
+        self.listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.selector.register(self.wake_r, selectors.EVENT_READ)
+        self.conns: dict[socket.socket, _Conn] = {}  # in accept order: the oldest first
+        self.work: queue.Queue = queue.Queue(MAX_QUEUED)
+        self.lock = threading.Lock()
+        self.active: dict[int, int] = {}  # uid -> requests being answered
+        self.parked: dict[int, collections.deque] = {}  # uid -> requests waiting for a slot
+        self.stopping = False
+        self.workers = [threading.Thread(target=self._worker, daemon=True, name=f"usvc-{i}")
+                        for i in range(MAX_CLIENTS)]
+
+    # -- the reader -----------------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        for t in self.workers:
+            t.start()
+        while not self.stopping:
+            now = time.monotonic()
+            first = next(iter(self.conns.values()), None)
+            wait = 0.5 if first is None else min(0.5, max(0.0, first.deadline - now))
+            for key, _ in self.selector.select(wait):
+                if key.fileobj is self.listener:
+                    self._accept()
+                elif key.fileobj is self.wake_r:
+                    self._drain_wake()
+                else:
+                    self._readable(key.data)
+            self._expire(time.monotonic())
+        for _ in self.workers:
+            self.work.put(None)
+
+    def shutdown(self) -> None:
+        self.stopping = True
+        try:
+            self.wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):  # then the others get their turn
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:  # out of descriptors: the oldest waiting connection goes
+                if e.errno in (errno.EMFILE, errno.ENFILE) and self.conns:
+                    self._close(next(iter(self.conns.values())))
+                    continue
+                return
+            if len(self.conns) >= MAX_PENDING:
+                self._close(next(iter(self.conns.values())))
+            sock.setblocking(False)
+            conn = _Conn(sock, time.monotonic() + READ_TIMEOUT)
+            self.conns[sock] = conn
+            self.selector.register(sock, selectors.EVENT_READ, conn)
+            self._readable(conn)  # dacctl sends its line at once: often there already
+
+    def _readable(self, conn: _Conn) -> None:
+        if conn.sock not in self.conns:
+            return  # dropped meanwhile
+        try:
+            chunk = conn.sock.recv(MAX_REQUEST + 1 - len(conn.data) if not conn.draining
+                                   else 65536)
+        except (BlockingIOError, InterruptedError):
             return
+        except OSError:
+            chunk = b""
+        if conn.draining:
+            if not chunk:
+                self._close(conn)
+            return
+        conn.data += chunk
+        if len(conn.data) > MAX_REQUEST:
+            return self._refuse(conn, UserError(f"request larger than {MAX_REQUEST} bytes"))
+        if b"\n" not in conn.data and chunk:
+            return
+        line = conn.data.split(b"\n", 1)[0].strip()
+        if not line.startswith(b"MUNGE:"):
+            return self._refuse(conn, UserError(
+                "request is not a munge credential (run dacctl, which makes one)"))
+        self._forget(conn)
         try:
-            self._reply(self._answer())
-        finally:
-            self.server.slots.release()
+            self.work.put_nowait((conn.sock, line))
+        except queue.Full:
+            _send(conn.sock, _busy(f"{MAX_QUEUED} requests wait to be checked"))
 
-    def _answer(self) -> dict:
-        uid = verb = None
+    def _expire(self, now: float) -> None:
+        while self.conns:
+            conn = next(iter(self.conns.values()))
+            if conn.deadline > now:
+                return
+            if conn.draining:
+                self._close(conn)
+            else:
+                self._refuse(conn, UserError(
+                    f"request not received within {READ_TIMEOUT:.0f}s"))
+
+    def _refuse(self, conn: _Conn, e: DacError) -> None:
+        """A refusal before any credential was checked, sent from here: the send fits the
+        socket's buffer, and what the client still sends is read for up to a second before
+        the close (closing with unread bytes would reset the connection, and a reset makes the
+        client's kernel drop the reply before dacctl reads it)."""
+        log.info("uid None: null: refused: %s", e)
         try:
-            credential = self._read()
-            uid, gid, request = decode(credential, self.server.config.munge_socket)
-            verb = request.get("verb")
-            who = caller(uid, gid, self.server.config.admin_group)
-            result = answer(self.server.store, self.server.config, who, verb,
-                            request.get("args", {}))
+            conn.sock.send(json.dumps(_error(e)).encode() + b"\n")
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return self._close(conn)
+        del self.conns[conn.sock]  # to the end of the line, with a new deadline
+        conn.draining, conn.deadline = True, time.monotonic() + 1.0
+        self.conns[conn.sock] = conn
+
+    def _forget(self, conn: _Conn) -> None:
+        self.conns.pop(conn.sock, None)
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+
+    def _close(self, conn: _Conn) -> None:
+        self._forget(conn)
+        conn.sock.close()
+
+    # -- the workers ----------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        while (item := self.work.get()) is not None:
+            sock, line = item
+            uid = None
+            try:
+                uid, gid, request = decode(line, self.config.munge_socket)
+            except DacError as e:
+                log.info("uid None: null: refused: %s", e)
+                _send(sock, _error(e))
+                continue
+            except Exception:  # noqa: BLE001 - as in _answer
+                log.exception("uid None: null: failed")
+                _send(sock, _INTERNAL)
+                continue
+            task: tuple | None = (sock, uid, gid, request)
+            full = False
+            with self.lock:
+                if self.active.get(uid, 0) >= PER_UID:
+                    waiting = self.parked.setdefault(uid, collections.deque())
+                    if len(waiting) < MAX_PARKED:
+                        waiting.append(task)
+                        task = None
+                    else:
+                        task, full = None, True
+                else:
+                    self.active[uid] = self.active.get(uid, 0) + 1
+            if task is None:
+                if full:
+                    log.info("uid %s: refused: %d requests of this uid under way", uid,
+                             PER_UID + MAX_PARKED)
+                    _send(sock, _busy(f"{PER_UID + MAX_PARKED} requests of yours are under "
+                                      "way"))
+                continue
+            while task is not None:  # then this uid's parked requests, one by one
+                sock, uid, gid, request = task
+                try:
+                    _send(sock, self._answer(uid, gid, request))
+                finally:
+                    task = self._next_of(uid)
+
+    def _next_of(self, uid: int) -> tuple | None:
+        with self.lock:
+            waiting = self.parked.get(uid)
+            if waiting:
+                task = waiting.popleft()
+                if not waiting:
+                    del self.parked[uid]
+                return task
+            self.active[uid] -= 1
+            if not self.active[uid]:
+                del self.active[uid]
+            return None
+
+    def _answer(self, uid: int, gid: int, request: dict) -> dict:
+        verb = request.get("verb")
+        try:
+            who = caller(uid, gid, self.config.admin_group)
+            result = answer(self.store, self.config, who, verb, request.get("args", {}))
             log.info("uid %s: %s %s: ok", uid, json.dumps(verb),
                      json.dumps(request.get("args")))
             return {"ok": result}
         except DacError as e:
             log.info("uid %s: %s: refused: %s", uid, json.dumps(verb), e)
-            return {"error": {"kind": e.kind.value, "message": str(e)}}
+            return _error(e)
         except Exception:  # a bug must not end the service, nor reach the user as a traceback
             log.exception("uid %s: %s: failed", uid, json.dumps(verb))
-            return {"error": {"kind": "internal", "message": (
-                "dac's user service failed on this request: an admin finds why in its log")}}
-
-    def _read(self) -> bytes:
-        """One line, read by `READ_TIMEOUT` and at most `MAX_REQUEST` bytes."""
-        deadline = time.monotonic() + READ_TIMEOUT
-        data = b""
-        while b"\n" not in data:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise UserError(f"request not received within {READ_TIMEOUT:.0f}s")
-            self.connection.settimeout(left)
-            try:
-                chunk = self.connection.recv(MAX_REQUEST + 1 - len(data))
-            except socket.timeout:
-                continue
-            if not chunk:
-                break
-            data += chunk
-            if len(data) > MAX_REQUEST:
-                raise UserError(f"request larger than {MAX_REQUEST} bytes")
-        line = data.split(b"\n", 1)[0].strip()
-        if not line.startswith(b"MUNGE:"):
-            raise UserError("request is not a munge credential (run dacctl, which makes one)")
-        return line
-
-    def _reply(self, reply: dict) -> None:
-        """Send the reply, then read what the client still sends (an oversize request) for up
-        to a second: closing with unread bytes would reset the connection, and a reset makes
-        the client's kernel drop the reply before dacctl reads it."""
-        c = self.connection
-        try:
-            c.settimeout(READ_TIMEOUT)
-            c.sendall(json.dumps(reply).encode() + b"\n")
-            c.shutdown(socket.SHUT_WR)
-            deadline = time.monotonic() + 1.0
-            while (left := deadline - time.monotonic()) > 0:
-                c.settimeout(left)
-                if not c.recv(65536):
-                    break
-        except OSError:
-            pass  # the client went away or kept sending: nothing more is owed to it
+            return _INTERNAL
 
 
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    # a full backlog makes the kernel hold clients, not this process
-    request_queue_size = 128
+_INTERNAL = {"error": {"kind": "internal", "message": (
+    "dac's user service failed on this request: an admin finds why in its log")}}
 
-    def __init__(self, address, config, store):
-        self.config, self.store = config, store
-        self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.address_family = family
-        super().__init__(address, _Handler)
+
+def _error(e: DacError) -> dict:
+    return {"error": {"kind": e.kind.value, "message": str(e)}}
+
+
+def _busy(why: str) -> dict:
+    return {"error": {"kind": "admin", "message": f"dac's user service is busy ({why}): try "
+                                                  "again"}}
+
+
+def _send(sock: socket.socket, reply: dict) -> None:
+    """The reply, then the close; a client that does not read it within READ_TIMEOUT loses it.
+    The request was read to its end, so the close is no reset."""
+    try:
+        sock.setblocking(True)
+        sock.settimeout(READ_TIMEOUT)
+        sock.sendall(json.dumps(reply).encode() + b"\n")
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # the client went away: nothing more is owed to it
+    finally:
+        sock.close()
 
 
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def _more_descriptors() -> None:
+    """Every descriptor the hard limit allows: each waiting connection holds one."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def serve(config, ready=None) -> None:
@@ -198,22 +391,22 @@ def serve(config, ready=None) -> None:
         raise AdminError("user_service is not set in the config: set it to host:port "
                          "(docs/security.md)")
     store = Store.from_settings(config.etcd, role="slurm")  # Slurm's rights, no more
+    _more_descriptors()
     try:
-        server = _Server(_split(config.user_service), config, store)
+        server = _Service(_split(config.user_service), config, store)
     except OSError as e:
         raise AdminError(f"user service cannot listen on {config.user_service}: "
                          f"{e.strerror}") from None
 
-    def stop(signum, frame):  # shutdown() waits for serve_forever, so from another thread
-        threading.Thread(target=server.shutdown, daemon=True).start()
+    def stop(signum, frame):
+        server.shutdown()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("dac user service on %s (munge socket %s)", config.user_service,
              config.munge_socket or "munge's default")
     if ready:
         ready()
-    with server:
-        server.serve_forever(poll_interval=0.5)
+    server.serve_forever()
 
 
 # -- the client's side -------------------------------------------------------------------------
