@@ -155,47 +155,58 @@ def ensure_chroot(rel: Release, log=None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another `up` may be building it: wait for it
         if (root / ".ok").exists():
             return root
-        if log:
-            log(f"building the Slurm {rel.name} chroot (Debian {rel.suite}) in {root}: "
-                "about a minute, once")
-        started = time.monotonic()
-        build = cache / f"slurm-{rel.name}.build"
-        blog = cache / f"slurm-{rel.name}.log"
-        blog.write_text("")
-        shutil.rmtree(build, ignore_errors=True)
-        shutil.rmtree(root, ignore_errors=True)
-        script = f"/usr/share/debootstrap/scripts/{rel.script}"
-        _run(["debootstrap", "--variant=minbase", rel.suite, str(build), _mirror(), script],
-             "debootstrap", blog, 900, fetching.wgetrc(cache))
-        # no daemon may start inside while packages install; names resolve as on the host
-        policy = build / "usr/sbin/policy-rc.d"
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-        # a testing suite's Release file may be past its Valid-Until on the mirror served here
-        apt_conf = 'Acquire::Check-Valid-Until "false";\n'
-        # an https mirror is trusted as the host trusts it (a TLS-re-signing proxy's CA too)
-        bundle = fetching.ca_bundle()
-        if bundle:
-            shutil.copy(bundle, build / CHROOT_CA.lstrip("/"))
-            apt_conf += f'Acquire::https::CAInfo "{CHROOT_CA}";\n'
-        (build / "etc/apt/apt.conf.d/99dac-local").write_text(apt_conf)
-        for f in ("etc/resolv.conf", "etc/hosts"):
-            (build / f).unlink(missing_ok=True)
-            shutil.copy(f"/{f}", build / f)
-        apt = ("DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install "
-               "-y --no-install-recommends " + " ".join(PACKAGES) + " && apt-get clean")
-        _run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-              'mount -t proc proc "$1/proc" && exec chroot "$1" sh -c "$2"', "sh", str(build),
-              "apt-get update -q && " + apt], "apt-get install", blog, 900)
-        version = subprocess.run(["chroot", str(build), "dpkg-query", "-W", "-f",
-                                  "${Version}", "slurmctld"], capture_output=True, text=True)
-        if not version.stdout.startswith(rel.name):
-            raise AdminError(f"building the Slurm chroot: Debian {rel.suite} has slurmctld "
-                             f"{version.stdout or '(none)'}, not {rel.name} (log: {blog})")
-        build.rename(root)
-        (root / ".ok").write_text(f"slurmctld {version.stdout} built in "
-                                  f"{time.monotonic() - started:.0f}s\n")
-        return root
+        try:
+            return _build_chroot(rel, root, cache, log)
+        except OSError as e:  # one line for the admin, never a traceback
+            raise AdminError(f"building the Slurm {rel.name} chroot: {e} "
+                             f"(log: {cache / f'slurm-{rel.name}.log'})") from e
+
+
+def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
+    """debootstrap, then Slurm and the libraries the host's Python needs, in `cache`'s
+    `slurm-<release>.build`, renamed to `root` once whole."""
+    if log:
+        log(f"building the Slurm {rel.name} chroot (Debian {rel.suite}) in {root}: "
+            "about a minute, once")
+    started = time.monotonic()
+    build = cache / f"slurm-{rel.name}.build"
+    blog = cache / f"slurm-{rel.name}.log"
+    blog.write_text("")
+    shutil.rmtree(build, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+    script = f"/usr/share/debootstrap/scripts/{rel.script}"
+    _run(["debootstrap", "--variant=minbase", rel.suite, str(build), _mirror(), script],
+         "debootstrap", blog, 900, fetching.wgetrc(cache))
+    # no daemon may start inside while packages install; names resolve as on the host
+    policy = build / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    # a testing suite's Release file may be past its Valid-Until on the mirror served here
+    apt_conf = 'Acquire::Check-Valid-Until "false";\n'
+    # an https mirror is trusted as the host trusts it (a TLS-re-signing proxy's CA too)
+    bundle = fetching.ca_bundle()
+    if bundle:  # minbase has no ca-certificates, so no /etc/ssl/certs either
+        (build / CHROOT_CA.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(bundle, build / CHROOT_CA.lstrip("/"))
+        apt_conf += f'Acquire::https::CAInfo "{CHROOT_CA}";\n'
+    (build / "etc/apt/apt.conf.d/99dac-local").write_text(apt_conf)
+    for f in ("etc/resolv.conf", "etc/hosts"):
+        (build / f).unlink(missing_ok=True)
+        shutil.copy(f"/{f}", build / f)
+    apt = ("DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install "
+           "-y --no-install-recommends " + " ".join(PACKAGES) + " && apt-get clean")
+    _run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+          'mount -t proc proc "$1/proc" && exec chroot "$1" sh -c "$2"', "sh", str(build),
+          "apt-get update -q && " + apt], "apt-get install", blog, 900)
+    version = subprocess.run(["chroot", str(build), "dpkg-query", "-W", "-f",
+                              "${Version}", "slurmctld"], capture_output=True, text=True)
+    if not version.stdout.startswith(rel.name):
+        raise AdminError(f"building the Slurm chroot: Debian {rel.suite} has slurmctld "
+                         f"{version.stdout or '(none)'}, not {rel.name} (log: {blog})")
+    build.rename(root)
+    (root / ".ok").write_text(f"slurmctld {version.stdout} built in "
+                              f"{time.monotonic() - started:.0f}s\n")
+    return root
 
 
 def version(rel: Release) -> str:
