@@ -1,6 +1,8 @@
 """The Slurm releases the local DAC runs (daclocal/releases.py): what runs where, with what
 configuration; the chroots themselves are built and run by tests/e2e."""
 
+from pathlib import Path
+
 import pytest
 from clitools import run
 
@@ -123,3 +125,32 @@ def test_debians_own_interpreter_comes_in_by_its_files_not_its_usr(tmp_path, mon
     assert "/usr/bin/python3" in readonly_files
     binds = script.split("for d in ")[3].split(";")[0].split()
     assert "/usr" not in binds and "/usr/lib/python3.11" in binds
+
+
+def test_a_chroot_build_trusts_the_hosts_ca_and_fails_in_one_line(tmp_path, monkeypatch):
+    # debootstrap's minbase has no /etc/ssl/certs: the CA bundle's directory is made first
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DAC_LOCAL_CACHE", str(cache))
+    bundle = tmp_path / "proxy-ca.crt"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    ran = []
+
+    def fake_run(argv, what, log, timeout, extra_env=None):
+        ran.append(what)
+        if what == "debootstrap":  # what minbase leaves: no etc/ssl
+            build = Path(argv[3])
+            for d in ("usr/sbin", "etc/apt/apt.conf.d"):
+                (build / d).mkdir(parents=True)
+            assert extra_env == {"WGETRC": str(cache / "wgetrc")}
+        if what == "apt-get install":
+            raise OSError(28, "No space left on device")
+    monkeypatch.setattr(releases, "_run", fake_run)
+    with pytest.raises(AdminError, match=r"^building the Slurm 24.11 chroot: \[Errno 28\] No "
+                                         r"space left on device \(log: .*slurm-24.11.log\)$"):
+        releases.ensure_chroot(releases.release("24.11"))
+    build = cache / "slurm-24.11.build"
+    assert (build / "etc/ssl/certs/dac-local-ca.crt").read_text() == bundle.read_text()
+    assert 'Acquire::https::CAInfo "/etc/ssl/certs/dac-local-ca.crt";' in \
+        (build / "etc/apt/apt.conf.d/99dac-local").read_text()
+    assert ran == ["debootstrap", "apt-get install"]
