@@ -15,8 +15,9 @@ from daccore.inventory import summarize
 from daccore.states import State
 from daccore.units import format_size
 
-__all__ = ["pick_pool", "validate", "create_job_buffer", "create_persistent", "set_desired",
-           "attach", "detach", "needs_stage_out", "destroy", "wait_for", "paths_for"]
+__all__ = ["pick_pool", "validate", "await_persistent", "create_job_buffer",
+           "create_persistent", "set_desired", "attach", "detach", "needs_stage_out", "destroy",
+           "wait_for", "paths_for"]
 
 
 def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> str:
@@ -35,7 +36,9 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
     """Everything a user can get wrong before the job queues; raises UserError with one line.
     `at_setup`: burst_buffer/datawarp has already run the script's create_persistent or
     destroy_persistent (it does so before setup), so that buffer existing (the job owner's),
-    or being gone, is no error then."""
+    or being gone, is no error then. A persistentdw buffer that does not exist yet is no
+    error at submission: the job waits for it (Slurm's datawarp plugin holds it until the
+    buffer exists; setup waits for it, `await_persistent`), as Slurm's own tests expect."""
     if d.empty:
         return
     summaries = {s.name: s for s in summarize(store.summary_inventory())}
@@ -62,6 +65,8 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
         buffers = store.buffer_owners()
         for line, name in zip(d.persistent_lines, d.persistent, strict=True):
             owner = buffers.get(name)
+            if owner is None and not at_setup:
+                continue
             if owner is None:
                 raise NotFound(f"line {line}: persistentdw: no persistent buffer named '{name}'")
             if uid is not None and owner != uid:
@@ -81,6 +86,25 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
             if c.name in buffers and not (at_setup and buffers[c.name] == uid):
                 raise UserError(f"line {c.line}: create_persistent: a buffer named '{c.name}' "
                                 "already exists")
+
+
+def await_persistent(store, d: Directives, timeout: float, job: str) -> None:
+    """Until every persistent buffer the job attaches exists (one named by a persistentdw
+    submitted before the job that makes it), at most `timeout` seconds; then UserError: the
+    job is held, for its owner to release once the buffer is there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        owners = store.buffer_owners()
+        missing = [(line, name) for line, name in zip(d.persistent_lines, d.persistent,
+                                                      strict=True) if name not in owners]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            line, name = missing[0]
+            raise NotFound(f"line {line}: persistentdw: no persistent buffer named '{name}' "
+                           f"yet (waited {timeout:.0f}s); create it, then release the job "
+                           f"(scontrol release {job})")
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 def _check_access(line: int, access: str, pool) -> None:

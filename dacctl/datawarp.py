@@ -29,6 +29,10 @@ import sys
 
 #: Longest a hook inside slurmctld waits for an unreachable etcd before failing.
 HOT_TIMEOUT = 2.0
+#: Longest setup waits for a persistentdw buffer that does not exist yet (submitted before
+#: the job that makes it): burst_buffer/datawarp holds the job until Slurm knows the buffer,
+#: burst_buffer/lua cannot, and holds it once setup fails, for its owner to release.
+PERSISTENT_WAIT = 30.0
 HOT = ("job_process", "pools", "paths")
 
 FUNCTIONS = ("pools", "show_instances", "show_sessions", "show_configurations", "job_process",
@@ -327,9 +331,11 @@ def _full(args, settings: dict) -> str:
     if f == "setup":
         _need(args, "token", "user", "groupid", "job")
         check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))
+        directives = _script(args, config.lua_directive)
+        jobs.await_persistent(store, directives, min(config.step_timeout, PERSISTENT_WAIT),
+                              args.token)
         if jobs.create_job_buffer(_allocating(settings, store), int(args.token), args.user,
-                                  args.groupid,
-                                  _script(args, config.lua_directive), config.default_pool,
+                                  args.groupid, directives, config.default_pool,
                                   config.own_mgs_pools()):
             jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
         return ""

@@ -118,3 +118,28 @@ def test_a_buffer_being_torn_down_is_never_brought_back(site):
         jobs.set_desired(site, "pbuf", State.MOUNTED)
     jobs.detach(site, "7", ["pbuf"])  # nothing attached: no change, no error
     assert site.buffer("pbuf").record.desired_state is State.DELETED
+
+
+def test_a_persistentdw_of_a_buffer_not_made_yet_is_accepted_and_awaited(site):
+    """Slurm's tests submit the job that uses a persistent buffer before the job that makes
+    it: job_process accepts it, setup waits for the buffer (burst_buffer/lua; datawarp holds
+    the job itself until the buffer exists)."""
+    attach = script("#DW persistentdw name=pbuf")
+    jobs.validate(site, attach, None)
+    jobs.validate(site, attach, None, uid=1000)
+    with pytest.raises(NotFound) as e:
+        jobs.await_persistent(site, attach, 0.3, "7")
+    assert str(e.value) == ("line 2: persistentdw: no persistent buffer named 'pbuf' yet "
+                            "(waited 0s); create it, then release the job (scontrol release 7)")
+    import threading
+    made = threading.Timer(0.5, persistent, args=(site,))
+    made.start()
+    jobs.await_persistent(site, attach, 30, "7")  # returns once it is made
+    made.join()
+    assert site.buffer("pbuf") is not None
+    jobs.validate(site, attach, None, uid=1000, at_setup=True)
+    # made, and someone else's: still refused at submission when Slurm says who submits
+    with pytest.raises(UserError) as e:
+        jobs.validate(site, attach, None, uid=2000)
+    assert str(e.value) == ("line 2: persistentdw: persistent buffer 'pbuf' belongs to another "
+                            "user")
