@@ -3,6 +3,7 @@
     #DW jobdw capacity=<size> access_mode=striped|private|striped,private type=scratch [pool=<p>]
     #DW persistentdw name=<name>                     (repeatable)
     #DW stage_in  type=file|directory|list source=<abs path> destination=$DW_JOB_STRIPED/...
+    #DW stage_in  type=list source=<abs path>   (each line of the list: source destination)
     #DW stage_out type=file|directory|list source=$DW_JOB_STRIPED/... destination=<abs path>
     #DW swap <size>
     #BB create_persistent name=<name> capacity=<size> access_mode=...|access=... type=... [pool=]
@@ -12,7 +13,9 @@ Every directive is accepted under `#DW`, `#BB` and the site's burst_buffer/lua `
 (default `BB_LUA`). A line of bare `key=value` pairs (`#BB capacity=1TiB pool=fast`, what
 `sbatch --bb "capacity=… access=…"` produces) is a jobdw. As Slurm does, only the leading
 comment block of the script counts (it ends at the first line not starting with `#`), `#SBATCH`
-lines may be mixed in, and a trailing `\\` continues a line onto the next comment line.
+lines may be mixed in, and a trailing `\\` continues a line onto the next comment line. A key
+given twice with the same value counts once (Slurm's own tests write `type=scratch` twice); with
+two values it is refused.
 
 Standard library only, and nothing slow: job_process runs inside slurmctld under its locks.
 Every refusal is a DirectiveError whose message is one line: `line N: <directive>: <reason>`.
@@ -198,6 +201,8 @@ def _keys(number: int, directive: str, args: list[str], required: tuple[str, ...
             raise DirectiveError(number, directive, f"unknown key '{_show(key)}' (expected "
                                                     f"{', '.join(allowed + flags)})")
         if key in out:
+            if out[key] == value:  # as Slurm's own tests write `type=scratch` twice
+                continue
             raise DirectiveError(number, directive, f"{key} is given twice")
         if not value:
             raise DirectiveError(number, directive, f"{key} is empty")
@@ -291,7 +296,13 @@ def _swap(number: int, args: list[str], previous: int) -> int:
 
 
 def _stage(number: int, directive: str, args: list[str]) -> Stage:
-    k = _keys(number, directive, args, required=("type", "source", "destination"))
+    k = _keys(number, directive, args, required=("type", "source"))
+    if "destination" not in k:
+        if k["type"] != "list" or directive != "stage_in":
+            raise DirectiveError(number, directive, "destination is required")
+        # each line of the list names its source and its destination in the buffer
+        # ($DW_JOB_STRIPED/..., or relative to it), as data-acc and NERSC's scripts write it
+        k["destination"] = "$DW_JOB_STRIPED"
     if any("capacity=" in v for v in k.values()):
         # Slurm takes the first `capacity=` anywhere on a directive line as the buffer's size
         raise DirectiveError(number, directive, "a path contains 'capacity=', which Slurm "

@@ -143,7 +143,8 @@ def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
             raise _fail(src, e) from None
         kind = pair["type"]
         if kind == "list":
-            todo += _read_list(src, pair)[::-1]
+            todo += _read_list(src, pair, root if buffer_side == "source" else
+                               os.path.normpath(inside), buffer_side)[::-1]
             if len(todo) > LIST_ENTRIES:
                 raise CopyError(f"{src}: more than {LIST_ENTRIES} entries to stage")
             continue
@@ -157,9 +158,22 @@ def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
     return out
 
 
-def _read_list(path: str, pair: dict) -> list[dict]:
+#: how a list's lines name the buffer's striped directory (the user cannot know its path here)
+_STRIPED = ("$DW_JOB_STRIPED", "${DW_JOB_STRIPED}")
+
+
+def _buffer_side(path: str, inside: str) -> str:
+    """`path` with a leading $DW_JOB_STRIPED made the buffer's directory `inside`."""
+    for var in _STRIPED:
+        if path == var or path.startswith(var + "/"):
+            return inside + path[len(var):]
+    return path
+
+
+def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dict]:
     """A type=list file: `source destination` per line (absolute sources; a relative
-    destination is taken under the pair's destination), blank lines and #comments skipped.
+    destination is taken under the pair's destination; $DW_JOB_STRIPED on the buffer's side
+    is the buffer's striped directory, `inside`), blank lines and #comments skipped.
     Each entry is a file or a directory, as its source is. The list itself must be a regular
     file of at most LIST_BYTES, opened without following a link or waiting on a FIFO."""
     try:
@@ -190,6 +204,10 @@ def _read_list(path: str, pair: dict) -> list[dict]:
         if len(out) >= LIST_ENTRIES:
             raise CopyError(f"{path}: more than {LIST_ENTRIES} entries to stage")
         src, dst = words
+        if buffer_side == "source":
+            src = _buffer_side(src, inside)
+        else:
+            dst = _buffer_side(dst, inside)
         try:
             kind = "directory" if stat.S_ISDIR(os.lstat(src).st_mode) else "file"
         except OSError as e:

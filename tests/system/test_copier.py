@@ -221,3 +221,26 @@ def test_workers_copying_across_filesystems_never_mix_their_data(open_dir):
             assert (inside / "in" / f"f{i}").read_bytes() == (src / f"f{i}").read_bytes(), i
     finally:
         shutil.rmtree(shm)
+
+
+def test_a_list_names_each_destination_in_the_buffer_as_the_user_writes_it(open_dir):
+    """`#DW stage_in type=list source=<list>` without destination=: each line names its own
+    destination, under $DW_JOB_STRIPED (the buffer's path on the storage host is not the
+    user's to know) or relative to it."""
+    src = owned(open_dir / "src")
+    for name in ("a", "b", "c"):
+        (src / name).write_text(f"{name}\n")
+        os.chown(src / name, UID, GID)
+    listing = src / "list"
+    listing.write_text(f"{src}/a $DW_JOB_STRIPED/x/a\n{src}/b ${{DW_JOB_STRIPED}}/b\n"
+                       f"# a comment\n{src}/c rel/c\n")
+    os.chown(listing, UID, GID)
+    inside = owned(open_dir / "buffer")
+    rc, lines, stderr = run_copier(listing, inside, inside, kind="list")
+    assert (rc, stderr, lines[-1]) == (0, "", {"done": True})
+    assert [(inside / p).read_text() for p in ("x/a", "b", "rel/c")] == ["a\n", "b\n", "c\n"]
+    listing.write_text(f"{src}/a $DW_JOB_STRIPED/../escape\n")
+    rc, lines, _ = run_copier(listing, inside, inside, kind="list")
+    assert rc == 1 and lines[-1] == {"error": f"{inside}/../escape: must be an absolute path "
+                                              "without '..'"}
+    assert not (open_dir / "escape").exists()

@@ -47,6 +47,32 @@ def test_persistent_buffers_are_created_and_destroyed():
     assert (d.destroy[0].name, d.destroy[0].hurry) == ("old-1", True)
 
 
+def test_a_key_given_twice_with_the_same_value_counts_once():
+    """Slurm's own tests (test35.2, 35.3, 35.6) write `type=scratch` twice on the jobdw line."""
+    d = parse_script(script("#DW jobdw type=scratch capacity=1GiB access_mode=striped,private "
+                            "type=scratch"))
+    assert (d.jobdw.capacity, d.jobdw.access, d.jobdw.type) == (GiB, "striped,private",
+                                                                "scratch")
+    with pytest.raises(DirectiveError, match="^line 2: jobdw: type is given twice$"):
+        parse_script(script("#DW jobdw type=scratch capacity=1GiB type=cache"))
+    with pytest.raises(DirectiveError, match="^line 2: jobdw: capacity is given twice$"):
+        parse_script(script("#DW jobdw capacity=1GiB capacity=1024MiB"))  # same size, not text
+
+
+def test_a_list_stage_in_may_leave_each_destination_to_the_list():
+    d = parse_script(script("#DW jobdw capacity=1GiB",
+                            "#DW stage_in type=list source=/home/alice/files"))
+    assert [(s.type, s.source, s.destination) for s in d.stage_in] == [
+        ("list", "/home/alice/files", "$DW_JOB_STRIPED")]
+    for line in ("#DW stage_in type=file source=/home/alice/a",
+                 "#DW stage_out type=list source=$DW_JOB_STRIPED/list"):
+        with pytest.raises(DirectiveError, match="^line 3: stage_(in|out): destination is "
+                                                 "required$"):
+            parse_script(script("#DW jobdw capacity=1GiB", line))
+    with pytest.raises(DirectiveError, match="the job has no buffer for \\$DW_JOB_STRIPED"):
+        parse_script(script("#DW stage_in type=list source=/home/alice/files"))
+
+
 def test_only_the_leading_comment_block_counts_and_continuations_join():
     d = parse_script(script("#DW jobdw \\", "#   capacity=1GiB access_mode=private",
                             "", "#DW jobdw capacity=bogus"))
