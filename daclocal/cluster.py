@@ -33,7 +33,7 @@ from daccore.store import Store
 from daclocal import loopdev, releases, userbin
 from daclocal.etcd_server import EtcdCluster, EtcdServer
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
-from daclocal.slurm import SlurmCluster, munge_socket, start_munged
+from daclocal.slurm import SlurmCluster, check_chroot_reachable, munge_socket, start_munged
 
 __all__ = ["LocalState", "up", "down", "status", "env_lines", "restart_slurmctld", "POOL"]
 
@@ -134,6 +134,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                          "even one tolerates no more failures than the odd one below it")
     rel = releases.release(slurm_release)
     if slurm_nodes and not rel.host:
+        check_chroot_reachable(rel)
         releases.ensure_chroot(rel)  # before anything starts: a failed build leaves nothing
     from daclocal.etcd_releases import etcd_binary
     etcd_bin = etcd_binary(etcd_release)

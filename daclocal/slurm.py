@@ -25,7 +25,8 @@ from daccore.share import asset
 from daclocal import releases
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 
-__all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS", "start_munged", "munge_socket"]
+__all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS", "start_munged", "munge_socket",
+           "check_chroot_reachable"]
 
 #: Slurm refuses burst buffers to root's jobs; demo and tests submit as this user.
 SUBMIT_USER = "dacuser"
@@ -99,6 +100,26 @@ def _binary(name: str, rel: releases.Release | None = None) -> str:
         raise AdminError(f"{name} is not installed: run `make deps` (installs Debian's slurmctld, "
                          "slurmd, slurm-client and munge)")
     return path
+
+
+def check_chroot_reachable(rel: releases.Release) -> None:
+    """AdminError, before anything is built or started, unless the release's SlurmUser may
+    enter the chroot cache and every directory above it: slurmctld runs as that user and loads
+    its plugins from the chroot (PluginDir); a cache it cannot enter (DAC_LOCAL_CACHE made
+    0700) would otherwise end as `slurmctld exited (status 1)` with the cause in its log."""
+    if rel.host or rel.slurm_user == "root":
+        return
+    cache = releases.cache_dir().resolve()
+    for p in [cache, *cache.parents]:
+        try:
+            mode = os.stat(p).st_mode
+        except FileNotFoundError:
+            continue  # made 0755 when the chroot is built (releases._root_only_dir)
+        if not mode & 0o001:
+            where = "the chroot cache" if p == cache else f"the chroot cache {cache}'s parent"
+            raise AdminError(f"Slurm {rel.name} runs as {rel.slurm_user}, who cannot enter "
+                             f"{where} {p} (mode {mode & 0o7777:04o}): chmod o+x {p}, or set "
+                             "DAC_LOCAL_CACHE to a directory every user may enter")
 
 
 def ensure_submit_user() -> pwd.struct_passwd:
@@ -238,6 +259,7 @@ class SlurmCluster:
         ensure_submit_user()
         rel = self.release
         if not rel.host:
+            check_chroot_reachable(rel)
             releases.ensure_chroot(rel)
         for sub in ("etc", "state", "run", "log"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
@@ -356,6 +378,8 @@ class SlurmCluster:
                                                 plugin_dir=plugin_dir))
         if rel.at_least_24_05:
             (self.base / "etc" / "cgroup.conf").write_text(_CGROUP_CONF)
+        else:  # 22.05 knows no `disabled` plugin: a newer release's, left by `down`, must go
+            (self.base / "etc" / "cgroup.conf").unlink(missing_ok=True)
         bb = self.base / "etc" / "burst_buffer.conf"
         if self.plugin == "lua":
             bb.write_text(_BB_LUA)
