@@ -3,7 +3,7 @@
 on their hot path, and the models and the checks both need them)."""
 
 __all__ = ["NAME", "BUFFER_NAME", "JOB_KEY", "MAX_BYTES", "MAX_PATH", "MAX_STAGE_LINES",
-           "MAX_JOBS", "MAX_NODES"]
+           "MAX_STAGE_TEXT", "MAX_JOBS", "MAX_NODES"]
 
 #: hosts, bricks, pools, compute nodes: safe inside an etcd key, a path and an argv.
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -17,6 +17,10 @@ MAX_BYTES = 1 << 60
 MAX_PATH = 4096
 #: per direction; a job script with more is better served by one `type=list` line.
 MAX_STAGE_LINES = 1000
+#: UTF-8 bytes of every stage line's source and destination together: a buffer's record is one
+#: etcd value, and etcd refuses a request over 1.5 MiB (--max-request-bytes), which 1,000 lines
+#: of two 4,096-byte paths would be twice over.
+MAX_STAGE_TEXT = 512 << 10
 #: jobs attaching one persistent buffer at once, and compute nodes of one job.
 MAX_JOBS = 10_000
 MAX_NODES = 100_000

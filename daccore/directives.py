@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
+from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
 from daccore.errors import UserError
 from daccore.units import parse_capacity
 
@@ -100,7 +101,7 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
         script = script[:MAX_SCRIPT_BYTES].decode("utf-8", errors="surrogateescape")
     prefixes = {"#DW", "#BB", "#" + lua_directive}
     found = Directives()
-    jobdw_line = 0
+    jobdw_line = stage_bytes = 0
     for number, text in _directive_lines(script, prefixes):
         directive, args = _split(number, text)
         if directive == "jobdw":
@@ -114,9 +115,22 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
                 raise DirectiveError(number, directive, f"'{name}' is attached twice")
             found.persistent.append(name)
             found.persistent_lines.append(number)
+            if len(found.persistent) > MAX_STAGE_LINES:  # a record's bound (daccore.bounds)
+                raise DirectiveError(number, directive, f"more than {MAX_STAGE_LINES} "
+                                                        "persistentdw lines")
         elif directive in ("stage_in", "stage_out"):
             stage = _stage(number, directive, args)
-            (found.stage_in if stage.direction == "in" else found.stage_out).append(stage)
+            staged = found.stage_in if stage.direction == "in" else found.stage_out
+            staged.append(stage)
+            if len(staged) > MAX_STAGE_LINES:
+                raise DirectiveError(number, directive, f"more than {MAX_STAGE_LINES} "
+                                     f"{directive} lines: stage a directory, or name the files "
+                                     "in one type=list line")
+            stage_bytes += len(stage.source.encode()) + len(stage.destination.encode())
+            if stage_bytes > MAX_STAGE_TEXT:
+                raise DirectiveError(number, directive, f"the stage lines' paths come to more "
+                                     f"than {MAX_STAGE_TEXT // 1024} KiB: stage directories, or "
+                                     "name the files in one type=list line")
         elif directive == "swap":
             found.swap = _swap(number, args, found.swap)
             found.swap_line = number
@@ -312,6 +326,9 @@ def _stage(number: int, directive: str, args: list[str]) -> Stage:
                                                 "directory or list")
     for key in ("source", "destination"):
         path = k[key]
+        if len(path) > MAX_PATH:
+            raise DirectiveError(number, directive, f"{key} is {len(path)} characters long; "
+                                                    f"at most {MAX_PATH}")
         if ".." in path.split("/"):
             raise DirectiveError(number, directive, f"{key} '{_show(path)}' must not contain "
                                                     "'..'")

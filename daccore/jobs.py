@@ -41,7 +41,8 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
     buffer exists; setup waits for it, `await_persistent`), as Slurm's own tests expect."""
     if d.empty:
         return
-    summaries = {s.name: s for s in summarize(store.summary_inventory())}
+    inventory = store.summary_inventory()
+    summaries = {s.name: s for s in summarize(inventory)}
     requests = [(d.jobdw.line, "jobdw", d.jobdw.pool, d.jobdw.capacity)] if d.jobdw else []
     requests += [(c.line, "create_persistent", c.pool, c.capacity) for c in d.create]
     for line, directive, pool, capacity in requests:
@@ -57,6 +58,7 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
         if capacity > total:
             raise CapacityError(f"line {line}: {directive}: capacity {format_size(capacity)} "
                                 f"is more than pool '{name}' holds ({format_size(total)})")
+        _check_one_host(line, directive, capacity, name, inventory, s.granularity)
         if directive == "jobdw" and d.jobdw:
             _check_access(line, d.jobdw.access, s)
             if d.swap:
@@ -105,6 +107,21 @@ def await_persistent(store, d: Directives, timeout: float, job: str) -> None:
                            f"yet (waited {timeout:.0f}s); create it, then release the job "
                            f"(scontrol release {job})")
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def _check_one_host(line: int, directive: str, capacity: int, pool: str, inventory,
+                    granularity: int) -> None:
+    """A pool that keeps a buffer on one host (single_host) can never place one bigger than
+    its biggest host holds, up or not: refused now, not by setup once the job has queued and
+    Slurm has set the capacity aside for it."""
+    info = inventory.pools.get(pool)
+    if info is None or info.placement != "single_host":
+        return
+    most = max((v.pools.get(pool, 0) for v in inventory.views()), default=0) * granularity
+    if capacity > most:
+        raise CapacityError(f"line {line}: {directive}: capacity {format_size(capacity)} is "
+                            f"more than one host of pool '{pool}' holds ({format_size(most)}), "
+                            "and the pool keeps a buffer on one host")
 
 
 def _check_access(line: int, access: str, pool) -> None:

@@ -164,6 +164,16 @@ class BufferRequest(Record):
     persistent: list[BufferName] = Field([], max_length=bounds.MAX_STAGE_LINES,
                                          description="persistent buffers the job attaches")
 
+    @model_validator(mode="after")
+    def _stage_text(self) -> BufferRequest:
+        text = sum(len(s.source.encode(errors="surrogateescape")) +
+                   len(s.destination.encode(errors="surrogateescape"))
+                   for s in self.stage_in + self.stage_out)
+        if text > bounds.MAX_STAGE_TEXT:
+            raise ValueError(f"the stage lines' paths come to {text} bytes; at most "
+                             f"{bounds.MAX_STAGE_TEXT}")
+        return self
+
 
 class BrickRef(Record):
     host: Name

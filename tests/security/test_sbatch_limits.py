@@ -1,0 +1,132 @@
+"""Limits at sbatch (issue 30): every bound setup enforces, and every request no placement could
+ever satisfy, is refused by job_process, so by sbatch, in one line; a script job_process
+accepts makes a buffer at setup, never an internal error. A real Slurm 22.05 with each burst
+buffer plugin, a real local DAC (2 servers x 2 bricks of 512 MiB: a host holds 1 GiB, the pool
+2 GiB, one host per buffer), jobs submitted by an unprivileged user."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+from clitools import run, wait_for
+
+from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
+from daccore.config import load_config
+from daccore.store import Store
+from daclocal.slurm import SUBMIT_USER, ensure_submit_user
+
+JOBDW = "#DW jobdw capacity={} access_mode=striped type=scratch pool=default\n"
+
+
+@pytest.fixture(scope="module", params=["lua", "datawarp"])
+def limits_slurm(request):
+    """(env, jobs dir, plugin) of a local DAC wired to a real Slurm; always torn down."""
+    workdir = tempfile.mkdtemp(prefix=f"dac-limits-{request.param}-")
+    os.chmod(workdir, 0o755)
+    jobs = os.path.join(workdir, "jobs")
+    try:
+        run("dacctl", "local", "up", "--workdir", workdir, "--servers", "2",
+            "--bricks-per-server", "2", "--brick-size", "512MiB", "--slurm-nodes", "1",
+            "--slurm-plugin", request.param, timeout=120)
+        lines = run("dacctl", "local", "env", "--workdir", workdir).stdout.splitlines()
+        env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
+        user = ensure_submit_user()
+        os.mkdir(jobs)
+        os.chown(jobs, user.pw_uid, user.pw_gid)
+        yield env, jobs, request.param
+    finally:
+        run("dacctl", "local", "down", "--workdir", workdir, check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def script_file(jobs: str, body: str) -> str:
+    path = os.path.join(jobs, f"job{time.monotonic_ns()}.sh")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"#!/bin/bash\n{body}sleep 1\n")
+    os.chmod(path, 0o644)
+    return path
+
+
+def sbatch(env, jobs: str, body: str):
+    r = subprocess.run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable",
+                        script_file(jobs, body)], capture_output=True, text=True, timeout=60,
+                       cwd=jobs, env={**os.environ, **env})
+    return (r.stdout.strip().split(";")[0] or None) if r.returncode == 0 else None, r
+
+
+def stage_in(i: int) -> str:
+    return f"#DW stage_in type=file source=/tmp/in/f{i} destination=$DW_JOB_STRIPED/f{i}\n"
+
+
+REFUSED = [
+    (JOBDW.format("512MiB") + "".join(stage_in(i) for i in range(MAX_STAGE_LINES + 1)),
+     f"line {MAX_STAGE_LINES + 3}: stage_in: more than {MAX_STAGE_LINES} stage_in lines: "
+     "stage a directory, or name the files in one type=list line"),
+    (JOBDW.format("512MiB") + f"#DW stage_out type=file source=$DW_JOB_STRIPED/x destination=/"
+                              f"{'d' * MAX_PATH}\n",
+     f"line 3: stage_out: destination is {MAX_PATH + 1} characters long; at most {MAX_PATH}"),
+    (JOBDW.format("512MiB") + "".join(
+        f"#DW stage_in type=file source=/{'s' * 3999} destination=$DW_JOB_STRIPED/f{i:03}\n"
+        for i in range(140)),
+     # 4,000 + 19 bytes a line: the 130th crosses 512 KiB
+     f"line {2 + MAX_STAGE_TEXT // 4019 + 1}: stage_in: the stage lines' paths come to more "
+     f"than {MAX_STAGE_TEXT // 1024} KiB: stage directories, or name the files in one "
+     "type=list line"),
+    (JOBDW.format("1536MiB"),
+     "line 2: jobdw: capacity 1.5GiB is more than one host of pool 'default' holds (1GiB), and "
+     "the pool keeps a buffer on one host"),
+    (JOBDW.format("3GiB"), "line 2: jobdw: capacity 3GiB is more than pool 'default' holds "
+                           "(2GiB)"),
+]
+
+
+@pytest.mark.parametrize("body,reason", REFUSED,
+                         ids=["stage-lines", "path", "stage-text", "one-host", "pool"])
+def test_sbatch_refuses_what_setup_could_never_build_in_one_line(limits_slurm, body, reason):
+    env, jobs, plugin = limits_slurm
+    job_id, r = sbatch(env, jobs, body)
+    assert job_id is None, f"accepted as job {job_id}: {r.stdout}{r.stderr}"
+    assert f"sbatch: error: burst_buffer/{plugin}: {reason}" in r.stderr.splitlines(), r.stderr
+    assert "internal error" not in r.stderr
+
+
+def test_a_request_one_host_holds_runs_after_the_refused_ones(limits_slurm):
+    env, jobs, _ = limits_slurm
+    job_id, r = sbatch(env, jobs, JOBDW.format("1GiB"))
+    assert job_id, r.stderr
+
+    def ended():
+        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                             text=True, env={**os.environ, **env}).stdout
+        over = any(f"JobState={s} " in out for s in ("COMPLETED", "FAILED", "CANCELLED"))
+        return out if over and "BurstBufferState=complete" in out else None
+    out = wait_for(ended, 120, f"job {job_id} ended")
+    assert "JobState=COMPLETED " in out, out
+
+
+def test_setup_builds_every_script_at_the_bounds_job_process_accepts(limits_slurm):
+    env, jobs, _ = limits_slurm
+    body = (JOBDW.format("1GiB") + "".join(stage_in(i) for i in range(MAX_STAGE_LINES)) +
+            "".join(f"#DW stage_out type=file source=$DW_JOB_STRIPED/o{i} destination=/out/"
+                    f"o{i}\n" for i in range(MAX_STAGE_LINES - 1)) +
+            f"#DW stage_out type=file source=$DW_JOB_STRIPED/x destination=/{'o' * 4095}\n")
+    scripts = os.path.join(os.path.dirname(jobs), "scripts")  # as Slurm's own copy: root's
+    os.makedirs(scripts, mode=0o755, exist_ok=True)
+    path = script_file(scripts, body)
+    r = run("dacctl", "--function", "job_process", "--job", path, env=env, check=False)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    job = "4242"
+    r = run("dacctl", "--function", "setup", "--token", job, "--caller", "SLURM", "--user",
+            "1234", "--groupid", "4321", "--job", path, env=env, check=False, timeout=120)
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
+        request = store.buffer(job).record.request
+        assert (len(request.stage_in), len(request.stage_out)) == (MAX_STAGE_LINES,) * 2
+        assert max(len(s.destination) for s in request.stage_out) == MAX_PATH
+    finally:
+        run("dacctl", "--function", "teardown", "--token", job, "--job", path, "--hurry",
+            env=env, check=False, timeout=120)
