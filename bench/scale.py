@@ -68,7 +68,7 @@ def serve(config_path: str, hosts: list[str], status_file: str) -> None:
     steps: Counter = Counter()
     lock = threading.Lock()
 
-    def run_step(backend, step, host, variables, on_task, inventory=None, forks=None):
+    def run_step(backend, step, host, variables, on_task, inventory=None, forks=None, ssh=None):
         with lock:  # the backend that does nothing: what dacd pays around a playbook
             steps[step] += 1
 

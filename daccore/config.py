@@ -34,7 +34,7 @@ from daccore.models import Backend, Name, PlacementPolicy
 from daccore.units import format_size, parse_size
 
 __all__ = ["DacConfig", "EtcdSettings", "PoolSettings", "BrickSettings", "HostSettings",
-           "load_config", "config_path", "DEFAULT_PATH"]
+           "SshSettings", "load_config", "config_path", "DEFAULT_PATH"]
 
 
 def _size(value: Any) -> Any:
@@ -74,6 +74,42 @@ class EtcdSettings(Settings):
     @property
     def urls(self) -> list[str]:
         return etcd_urls(self.endpoints, self.tls)
+
+
+class SshSettings(Settings):
+    """How a buffer's primary dacd reaches the other servers and the compute nodes (lustre,
+    daos). A node that stops answering is given up within `unreachable_timeout`: a connection
+    that cannot open fails after `connect_timeout`, a session whose peer went silent after
+    `alive_interval` x `alive_count`, and a step that met such a node ends then
+    (docs/reliability.md)."""
+    known_hosts: str = Field(
+        "/etc/dac/ssh_known_hosts", pattern=r"^/",
+        description="the host keys of every server and compute node dacd reaches, kept by the "
+                    "admin (docs/admin.md); a host whose key is not there, or differs, is "
+                    "refused")
+    strict_host_keys: bool = Field(
+        True, description="check host keys against known_hosts (StrictHostKeyChecking yes); "
+                          "false accepts any key, as Ansible does by default")
+    connect_timeout: int = Field(10, ge=1, description="seconds to open a connection")
+    alive_interval: int = Field(5, ge=1, description="seconds between two keepalives of a "
+                                                     "session (ServerAliveInterval)")
+    alive_count: int = Field(3, ge=1, description="keepalives unanswered before a session is "
+                                                  "dropped (ServerAliveCountMax)")
+    task_timeout: int = Field(
+        900, ge=0, description="seconds one task of a playbook may run on a host before it is "
+                               "stopped (a mount that blocks); 0 = no limit")
+    unreachable_timeout: int = Field(
+        60, ge=5, description="seconds after its start a step that found a host unreachable "
+                              "is stopped, if still running; keep it below step_timeout")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SshSettings:
+        lost = max(self.connect_timeout, self.alive_interval * self.alive_count)
+        if lost >= self.unreachable_timeout:
+            raise ValueError(f"unreachable_timeout: {self.unreachable_timeout} s is not more "
+                             f"than the {lost} s it takes to find a host unreachable "
+                             "(connect_timeout, alive_interval x alive_count)")
+        return self
 
 
 #: a Lustre LNet NID: <address or host name>@<net type><net number>, e.g. 10.0.0.1@o2ib1
@@ -245,6 +281,7 @@ class DacConfig(Settings):
                           "ansible-playbook each run")
     node_ansible_vars: AnsibleVars = Field(
         {}, description="inventory variables to reach compute nodes (lustre, daos clients)")
+    ssh: SshSettings = Field(SshSettings(), description="how dacd reaches other hosts over ssh")
     stage_workers: int = Field(4, ge=1, description="copy processes per stage_in/stage_out")
     step_timeout: float = Field(
         270, gt=0, description="seconds setup/pre_run/post_run/teardown wait for dacd; keep it "
@@ -277,6 +314,14 @@ class DacConfig(Settings):
         "", pattern=r"^(/.*)?$",
         description="munged's socket, for the user service and its clients ('' = munge's "
                     "default, /run/munge/munge.socket.2)")
+
+    @model_validator(mode="after")
+    def _ssh_within_step(self) -> DacConfig:
+        if self.ssh.unreachable_timeout >= self.step_timeout:
+            raise ValueError(f"ssh.unreachable_timeout: {self.ssh.unreachable_timeout} s must be "
+                             f"less than step_timeout ({self.step_timeout:g} s), or Slurm stops "
+                             "waiting before dacd can say which host is unreachable")
+        return self
 
     def node_mount_root(self, node: str) -> str:
         return (self.node_root or self.mount_root).replace("{node}", node)

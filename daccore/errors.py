@@ -9,6 +9,7 @@
     │   ├── StoreUnavailable      etcd cannot be reached
     │   ├── NoCredential          this account cannot read the etcd credential it needs
     │   └── PlaybookFailed        a lifecycle step's playbook failed on a storage host
+    │       └── HostsUnreachable  ... because hosts did not answer over ssh
     └── InternalError             a bug or a broken invariant in dac itself
         └── Conflict              a compare-and-swap lost a race (re-read and try again)
             └── Superseded        the buffer acted on was deleted or created anew meanwhile
@@ -114,6 +115,45 @@ class PlaybookFailed(AdminError):
         super().__init__(f"{step} failed on {host} at task '{task}' (rc {rc}): {tail[:300]}")
         self.step, self.task, self.host, self.rc = step, task, host, rc
         self.output = output[-8000:]  # bounded: kept in the buffer's status for the admin
+
+
+class HostsUnreachable(PlaybookFailed):
+    """A step met hosts that did not answer over ssh (down, cut off, a host key refused).
+    `touched`: the hosts that ran at least one task of the step (any of them may have done
+    part of it; the others did nothing)."""
+
+    def __init__(self, step: str, origin: str, reasons: dict[str, str], known_hosts: str,
+                 touched: frozenset[str] = frozenset()):
+        hosts = sorted(reasons)
+        named = ", ".join(hosts)
+        why = _ssh_words(reasons[hosts[0]])
+        if any(_key_refused(r) for r in reasons.values()):
+            fix = (f"an admin must check {named} and put its current host key in {known_hosts} "
+                   "(docs/admin.md, 'Host keys')")
+        else:
+            them = "it" if len(hosts) == 1 else "them"
+            fix = (f"an admin must bring {named} back, or take {them} out of service (a "
+                   "compute node: scontrol update nodename=<node> state=down)")
+        AdminError.__init__(self, f"{step} failed on {origin}: {named} unreachable over ssh "
+                                  f"({why}); {fix}")
+        self.step, self.task, self.host, self.rc = step, "(connect)", hosts[0], 255
+        self.hosts, self.touched = hosts, touched
+        self.output = "\n".join(f"{h}: {reasons[h]}" for h in hosts)[-8000:]
+
+
+def _key_refused(reason: str) -> bool:
+    reason = reason.lower()
+    return "host key verification failed" in reason or "identification has changed" in reason
+
+
+def _ssh_words(reason: str, limit: int = 200) -> str:
+    """ssh's own last words in Ansible's message ("Host key verification failed.", "ssh:
+    connect to host … Connection timed out"), without Ansible's wrapping."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    last = lines[-1] if lines else "no answer"
+    for lead in ("via ssh: ", "reached over ssh: ", "Task failed: "):
+        last = last.split(lead, 1)[-1]
+    return last[:limit]
 
 
 class InternalError(DacError):

@@ -457,7 +457,7 @@ class Reconciler:
                                backend.variables(buf, step, attached),
                                lambda task: status(step=f"{step}: {task}"),
                                inventory=backend.inventory(buf, step, attached),
-                               forks=self.config.ansible_forks)
+                               forks=self.config.ansible_forks, ssh=self.config.ssh)
         except (Fenced, Superseded):
             raise  # nothing may be written: the next lease's pass runs the step again, and
             # a buffer deleted or created anew is looked at afresh
@@ -468,6 +468,11 @@ class Reconciler:
             message = printable(str(e))  # a path in it may hold any byte (daccore/escape.py)
             log.error("buffer %s (job %s): %s", name, buf.job_id, message)
             metrics.step_finished(step, backend, started, e)
+            if step in ("mount", "unmount", "delete"):
+                # what a failed step may have mounted is what the next step unmounts
+                attached = may_be_attached(attached, buf.attachments, e)
+            elif step == "create" and backend is not None and backend.one_run_for_all_hosts:
+                self._undo_create(buf, backend)
             status(error=StatusError(category=e.kind, message=message,
                                      detail=getattr(e, "output", "")[-8000:]))
             return
@@ -478,6 +483,22 @@ class Reconciler:
         elif step == "delete":
             attached = {}
         status(state=target, step="", error=None)
+
+    def _undo_create(self, buf, backend) -> None:
+        """A create that failed on one server stops everywhere (any_errors_fatal); what the
+        others built is taken down at once, not left for Slurm's teardown (which runs delete
+        again: it is idempotent)."""
+        try:
+            self._run_step(backend.name, "delete", self.host, backend.variables(buf, "delete"),
+                           None, inventory=backend.inventory(buf, "delete", {}),
+                           forks=self.config.ansible_forks, ssh=self.config.ssh)
+            log.info("buffer %s (job %s): what the failed create built is removed", buf.name,
+                     buf.job_id)
+        except (Fenced, Superseded):
+            raise
+        except Exception as e:  # noqa: BLE001 - teardown runs delete again
+            log.error("buffer %s (job %s): removing what the failed create built: %s",
+                      buf.name, buf.job_id, printable(str(e)))
 
     def _stage(self, buf, step: str, backend, on_progress, run) -> None:
         """Staging runs on the primary host, which has the filesystem mounted; progress goes
@@ -500,6 +521,19 @@ class Reconciler:
                 log.info("buffer %s (job %s): deleted, bricks released", buf.name, buf.job_id)
             except Conflict:
                 self.schedule(buf.name)  # the spec moved on meanwhile: look again
+
+
+def may_be_attached(attached: dict[str, list[str]], wanted: dict[str, list[str]],
+                    error: Exception) -> dict[str, list[str]]:
+    """What a failed mount, unmount or delete may have left mounted: what was mounted before,
+    and every node the spec attaches, except nodes that never answered in the step (they ran
+    none of its tasks). Recorded as attached, so the next step unmounts them."""
+    silent = set(getattr(error, "hosts", ())) - set(getattr(error, "touched", ()))
+    out = {job: list(nodes) for job, nodes in attached.items()}
+    for job, nodes in wanted.items():
+        merged = out.setdefault(job, [])
+        merged += [n for n in nodes if n not in silent and n not in merged]
+    return {job: nodes for job, nodes in out.items() if nodes}
 
 
 def _named_hosts(text: bytes | str) -> set[str]:

@@ -5,7 +5,9 @@ facts off, pipelining on, the backend's inventory (hosts over the local connecti
 interpreter unless the inventory names one), and PATH carrying the venv's ansible-playbook.
 With a warm server (dacd/warm_ansible.py), runner starts its client as the ansible-playbook.
 Runner events feed `on_task` (the task being run, for the buffer's status); a failure becomes
-PlaybookFailed with the failing task and its output, bounded.
+PlaybookFailed with the failing task and its output, bounded; hosts that did not answer over ssh
+(`runner_on_unreachable`) become HostsUnreachable, naming them, and stop the run once the step
+has run `ssh.unreachable_timeout` seconds.
 """
 
 from __future__ import annotations
@@ -16,16 +18,20 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from daccore.errors import InternalError, PlaybookFailed
+from daccore.errors import HostsUnreachable, InternalError, PlaybookFailed
 from daccore.share import asset
 from dacd.warm_ansible import WarmAnsible
 
+if TYPE_CHECKING:
+    from daccore.config import SshSettings
+
 log = logging.getLogger(__name__)
 
-__all__ = ["playbooks", "run_step", "sweep_stale_runs"]
+__all__ = ["playbooks", "run_step", "ssh_environment", "sweep_stale_runs"]
 
 
 
@@ -54,10 +60,14 @@ def _no_nap_after_exit() -> None:
 
 def run_step(backend: str, step: str, host: str, extravars: dict,
              on_task: Callable[[str], None] | None = None, inventory: dict | None = None,
-             forks: int = 20, warm: WarmAnsible | None = None) -> None:
+             forks: int = 20, warm: WarmAnsible | None = None,
+             ssh: SshSettings | None = None) -> None:
     """Run daccore/share/playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory`
-    (default: this machine), through `warm`'s server when given; PlaybookFailed, naming the
-    host whose task failed, on failure."""
+    (default: this machine), through `warm`'s server when given, reaching other hosts as
+    `ssh` says (default: daccore.config's defaults); PlaybookFailed, naming the host whose
+    task failed, or HostsUnreachable, naming those that did not answer, on failure."""
+    from daccore.config import SshSettings
+    ssh = ssh or SshSettings()
     import ansible_runner  # ~100 ms: only dacd pays it
     _no_nap_after_exit()
 
@@ -67,12 +77,23 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         raise InternalError(f"playbook {backend}/{step}.yml is missing from {project.parent}; "
                             "reinstall dac")
     failed: dict = {}
+    unreachable: dict[str, str] = {}  # host -> why
+    touched: set[str] = set()  # hosts that ran a task of this step (it may have done something)
+    started = time.monotonic()
 
     def event(ev: dict) -> bool:
         data = ev.get("event_data", {})
-        if ev.get("event") == "playbook_on_task_start" and on_task:
+        kind = ev.get("event")
+        if kind == "playbook_on_task_start" and on_task:
             on_task(data.get("task", ""))
-        if ev.get("event") == "runner_on_failed" and not failed:
+        if kind in _TOUCHED and data.get("host"):
+            touched.add(data["host"])
+        if kind == "runner_on_unreachable" and data.get("host"):
+            res = data.get("res", {})
+            unreachable.setdefault(data["host"], str(res.get("msg", "")) or "no answer")
+            log.warning("%s: %s unreachable at task '%s': %s", step, data["host"],
+                        data.get("task", "?"), unreachable[data["host"]])
+        if kind == "runner_on_failed" and not failed:
             res = data.get("res", {})
             # a loop's failure is its first failed item's
             res = next((i for i in res.get("results") or [] if i.get("failed")), res)
@@ -89,7 +110,8 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
     try:
         bindir = os.path.dirname(sys.executable)
         envvars = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
-                   "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit"}
+                   "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit",
+                   **ssh_environment(ssh)}
         if warm is not None:  # first: it may move the client
             envvars["DAC_WARM_ANSIBLE"] = warm.ensure()
         # runner runs a `binary` as given: the playbook goes on its command line
@@ -102,18 +124,47 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         r = ansible_runner.run(
             private_data_dir=workdir, project_dir=str(project), **how,
             inventory=inventory_file, event_handler=event, quiet=True, forks=forks,
-            envvars=envvars)
+            envvars=envvars, settings={"pexpect_timeout": 1},
+            # a host found unreachable ends the step once it has run unreachable_timeout: the
+            # other hosts have had their time, and the waiting Slurm call hears which host
+            cancel_callback=lambda: bool(unreachable) and
+            time.monotonic() - started > ssh.unreachable_timeout)
         if (r.status != "successful" or r.rc != 0) and not failed:
             output = _stdout_tail(r)  # no task failed: ansible itself did (syntax, start-up)
     finally:
         _exit_if_forked(dacd)
         shutil.rmtree(workdir, ignore_errors=True)
+    if unreachable and (r.status != "successful" or r.rc != 0):
+        raise HostsUnreachable(step, host, unreachable, ssh.known_hosts, frozenset(touched))
     if r.status != "successful" or r.rc != 0:
         raise PlaybookFailed(step, failed.get("task", "(before any task)"),
                              failed.get("host", host),
                              failed.get("rc", r.rc if r.rc is not None else -1),
                              failed.get("output") or output or
                              f"ansible-runner ended with status {r.status}")
+
+
+#: runner events of a host that ran a task (its connection worked, so it may have done it)
+_TOUCHED = frozenset({"runner_on_ok", "runner_on_failed", "runner_item_on_ok",
+                      "runner_item_on_failed"})
+
+
+def ssh_environment(ssh: SshSettings) -> dict[str, str]:
+    """Ansible's settings for reaching hosts as `ssh` says. ansible-runner turns host key
+    checking off unless ANSIBLE_HOST_KEY_CHECKING is set; ssh takes the first value it is
+    given for an option, and Ansible puts ssh_args first. The same for every run of a dacd,
+    so the warm server's imported settings stay valid (dacd/warm_ansible.py)."""
+    strict = "yes" if ssh.strict_host_keys else "no"
+    args = ["-C", "-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
+            "-o", f"StrictHostKeyChecking={strict}",
+            "-o", f"UserKnownHostsFile={ssh.known_hosts}",
+            "-o", f"ServerAliveInterval={ssh.alive_interval}",
+            "-o", f"ServerAliveCountMax={ssh.alive_count}",
+            "-o", f"ConnectTimeout={ssh.connect_timeout}", "-o", "BatchMode=yes"]
+    return {"ANSIBLE_HOST_KEY_CHECKING": str(ssh.strict_host_keys),
+            "ANSIBLE_SSH_ARGS": " ".join(args),
+            "ANSIBLE_TIMEOUT": str(ssh.connect_timeout),
+            "ANSIBLE_TASK_TIMEOUT": str(ssh.task_timeout)}
 
 
 def _exit_if_forked(dacd: int) -> None:

@@ -45,7 +45,8 @@ class Server:
         self.lock = threading.Lock()
         self.rec = Reconciler(self.store, cfg, host, self.run_step)
 
-    def run_step(self, backend, step, host, variables, on_task, inventory=None, forks=None):
+    def run_step(self, backend, step, host, variables, on_task, inventory=None, forks=None,
+                 ssh=None):
         with self.lock:
             self.steps.append((variables["buffer"], step))
 
