@@ -185,11 +185,17 @@ def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
 def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool: str | None,
                       access: str, type_: str, default_pool: str | None,
                       own_mgs_pools: frozenset = frozenset()) -> None:
+    from daccore.bounds import MAX_BYTES
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest
     if access != "striped":
         raise UserError(f"create_persistent: access '{access}': persistent buffers are striped "
                         "(every attaching job sees one directory)")
+    if type_ != "scratch":  # as the directive grammar says
+        raise UserError(f"create_persistent: type '{type_}' is not supported; use scratch")
+    if capacity > MAX_BYTES:  # a record's bound, refused here rather than by its model
+        raise CapacityError(f"create_persistent: capacity {format_size(capacity)} is more "
+                            "than any pool holds")
     pool = pick_pool(pool, default_pool, list(store.pools()))
     request = BufferRequest(capacity=capacity, pool=pool, access=access, type=type_)
     allocate_buffer(store, lambda a: _buffer(name, uid, gid, None, True, request, a),

@@ -12,9 +12,12 @@ import time
 
 import pytest
 from clitools import run, wait_for
+from security.entry_helpers import ALICE, dacctl_as
 
+from daccore import admin
 from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
 from daccore.config import load_config
+from daccore.errors import UserError
 from daccore.store import Store
 from daclocal.slurm import SUBMIT_USER, ensure_submit_user
 
@@ -130,3 +133,16 @@ def test_setup_builds_every_script_at_the_bounds_job_process_accepts(limits_slur
     finally:
         run("dacctl", "--function", "teardown", "--token", job, "--job", path, "--hurry",
             env=env, check=False, timeout=120)
+
+
+def test_a_users_create_persistent_beyond_any_bound_is_a_user_error(limits_slurm):
+    """The other way users ask for capacity: `dacctl create-persistent` through the user
+    service (a raw request may name any type too). One user line, never an internal one."""
+    env, _, _ = limits_slurm
+    r = dacctl_as(ALICE, "create-persistent", "--name", "huge", "--capacity", "2048PiB", env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", "dacctl: user error: create_persistent: "
+                                                  "capacity 2048PiB is more than any pool holds\n")
+    config = load_config(env["DAC_CONFIG"], env={})
+    with pytest.raises(UserError, match="^create_persistent: type 'cache' is not supported"):
+        admin.create_persistent(Store.from_settings(config.etcd), config, "cached", 1 << 20,
+                                None, "striped", "cache", ALICE)
