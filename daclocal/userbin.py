@@ -4,8 +4,10 @@ Users' commands (status, pools, create-persistent, ...) reach the user service a
 the user must be able to run an interpreter and import dac and its dependencies. Root's may be
 out of their reach: a pyenv build under /root (0700), or a venv inside a clone under /root. So:
 
-- the interpreter is root's own when every user can run it, else Debian's /usr/bin/python3 when
-  it is the same X.Y (the compiled dependencies are built for X.Y);
+- the interpreter is root's own (the file itself, not a venv's link to it) when every user can
+  run it, else Debian's /usr/bin/python3 when it is the same X.Y (the compiled dependencies
+  are built for X.Y); it runs with no site-packages but those named, so dac's dependencies are
+  the venv's, never an older copy in the system's dist-packages;
 - the import paths (dac itself, the venv's site-packages) are used where they are when every
   user can read them, else copied into `DIR/lib/` (root's, 0755): hard links where the
   filesystem allows (instant, no space), else copies. `down` leaves them; the next `up` makes
@@ -53,14 +55,15 @@ def open_to_all(path: str | os.PathLike, execute: bool = False) -> bool:
 
 
 def _interpreter() -> str | None:
-    """root's interpreter if every user can run it and read its stdlib, else Debian's of the
-    same X.Y, else None."""
+    """root's interpreter itself (not a venv's link to it, which may sit in a private tree) if
+    every user can run it and read its stdlib, else Debian's of the same X.Y, else None."""
     stdlib = sysconfig.get_paths()["stdlib"]
-    if open_to_all(sys.executable, execute=True) and open_to_all(stdlib):
-        return sys.executable
+    real = os.path.realpath(sys.executable)
+    if open_to_all(real, execute=True) and open_to_all(stdlib):
+        return real
     if os.path.exists(SYSTEM_PYTHON) and os.path.realpath(SYSTEM_PYTHON).endswith(
             f"python{sys.version_info[0]}.{sys.version_info[1]}"):
-        return SYSTEM_PYTHON
+        return os.path.realpath(SYSTEM_PYTHON)
     return None
 
 
@@ -103,8 +106,10 @@ def write_launcher(workdir: Path) -> str | None:
         dirs.append(str(dst))
     path = launcher(workdir)
     path.parent.mkdir(mode=0o755, exist_ok=True)
+    # -I: no PYTHONPATH or user site; -S: no system site-packages either (Debian's
+    # dist-packages may hold older click or pydantic), only the directories named here
     path.write_text("#!/bin/sh\n# dacctl for this local DAC's users (daclocal/userbin.py)\n"
-                    f"exec {shlex.quote(python)} -I -c {shlex.quote(_BOOT)} {len(dirs)} "
+                    f"exec {shlex.quote(python)} -I -S -c {shlex.quote(_BOOT)} {len(dirs)} "
                     f"{' '.join(shlex.quote(d) for d in dirs)} \"$@\"\n")
     path.chmod(0o755)
     return None

@@ -2,6 +2,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -146,4 +147,6 @@ def test_a_private_venv_is_copied_where_users_reach_it(open_dir, monkeypatch):
                        group=USER_UID, extra_groups=[], cwd="/", capture_output=True,
                        text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0 and r.stdout.startswith("dac, version "), r
-    assert str(workdir / "lib") in (workdir / "bin" / "dacctl").read_text()
+    text = (workdir / "bin" / "dacctl").read_text()
+    assert str(workdir / "lib") in text
+    assert sys.prefix not in text  # nothing of the private venv, its python link included
