@@ -12,6 +12,7 @@ import grp
 from typing import Iterable
 
 from daccore import jobs
+from daccore.bb_policy import check_persistent
 from daccore.directives import PERSISTENT_NAME
 from daccore.errors import NotFound, UserError
 from daccore.models import State
@@ -64,6 +65,7 @@ def create_persistent(store, config, name: str, capacity: int, pool: str | None,
     if uid is not None and not admin and (uid, gid) != caller:
         raise UserError("only root or the admin group may create a buffer for another user "
                         "(--user, --group)")
+    check_persistent(config, caller[0], 0 if admin else caller[0], "create")
     if not PERSISTENT_NAME.match(name):
         raise UserError(f"create-persistent: name '{name}' must start with a letter and "
                         "contain only letters, digits, _ . -")
@@ -88,6 +90,7 @@ def destroy_persistent(store, config, name: str, uid: int) -> None:
     current = store.buffer(name)
     if current is None or uid not in (0, current.record.owner_uid):
         raise NotFound(f"no persistent buffer '{name}' of yours")
+    check_persistent(config, uid, uid, "destroy")
     if not current.record.persistent:
         job = current.record.job_id
         raise UserError(f"buffer '{name}' belongs to job {job} and goes when the job ends "

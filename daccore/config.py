@@ -306,6 +306,12 @@ class DacConfig(Settings):
     min_owner_uid: int = Field(
         1000, ge=0, description="lowest uid (and gid) a buffer may belong to; dacd skips a "
                                 "record below it. 0 lets root own buffers (docs/security.md)")
+    burst_buffer_conf: str = Field(
+        "", pattern=r"^(/.*)?$",
+        description="Slurm's burst_buffer.conf, whose AllowUsers, DenyUsers and "
+                    "Flags=EnablePersistent/DisablePersistent dac applies to users' "
+                    "`dacctl create-persistent` and `destroy-persistent` as Slurm does to "
+                    "#BB create_persistent ('' = none; docs/security.md)")
     user_service: str = Field(
         "", pattern=r"^((\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5})?$",
         description="host:port of dac's user service, which answers users' dacctl commands "

@@ -196,7 +196,10 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                   "mount_root": str(workdir / MOUNT_ROOT),
                   "node_root": str(workdir / NODE_ROOTS / "{node}"),
                   "user_service": f"127.0.0.1:{free_port()}",
-                  "munge_socket": str(munge_socket(workdir)), "slurm_user": slurm_user}
+                  "munge_socket": str(munge_socket(workdir)), "slurm_user": slurm_user,
+                  # Slurm's rules for persistent buffers hold for users' dacctl too
+                  "burst_buffer_conf": str(workdir / "slurm" / "etc" / "burst_buffer.conf")
+                  if slurm_nodes else ""}
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         for host in hosts:  # one config for all; each dacd serves /metrics on its own port
             metrics = f"127.0.0.1:{free_port()}"

@@ -69,8 +69,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 # Directive=DW: burst_buffer/lua then hands DataWarp's #DW lines to the hooks unchanged.
+# Flags=EnablePersistent: users may make persistent buffers with dacctl (daccore/bb_policy.py).
 _BB_LUA = """\
 Directive=DW
+Flags=EnablePersistent
 StageInTimeout=60
 StageOutTimeout=60
 OtherTimeout=60
