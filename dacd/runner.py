@@ -86,7 +86,8 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         kind = ev.get("event")
         if kind == "playbook_on_task_start" and on_task:
             on_task(data.get("task", ""))
-        if kind in _TOUCHED and data.get("host"):
+        if kind in _TOUCHED and data.get("host") and \
+                not data.get("res", {}).get("unreachable"):  # a loop's items fail unreachable
             touched.add(data["host"])
         if kind == "runner_on_unreachable" and data.get("host"):
             res = data.get("res", {})

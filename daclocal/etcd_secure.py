@@ -33,10 +33,12 @@ class Pki(NamedTuple):
     client_key: str
 
 
-def make_pki(directory: Path) -> Pki:
-    """A CA, a server certificate for 127.0.0.1/localhost and a CN-less client certificate.
-    Keys are 0600 (root reads them here: etcd, dacd and the Slurm hooks all run as root);
-    the CA certificate is public."""
+def make_pki(directory: Path, addresses: tuple[str, ...] = ("127.0.0.1",),
+             names: tuple[str, ...] = ("localhost",)) -> Pki:
+    """A CA, a server certificate for `addresses` and `names` (every address etcd listens on
+    and every name clients dial it by: the TLS check compares them) and a CN-less client
+    certificate. Keys are 0600 (root reads them here: etcd, dacd and the Slurm hooks all run
+    as root); the CA certificate is public."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -81,8 +83,8 @@ def make_pki(directory: Path) -> Pki:
              .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
         if san:
             b = b.add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-                critical=False)
+                [*(x509.IPAddress(ipaddress.ip_address(a)) for a in dict.fromkeys(addresses)),
+                 *(x509.DNSName(n) for n in dict.fromkeys(names))]), critical=False)
         return save(name, key, b.sign(ca_key, hashes.SHA256()))
 
     # etcd's gateway dials etcd's own gRPC port with the server certificate: it needs both uses
@@ -103,14 +105,16 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
       when it starts.
     - slurm (the Slurm hooks, the user service) writes buffers/, claims/ and mgs/ (the
       allocation transaction), work/ (with every write of a spec), intents/ and intent-leases/
-      (a big buffer's chunked claim) and reads the rest: placement reads the whole inventory.
+      (a big buffer's chunked claim), owner-locks/ (one persistent buffer of an owner made at
+      a time, its caps kept) and reads the rest: placement reads the whole inventory.
     - admin (root on admin hosts) writes all of the prefix: drain (hosts/, capacity/), forget.
     Reading covers txn compares, which etcd checks as reads.
     """
     p = prefix
     dacd_writes = ["pools/", "hosts/", "capacity/", "alive/", "status/", "buffers/", "claims/",
                    "mgs/", "intents/", "intent-leases/", "work/"]
-    slurm_writes = ["buffers/", "claims/", "mgs/", "intents/", "intent-leases/", "work/"]
+    slurm_writes = ["buffers/", "claims/", "mgs/", "intents/", "intent-leases/", "work/",
+                    "owner-locks/"]
     return {
         "dacd": [("read", p)] + [("readwrite", p + k) for k in dacd_writes],
         "slurm": [("read", p)] + [("readwrite", p + k) for k in slurm_writes],

@@ -36,14 +36,16 @@ class EtcdServer:
                  owners: dict[str, tuple[int, int]] | None = None,
                  extra_grants: dict[str, list[tuple[str, str]]] | None = None,
                  flags: tuple[str, ...] = (), binary: str | None = None,
-                 name: str = "dac-local"):
+                 name: str = "dac-local", address: str = "127.0.0.1"):
         """`tls` = (cacert, cert, key): serve https and require client certificates signed by
         the CA; the same cert and key serve as the health check's client identity. Without
         `tls`, `secure` makes a CA and certificates in `workdir/pki`, serves https with client
         certificates, and turns RBAC on with the three roles' credentials in
         `workdir/credentials` (`owners`: role -> (uid, gid) of its file; `extra_grants`: role ->
-        more (permission, key prefix), for tests that use prefixes of their own)."""
+        more (permission, key prefix), for tests that use prefixes of their own). `address`:
+        where it listens (clients and peers); its certificate names it and 127.0.0.1."""
         self.workdir = Path(workdir)
+        self.address = address
         self.client_port, self.peer_port, self.pid = client_port, peer_port, pid
         self.secure = secure and tls is None
         self.owners, self.extra_grants = owners, extra_grants or {}
@@ -77,7 +79,7 @@ class EtcdServer:
     @property
     def endpoint(self) -> str:
         scheme = "https" if self.tls else "http"
-        return f"{scheme}://127.0.0.1:{self.client_port}"
+        return f"{scheme}://{self.address}:{self.client_port}"
 
     @property
     def log(self) -> Path:
@@ -90,13 +92,13 @@ class EtcdServer:
 
     @property
     def peer_url(self) -> str:
-        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.peer_port}"
+        return f"{'https' if self.secure else 'http'}://{self.address}:{self.peer_port}"
 
     def start(self, timeout: float = 15.0) -> EtcdServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.secure:
             from daclocal.etcd_secure import make_pki
-            make_pki(self.pki_dir)
+            make_pki(self.pki_dir, addresses=(self.address, "127.0.0.1"))
         for _ in range(5):  # a free port can be taken between probing and binding
             self.client_port, self.peer_port = free_port(), free_port()
             # the peer port too: raft messages from anyone who can connect would be trusted
