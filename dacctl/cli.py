@@ -287,6 +287,20 @@ def slurm_files(directory: Path, force: bool) -> None:
         click.echo(f"{directory / name}: {'written' if what == 'written' else 'unchanged'}")
 
 
+@cli.command("etcd-certs", help="Make a site's etcd certificates in DIR: a CA, one "
+             "certificate per member naming every address and name it is dialled by, and one "
+             "client certificate per role (dacd, slurm, admin), without a Common Name "
+             "(docs/admin.md, 'etcd certificates'). Keys 0600.")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--member", "members", multiple=True, required=True,
+              help="NAME=ADDRESS[,NAME-OR-ADDRESS...], once per etcd member")
+@click.option("--force", is_flag=True, help="replace an existing CA")
+def etcd_certs(directory: Path, members: tuple[str, ...], force: bool) -> None:
+    from dacctl.etcd_certs import make_site_certs, parse_member
+    for path in make_site_certs(directory, dict(map(parse_member, members)), force):
+        click.echo(f"{path}: written")
+
+
 @cli.command("user-service", help="Run dac's user service (as SlurmUser, under systemd: "
              "daccore/share/packaging/dac-users.service): it answers users' status, pools, "
              "buffers, show, create-persistent and destroy-persistent for the uid their munge "
