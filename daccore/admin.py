@@ -74,7 +74,8 @@ def create_persistent(store, config, name: str, capacity: int, pool: str | None,
     uid, gid = caller if uid is None or gid is None else (uid, gid)  # both or neither: above
     check_owner(uid, gid, config.min_owner_uid)
     jobs.create_persistent(store, name, uid, gid, capacity, pool, access, type_,
-                           config.default_pool, config.own_mgs_pools())
+                           config.default_pool, config.own_mgs_pools(),
+                           config.persistent_caps.model_dump())
     jobs.wait_for(store, name, State.CREATED, config.step_timeout,
                   grace=config.restart_grace)
     current = store.buffer(name)

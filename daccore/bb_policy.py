@@ -36,7 +36,9 @@ def read_rules(path: str) -> dict:
         key, value = key.strip().lower(), value.strip()
         if not eq:
             continue
-        words = {w.strip() for w in value.split(",") if w.strip()}
+        # Slurm splits its user lists on commas and colons (its manual says AllowUsers are
+        # comma separated, DenyUsers colon delimited)
+        words = {w.strip() for w in value.replace(":", ",").split(",") if w.strip()}
         if key == "allowusers":
             rules["allow"] = words
         elif key == "denyusers":

@@ -249,6 +249,21 @@ class HostSettings(Settings):
                         "(lustre, daos: a buffer's primary runs the playbook for all its hosts)")
 
 
+class PersistentCaps(Settings):
+    """How much of each pool one owner's persistent buffers may hold, and how many (0 = no
+    cap); checked and kept atomically per owner (Store.owner_lock), for every way a
+    persistent buffer is made (`dacctl create-persistent`, `#BB create_persistent`)."""
+
+    user_share: float = Field(0.25, gt=0, le=1, description="of a pool's capacity one user's "
+                                                            "persistent buffers may hold")
+    user_buffers: int = Field(0, ge=0, description="persistent buffers one user may hold "
+                                                   "(0 = no cap)")
+    group_share: float = Field(1.0, gt=0, le=1, description="of a pool's capacity one group's "
+                                                           "persistent buffers may hold")
+    group_buffers: int = Field(0, ge=0, description="persistent buffers one group may hold "
+                                                    "(0 = no cap)")
+
+
 class DacConfig(Settings):
     etcd: EtcdSettings = EtcdSettings()
     pools: dict[Name, PoolSettings] = {}
@@ -306,6 +321,7 @@ class DacConfig(Settings):
     min_owner_uid: int = Field(
         1000, ge=0, description="lowest uid (and gid) a buffer may belong to; dacd skips a "
                                 "record below it. 0 lets root own buffers (docs/security.md)")
+    persistent_caps: PersistentCaps = PersistentCaps()
     burst_buffer_conf: str = Field(
         "", pattern=r"^(/.*)?$",
         description="Slurm's burst_buffer.conf, whose AllowUsers, DenyUsers and "

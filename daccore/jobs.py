@@ -184,7 +184,11 @@ def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
 
 def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool: str | None,
                       access: str, type_: str, default_pool: str | None,
-                      own_mgs_pools: frozenset = frozenset()) -> None:
+                      own_mgs_pools: frozenset = frozenset(), caps: dict | None = None) -> None:
+    """Allocate persistent buffer `name` for `uid`:`gid`, within `caps` (the config's
+    persistent_caps as a dict, as every command passes it; None: no caps), checked and
+    allocated under the owner's lock in etcd so that parallel creates never pass a cap
+    together."""
     from daccore.bounds import MAX_BYTES
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest
@@ -198,8 +202,40 @@ def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool:
                             "than any pool holds")
     pool = pick_pool(pool, default_pool, list(store.pools()))
     request = BufferRequest(capacity=capacity, pool=pool, access=access, type=type_)
-    allocate_buffer(store, lambda a: _buffer(name, uid, gid, None, True, request, a),
-                    capacity=capacity, pool=pool, own_mgs=pool in own_mgs_pools)
+    def allocate():
+        allocate_buffer(store, lambda a: _buffer(name, uid, gid, None, True, request, a),
+                        capacity=capacity, pool=pool, own_mgs=pool in own_mgs_pools)
+    if caps is None:
+        return allocate()
+    with store.owner_lock(uid):
+        _within_caps(store, caps, uid, gid, capacity, pool)
+        allocate()
+
+
+def _within_caps(store, caps: dict, uid: int, gid: int, capacity: int, pool: str) -> None:
+    """UserError naming the cap a new persistent buffer of `capacity` in `pool` would pass for
+    its owner or group. Shares are of the pool's capacity on its live hosts. A group's caps
+    are kept exactly only between its members' own calls: the lock is per owner."""
+    summary = next((s for s in summarize(store.summary_inventory()) if s.name == pool), None)
+    if summary is None:
+        return  # the allocation says the pool is unknown
+    size = -(-capacity // summary.granularity) * summary.granularity
+    total = summary.total * summary.granularity
+    for who, owner, share, count in (
+            (f"uid {uid}", {"uid": uid}, caps["user_share"], caps["user_buffers"]),
+            (f"group {gid}", {"gid": gid}, caps["group_share"], caps["group_buffers"])):
+        kind = "user" if "uid" in owner else "group"
+        held, used = store.persistent_usage(**owner).get(pool, [0, 0])
+        if count and held + 1 > count:
+            raise UserError(f"create_persistent: {who} holds {held} persistent buffers, the "
+                            f"most one {kind} may (persistent_caps.{kind}_buffers in dac.yaml): "
+                            "destroy one first, or ask an admin")
+        if share < 1 and used + size > share * total:
+            raise UserError(f"create_persistent: {who}'s persistent buffers in pool '{pool}' "
+                            f"would hold {format_size(used + size)} of its "
+                            f"{format_size(total)}; one {kind} may hold {share:.0%} "
+                            f"({format_size(int(share * total))}; persistent_caps.{kind}_share "
+                            "in dac.yaml): destroy one first, or ask an admin")
 
 
 # From here on a buffer is its spec as plain JSON (Store.buffer_doc): these run in every Slurm

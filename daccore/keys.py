@@ -10,6 +10,9 @@
     <prefix>intents/<name>             Buffer       dacctl: a big buffer's spec while its bricks
                                                     are claimed in several transactions
     <prefix>intent-leases/<name>       empty        dacctl, bound to the allocating call's lease
+    <prefix>owner-locks/<uid>          empty        dacctl, bound to a lease: one persistent
+                                                    buffer of that owner made at a time, so its
+                                                    caps are checked and kept atomically
     <prefix>status/<name>/<host>       Status       the dacd of <host>
     <prefix>work/<host>/<name>         generation   whoever writes buffers/<name>, same txn: a
                                                     wake-up for each host that acts on it (its
@@ -38,6 +41,7 @@ class Keys:
         self.buffers = prefix + "buffers/"
         self.statuses = prefix + "status/"
         self.mgs_slots = prefix + "mgs/"
+        self.owner_locks = prefix + "owner-locks/"
         self.intents = prefix + "intents/"
         self.intent_leases = prefix + "intent-leases/"
         self.works = prefix + "work/"
@@ -66,6 +70,9 @@ class Keys:
 
     def mgs(self, host: str) -> str:
         return self.mgs_slots + host
+
+    def owner_lock(self, uid: int) -> str:
+        return self.owner_locks + str(int(uid))
 
     def intent(self, name: str) -> str:
         return self.intents + name

@@ -82,6 +82,9 @@ CLAIMS_PER_TXN = _MAX_TXN_OPS - 4
 #: Seconds an allocating call's intent lives without a refresh: a call that dies mid-way
 #: leaves its intent to be rolled back by the next allocation (or dacd start) after this.
 INTENT_TTL = 10
+#: seconds an owner's lock outlives a call that died holding it (Store.owner_lock): longer
+#: than a persistent buffer's allocation takes
+OWNER_LOCK_TTL = 60
 
 
 class _GuardFailed(Exception):
@@ -836,6 +839,49 @@ class Store:
         key = self.keys.buffer(name)
         kv = self.client.get(key)
         return Versioned((key, kv.value), kv.mod_revision, kv.create_revision) if kv else None
+
+    def owner_lock(self, uid: int, timeout: float = 120.0):
+        """A context that holds `owner-locks/<uid>` for one call at a time: the key is created
+        only if absent, bound to a lease of OWNER_LOCK_TTL seconds (a call that dies frees it
+        then), and revoked on exit. Waits up to `timeout` for another holder."""
+        import contextlib
+        import random
+
+        @contextlib.contextmanager
+        def held():
+            key = self.keys.owner_lock(uid)
+            lease = self.client.lease_grant(OWNER_LOCK_TTL)
+            try:
+                deadline = time.monotonic() + timeout
+                while not self.client.txn([absent(key)], [put_op(key, "", lease)]).succeeded:
+                    if time.monotonic() > deadline:
+                        raise Conflict(f"persistent buffers of uid {uid} are being made by "
+                                       f"another call for over {timeout:.0f}s: try again")
+                    time.sleep(random.uniform(0.01, 0.05))
+                yield
+            finally:
+                try:
+                    self.client.lease_revoke(lease)  # the key goes with it
+                except DacError:
+                    pass  # etcd unreachable: the lease runs out
+        return held()
+
+    def persistent_usage(self, uid: int | None = None, gid: int | None = None) -> dict:
+        """{pool: [buffers, bytes]} of the persistent buffers owned by `uid` (or of group
+        `gid`), from the specs as JSON."""
+        usage: dict[str, list[int]] = {}
+        for doc in self.buffer_docs().values():
+            if not doc.get("persistent") or (uid is not None and doc.get("owner_uid") != uid) \
+                    or (gid is not None and doc.get("owner_gid") != gid):
+                continue
+            try:
+                pool = doc["request"]["pool"]
+                size = sum(b["capacity"] for b in doc["allocation"]["bricks"])
+            except (KeyError, TypeError):
+                continue
+            u = usage.setdefault(pool, [0, 0])
+            u[0], u[1] = u[0] + 1, u[1] + size
+        return usage
 
     def buffer_owners(self) -> dict[str, int]:
         """Buffer name -> owner uid, read without validating every spec (job_process)."""

@@ -383,7 +383,7 @@ def _full(args, settings: dict) -> str:
     check_owner(args.user, gid, settings["min_owner_uid"])
     jobs.create_persistent(_allocating(settings, store), args.token, args.user, gid, capacity,
                            pool or None, access, type_, config.default_pool,
-                           config.own_mgs_pools())
+                           config.own_mgs_pools(), settings.get("persistent_caps"))
     jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
     return f"created {args.token}"
 

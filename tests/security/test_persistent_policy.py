@@ -4,6 +4,7 @@ that user's `#BB create_persistent` while dacctl through the user service create
 A local DAC with a real Slurm 22.05 (burst_buffer/lua), its burst_buffer.conf edited as an
 admin would, two unprivileged users through the munge-checked user service."""
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -76,12 +77,32 @@ def test_without_enable_persistent_only_root_and_admins_may(policy):
             r = dacctl_as(ALICE, "destroy-persistent", "alice3", env=cluster.env)
             assert refused(r) == rule(conf, why).format("destroy")
             assert cluster.buffer_exists("alice3") and not cluster.buffer_exists("alice4")
-            # root is privileged, as in Slurm
+            # root is privileged, as in Slurm (for a third owner: ALICE holds her quarter)
             run("dacctl", "create-persistent", "--name", "rootmade", "--capacity", "1MiB",
-                "--user", str(ALICE[0]), "--group", str(ALICE[1]), env=cluster.env,
-                timeout=120)
+                "--user", "4444", "--group", "4444", env=cluster.env, timeout=120)
             run("dacctl", "destroy-persistent", "rootmade", env=cluster.env, timeout=120)
         finally:
             conf.write_text(original)
     r = dacctl_as(ALICE, "destroy-persistent", "alice3", env=cluster.env, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_one_user_holds_at_most_a_quarter_of_the_pool(policy):
+    """The pool holds 2 GiB (4 bricks of 512 MiB): a quarter is one brick. Ten creates of
+    ALICE's at once make one buffer; the rest are refused in one line; MALLORY still finds
+    room."""
+    cluster, conf, _ = policy
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda i: create(cluster, ALICE, f"q{i}"), range(10)))
+    made = [r for r in results if r.returncode == 0]
+    assert len(made) == 1, [r.stderr for r in results]
+    assert {refused(r) for r in results if r.returncode} == {
+        "dacctl: user error: create_persistent: uid 1234's persistent buffers in pool "
+        "'default' would hold 1GiB of its 2GiB; one user may hold 25% (512MiB; "
+        "persistent_caps.user_share in dac.yaml): destroy one first, or ask an admin"}
+    r = create(cluster, MALLORY, "theirs")
+    assert r.returncode == 0, r.stderr
+    name = made[0].stdout.split(":")[0].rsplit(" ", 1)[1]
+    for user, buffer in ((ALICE, name), (MALLORY, "theirs")):
+        r = dacctl_as(user, "destroy-persistent", buffer, env=cluster.env, timeout=120)
+        assert r.returncode == 0, r.stderr
