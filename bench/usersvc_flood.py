@@ -4,7 +4,7 @@ from the credential's making to the answer (`user_service.ask`), which is what t
 decides. The whole command (Python's start-up and imports besides) is measured too, quiet and
 flooded: what the flood adds to it is the round trip's share.
 
-A local DAC (1 server); uid 1234 owns the persistent buffer `abuf`. uid 5678 runs two flooders
+A local DAC (1 server, 4 bricks); uid 1234 owns the persistent buffer `abuf`. uid 5678 runs two flooders
 (the system python3, as that uid): one opens connections as fast as it can and holds up to
 HOLD of them silent, reopening each the service drops; the other holds SLOW connections that
 send one byte every 0.2 s. Meanwhile uid 1234 runs `DIR/bin/dacctl status abuf --line` N times
@@ -139,7 +139,8 @@ def main() -> int:
     p.add_argument("--hold", type=int, default=3000)
     p.add_argument("--slow", type=int, default=300)
     args = p.parse_args()
-    with local_dac(servers=1, bricks_per_server=2) as (state, env, work):
+    # 4 bricks: abuf (one brick) is within a user's quarter of the pool (persistent_caps)
+    with local_dac(servers=1, bricks_per_server=4) as (state, env, work):
         subprocess.run([str(Path(sys.executable).parent / "dacctl"), "create-persistent",
                         "--name", "abuf", "--capacity", "1MiB", "--user", str(VICTIM[0]),
                         "--group", str(VICTIM[1])], env=env, check=True, capture_output=True)
