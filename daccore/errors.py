@@ -120,10 +120,11 @@ class PlaybookFailed(AdminError):
 class HostsUnreachable(PlaybookFailed):
     """A step met hosts that did not answer over ssh (down, cut off, a host key refused).
     `touched`: the hosts that ran at least one task of the step (any of them may have done
-    part of it; the others did nothing)."""
+    part of it; the others did nothing); `rest_done`: every host that answered ran the whole
+    step."""
 
     def __init__(self, step: str, origin: str, reasons: dict[str, str], known_hosts: str,
-                 touched: frozenset[str] = frozenset()):
+                 touched: frozenset[str] = frozenset(), rest_done: bool = False):
         hosts = sorted(reasons)
         named = ", ".join(hosts)
         why = _ssh_words(reasons[hosts[0]])
@@ -137,7 +138,8 @@ class HostsUnreachable(PlaybookFailed):
         AdminError.__init__(self, f"{step} failed on {origin}: {named} unreachable over ssh "
                                   f"({why}); {fix}")
         self.step, self.task, self.host, self.rc = step, "(connect)", hosts[0], 255
-        self.hosts, self.touched = hosts, touched
+        # rest_done: every other host ran the whole step (no task failed, nothing cut short)
+        self.hosts, self.touched, self.rest_done = hosts, touched, rest_done
         self.output = "\n".join(f"{h}: {reasons[h]}" for h in hosts)[-8000:]
 
 

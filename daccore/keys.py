@@ -13,6 +13,8 @@
     <prefix>owner-locks/<uid>          empty        dacctl, bound to a lease: one persistent
                                                     buffer of that owner made at a time, so its
                                                     caps are checked and kept atomically
+    <prefix>owed/<node>/<name>         Owed         the primary's dacd: what a compute node that
+                                                    did not answer at teardown still owes
     <prefix>status/<name>/<host>       Status       the dacd of <host>
     <prefix>work/<host>/<name>         generation   whoever writes buffers/<name>, same txn: a
                                                     wake-up for each host that acts on it (its
@@ -45,6 +47,7 @@ class Keys:
         self.intents = prefix + "intents/"
         self.intent_leases = prefix + "intent-leases/"
         self.works = prefix + "work/"
+        self.owed_all = prefix + "owed/"
 
     def pool(self, name: str) -> str:
         return self.pools + name
@@ -88,6 +91,9 @@ class Keys:
 
     def host_work(self, host: str) -> str:
         return f"{self.works}{host}/"
+
+    def owed(self, node: str, buffer: str) -> str:
+        return f"{self.owed_all}{node}/{buffer}"
 
     def status(self, buffer: str, host: str) -> str:
         return f"{self.statuses}{buffer}/{host}"

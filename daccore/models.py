@@ -11,7 +11,7 @@ what it observed: `Status`. Neither writes the other's key.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -276,6 +276,22 @@ class Status(Record):
     updated_at: float = 0.0
 
 
+class Owed(Record):
+    """What a compute node that did not answer at a buffer's teardown still owes: its mounts
+    of a filesystem that is gone (docs/reliability.md, "A node dead at teardown"). Written by
+    the buffer's primary dacd, which unmounts them once the node answers again; dropped then,
+    or by an admin's `dacctl forget-node`."""
+
+    node: Name
+    buffer: Name
+    by_host: Name = Field(description="the storage server whose dacd tries the unmounts")
+    pool: Name
+    unmounts: list[str] = Field(description="mount points on the node, deepest first")
+    prune: list[str] = Field([], description="their directories, removed once empty")
+    extravars: dict[str, Any] = Field({}, description="the backend's unmount variables")
+    since: float = 0.0
+
+
 #: schema file stem -> model, for `daccore/share/schema/` and its drift test
 RECORDS: dict[str, type[Record]] = {
     "pool": Pool,
@@ -284,4 +300,5 @@ RECORDS: dict[str, type[Record]] = {
     "brick_claim": BrickClaim,
     "buffer": Buffer,
     "status": Status,
+    "owed": Owed,
 }

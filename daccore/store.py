@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from daccore.config import EtcdSettings
     from daccore.etcd.stream import LeaseKeeper, Watch
     from daccore.inventory import PoolInfo
-    from daccore.models import Buffer, Host, Pool, Status
+    from daccore.models import Buffer, Host, Owed, Pool, Status
     R = TypeVar("R", bound=BaseModel)
 
 __all__ = ["Store", "Versioned", "Change", "PlacementView", "AllocationConflict"]
@@ -1001,6 +1001,31 @@ class Store:
         for start in range(0, len(ops), step):
             if not self._fenced_txn(hosts, same, ops[start:start + step]):
                 raise Superseded(name)
+
+    # -- what dead nodes owe ----------------------------------------------------------------
+
+    def put_owed(self, owed: Owed) -> None:
+        self.client.put(self.keys.owed(owed.node, owed.buffer), _dump(owed))
+
+    def owed(self, node: str | None = None) -> list[Owed]:
+        """Every node's debts (or one node's), in key order; a record that is not one is
+        skipped (an admin sees it with etcdctl; dacd never acts on it)."""
+        prefix = self.keys.owed_all + (f"{node}/" if node else "")
+        kvs, _ = self.client.range(prefix, prefix_end(prefix))
+        out = []
+        for kv in kvs:
+            try:
+                out.append(_load(_m().Owed, kv))
+            except BadRecord:
+                continue
+        return out
+
+    def drop_owed(self, node: str, buffer: str | None = None) -> int:
+        """Forget what `node` owes (for `buffer`, or all): how many records went."""
+        if buffer is not None:
+            return self.client.delete(self.keys.owed(node, buffer))
+        prefix = f"{self.keys.owed_all}{node}/"
+        return self.client.delete(prefix, prefix_end(prefix))
 
     def statuses(self, buffer: str) -> dict[str, Status]:
         return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}

@@ -236,6 +236,41 @@ def forget(buffer: str) -> None:
                "in dac: wipe them before those hosts come back")
 
 
+@cli.command(help="What compute nodes that did not answer at a teardown still owe: their "
+                  "mounts of a filesystem that is gone (root and admins). Each is unmounted "
+                  "once its node answers again (docs/reliability.md).")
+@click.option("--json", "as_json", is_flag=True)
+def owed(as_json: bool) -> None:
+    import json
+    import time
+
+    from daccore import admin
+    admin.require_root(_rights(), "list what nodes owe")
+    debts = _store().owed()
+    if as_json:
+        click.echo(json.dumps({"owed": [o.model_dump() for o in debts]}))
+        return
+    from daccore.escape import printable
+    for o in debts:
+        click.echo(printable(f"{o.node}: buffer {o.buffer}: {len(o.unmounts)} mounts since "
+                             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(o.since))} "
+                             f"(tried by {o.by_host})"))
+    if not debts:
+        click.echo("no node owes anything")
+
+
+@cli.command("forget-node", help="Declare a compute node gone for good (root and admins): "
+                                 "drop what it owes (dacctl owed); reinstall or reboot it "
+                                 "before it joins again, so none of its old mounts remain.")
+@click.argument("node")
+def forget_node(node: str) -> None:
+    from daccore import admin
+    from daccore.escape import printable
+    admin.require_root(_rights(), "forget nodes")
+    dropped = _store().drop_owed(node)
+    click.echo(printable(f"node {node}: {dropped} debts forgotten"))
+
+
 @cli.command(help="Capacity advice for a job script: the du of its stage-in sources plus a "
                   "margin (the reference architecture's rule) and the output you expect, "
                   "rounded up to the pool's bricks. The sources are measured as you, as the "

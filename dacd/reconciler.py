@@ -62,6 +62,8 @@ from daccore.lifecycle import next_step
 from daccore.models import Progress, State, Status, StatusError
 from daccore.trust import Untrusted, parse_buffer, shown
 from dacd import metrics
+from dacd.owed import RETRY as OWED_RETRY
+from dacd.owed import leave_owed, retry_owed
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ RESYNC = 600.0
 
 class Reconciler:
     def __init__(self, store, config, host: str, run_step: Callable | None = None,
-                 resync: float = RESYNC):
+                 resync: float = RESYNC, owed_retry: float = OWED_RETRY):
         from dacd.runner import run_step as default_run
         self.store, self.config, self.host = store, config, host
         self._run_step = run_step or default_run
@@ -101,7 +103,7 @@ class Reconciler:
                           if runs_once_for_all_hosts(config.pools[p].backend.value)}
         self._watches: list = []
         self._threads: list[threading.Thread] = []
-        self._resync = resync
+        self._resync, self._owed_retry = resync, owed_retry
         self._acted: dict[str, int] = {}  # buffer name -> the spec revision last reconciled
 
     # -- scheduling ----------------------------------------------------------------------------
@@ -115,6 +117,11 @@ class Reconciler:
                           for pool in self._pools]
         self._threads.append(threading.Thread(target=self._resync_loop, name="resync",
                                               daemon=True))
+        if self._together:  # what nodes dead at a teardown owe (only these reach nodes)
+            self._threads.append(threading.Thread(
+                target=retry_owed, args=(self._stopping, self.store, self.config, self.host,
+                                         self._run_step, self._owed_retry),
+                name="owed", daemon=True))
         self._thread = self._threads[0]
         for t in self._threads:
             t.start()
@@ -468,6 +475,10 @@ class Reconciler:
             message = printable(str(e))  # a path in it may hold any byte (daccore/escape.py)
             log.error("buffer %s (job %s): %s", name, buf.job_id, message)
             metrics.step_finished(step, backend, started, e)
+            if step == "delete" and backend is not None and \
+                    leave_owed(self.store, self.config, self.host, buf, backend, attached, e):
+                status(state=target, step="", error=None, attached={})  # the nodes owe the rest
+                return
             if step in ("mount", "unmount", "delete"):
                 # what a failed step may have mounted is what the next step unmounts
                 attached = may_be_attached(attached, buf.attachments, e)

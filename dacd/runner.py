@@ -136,7 +136,8 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         _exit_if_forked(dacd)
         shutil.rmtree(workdir, ignore_errors=True)
     if unreachable and (r.status != "successful" or r.rc != 0):
-        raise HostsUnreachable(step, host, unreachable, ssh.known_hosts, frozenset(touched))
+        raise HostsUnreachable(step, host, unreachable, ssh.known_hosts, frozenset(touched),
+                               rest_done=not failed and r.status == "failed")
     if r.status != "successful" or r.rc != 0:
         raise PlaybookFailed(step, failed.get("task", "(before any task)"),
                              failed.get("host", host),

@@ -102,7 +102,8 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
       keys and spec in one transaction), and etcd has no delete-only permission, so it writes
       buffers/, claims/, mgs/ and work/ too (it also drops its host's stray work keys); and it
       rolls back a big allocation cut short (intents/, intent-leases/: Store.recover_intents)
-      when it starts.
+      when it starts; and records what a compute node dead at a teardown still owes, and
+      drops it once done (owed/: dacd/owed.py).
     - slurm (the Slurm hooks, the user service) writes buffers/, claims/ and mgs/ (the
       allocation transaction), work/ (with every write of a spec), intents/ and intent-leases/
       (a big buffer's chunked claim), owner-locks/ (one persistent buffer of an owner made at
@@ -112,7 +113,7 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
     """
     p = prefix
     dacd_writes = ["pools/", "hosts/", "capacity/", "alive/", "status/", "buffers/", "claims/",
-                   "mgs/", "intents/", "intent-leases/", "work/"]
+                   "mgs/", "intents/", "intent-leases/", "work/", "owed/"]
     slurm_writes = ["buffers/", "claims/", "mgs/", "intents/", "intent-leases/", "work/",
                     "owner-locks/"]
     return {

@@ -209,7 +209,10 @@ class Site:
             "mount_root": "/mnt/dac",
             "node_root": str(self.recorded.root / "nodes" / "{node}"),
             "node_ansible_vars": reach,  # nodes by name: each server's /etc/hosts has them
-            "ssh": {"known_hosts": str(self.known_hosts)},
+            # quicker than the defaults (10 s, 5 x 3 s, 60 s: tests/system/test_ssh.py), so the
+            # faults cost the suite less; the bound, 60 s, is asserted all the same
+            "ssh": {"known_hosts": str(self.known_hosts), "connect_timeout": 5,
+                    "alive_interval": 2, "alive_count": 3, "unreachable_timeout": 20},
         }
 
     def write_config(self, name: str, config: dict) -> Path:
