@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pathfile")
     # burst_buffer.lua, 23.02+: the job's nodes as Slurm passes them (job_info.nodes)
     p.add_argument("--nodes")
+    # burst_buffer.lua, 23.02+: paths of a job array's task, the array's id (job_info)
+    p.add_argument("--array-job")
     # teardown --hurry (scancel --hurry): skip the stage-out a teardown would otherwise run
     p.add_argument("--hurry", action="store_true")
     p.add_argument("--debug", action="store_true")
@@ -138,6 +140,8 @@ def _check_args(args, settings: dict) -> None:
     for name in ("user", "groupid"):
         if getattr(args, name) is not None:
             sa.owner_id(getattr(args, name), f"--{name}", minimum)
+    if args.array_job is not None:
+        sa.job_id(args.array_job, "--array-job")
     # --job is opened (and checked) by the functions that read the script, when they do
     # (_script): data_in, post_run, data_out and teardown never need it, so a task of a job
     # array cancelled before Slurm made its script tears down all the same
@@ -172,20 +176,26 @@ def _need(args, *names: str) -> None:
 def _script_fd(args) -> int:
     """The job script, checked (dacctl/slurm_args.py) and opened once. A job array's task
     whose script Slurm never wrote (24.11+) gets the array's, linked where Slurm looks for
-    it, by the functions outside slurmctld: the array's id comes from scontrol, which a hook
-    inside slurmctld must not wait for (it holds the job lock scontrol needs)."""
+    it: the array's id is the one burst_buffer.lua passes paths (--array-job, job_info), else
+    scontrol's, asked only outside slurmctld (a hook inside it holds the job lock scontrol
+    needs)."""
     from dacctl import slurm_args as sa
     if args.job_fd is None:
         try:
             args.job_fd = sa.open_read(args.job, "the job script", args.trusted, None,
                                        ("script",))
         except sa.Missing:
-            if args.function in HOT or args.token is None:
+            if args.token is None or (args.function in HOT and args.array_job is None):
                 raise
-            from dacctl.slurmjob import array_job_id
             args.job_fd = sa.link_task_script(args.job, args.token,
-                                              lambda: array_job_id(args.token), args.trusted)
+                                              lambda: args.array_job or _array_of(args.token),
+                                              args.trusted)
     return args.job_fd
+
+
+def _array_of(job: str) -> str | None:
+    from dacctl.slurmjob import array_job_id
+    return array_job_id(job)
 
 
 def _script(args, lua_directive: str):

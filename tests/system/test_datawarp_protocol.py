@@ -186,3 +186,33 @@ def test_the_hooks_inside_slurmctld_load_no_heavy_module(local_dac, job, tmp_pat
         heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY)
         assert heavy == [], f"{args[0]} loads {heavy}"
     assert fn(env, "teardown", "--token", "9", "--job", script, "--hurry").returncode == 0
+
+
+def test_a_job_array_tasks_script_slurm_never_wrote_is_the_arrays(local_dac, tmp_path):
+    """Slurm 24.11+ hands a split-off task's hooks `hash.<t % 10>/job.<t>/script`, which it
+    never wrote (dacctl/slurm_args.py). paths runs inside slurmctld, so it may not ask
+    scontrol for the array: it uses the array burst_buffer.lua names (job_info), and links
+    the array's script in where Slurm looks for the task's."""
+    _, env = local_dac
+    r = fn(env, "create_persistent", "-c", "CLI", "-t", "shared", "-u", "1000", "-C",
+           "default:512MiB")
+    assert (r.returncode, r.stdout) == (0, "created shared\n")
+    state = tmp_path / "state"
+    (state / "hash.1" / "job.21").mkdir(parents=True)
+    (state / "hash.2").mkdir()
+    array = state / "hash.1/job.21/script"
+    array.write_text("#!/bin/sh\n#DW persistentdw name=shared\n")
+    task, pathfile = state / "hash.2/job.22/script", state / "hash.2/job.22/path"
+    args = ("paths", "--token", "22", "--job", str(task), "--pathfile", str(pathfile))
+    r = fn(env, *args)  # no array named, and no scontrol inside slurmctld
+    assert (r.returncode, r.stdout) == (1, f"cannot read the job script {task}: No such file "
+                                           "or directory\n")
+    r = fn(env, *args, "--array-job", "2/1")
+    assert (r.returncode, r.stdout) == (1, "--array-job '2/1': not a job id (Slurm passes "
+                                           "decimal job ids)\n")
+    r = fn(env, *args, "--array-job", "21")
+    assert (r.returncode, r.stdout) == (0, "")
+    line = pathfile.read_text()
+    assert line.startswith("DW_PERSISTENT_STRIPED_shared=") and \
+        line.endswith("/22/persistent/shared\n"), line
+    assert (os.stat(task).st_ino, os.stat(task).st_nlink) == (os.stat(array).st_ino, 2)

@@ -152,8 +152,17 @@ function slurm_bb_real_size(job_id, ...)
 	return slurm.SUCCESS, string.match(out, '"capacity":%s*(%d+)') or "0"
 end
 
-function slurm_bb_paths(job_id, job_script, path_file, ...)
-	return dacctl("paths", { "--token", job_id, "--job", job_script, "--pathfile", path_file })
+-- 23.02+: (job_id, job_script, path_file, uid, gid, job_info). A job array's task: the array's
+-- id, which paths (inside slurmctld, so no scontrol) needs on 24.11+ to find the script Slurm
+-- never wrote for the task (dacctl/slurm_args.py).
+function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
+	local args = { "--token", job_id, "--job", job_script, "--pathfile", path_file }
+	local array = type(job_info) == "table" and tonumber(job_info.array_job_id) or nil
+	if array ~= nil and array > 0 and array ~= tonumber(job_id) then
+		table.insert(args, "--array-job")
+		table.insert(args, string.format("%d", array))
+	end
+	return dacctl("paths", args)
 end
 
 -- 23.02+: (job_id, job_script, uid, gid, job_info), job_info.nodes the allocated nodes.

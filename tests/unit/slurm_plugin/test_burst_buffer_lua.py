@@ -146,6 +146,19 @@ def test_bbstat_never_reaches_dacctl_whatever_is_typed(tmp_path):
         assert rc == 0 and argv[0] in ("drain", "--function", "local")  # dac-bbstat refuses
 
 
+def test_paths_passes_a_job_array_tasks_array_from_23_02(tmp_path):
+    base = ["--function", "paths", "--token", "12", "--job", "/s/script", "--pathfile", "/s/p"]
+    for job_info, more in (("{array_job_id = 9}", ["--array-job", "9"]),
+                           ("{array_job_id = 12}", []),  # the array's own record
+                           ("{array_job_id = 0}", []),  # not an array
+                           ("{}", [])):
+        _, _, argv = call(tmp_path, f'slurm_bb_paths("12", "/s/script", "/s/p", "1001", "1002",'
+                                    f' {job_info})')
+        assert argv == base + more
+    _, _, argv = call(tmp_path, 'slurm_bb_paths("12", "/s/script", "/s/p")')  # 22.05
+    assert argv == base
+
+
 def test_pre_run_passes_the_nodes_slurm_gives_from_23_02(tmp_path):
     _, _, argv = call(tmp_path, 'slurm_bb_pre_run("7", "/s")')  # 22.05: no job_info
     assert argv == ["--function", "pre_run", "--token", "7", "--job", "/s"]
