@@ -267,7 +267,14 @@ def _child(conn: socket.socket, request: dict, fds: list[int], warm: bool) -> No
         for env, name in PER_RUN.items():
             if env in request["env"]:
                 setattr(C, name, request["env"][env])
-        C.DEFAULT_LOCAL_TMP = C.config.get_config_value("DEFAULT_LOCAL_TMP")
+        # a temp dir of its own, where the server's was (ansible-core 2.19's
+        # get_config_value("DEFAULT_LOCAL_TMP") does not template '{{ ANSIBLE_HOME }}': it
+        # made a literal '{{ ANSIBLE_HOME ~ "/tmp" }}' directory in the playbooks' folder)
+        from ansible.config.manager import cleanup_tmp_file
+        base = os.path.dirname(C.DEFAULT_LOCAL_TMP)  # the server's, templated at its import
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}", dir=base)
+        atexit.register(cleanup_tmp_file, C.DEFAULT_LOCAL_TMP, warn=True)
         # runner sets PYTHONUNBUFFERED so it sees events as they happen; this interpreter
         # started without it
         for stream in (sys.stdout, sys.stderr):

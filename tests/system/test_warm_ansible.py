@@ -91,6 +91,8 @@ def test_a_warm_run_reports_what_a_fresh_ansible_playbook_does(warm, tmp_path):
         for playbook in ("ok.yml", "bad.yml"):
             assert results[(how, playbook)] == results[("cold", playbook)]
     assert runs(log) == ["warm"] * 4
+    # Ansible's temp dirs go where Ansible puts them, never into the playbooks' folder
+    assert sorted(p.name for p in project.iterdir()) == ["bad.yml", "ok.yml"]
 
 
 def test_a_run_whose_ansible_settings_differ_runs_cold(warm, tmp_path):
