@@ -59,7 +59,7 @@ unit: deps
 schema: deps
 	$(PY) -m daccore.schema write
 
-BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory staging faults fuzz
+BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory staging faults fuzz usersvc_flood
 
 # every bench runs even after one fails; the exit status says whether all met their budget
 bench: deps
