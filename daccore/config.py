@@ -100,7 +100,8 @@ class SshSettings(Settings):
                                "stopped (a mount that blocks); 0 = no limit")
     unreachable_timeout: int = Field(
         60, ge=5, description="seconds after its start a step that found a host unreachable "
-                              "is stopped, if still running; keep it below step_timeout")
+                              "is stopped, if still running (never a teardown's delete: every "
+                              "live host finishes it); keep it below step_timeout")
 
     @model_validator(mode="after")
     def _bounds(self) -> SshSettings:

@@ -90,7 +90,8 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
                 not data.get("res", {}).get("unreachable"):  # a loop's items fail unreachable
             touched.add(data["host"])
         if kind == "runner_on_unreachable" and data.get("host"):
-            res = data.get("res", {})
+            res = data.get("res", {})  # a loop's reason is its first unreachable item's
+            res = next((i for i in res.get("results") or [] if i.get("unreachable")), res)
             unreachable.setdefault(data["host"], str(res.get("msg", "")) or "no answer")
             log.warning("%s: %s unreachable at task '%s': %s", step, data["host"],
                         data.get("task", "?"), unreachable[data["host"]])
@@ -127,8 +128,10 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
             inventory=inventory_file, event_handler=event, quiet=True, forks=forks,
             envvars=envvars, settings={"pexpect_timeout": 1},
             # a host found unreachable ends the step once it has run unreachable_timeout: the
-            # other hosts have had their time, and the waiting Slurm call hears which host
-            cancel_callback=lambda: bool(unreachable) and
+            # other hosts have had their time, and the waiting Slurm call hears which host.
+            # Never a delete: the live hosts must finish it for the bricks to be released
+            # (dacd/owed.py); task_timeout bounds each of their tasks.
+            cancel_callback=lambda: step != "delete" and bool(unreachable) and
             time.monotonic() - started > ssh.unreachable_timeout)
         if (r.status != "successful" or r.rc != 0) and not failed:
             output = _stdout_tail(r)  # no task failed: ansible itself did (syntax, start-up)

@@ -65,6 +65,7 @@ class Sshd:
 
     def start(self) -> Sshd:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
+        self.pidfile.unlink(missing_ok=True)  # a stopped one's: not this one's answer
         log = open(self.root / "sshd.log", "ab")
         # -D: stays in the foreground, so the test holds its pid; -e: errors to the log
         self.proc = subprocess.Popen([*self.prefix, SSHD, "-D", "-e", "-f", str(self.config)],

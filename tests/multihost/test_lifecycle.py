@@ -4,8 +4,10 @@ command runs on the host it should, as recorded by the host itself."""
 import json
 import threading
 import time
+from pathlib import Path
 
 from clitools import pools, run, slurm, wait_for
+from sshd import Sshd
 
 
 def job(tmp_path, token, nodes=("node1", "node2")):
@@ -110,25 +112,6 @@ def test_mh_a_node_lost_while_its_mount_runs_ends_pre_run_within_60s(mh, tmp_pat
     assert store.buffer("103") is None and pools(env)["p"]["free_bricks"] == 2
 
 
-def test_mh_a_node_unreachable_at_teardown_is_named_and_teardown_completes_once_it_is_back(
-        mh, tmp_path):
-    site, env, store = mh
-    args = job(tmp_path, 104)
-    set_up(env, 104, args)
-    slurm(env, "pre_run", 104, *args)
-    site.hosts["node1"].link(up=False)
-    try:
-        r, took = timed(env, "teardown", 104, "--job", args[1])
-    finally:
-        site.hosts["node1"].link(up=True)
-    line = r.stdout.strip()
-    assert r.returncode != 0 and took < 60, (took, line)
-    assert "node1 unreachable over ssh" in line, line
-    slurm(env, "teardown", 104, "--job", args[1])
-    assert store.buffer("104") is None and pools(env)["p"]["free_bricks"] == 2
-    assert nodes_mounted(site) == []
-
-
 def test_mh_a_node_dead_at_teardown_never_holds_the_bricks_and_owes_its_mounts(mh, tmp_path):
     """node1 is cut off after pre_run and stays so: teardown still completes on both servers
     and node2 within 60 s, and frees every brick; node1's two mounts are recorded as owed,
@@ -172,4 +155,54 @@ def test_mh_a_node_dead_at_teardown_never_holds_the_bricks_and_owes_its_mounts(m
     assert nodes_mounted(site) == ["node2"]
     for entry in list(site.recorded.state()["mounts"]["node2"]):  # its admin cleans it up
         site.hosts["node2"].run(str(site.bin / "umount"), entry["dir"])
+    assert nodes_mounted(site) == []
+
+
+def test_mh_a_node_unreachable_at_post_run_is_named_and_teardown_unmounts_it_once_back(
+        mh, tmp_path):
+    site, env, store = mh
+    args = job(tmp_path, 107)
+    set_up(env, 107, args)
+    slurm(env, "pre_run", 107, *args)
+    site.hosts["node2"].link(up=False)
+    try:
+        r, took = timed(env, "post_run", 107, *args)
+    finally:
+        site.hosts["node2"].link(up=True)
+    line = r.stdout.strip()
+    assert r.returncode != 0 and took < 60, (took, line)
+    assert "node2 unreachable over ssh" in line, line
+    assert nodes_mounted(site) == ["node2"]  # node1's unmount went through
+    primary = store.buffer("107").record.allocation.primary_host
+    assert "node2" in store.statuses("107")[primary].attached["107"]  # still owed by the step
+    slurm(env, "teardown", 107, "--job", args[1])
+    assert store.buffer("107") is None and pools(env)["p"]["free_bricks"] == 2
+    assert nodes_mounted(site) == [] and store.owed() == []
+
+
+def test_mh_a_node_presenting_another_host_key_is_refused_and_runs_nothing(mh, tmp_path):
+    """node2 re-installed (or an impostor at its address): its sshd has a new host key, which
+    the admin's known_hosts does not list. Nothing runs there; the line says who acts."""
+    site, env, store = mh
+    node2 = site.hosts["node2"]
+    args = job(tmp_path, 108)
+    set_up(env, 108, args)
+    assert node2.sshd is not None
+    node2.sshd.stop()  # its sessions (and the servers' ssh masters to it) end with it
+    impostor = Sshd(tmp_path / "sshd-new", Path(f"{site.key}.pub"), node2.address, 22,
+                    prefix=node2.enter).start()
+    site.recorded.calls()
+    try:
+        r = slurm(env, "pre_run", 108, *args, check=False)
+        line = r.stdout.strip()
+        assert r.returncode != 0 and "node2 unreachable over ssh (Host key verification " \
+            "failed.)" in line, line
+        assert f"put its current host key in {site.known_hosts}" in line
+        assert [c for c in site.recorded.commands() if c[0] == "node2"] == []
+    finally:
+        impostor.stop()
+        node2.sshd.start()
+    slurm(env, "post_run", 108, *args)
+    slurm(env, "teardown", 108, "--job", args[1])
+    assert store.buffer("108") is None and pools(env)["p"]["free_bricks"] == 2
     assert nodes_mounted(site) == []

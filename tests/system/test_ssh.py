@@ -157,6 +157,6 @@ def test_ssh_a_step_that_met_an_unreachable_node_ends_at_the_bound_while_others_
     with pytest.raises(HostsUnreachable) as e:
         run(server, key, out, ssh, work=120, with_local=True)
     took = time.monotonic() - started
-    assert 8 <= took < 20, took
+    assert 8 <= took < 30, took  # stopped at the bound, not after the 120 s task
     assert e.value.hosts == ["node1"] and "dac1" in e.value.touched
     assert (out / "dac1.mark").exists() and not (out / "node1.mark").exists()
