@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -268,9 +269,21 @@ def zero(devices: list[str], done: list[str]) -> None:
             time.sleep(0.05)
         if r.returncode == 0:
             done.append(f"blkdiscard --zeroout {dev}")
-            continue
-        _write_zeroes(dev)
-        done.append(f"zeroed {dev}")
+        else:
+            _write_zeroes(dev)
+            done.append(f"zeroed {dev}")
+        # BLKZEROOUT drops the device's page cache before it writes: a read meanwhile (any
+        # blkid or lsblk scanning every device) caches the old blocks again, and they stay
+        # readable through the device after the zeroes land (seen: a wiped brick still probed
+        # as btrfs). Dropped again once the zeroes are there.
+        fd = os.open(dev, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(fd, _BLKFLSBUF)
+        finally:
+            os.close(fd)
+
+
+_BLKFLSBUF = 0x1261  # _IO(0x12, 97): write back and drop the device's page cache
 
 
 def _write_zeroes(dev: str) -> None:
