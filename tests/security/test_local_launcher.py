@@ -3,6 +3,7 @@ users run it, and neither can change what the other (or root) runs through it.""
 
 import os
 import subprocess
+import sys
 
 import pytest
 from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID
@@ -33,6 +34,10 @@ def launcher(open_dir, monkeypatch):
 
 def test_each_user_runs_it_and_neither_can_change_it(launcher):
     bin_, lib = launcher / "bin", launcher / "lib"
+    # imports from copies: nothing of the private venv, its python link included
+    text = (bin_ / "dacctl").read_text()
+    assert str(lib) in text and sys.prefix not in text
+    assert (lib / "dac" / "daccore" / "__init__.py").is_file()
     for user in USERS:
         r = as_user(user, str(bin_ / "dacctl"), "--version")
         assert r.returncode == 0 and r.stdout.startswith("dac, version"), r

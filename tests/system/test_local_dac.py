@@ -2,7 +2,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -131,22 +130,3 @@ def test_a_user_runs_dacctl_from_the_workdir_whatever_interpreter_root_has(local
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["pools"][0]["name"] == "default"
 
-
-def test_a_private_venv_is_copied_where_users_reach_it(open_dir, monkeypatch):
-    # a clone (and its venv) under /root, 0700: the launcher imports from copies in DIR/lib
-    from daclocal import userbin
-    workdir = open_dir / "w"
-    workdir.mkdir()
-    reached = userbin.open_to_all
-    monkeypatch.setattr(userbin, "open_to_all",
-                        lambda p, execute=False: execute and reached(p, execute))
-    assert userbin.write_launcher(workdir) is None
-    assert (workdir / "lib" / "dac" / "daccore" / "__init__.py").is_file()
-    assert oct((workdir / "lib" / "dac").stat().st_mode & 0o777) == "0o755"
-    r = subprocess.run([str(workdir / "bin" / "dacctl"), "--version"], user=USER_UID,
-                       group=USER_UID, extra_groups=[], cwd="/", capture_output=True,
-                       text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0 and r.stdout.startswith("dac, version "), r
-    text = (workdir / "bin" / "dacctl").read_text()
-    assert str(workdir / "lib") in text
-    assert sys.prefix not in text  # nothing of the private venv, its python link included
