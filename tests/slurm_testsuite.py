@@ -204,6 +204,11 @@ ATF_EDIT = Edit(r"""if user is not None and user != properties\[["']test-user["'
                 "if False:  # dac: no sudo",
                 "atf reads Slurm's config files and checks dacctl as SlurmUser through sudo; "
                 "the test's user reads them itself (no sudo rights are given to it)", regex=True)
+#: atf's further edits, by the release of the tests
+ATF_EDITS = {"24.11": (Edit(
+    r"(?m)^import requests$", "requests = None  # dac: only slurmrestd's tests use it",
+    "atf imports requests for slurmrestd's tests alone; the burst-buffer test never uses it, "
+    "and dac's test venv does not install it", regex=True),)}
 
 #: the python tests' conftest, by the release of the tests
 CONFTEST_EDITS = {"22.05": (Edit(
@@ -240,7 +245,8 @@ def prepare(suite: Path, release: str, plugin: str, work: Path) -> None:
     (py / "conftest.py").write_text(apply(conftest, CONFTEST_EDITS.get(tests_release(release),
                                                                       ()), "conftest.py"))
     atf = (suite / "python" / "lib" / "atf.py").read_text()
-    (py / "lib" / "atf.py").write_text(apply(atf, (ATF_EDIT,), "atf.py"))
+    (py / "lib" / "atf.py").write_text(
+        apply(atf, (ATF_EDIT, *ATF_EDITS.get(tests_release(release), ())), "atf.py"))
     if plugin == "datawarp":
         src = suite / PYTHON_TEST[tests_release(release)]
         text = src.read_text()
