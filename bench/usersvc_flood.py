@@ -4,11 +4,11 @@ from the credential's making to the answer (`user_service.ask`), which is what t
 decides. The whole command (Python's start-up and imports besides) is measured too, quiet and
 flooded: what the flood adds to it is the round trip's share.
 
-A local DAC (1 server, 4 bricks); uid 1234 owns the persistent buffer `abuf`. uid 5678 runs
-two flooders (the system python3, as that uid): one opens connections as fast as it can and
-holds up to HOLD of them silent, reopening each the service drops; the other holds SLOW
-connections that send one byte every 0.2 s. Meanwhile uid 1234 runs `DIR/bin/dacctl status
-abuf --line` N times in a row (the whole command: Python start-up, imports, munge, the round trip), and then
+A local DAC (1 server, 4 bricks); uid 1234 owns the persistent buffer `abuf`. uid 5678 runs two
+flooders (the system python3, as that uid): one opens connections as fast as it can and holds
+up to HOLD of them silent, reopening each the service drops; the other holds SLOW connections
+that send one byte every 0.2 s. Meanwhile uid 1234 runs `DIR/bin/dacctl status abuf --line` N
+times in a row (the whole command: Python start-up, imports, munge, the round trip), and then
 `user_service.ask` N times in one process (the round trip alone). The same is measured without
 the flood first. Prints the figures, then PASS or FAIL on the round trip's p99.
 
