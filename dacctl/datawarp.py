@@ -479,7 +479,8 @@ def _teardown(store, config, token: str, hurry: bool = False) -> None:
         jobs.detach(store, token, [token], State.STAGED_OUT)
         jobs.set_desired(store, token, State.STAGED_OUT, retry=True)  # after a failed one
         jobs.wait_for(store, token, State.STAGED_OUT, config.stage_timeout, grace=config.grace)
-    jobs.set_desired(store, token, State.DELETED)
+    # a delete that failed (a mount of the buffer left elsewhere) runs again at Slurm's retry
+    jobs.set_desired(store, token, State.DELETED, retry=True)
     jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.grace)
     for name in persistent:
         jobs.wait_for(store, name, State.CREATED, config.step_timeout, token, grace=config.grace)

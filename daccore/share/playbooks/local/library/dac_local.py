@@ -17,23 +17,33 @@ a directory is expected fails the step with one line naming the path.
     action: create   mkfs (unless mounted), mount nodev,nosuid, the job's directories
     action: attach   compute-node bind mounts and swap files, to match the spec
     action: delete   attach (to nothing), unmount (killing what holds the buffer if busy),
-                     zero the bricks, remove the mount point
+                     prove no mount of it is left anywhere (each brick opened O_EXCL), zero
+                     the bricks through those descriptors, remove the mount point
+
+What a job left behind never outlives teardown (docs/security.md, "Teardown always ends"): when
+an unmount is busy, or a brick is still held after the host's last unmount, the owner's
+processes on this server are stopped, those that hold the buffer killed, the unmounts retried,
+and only then the others let go (`Holders`). A mount that remains is named in one line, and
+nothing is zeroed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MS_BIND, _UMOUNT_NOFOLLOW = 4096, 8
+_CLONE_NEWNS, _NS_GET_USERNS = 0x20000, 0xB701  # linux/sched.h, linux/nsfs.h
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -139,11 +149,12 @@ def bind(anchor_src: str, source: str, anchor_dst: str, target: str, done: list[
     done.append(f"mount --bind {source} {target}")
 
 
-def unmount(anchor: str, target: str, done: list[str], free: str | None = None) -> None:
+def unmount(anchor: str, target: str, done: list[str], holders: Holders | None = None) -> None:
     """umount2 of the last component, by name relative to its checked parent, not followed
-    (an fd inside the mount would itself keep it busy). When the mount is busy and `free`
-    names the buffer's mount point, what holds the buffer is killed and the umount retried:
-    scanning /proc costs ~0.15 s on a loaded server, so only when needed."""
+    (an fd inside the mount would itself keep it busy). When the mount is busy and `holders`
+    is given (the buffer is attached nowhere else after this), what holds the buffer is killed
+    and the umount retried: scanning /proc costs ~0.15 s on a loaded server, so only when
+    needed."""
     parent = walk(anchor, os.path.dirname(os.path.normpath(target)), done)
     try:
         path = _fd_path(parent, os.path.basename(os.path.normpath(target)))
@@ -151,9 +162,11 @@ def unmount(anchor: str, target: str, done: list[str], free: str | None = None) 
             if _libc.umount2(path, _UMOUNT_NOFOLLOW) == 0:
                 break
             e = ctypes.get_errno()
-            if e != errno.EBUSY or free is None or attempt:
+            if e != errno.EBUSY or holders is None:
                 raise Failed(f"umount {target}: {os.strerror(e)}")
-            kill_holders(free, done)
+            if attempt:
+                raise Failed(f"umount {target}: busy: {holders.left()}; teardown retries")
+            holders.kill(done=done)
     finally:
         os.close(parent)
     done.append(f"umount {target}")
@@ -178,37 +191,231 @@ def prune(path: str, root: str, done: list[str]) -> None:
         parts.pop()
 
 
-def kill_holders(fs: str, done: list[str]) -> None:
-    """SIGKILL every process that uses the filesystem mounted at `fs` (its cwd, root, an open
-    file or a mapping), in any mount namespace, so the umount cannot fail busy. Matched by
-    st_dev, never by name; nothing happens unless `fs` is really a mount point, so a process on
-    the parent filesystem is never touched."""
-    fd = os.open(fs, _DIR)
-    try:
-        dev = os.fstat(fd).st_dev
-        parent_dev = os.stat(os.path.dirname(os.path.normpath(fs))).st_dev
-    finally:
-        os.close(fd)
-    if dev == parent_dev:
-        return
-    maps_dev = f"{os.major(dev):02x}:{os.minor(dev):02x}"
-    spared = _ancestors()  # this module, Ansible, dacd (which may be reading the buffer)
-    for _ in range(10):  # a killed process's children may have been forked meanwhile
-        victims = [pid for pid in _pids() if pid not in spared and _holds(pid, dev, maps_dev)]
-        if not victims:
-            return
-        for pid in victims:
+class Holders:
+    """What keeps a buffer's filesystem alive, killed only when an unmount is busy or a brick
+    is still held (`kill`): the cost of scanning /proc is paid only then.
+
+    The buffer's owner's processes on this server are stopped first (SIGSTOP, again until a
+    scan finds none of them running: a stopped process cannot fork, so a fork loop cannot
+    outrun it) and stay stopped until the context ends, after the host's last unmount, so none
+    of them makes a new holder or a new mount namespace meanwhile; those that hold the buffer
+    are SIGKILLed, the others let go (SIGCONT; one the user had stopped stays stopped). Only
+    the owner's: another user's or root's holder is named (`left`), never killed. Matched by
+    st_dev and by mount namespace, never by name. An owner of uid 0 (a site with
+    min_owner_uid 0) is never stopped: its holders alone are killed, in rounds."""
+
+    def __init__(self, owner: int, devices: list[str], fs: str | None = None):
+        self.owner, self.devices = owner, devices
+        self.devs: set[int] = set()  # the filesystem's st_dev
+        self.rdevs: set[int] = set()  # the bricks' (xfs's st_dev is its brick's)
+        for dev in devices:
             try:
-                os.kill(pid, signal.SIGKILL)
-                done.append(f"kill -9 {pid}")
+                self.rdevs.add(os.stat(dev).st_rdev)
+            except OSError:
+                pass
+        if fs is not None:
+            fd = os.open(fs, _DIR)
+            try:
+                if os.fstat(fd).st_dev != os.stat(os.path.dirname(os.path.normpath(fs))).st_dev:
+                    self.devs.add(os.fstat(fd).st_dev)  # really a mount point
+            finally:
+                os.close(fd)
+        self.spared = _ancestors()  # this module, Ansible, dacd (which may read the buffer)
+        self.stopped: list[int] = []
+        self.frozen = False
+        self.found: list[str] = []  # what holds it and was not killed, for `left`
+        self.unmounted = 0  # copies unmounted in root's other mount namespaces
+
+    def __enter__(self) -> Holders:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for pid in self.stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        for pid in victims:  # the mount is busy until the killed process is really gone
-            deadline = time.monotonic() + 2
-            while os.path.exists(f"/proc/{pid}") and not _zombie(pid) \
-                    and time.monotonic() < deadline:
-                time.sleep(0.005)
-    raise Failed(f"processes keep appearing on {fs}; teardown retries")
+
+    def kill(self, namespaces: bool = False, done: list[str] | None = None) -> int:
+        """SIGKILL the owner's processes that use the filesystem (cwd, root, an open file, a
+        mapping); with `namespaces` (the host has unmounted it: a mount left elsewhere is a
+        copy no unmount of ours reaches), also every process of a mount namespace that holds
+        it, when all of that namespace's processes are the owner's, and the owner's processes
+        holding a mount namespace's descriptor. Returns how many were killed (or copies
+        unmounted)."""
+        self._freeze()
+        killed = 0
+        for _ in range(1 if self.frozen else 10):  # unstopped: a killed one may have forked
+            unmounted = self.unmounted
+            victims = self._scan(namespaces, done)
+            killed += len(victims) + self.unmounted - unmounted
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    if done is not None:
+                        done.append(f"kill -9 {pid}")
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 5  # gone before the unmount is retried
+            for pid in victims:
+                while os.path.exists(f"/proc/{pid}") and not _zombie(pid) \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            if not victims:
+                break
+        return killed
+
+    def left(self) -> str:
+        """What still holds the buffer, as far as /proc shows it, and who must act."""
+        if not self.found:
+            return ("a mount or user no process shows (a mount namespace kept by a file, or "
+                    "one whose processes are all chrooted away from it): an admin must find it "
+                    f"(lsns -t mnt; fuser -vm {' '.join(self.devices)}) and end it")
+        more = f" and {len(self.found) - 3} more" if len(self.found) > 3 else ""
+        return (f"{'; '.join(self.found[:3])}{more}; not the job's user's alone, so not "
+                "killed: an admin must end them")
+
+    def _freeze(self) -> None:
+        if self.frozen or self.owner == 0:
+            return
+        seen: set[int] = set()
+        settled, deadline = False, time.monotonic() + 5
+        while time.monotonic() < deadline:
+            new = []
+            for pid in _pids():
+                if pid in seen or pid in self.spared:
+                    continue
+                state, uids = _status(pid)
+                if self.owner not in uids:
+                    continue
+                seen.add(pid)
+                if state not in "TtZX":  # one already stopped is not ours to continue
+                    os.kill(pid, signal.SIGSTOP)
+                    self.stopped.append(pid)
+                    new.append(pid)
+            if not new and settled:  # a listing made after every one of them had stopped
+                break
+            settled = all(_status(pid)[0] in "TtZX" for pid in self.stopped)
+            if not settled:
+                time.sleep(0.002)
+        self.frozen = True
+
+    def _scan(self, namespaces: bool, done: list[str] | None = None) -> list[int]:
+        """The owner's processes to kill; what else holds the buffer goes to `found`. With
+        `namespaces`, a copy of the buffer's mounts in a mount namespace of root's (a daemon
+        started with a private mount namespace while the buffer was mounted) is unmounted
+        there, as propagation would have done on a host whose / is shared."""
+        self.found = []
+        maps_devs = {f"{os.major(d):02x}:{os.minor(d):02x}" for d in self.devs}
+        victims: list[int] = []
+        by_ns: dict[str, list[tuple[int, bool, int]]] = {}
+        mine = os.readlink("/proc/self/ns/mnt")
+        for pid in _pids():
+            if pid in self.spared:
+                continue
+            state, uids = _status(pid)
+            if state in "ZX" or not uids:
+                continue
+            owners = self.owner in uids and self.owner != 0 or \
+                self.owner == 0 and uids == {0}
+            if namespaces:
+                try:
+                    ns = os.readlink(f"/proc/{pid}/ns/mnt")
+                except OSError:
+                    ns = mine
+                if ns != mine:
+                    by_ns.setdefault(ns, []).append((pid, owners, min(uids)))
+            why = _holds(pid, self.devs, maps_devs, ns_fds=namespaces and owners)
+            if why and owners:
+                victims.append(pid)
+            elif why:
+                self.found.append(f"pid {pid} (uid {min(uids)}) uses it ({why})")
+        for ns, procs in by_ns.items():
+            pid = procs[0][0]
+            where = self._mounted_in(pid)
+            if not where:
+                continue
+            if all(owners for _, owners, _ in procs):  # the user's own namespace
+                victims += [p for p, _, _ in procs if p not in victims]
+                continue
+            if _roots(pid):  # a daemon's, made while the buffer was mounted: an unlocked copy
+                where = self._mounted_in(pid, unmount=True)
+                self.unmounted += sum(1 for _, why in where if not why)
+                if done is not None:
+                    done += [f"umount {point} in {ns}" for point, why in where if not why]
+            pids = ", ".join(str(p) for p, _, _ in procs[:3])
+            users = ", ".join(sorted({str(u) for _, _, u in procs}))
+            self.found += [f"mount namespace {ns} (pid {pids}; uid {users}) has it mounted at "
+                           f"{point}{f' ({why})' if why != 'mounted' else ''}"
+                           for point, why in where if why]
+        return victims
+
+    def _mounted_in(self, pid: int, unmount: bool = False) -> list[tuple[str, str]]:
+        """The mounts of the filesystem in `pid`'s mount namespace, as (mount point, "mounted"),
+        read from inside it (a chrooted process's own mountinfo hides what is outside its
+        root); with `unmount`, each unmounted there (the deepest first, never lazily, the last
+        component not followed): (mount point, "" or why it stays)."""
+        ids = {f"{os.major(d)}:{os.minor(d)}" for d in self.devs | self.rdevs}
+        try:
+            ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return []
+        proc = os.open("/proc", _DIR)
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # setns needs a single thread, and this process stays where it is
+            try:
+                os.close(r)
+                if _libc.setns(ns, _CLONE_NEWNS) != 0:
+                    os._exit(1)
+                fd = os.open("thread-self/mountinfo", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
+                with os.fdopen(fd) as f:
+                    lines = f.read().splitlines()
+                out = []
+                for line in lines:
+                    fields = line.split()
+                    tail = fields[fields.index("-") + 1:] if "-" in fields else []
+                    if fields[2] in ids or len(tail) > 1 and _unescape(tail[1]) in self.devices:
+                        out.append((_unescape(fields[4]), fields[2], "mounted"))
+                if unmount:
+                    out.sort(key=lambda m: -len(m[0]))
+                    for i, (point, mm, _) in enumerate(out):
+                        why = "" if _libc.umount2(point.encode(), _UMOUNT_NOFOLLOW) == 0 else \
+                            os.strerror(ctypes.get_errno())
+                        out[i] = (point, mm, why)
+                os.write(w, json.dumps(out).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.close(ns)
+        os.close(proc)
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+        os.waitpid(child, 0)
+        found = json.loads(data) if data else []
+        for _, mm, _ in found:
+            major, minor = mm.split(":")
+            self.devs.add(os.makedev(int(major), int(minor)))  # btrfs's is its own
+        return [(point, why) for point, _, why in found]
+
+
+def _roots(pid: int) -> bool:
+    """Whether `pid`'s mount namespace belongs to the initial user namespace (root made it;
+    no user can mount in it, and its mounts of the buffer are not locked)."""
+    try:
+        fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        owner = fcntl.ioctl(fd, _NS_GET_USERNS)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    try:
+        return os.fstat(owner).st_ino == os.stat("/proc/self/ns/user").st_ino
+    finally:
+        os.close(owner)
 
 
 def _ancestors() -> set[int]:
@@ -227,75 +434,109 @@ def _pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
-def _zombie(pid: int) -> bool:
+def _status(pid: int) -> tuple[str, set[int]]:
+    """State letter and real, effective, saved and filesystem uids (as this namespace sees
+    them: a process in a user namespace shows its owner's uid; /proc/<pid>'s own owner would
+    be root for one that made itself undumpable); ("X", set()) once gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+        state = text.split("\nState:", 1)[1].split()[0]
+        uids = {int(u) for u in text.split("\nUid:", 1)[1].split("\n", 1)[0].split()}
+        return state, uids
+    except (OSError, IndexError, ValueError):
+        return "X", set()
 
 
-def _holds(pid: int, dev: int, maps_dev: str) -> bool:
+def _zombie(pid: int) -> bool:
+    return _status(pid)[0] in "ZX"
+
+
+def _holds(pid: int, devs: set[int], maps_devs: set[str], ns_fds: bool = False) -> str:
+    """How the process uses the filesystem (cwd, root, fd N, a mapping, a mount namespace's
+    descriptor when `ns_fds`), or ""."""
     base = f"/proc/{pid}"
     try:
         links = ["cwd", "root"] + [f"fd/{n}" for n in os.listdir(f"{base}/fd")]
     except OSError:  # gone, or a kernel thread
-        return False
+        return ""
     for link in links:
         try:
             # stat follows the kernel's magic link to the object itself: no name is resolved
-            if os.stat(f"{base}/{link}").st_dev == dev:
-                return True
+            if devs and os.stat(f"{base}/{link}").st_dev in devs:
+                return link
+            if ns_fds and link.startswith("fd/") and \
+                    os.readlink(f"{base}/{link}").startswith("mnt:["):
+                return f"{link}, a mount namespace"
         except OSError:
             pass
+    if not maps_devs:
+        return ""
     try:
         with open(f"{base}/maps") as f:
-            return any(line.split()[3] == maps_dev and line.split()[4] != "0" for line in f)
-    except (OSError, IndexError):
-        return False
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[3] in maps_devs and fields[4] != "0":
+                    return "a mapping"
+    except OSError:
+        pass
+    return ""
 
 
-def zero(devices: list[str], done: list[str]) -> None:
+def claim(devices: list[str]) -> list[int]:
+    """Each brick opened O_EXCL for writing: the kernel refuses it (EBUSY) while any
+    filesystem holds the brick, in any mount namespace, a lazily detached mount included. The
+    proof that no mount of the buffer is left, and it holds: nothing mounts a brick while this
+    fd is open. Retried briefly: a namespace whose last process just died is let go
+    asynchronously."""
+    fds: list[int] = []
+    try:
+        for dev in devices:
+            deadline = time.monotonic() + 1
+            while True:
+                try:
+                    fds.append(os.open(dev, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC))
+                    break
+                except OSError as e:
+                    if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+_BLKZEROOUT = 0x127F  # _IO(0x12, 127), linux/fs.h
+_BLKFLSBUF = 0x1261  # _IO(0x12, 97): write back and drop the device's page cache
+
+
+def zero(devices: list[str], fds: list[int], done: list[str]) -> None:
     """No byte of the last buffer stays readable on the brick, signatures included:
     BLKZEROOUT (NVMe write-zeroes or deallocate; on a loop device a zeroed range of the backing
-    file), else zeroes written. Retried briefly while udev still probes the device after the
-    umount (blkdiscard opens it exclusively)."""
-    for dev in devices:
-        deadline = time.monotonic() + 5
-        while True:
-            r = subprocess.run(["blkdiscard", "--zeroout", dev], capture_output=True, text=True)
-            if r.returncode == 0 or "busy" not in r.stderr or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        if r.returncode == 0:
-            done.append(f"blkdiscard --zeroout {dev}")
-        else:
-            _write_zeroes(dev)
+    file), else zeroes written; only through the exclusive descriptors `claim` opened."""
+    for dev, fd in zip(devices, fds, strict=True):
+        size = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            fcntl.ioctl(fd, _BLKZEROOUT, struct.pack("=QQ", 0, size))
+            done.append(f"BLKZEROOUT {dev}")
+        except OSError:
+            _write_zeroes(fd, size)
             done.append(f"zeroed {dev}")
         # BLKZEROOUT drops the device's page cache before it writes: a read meanwhile (any
         # blkid or lsblk scanning every device) caches the old blocks again, and they stay
         # readable through the device after the zeroes land (seen: a wiped brick still probed
         # as btrfs). Dropped again once the zeroes are there.
-        fd = os.open(dev, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            fcntl.ioctl(fd, _BLKFLSBUF)
-        finally:
-            os.close(fd)
+        fcntl.ioctl(fd, _BLKFLSBUF)
 
 
-_BLKFLSBUF = 0x1261  # _IO(0x12, 97): write back and drop the device's page cache
-
-
-def _write_zeroes(dev: str) -> None:
-    fd = os.open(dev, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        left, chunk = os.lseek(fd, 0, os.SEEK_END), bytes(4 << 20)
-        os.lseek(fd, 0, os.SEEK_SET)
-        while left:
-            left -= os.write(fd, chunk[:min(left, len(chunk))])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _write_zeroes(fd: int, left: int) -> None:
+    chunk = bytes(4 << 20)
+    os.lseek(fd, 0, os.SEEK_SET)
+    while left:
+        left -= os.write(fd, chunk[:min(left, len(chunk))])
+    os.fsync(fd)
 
 
 def create(a: dict, done: list[str]) -> None:
@@ -312,8 +553,9 @@ def create(a: dict, done: list[str]) -> None:
                   done)
 
 
-def attach(a: dict, done: list[str]) -> None:
-    """Order matters: swap off and unmount before removing; directories before binds."""
+def attach(a: dict, done: list[str], holders: Holders | None = None) -> None:
+    """Order matters: swap off and unmount before removing; directories before binds.
+    `holders`: the caller's (delete's, whose owner stays stopped until the last unmount)."""
     fs = a["fs_path"]
     swaps = active_swaps()
     for path in a["unswaps"]:
@@ -322,11 +564,14 @@ def attach(a: dict, done: list[str]) -> None:
         _unlink(fs, path, done)
     mounted = mount_points()
     # attached nowhere after this step: whatever still uses the buffer is a job's leftover
-    free = fs if not a["binds"] and fs in mounted else None
-    for u in a["unbinds"]:
-        if u["target"] in mounted:
-            unmount(u["root"], u["target"], done, free)
-        prune(u["target"], u["root"], done)
+    last = not a["binds"] and fs in mounted
+    with contextlib.ExitStack() as stack:
+        if last and holders is None:
+            holders = stack.enter_context(Holders(int(a["owner_uid"]), [], fs))
+        for u in a["unbinds"]:
+            if u["target"] in mounted:
+                unmount(u["root"], u["target"], done, holders if last else None)
+            prune(u["target"], u["root"], done)
     for d in a["dirs"]:
         owned_dir(fs, d["path"], int(d["owner"]), int(d["group"]), int(d["mode"], 8), done)
     for b in a["binds"]:
@@ -372,13 +617,38 @@ def _unlink(anchor: str, path: str, done: list[str]) -> None:
 
 
 def delete(a: dict, done: list[str]) -> None:
-    fs = a["fs_path"]
-    attach(a["attach"], done)  # kills what holds a node's mount (a bind mount shares st_dev)
-    if fs in mount_points():
-        unmount(os.path.dirname(os.path.normpath(fs)), fs, done, free=fs)
-    zero(a["devices"], done)  # signatures too: no wipefs needed
+    fs, devices = a["fs_path"], a["devices"]
+    mounted = fs in mount_points()
+    with Holders(int(a["owner_uid"]), devices, fs if mounted else None) as holders:
+        # kills what holds a node's mount (a bind mount shares st_dev)
+        attach({**a["attach"], "owner_uid": a["owner_uid"]}, done, holders)
+        if mounted:
+            unmount(os.path.dirname(os.path.normpath(fs)), fs, done, holders)
+        fds = _claimed(devices, holders, done)  # before the owner's processes go on
+    try:
+        zero(devices, fds, done)  # signatures too: no wipefs needed
+    finally:
+        for fd in fds:
+            os.close(fd)
     if os.path.isdir(fs):
         os.rmdir(fs)
+
+
+def _claimed(devices: list[str], holders: Holders, done: list[str]) -> list[int]:
+    """The bricks, claimed (`claim`) once the host has no mount of them left; a brick still
+    held means a mount elsewhere (the user's own mount namespace, a lazily detached mount):
+    its holders are killed, or named in one line, and nothing is zeroed or released."""
+    for _ in range(3):
+        try:
+            return claim(devices)
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+        if not holders.kill(namespaces=True, done=done):
+            break
+    raise Failed(f"{', '.join(devices)}: the buffer's filesystem is still mounted after "
+                 f"its unmount: {holders.left()}; nothing was zeroed or released, and "
+                 "teardown retries")
 
 
 def main() -> None:
@@ -387,7 +657,8 @@ def main() -> None:
     done: list[str] = []
     try:
         action = {"create": create, "attach": attach, "delete": delete}[args.pop("action")]
-        action(args["attach"] if action is attach else args, done)
+        action({**args["attach"], "owner_uid": args["owner_uid"]} if action is attach else args,
+               done)
     except Failed as e:
         print(json.dumps({"failed": True, "msg": e.msg, "rc": e.rc, "stderr": e.stderr,
                           "changed": bool(done)}))
