@@ -347,8 +347,13 @@ def destroy(store, name: str, uid: int | None = None) -> None:
         if b["attachments"]:
             raise UserError(f"destroy_persistent: buffer '{name}' is attached to job "
                             f"{', '.join(sorted(b['attachments']))}; destroy it once they end")
-        return None if b["desired_state"] == State.DELETED.value else {
-            "desired_state": State.DELETED.value}
+        if b["desired_state"] != State.DELETED.value:
+            return {"desired_state": State.DELETED.value}
+        # asked again after a delete failed (a mount of it left elsewhere): a new generation,
+        # which dacd answers by running the delete again
+        failed = any(s.get("error") and s.get("generation", 0) >= b["generation"]
+                     for s in store.status_docs(name).values())
+        return {"desired_state": State.DELETED.value} if failed else None
     if not _update(store, name, change):
         raise NotFound(f"destroy_persistent: no persistent buffer named '{name}'")
 

@@ -109,6 +109,22 @@ def test_destroy_is_refused_while_attached_and_for_another_user(site):
         jobs.destroy(site, "gone")
 
 
+def test_destroy_asked_again_after_a_failed_delete_makes_a_new_generation(site):
+    """dacd runs a failed delete again only for a new generation: destroying again (and
+    Slurm's teardown, set_desired with retry) makes one; with no failure, nothing changes."""
+    from daccore.models import Status, StatusError
+    persistent(site)
+    jobs.destroy(site, "pbuf")
+    generation = site.buffer("pbuf").record.generation
+    jobs.destroy(site, "pbuf")
+    assert site.buffer("pbuf").record.generation == generation
+    host_ = site.buffer("pbuf").record.allocation.primary_host
+    site.put_status(Status(buffer="pbuf", host=host_, state=State.CREATED, generation=generation,
+                           error=StatusError(category="admin", message="still mounted")))
+    jobs.destroy(site, "pbuf")
+    assert site.buffer("pbuf").record.generation == generation + 1
+
+
 def test_a_buffer_being_torn_down_is_never_brought_back(site):
     persistent(site)
     jobs.destroy(site, "pbuf")
