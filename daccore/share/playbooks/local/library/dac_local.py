@@ -224,7 +224,6 @@ class Holders:
         self.stopped: list[int] = []
         self.frozen = False
         self.found: list[str] = []  # what holds it and was not killed, for `left`
-        self.unmounted = 0  # copies unmounted in root's other mount namespaces
 
     def __enter__(self) -> Holders:
         return self
@@ -236,19 +235,15 @@ class Holders:
             except ProcessLookupError:
                 pass
 
-    def kill(self, namespaces: bool = False, done: list[str] | None = None) -> int:
+    def kill(self, namespaces: bool = False, done: list[str] | None = None) -> None:
         """SIGKILL the owner's processes that use the filesystem (cwd, root, an open file, a
         mapping); with `namespaces` (the host has unmounted it: a mount left elsewhere is a
         copy no unmount of ours reaches), also every process of a mount namespace that holds
         it, when all of that namespace's processes are the owner's, and the owner's processes
-        holding a mount namespace's descriptor. Returns how many were killed (or copies
-        unmounted)."""
+        holding a mount namespace's descriptor."""
         self._freeze()
-        killed = 0
         for _ in range(1 if self.frozen else 10):  # unstopped: a killed one may have forked
-            unmounted = self.unmounted
             victims = self._scan(namespaces, done)
-            killed += len(victims) + self.unmounted - unmounted
             for pid in victims:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -262,8 +257,7 @@ class Holders:
                         and time.monotonic() < deadline:
                     time.sleep(0.005)
             if not victims:
-                break
-        return killed
+                return
 
     def left(self) -> str:
         """What still holds the buffer, as far as /proc shows it, and who must act."""
@@ -340,7 +334,6 @@ class Holders:
                 continue
             if _roots(pid):  # a daemon's, made while the buffer was mounted: an unlocked copy
                 where = self._mounted_in(pid, unmount=True)
-                self.unmounted += sum(1 for _, why in where if not why)
                 if done is not None:
                     done += [f"umount {point} in {ns}" for point, why in where if not why]
             pids = ", ".join(str(p) for p, _, _ in procs[:3])
@@ -638,14 +631,13 @@ def _claimed(devices: list[str], holders: Holders, done: list[str]) -> list[int]
     """The bricks, claimed (`claim`) once the host has no mount of them left; a brick still
     held means a mount elsewhere (the user's own mount namespace, a lazily detached mount):
     its holders are killed, or named in one line, and nothing is zeroed or released."""
-    for _ in range(3):
+    for _ in range(3):  # each round waits a little too: a device probe may hold it briefly
         try:
             return claim(devices)
         except OSError as e:
             if e.errno != errno.EBUSY:
                 raise
-        if not holders.kill(namespaces=True, done=done):
-            break
+        holders.kill(namespaces=True, done=done)
     raise Failed(f"{', '.join(devices)}: the buffer's filesystem is still mounted after "
                  f"its unmount: {holders.left()}; nothing was zeroed or released, and "
                  "teardown retries")
