@@ -20,19 +20,11 @@ import pytest
 import slurm_testsuite
 from clitools import BIN, run
 
-from daclocal.releases import RELEASES
 from daclocal.slurm import SUBMIT_USER, ensure_submit_user
 
 #: a test's own waits reach 660 s; a passing one takes under a minute here, so a case that
 #: has not ended by then has failed
 CASE_TIMEOUT = 240
-
-
-def pytest_generate_tests(metafunc):
-    """`datawarp` and `lua`: one local DAC per release, shared by that plugin's cases."""
-    for plugin in ("datawarp", "lua"):
-        if plugin in metafunc.fixturenames:
-            metafunc.parametrize(plugin, list(RELEASES), indirect=True, scope="session")
 
 
 class SuiteDac:
@@ -131,11 +123,35 @@ def _dac(release: str, plugin: str):
     assert down.returncode == 0, (down.stdout, down.stderr, leftover)
 
 
-@pytest.fixture(scope="session")
-def datawarp(request):
-    yield from _dac(request.param, "datawarp")
+class Dacs:
+    """At most one local DAC at a time: the cases come grouped by release x plugin, and the
+    next group's DAC comes up once the last one's is down."""
+
+    def __init__(self):
+        self.key, self.current, self.error = None, None, None
+
+    def get(self, release: str, plugin: str) -> SuiteDac:
+        if self.key != (release, plugin):
+            self.close()
+            self.key, self.error = (release, plugin), None
+            self.current = _dac(release, plugin)
+            try:
+                self.dac = next(self.current)
+            except Exception as e:  # every case of the group fails with it, not only the first
+                self.current, self.error = None, e
+        if self.error is not None:
+            raise AssertionError(f"no local DAC for {release} {plugin}: {self.error}")
+        return self.dac
+
+    def close(self) -> None:
+        if self.current is not None:
+            current, self.current = self.current, None
+            for _ in current:  # runs _dac's finally: down, and its assertion
+                pass
 
 
 @pytest.fixture(scope="session")
-def lua(request):
-    yield from _dac(request.param, "lua")
+def dacs():
+    d = Dacs()
+    yield d
+    d.close()

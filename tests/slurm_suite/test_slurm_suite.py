@@ -13,6 +13,8 @@ import re
 import pytest
 import slurm_testsuite
 
+from daclocal.releases import RELEASES
+
 #: Slurm's tests that need Cray's persistent-buffer jobs (#BB create_persistent), which
 #: burst_buffer/lua does not offer, or Cray's dwstat, which `scontrol show dwstat` runs only
 #: under burst_buffer/datawarp
@@ -37,19 +39,23 @@ def _check(dac, name: str, rc: int, out: str) -> None:
             f"{name} under {plugin} was expected to fail with {why!r}: exit {rc}\n{out[-6000:]}"
 
 
-@pytest.mark.parametrize("name", slurm_testsuite.EXPECT_TESTS)
-def test_datawarp_expect(datawarp, name):
-    rc, out = datawarp.expect(name)
-    _check(datawarp, name, rc, out)
+def _cases():
+    """(release, plugin, test), grouped by release x plugin (one local DAC each)."""
+    for plugin in ("datawarp", "lua"):
+        for release in RELEASES:
+            names = (*slurm_testsuite.EXPECT_TESTS, "python") if plugin == "datawarp" \
+                else LUA_CASES
+            for name in names:
+                yield pytest.param(release, plugin, name, id=f"{release}-{plugin}-{name}")
 
 
-def test_datawarp_python(datawarp):
-    rc, out = datawarp.python()
-    _check(datawarp, "python", rc, out)
-    assert re.search(r"\b2 (passed|failed)\b", out), out[-4000:]  # both of its tests ran
-
-
-@pytest.mark.parametrize("name", LUA_CASES)
-def test_lua_expect(lua, name):
-    rc, out = lua.expect(name)
-    _check(lua, name, rc, out)
+@pytest.mark.parametrize("release,plugin,name", list(_cases()))
+def test_slurm_test(dacs, release, plugin, name):
+    dac = dacs.get(release, plugin)
+    if name == "python":
+        rc, out = dac.python()
+        _check(dac, name, rc, out)
+        assert re.search(r"\b2 (passed|failed)\b", out), out[-4000:]  # both of its tests ran
+    else:
+        rc, out = dac.expect(name)
+        _check(dac, name, rc, out)
