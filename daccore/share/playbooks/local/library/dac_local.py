@@ -284,7 +284,10 @@ class Holders:
                     continue
                 seen.add(pid)
                 if state not in "TtZX":  # one already stopped is not ours to continue
-                    os.kill(pid, signal.SIGSTOP)
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                    except ProcessLookupError:  # a short-lived child, gone already
+                        continue
                     self.stopped.append(pid)
                     new.append(pid)
             if not new and settled:  # a listing made after every one of them had stopped
@@ -385,7 +388,10 @@ class Holders:
         with os.fdopen(r, "rb") as f:
             data = f.read()
         os.waitpid(child, 0)
-        found = json.loads(data) if data else []
+        try:
+            found = json.loads(data) if data else []
+        except ValueError:  # the child died half-way: what it saw counts as nothing
+            found = []
         for _, mm, _ in found:
             major, minor = mm.split(":")
             self.devs.add(os.makedev(int(major), int(minor)))  # btrfs's is its own
