@@ -59,7 +59,9 @@ class Host:
     def enter(self) -> list[str]:
         """The command line prefix that runs a program on this host."""
         assert self.holder is not None
-        return ["nsenter", "-t", str(self.holder.pid), "-n", "-m", "-u", "--"]
+        # -r -w: the host's root and cwd as well; entering a mount namespace alone puts a
+        # process at that namespace's real root, outside a chroot the tests may run in
+        return ["nsenter", "-t", str(self.holder.pid), "-n", "-m", "-u", "-r", "-w", "--"]
 
     def boot(self) -> None:
         self.root.mkdir(parents=True)
