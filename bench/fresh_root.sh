@@ -10,7 +10,7 @@
 #                                    make test on a machine builds the Slurm chroots and etcd
 #   (root; DIR default /var/tmp/dac-fresh, removed at the end; KEEP=1 keeps it to look into)
 #
-# The chroot shares this kernel (loop devices, mounts, network) but gets its own mount and pid
+# The fresh root shares this kernel (loop devices, mounts, network) but gets its own mount and pid
 # namespaces: nothing it mounts is seen by the host, and every process it starts dies with it,
 # even when the command's own teardown does not run. The repository goes in as a clean clone of
 # HEAD. Where this network re-signs TLS, SSL_CERT_FILE (and the proxy variables) are passed on,
@@ -34,7 +34,7 @@ fi
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
 
 # Loop devices are the kernel's, not the namespace's: a demo killed before its teardown leaves
-# them attached to files in DIR. losetup shows their paths as the chroot saw them (they may name
+# them attached to files in DIR. losetup shows their paths as the fresh root saw them (they may name
 # a file of the host too), so they are matched by device and inode instead.
 detach_our_loops() {
     [ -d "$dir" ] || return 0
@@ -81,7 +81,7 @@ git clone -q "$repo" "$dir/root/dac"
 # refuses a v1/v2 mix, so no fresh cgroup2 mount when this kernel also has v1 hierarchies).
 unshare --mount --pid --fork --propagation private /bin/bash -eu -c '
     dir=$1
-    trap "umount -R \"\$dir\" 2>/dev/null || true" EXIT  # unshare --fork: pid 1 of the namespace
+    # unshare --fork: this shell is pid 1 of the namespace; every mount below dies with it
     mount --bind "$dir" "$dir"
     mount -t proc proc "$dir/proc"
     mount -t sysfs sys "$dir/sys"
@@ -89,8 +89,15 @@ unshare --mount --pid --fork --propagation private /bin/bash -eu -c '
     mount --rbind /dev "$dir/dev"  # loop devices appear in devtmpfs as the demo attaches them
     mount -t tmpfs tmpfs "$dir/run"
     mount -t tmpfs -o mode=1777 tmpfs "$dir/tmp"
+    # the fresh root becomes the root of this namespace (pivot_root), not a chroot: the kernel
+    # refuses a user namespace to a chrooted process, and tests make them (unshare --user)
+    cd "$dir"
+    mkdir -p .host-root
+    pivot_root . .host-root
+    umount -l /.host-root
+    rmdir /.host-root
     # env -i: nothing of this machine (pip wheel dirs, proxies) helps the fresh one
-    chroot "$dir" /usr/bin/env -i HOME=/root TERM=dumb $2 \
+    /usr/bin/env -i HOME=/root TERM=dumb $2 \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         /bin/bash -c "cd /root/dac && date +%s.%N > /var/tmp/fresh.start && $3 &&
                       date +%s.%N > /var/tmp/fresh.end"
