@@ -5,52 +5,18 @@ local DAC, jobs submitted by an unprivileged user; `dacctl --function job_proces
 Slurm runs it."""
 
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 
 import pytest
 from clitools import run
-
-from daclocal.slurm import SUBMIT_USER, ensure_submit_user
+from security.sbatch_dac import sbatch, script_file, slurm_dac
 
 
 @pytest.fixture(scope="module", params=["lua", "datawarp"])
 def escaping_slurm(request):
     """(env, jobs dir, plugin) of a local DAC wired to a real Slurm; always torn down."""
-    assert os.geteuid() == 0, "needs root (Slurm, loop devices, other uids)"
-    workdir = tempfile.mkdtemp(prefix=f"dac-escaping-{request.param}-")
-    os.chmod(workdir, 0o755)
-    jobs = os.path.join(workdir, "jobs")
-    try:
-        run("dacctl", "local", "up", "--workdir", workdir, "--servers", "2",
-            "--bricks-per-server", "2", "--brick-size", "512MiB", "--slurm-nodes", "1",
-            "--slurm-plugin", request.param, timeout=120)
-        lines = run("dacctl", "local", "env", "--workdir", workdir).stdout.splitlines()
-        env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
-        user = ensure_submit_user()
-        os.mkdir(jobs)
-        os.chown(jobs, user.pw_uid, user.pw_gid)
-        yield env, jobs, request.param
-    finally:
-        run("dacctl", "local", "down", "--workdir", workdir, check=False)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def script_file(jobs: str, line: str) -> str:
-    path = os.path.join(jobs, f"job{time.monotonic_ns()}.sh")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f"#!/bin/bash\n{line}\nsleep 1\n")
-    os.chmod(path, 0o644)
-    return path
-
-
-def sbatch(env, jobs: str, line: str):
-    r = subprocess.run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable",
-                        script_file(jobs, line)], capture_output=True, text=True, timeout=60,
-                       cwd=jobs, env={**os.environ, **env})
-    return (r.stdout.strip().split(";")[0] or None) if r.returncode == 0 else None, r
+    yield from slurm_dac(request.param, "escaping")
 
 
 def job_process(env, jobs: str, line: str):

@@ -5,21 +5,18 @@ buffer plugin, a real local DAC (2 servers x 2 bricks of 512 MiB: a host holds 1
 2 GiB, one host per buffer), jobs submitted by an unprivileged user."""
 
 import os
-import shutil
 import subprocess
-import tempfile
-import time
 
 import pytest
 from clitools import run, wait_for
 from security.entry_helpers import ALICE, dacctl_as
+from security.sbatch_dac import sbatch, script_file, slurm_dac
 
 from daccore import admin
 from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
 from daccore.config import load_config
 from daccore.errors import UserError
 from daccore.store import Store
-from daclocal.slurm import SUBMIT_USER, ensure_submit_user
 
 JOBDW = "#DW jobdw capacity={} access_mode=striped type=scratch pool=default\n"
 
@@ -27,37 +24,7 @@ JOBDW = "#DW jobdw capacity={} access_mode=striped type=scratch pool=default\n"
 @pytest.fixture(scope="module", params=["lua", "datawarp"])
 def limits_slurm(request):
     """(env, jobs dir, plugin) of a local DAC wired to a real Slurm; always torn down."""
-    workdir = tempfile.mkdtemp(prefix=f"dac-limits-{request.param}-")
-    os.chmod(workdir, 0o755)
-    jobs = os.path.join(workdir, "jobs")
-    try:
-        run("dacctl", "local", "up", "--workdir", workdir, "--servers", "2",
-            "--bricks-per-server", "2", "--brick-size", "512MiB", "--slurm-nodes", "1",
-            "--slurm-plugin", request.param, timeout=120)
-        lines = run("dacctl", "local", "env", "--workdir", workdir).stdout.splitlines()
-        env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
-        user = ensure_submit_user()
-        os.mkdir(jobs)
-        os.chown(jobs, user.pw_uid, user.pw_gid)
-        yield env, jobs, request.param
-    finally:
-        run("dacctl", "local", "down", "--workdir", workdir, check=False)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def script_file(jobs: str, body: str) -> str:
-    path = os.path.join(jobs, f"job{time.monotonic_ns()}.sh")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f"#!/bin/bash\n{body}sleep 1\n")
-    os.chmod(path, 0o644)
-    return path
-
-
-def sbatch(env, jobs: str, body: str):
-    r = subprocess.run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable",
-                        script_file(jobs, body)], capture_output=True, text=True, timeout=60,
-                       cwd=jobs, env={**os.environ, **env})
-    return (r.stdout.strip().split(";")[0] or None) if r.returncode == 0 else None, r
+    yield from slurm_dac(request.param, "limits")
 
 
 def stage_in(i: int) -> str:
