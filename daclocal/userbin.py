@@ -84,7 +84,8 @@ def write_launcher(workdir: Path) -> str | None:
                 f"and {SYSTEM_PYTHON} is not Python {sys.version_info[0]}."
                 f"{sys.version_info[1]}; install dac into a venv of {SYSTEM_PYTHON}")
     top = str(Path(daccore.__file__).resolve().parent.parent)  # dac's packages (editable too)
-    sites = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    sites = sorted({p for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
+                    if os.path.isdir(p)})  # a system install's may not exist
     lib = workdir / "lib"
     shutil.rmtree(lib, ignore_errors=True)
     dirs = []
