@@ -27,6 +27,23 @@ from daclocal.slurm import SUBMIT_USER, ensure_submit_user
 CASE_TIMEOUT = 240
 
 
+def _processes(sid: int) -> str:
+    """The processes of session `sid` and the submit user's anywhere, with their state, what
+    they wait in and their kernel stack: a case that outlives its time says why."""
+    ps = subprocess.run(["ps", "-e", "-o", "pid,ppid,sid,stat,user:12,wchan:30,args"],
+                        capture_output=True, text=True).stdout.splitlines()
+    mine = [line for line in ps[1:] if line.split()[2] == str(sid)
+            or line.split()[4] == SUBMIT_USER]
+    stacks = []
+    for line in mine:
+        pid = line.split()[0]
+        try:
+            stacks.append(f"-- /proc/{pid}/stack\n" + Path(f"/proc/{pid}/stack").read_text())
+        except OSError:
+            pass
+    return "\n".join(ps[:1] + mine) + "\n" + "".join(stacks)
+
+
 class SuiteDac:
     """A local DAC with Slurm `release` and `plugin`, and Slurm's tests prepared for it."""
 
@@ -53,8 +70,10 @@ class SuiteDac:
                 rc = proc.wait(timeout=CASE_TIMEOUT)
                 late = ""
             except subprocess.TimeoutExpired:
+                where = _processes(proc.pid)  # what it waited on, before the kill ends it
                 os.killpg(proc.pid, 9)
-                rc, late = proc.wait(), f"\n(killed: still running after {CASE_TIMEOUT}s)"
+                rc, late = proc.wait(), \
+                    f"\n(killed: still running after {CASE_TIMEOUT}s)\n{where}"
             out.seek(0)
             return rc, out.read() + late
 
