@@ -1042,6 +1042,18 @@ class Store:
         kvs, _ = self.client.range(prefix, prefix_end(prefix))
         return {Keys.last(kv.key, prefix): json.loads(kv.value) for kv in kvs}
 
+    def all_status_docs(self) -> dict[str, dict[str, dict]]:
+        """Buffer -> host -> status as JSON, in one read (dwstat's views of every buffer);
+        a status that is not a JSON object is left out."""
+        kvs, _ = self.client.range(self.keys.statuses, prefix_end(self.keys.statuses))
+        found: dict[str, dict[str, dict]] = {}
+        for kv in kvs:
+            buffer, _, host = Keys.last(kv.key, self.keys.statuses).partition("/")
+            doc = _doc(kv.value)
+            if doc is not None and host:
+                found.setdefault(buffer, {})[host] = doc
+        return found
+
     # -- watch ---------------------------------------------------------------------------------
 
     def wake_on_status(self, buffer: str, wake: threading.Event) -> Watch:

@@ -1,11 +1,14 @@
-"""`dac-bbstat [job id]`: what `scontrol show bbstat` prints, and nothing else.
+"""`dac-bbstat [job id | view]`: what `scontrol show bbstat` and `scontrol show dwstat` print,
+and nothing else.
 
 Slurm runs it as SlurmUser with words a user typed: burst_buffer/datawarp as `GetSysStatus`
-(with everything after `scontrol show bbstat`), burst_buffer/lua through `slurm_bb_get_status`.
-So it accepts at most one argument, a job id, never reaches `--function`, an admin verb or
-`local`, and only reads etcd. What it shows depends on who asks, where Slurm says:
+(with everything after `scontrol show bbstat` or `scontrol show dwstat`), burst_buffer/lua
+through `slurm_bb_get_status`. So it accepts at most one argument, a job id or one of VIEWS,
+never reaches `--function`, an admin verb or `local`, and only reads etcd. What it shows
+depends on who asks, where Slurm says:
 
-* no argument: the pools (sizes and host counts, the same for everyone);
+* no argument or a view: Cray's `dwstat` table of that view (the pools by default), the same
+  for everyone (daccore/dws.py maps buffers to DWS's objects; sites' scripts parse dwstat);
 * a job id, caller unknown (datawarp; lua before 23.02): the public line, which anyone may
   read about any job: states, step names, staging counts, and `failed` without the text
   (errors name paths and files of the job's owner);
@@ -20,10 +23,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
-__all__ = ["main", "public_line", "full_line"]
+__all__ = ["main", "dwstat", "public_line", "full_line", "VIEWS"]
 
-USAGE = "usage: scontrol show bbstat [job id]"
+#: dwstat's views dac has, as Cray's dwstat names them; the first is the default
+VIEWS = ("pools", "sessions", "instances", "configurations", "activations")
+USAGE = f"usage: scontrol show bbstat [job id | {' | '.join(VIEWS)}]"
 #: etcd gets this long of datawarp's fixed 2 s for GetSysStatus
 TIMEOUT = 1.5
 
@@ -33,11 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     from dacctl.slurm_args import JOB_ID
     # Exit 0 even for a refusal or an error: burst_buffer/datawarp replaces the output of a
     # failed GetSysStatus with "Error running dwstat", and the one line is for the user.
-    if len(argv) > 1 or (argv and not JOB_ID.fullmatch(argv[0])):
+    if len(argv) > 1 or (argv and not (JOB_ID.fullmatch(argv[0]) or argv[0] in VIEWS)):
         print(f"dac-bbstat: {USAGE}")
         return 0
     try:
-        print(_answer(argv[0] if argv else None))
+        print(_answer(argv[0] if argv else VIEWS[0]))
     except Exception as e:  # noqa: BLE001 - Slurm prints stdout: one line, never a traceback
         from daccore.errors import DacError
         print(f"dac-bbstat: {e}" if isinstance(e, DacError) else
@@ -45,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _answer(job: str | None) -> str:
+def _answer(word: str) -> str:
     from daccore.config_cache import load_settings
     from daccore.store import Store
     settings = load_settings()
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=TIMEOUT)
-    if job is None:
-        return _pools(store)
+    if word in VIEWS:
+        return dwstat(store, word, settings["mount_root"])
+    job = word
     buf = store.buffer_json(job)
     if buf is None:
         return f"no buffer for job {job}"
@@ -62,15 +69,61 @@ def _answer(job: str | None) -> str:
     return public_line(v)
 
 
-def _pools(store) -> str:
-    from daccore.inventory import summarize
-    from daccore.units import format_size
-    from dacctl.render import table
-    return table(["POOL", "BACKEND", "GRANULARITY", "TOTAL", "FREE", "HOSTS UP/DOWN/DRAINED"],
-                 [[s.name, s.backend, format_size(s.granularity),
-                   format_size(s.total * s.granularity), format_size(s.free * s.granularity),
-                   f"{s.hosts_up}/{s.hosts_down}/{s.hosts_drained}"]
-                  for s in summarize(store.summary_inventory())])
+def dwstat(store, view: str, mount_root: str) -> str:
+    """One of VIEWS in Cray's dwstat layout: its column names, right-aligned, sizes in binary
+    units, times local, `never` for an expiration; Cray's own line when there is nothing."""
+    if view == "pools":
+        from daccore.inventory import summarize
+        from daccore.units import format_size
+        return _cray_table(["pool", "units", "quantity", "free", "gran"], [
+            [s.name, "bytes", format_size(s.total * s.granularity),
+             format_size(s.free * s.granularity), format_size(s.granularity)]
+            for s in summarize(store.summary_inventory())], "no pools")
+    from daccore.dws import sessions
+    found = sessions(store.buffer_docs(), store.all_status_docs())
+    if view == "sessions":
+        return _cray_table(
+            ["sess", "state", "token", "creator", "owner", "created", "expiration", "nodes"],
+            [[s.name, s.state, s.name, "-" if s.persistent else "SLURM", s.owner,
+              _time(s.created), "never", len(s.compute_nodes)] for s in found], "no sessions")
+    if view == "instances":
+        from daccore.units import format_size
+        alive = store.alive() if found else set()
+        return _cray_table(
+            ["inst", "state", "sess", "bytes", "nodes", "created", "expiration", "intact",
+             "label", "public", "confs"],
+            [[s.name, s.state, s.name, format_size(s.size), len(s.storage_hosts),
+              _time(s.created), "never", _bool(set(s.storage_hosts) <= alive),
+              s.name if s.persistent else f"I{s.name}-0", "false", 1] for s in found],
+            "no instances")
+    if view == "configurations":
+        return _cray_table(["conf", "state", "inst", "type", "activs"],
+                           [[s.name, s.state, s.name, s.type, len(s.attachments)]
+                            for s in found], "no scratch, cache, swap configurations")
+    from daccore.layout import mount_path
+    return _cray_table(["activ", "state", "sess", "conf", "nodes", "mount"], [
+        [f"{s.name}:{job}", s.state, s.name, s.name, len(nodes),
+         mount_path(mount_root, job, s.name, s.persistent,
+                    "striped" if "striped" in s.access else "private")]
+        for s in found for job, nodes in sorted(s.attachments.items())], "no activations")
+
+
+def _cray_table(headers: list[str], rows: list[list[object]], empty: str) -> str:
+    if not rows:
+        return empty
+    from daccore.escape import printable
+    cells = [headers] + [[printable(str(c)) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(" ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
+                     for r in cells)
+
+
+def _time(created: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created))
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def _view(buf: dict, statuses: dict) -> dict:

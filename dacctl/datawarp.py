@@ -327,17 +327,18 @@ def _full(args, settings: dict) -> str:
     config = _Settings(settings)
     store = Store.from_dict(settings["etcd"], transport="http")
     if f in ("show_instances", "show_sessions", "show_configurations"):
-        buffers = store.buffers()
+        from daccore.dws import sessions  # what `scontrol show dwstat` shows too (bbstat.py)
+        found = sessions(store.buffer_docs())
         if f == "show_instances":
             return json.dumps({"instances": [
-                {"id": b.name, "capacity": {"bytes": b.allocation.size, "nodes": 0},
-                 "links": {"session": b.name}} for b in buffers.values()]})
+                {"id": s.name, "capacity": {"bytes": s.size, "nodes": 0},
+                 "links": {"session": s.name}} for s in found]})
         if f == "show_sessions":
             return json.dumps({"sessions": [
-                {"id": b.name, "created": int(b.created_at), "owner": b.owner_uid,
-                 "token": b.name} for b in buffers.values()]})
+                {"id": s.name, "created": s.created, "owner": s.owner, "token": s.name}
+                for s in found]})
         return json.dumps({"configurations": [
-            {"id": b.name, "links": {"instance": b.name}} for b in buffers.values()]})
+            {"id": s.name, "links": {"instance": s.name}} for s in found]})
     if f == "setup":
         _need(args, "token", "user", "groupid", "job")
         check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))

@@ -78,11 +78,15 @@ def test_scontrol_show_burst_lists_our_pool_with_its_sizes(slurm):
 
 @pytest.mark.every_release
 def test_scontrol_show_bbstat_shows_the_pools(slurm):
-    # both plugins run dac-bbstat: no job id shows the pools, and nothing else is accepted
+    # both plugins run dac-bbstat: no job id shows the pools as Cray's dwstat does, and
+    # nothing but a job id or a dwstat view is accepted
     out = slurm.scontrol("show", "bbstat")
-    assert "POOL" in out and "default" in out and "512MiB" in out and "2/0/0" in out, out
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["pool", "units", "quantity", "free", "gran"], out
+    assert rows[1][:2] == ["default", "bytes"] and "512MiB" in rows[1], out
     out = slurm.scontrol("show", "bbstat", "hosts")
-    assert out.strip() == "dac-bbstat: usage: scontrol show bbstat [job id]", out
+    assert out.strip() == "dac-bbstat: usage: scontrol show bbstat [job id | pools | sessions " \
+        "| instances | configurations | activations]", out
 
 
 STAGED_JOB = """#!/bin/bash

@@ -88,7 +88,7 @@ def test_entry_bbstat_shows_no_other_users_paths_or_errors(dw, tmp_path):
     # what anyone may see: the public line, the failure without its text
     out = dw.bbstat(ALICE, "990002").stdout
     assert out.startswith("buffer 990002: ") and "failed" in out, out
-    assert "POOL" in dw.bbstat(ALICE).stdout
+    assert "pool units quantity" in dw.bbstat(ALICE).stdout
 
 
 @pytest.mark.parametrize("argv", [

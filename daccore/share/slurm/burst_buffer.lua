@@ -187,8 +187,9 @@ function slurm_bb_test_data_out(job_id, job_script, ...)
 	return slurm.SUCCESS, ""
 end
 
--- `scontrol show bbstat [job]`: dac-bbstat, read-only, which accepts at most a job id (the
--- pools; that job's buffer in one line). Whatever else a user types is refused there, never
+-- `scontrol show bbstat [job | view]`: dac-bbstat, read-only, which accepts at most a job id
+-- or a dwstat view name (that job's buffer in one line; the view, the pools by default,
+-- in Cray's dwstat layout). Whatever else a user types is refused there, never
 -- passed to dacctl. 23.02+ puts the caller's uid and gid first: dac-bbstat gets them in its
 -- environment (a user cannot set slurmctld's) and shows the full line, errors included, only
 -- to the buffer's owner, root and admin_group. 22.05 passes only what the user typed, so two
