@@ -158,15 +158,16 @@ def unmount(anchor: str, target: str, done: list[str], holders: Holders | None =
     parent = walk(anchor, os.path.dirname(os.path.normpath(target)), done)
     try:
         path = _fd_path(parent, os.path.basename(os.path.normpath(target)))
-        for attempt in range(2):
+        for attempt in range(3):
             if _libc.umount2(path, _UMOUNT_NOFOLLOW) == 0:
                 break
             e = ctypes.get_errno()
             if e != errno.EBUSY or holders is None:
                 raise Failed(f"umount {target}: {os.strerror(e)}")
-            if attempt:
+            if attempt == 2:
                 raise Failed(f"umount {target}: busy: {holders.left()}; teardown retries")
-            holders.kill(done=done)
+            # the holders alone first; still busy, the owner's processes stopped, then again
+            holders.kill(done=done, freeze=attempt == 1)
     finally:
         os.close(parent)
     done.append(f"umount {target}")
@@ -195,14 +196,19 @@ class Holders:
     """What keeps a buffer's filesystem alive, killed only when an unmount is busy or a brick
     is still held (`kill`): the cost of scanning /proc is paid only then.
 
-    The buffer's owner's processes on this server are stopped first (SIGSTOP, again until a
-    scan finds none of them running: a stopped process cannot fork, so a fork loop cannot
-    outrun it) and stay stopped until the context ends, after the host's last unmount, so none
-    of them makes a new holder or a new mount namespace meanwhile; those that hold the buffer
-    are SIGKILLed, the others let go (SIGCONT; one the user had stopped stays stopped). Only
-    the owner's: another user's or root's holder is named (`left`), never killed. Matched by
-    st_dev and by mount namespace, never by name. An owner of uid 0 (a site with
-    min_owner_uid 0) is never stopped: its holders alone are killed, in rounds."""
+    First the holders alone are killed (`kill` without `freeze`): a leftover process or a
+    tree of them goes without touching anything else of the user's. When that was not enough
+    (the caller's retry still finds the buffer busy: a spawner keeps making new holders), the
+    owner's processes on this server are stopped (`freeze`: SIGSTOP, again until a scan finds
+    none of them running; a stopped process cannot fork, so a fork loop cannot outrun it) and
+    stay stopped until the context ends, after the host's last unmount, so none of them makes
+    a new holder or a new mount namespace meanwhile; those that hold the buffer are SIGKILLed,
+    the others let go (SIGCONT; one the user had stopped stays stopped). A parent that stopped
+    itself because its child did (su, runuser and sudo relay a child's stop to themselves)
+    is let go too, or it would stay stopped for good. Only the owner's: another user's or
+    root's holder is named (`left`), never killed. Matched by st_dev and by mount namespace,
+    never by name. An owner of uid 0 (a site with min_owner_uid 0) is never stopped: its
+    holders alone are killed, in rounds."""
 
     def __init__(self, owner: int, devices: list[str], fs: str | None = None):
         self.owner, self.devices = owner, devices
@@ -222,6 +228,7 @@ class Holders:
                 os.close(fd)
         self.spared = _ancestors()  # this module, Ansible, dacd (which may read the buffer)
         self.stopped: list[int] = []
+        self.parents: set[int] = set()  # of those stopped: running then, not the owner's
         self.frozen = False
         self.found: list[str] = []  # what holds it and was not killed, for `left`
 
@@ -234,14 +241,31 @@ class Holders:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+        # a parent that relays its child's stop to itself does so once it has seen the stop:
+        # it may still be on its way there, so look a few times
+        waiting, deadline = set(self.parents), time.monotonic() + 0.5
+        while waiting and time.monotonic() < deadline:
+            for pid in list(waiting):
+                state = _status(pid)[0]
+                if state in "Tt":
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+                if state != "S" and state != "R" and state != "D":
+                    waiting.discard(pid)
+            time.sleep(0.02)
 
-    def kill(self, namespaces: bool = False, done: list[str] | None = None) -> None:
+    def kill(self, namespaces: bool = False, done: list[str] | None = None,
+             freeze: bool = False) -> None:
         """SIGKILL the owner's processes that use the filesystem (cwd, root, an open file, a
         mapping); with `namespaces` (the host has unmounted it: a mount left elsewhere is a
         copy no unmount of ours reaches), also every process of a mount namespace that holds
         it, when all of that namespace's processes are the owner's, and the owner's processes
-        holding a mount namespace's descriptor."""
-        self._freeze()
+        holding a mount namespace's descriptor. With `freeze`, the owner's processes are
+        stopped first (the class's text)."""
+        if freeze:
+            self._freeze()
         for _ in range(1 if self.frozen else 10):  # unstopped: a killed one may have forked
             victims = self._scan(namespaces, done)
             for pid in victims:
@@ -284,12 +308,17 @@ class Holders:
                     continue
                 seen.add(pid)
                 if state not in "TtZX":  # one already stopped is not ours to continue
+                    parent = _parent(pid)
                     try:
                         os.kill(pid, signal.SIGSTOP)
                     except ProcessLookupError:  # a short-lived child, gone already
                         continue
                     self.stopped.append(pid)
                     new.append(pid)
+                    if parent > 1 and parent not in self.spared:
+                        p_state, p_uids = _status(parent)
+                        if self.owner not in p_uids and p_state in "RSD":
+                            self.parents.add(parent)
             if not new and settled:  # a listing made after every one of them had stopped
                 break
             settled = all(_status(pid)[0] in "TtZX" for pid in self.stopped)
@@ -445,6 +474,16 @@ def _status(pid: int) -> tuple[str, set[int]]:
         return state, uids
     except (OSError, IndexError, ValueError):
         return "X", set()
+
+
+def _parent(pid: int) -> int:
+    """`pid`'s parent, 0 once gone (the command may hold spaces and parentheses: the fields
+    follow the last ')')."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _zombie(pid: int) -> bool:
@@ -637,13 +676,13 @@ def _claimed(devices: list[str], holders: Holders, done: list[str]) -> list[int]
     """The bricks, claimed (`claim`) once the host has no mount of them left; a brick still
     held means a mount elsewhere (the user's own mount namespace, a lazily detached mount):
     its holders are killed, or named in one line, and nothing is zeroed or released."""
-    for _ in range(3):  # each round waits a little too: a device probe may hold it briefly
+    for n in range(3):  # each round waits a little too: a device probe may hold it briefly
         try:
             return claim(devices)
         except OSError as e:
             if e.errno != errno.EBUSY:
                 raise
-        holders.kill(namespaces=True, done=done)
+        holders.kill(namespaces=True, done=done, freeze=n > 0)
     raise Failed(f"{', '.join(devices)}: the buffer's filesystem is still mounted after "
                  f"its unmount: {holders.left()}; nothing was zeroed or released, and "
                  "teardown retries")
