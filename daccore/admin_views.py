@@ -1,8 +1,9 @@
 """What `dacctl hosts`, `buffers` and `show` print: plain dicts (their --json form) built by
 pure functions from records already read, so every rule here is tested without etcd.
 
-Who sees what: a user sees only the buffers they own; root sees every one (`visible`). There
-is no admin group yet: the config has no setting naming one.
+Who sees what: a user sees only the buffers they own; root sees every one (`visible`). The
+config's `admin_group` makes its members root here: `daccore.admin.rights` maps them to uid 0
+before these functions are called.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@
     ├── AdminError                the site's setup is wrong or down; an admin fixes it
     │   ├── ConfigError           the config file or environment is invalid
     │   ├── StoreUnavailable      etcd cannot be reached
+    │   ├── Fenced                a dacd whose lease lapsed tried to act on a buffer
     │   ├── NoCredential          this account cannot read the etcd credential it needs
+    │   ├── BadRecord             a record in etcd is not what dac's writers write
     │   └── PlaybookFailed        a lifecycle step's playbook failed on a storage host
     │       └── HostsUnreachable  ... because hosts did not answer over ssh
     └── InternalError             a bug or a broken invariant in dac itself
