@@ -21,6 +21,35 @@ from daclocal.etcd_server import EtcdServer
 
 _prefixes = itertools.count()
 
+#: what each suite needs, as markers: `pytest -m "not root"` runs the quick part (unit tests,
+#: and the store's against a real etcd) without loop devices, Slurm or namespaces
+_NEEDS = {"unit": (), "store": ("etcd",), "system": ("etcd", "root"),
+          "site": ("etcd", "root"), "security": ("etcd", "root", "slurm"),
+          "e2e": ("etcd", "root", "slurm"), "slurm_suite": ("etcd", "root", "slurm"),
+          "multihost": ("etcd", "root")}
+_MARKERS = {"etcd": "talks to a real etcd (fetched by make test)",
+            "root": "runs as root: loop devices, mounts, users, namespaces, dacd",
+            "slurm": "may start a real Slurm (the host's 22.05, or a release's chroot)"}
+
+
+def pytest_configure(config):
+    for name, what in _MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:  # tests/<suite>/..., under the checkout or the installed run's directory
+            parts = item.path.relative_to(config.rootpath).parts
+        except ValueError:
+            parts = ()
+        suite = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+        needs = set(_NEEDS.get(suite, ("etcd", "root")))
+        if "etcd_server" in getattr(item, "fixturenames", ()):  # a unit test reading records
+            needs.add("etcd")
+        for name in sorted(needs):
+            item.add_marker(name)
+
 
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory):
