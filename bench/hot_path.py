@@ -5,7 +5,12 @@ same run, interleaved. These three run inside slurmctld, under its locks.
 Runs against a local DAC (2 servers x 4 bricks of 512 MiB) with one job buffer built, so job_process
 checks a pool and paths reads a real buffer. Needs root (the local DAC).
 
-    .venv/bin/python bench/hot_path.py [--slurm-release 22.05|24.11|26.05]
+    .venv/bin/python bench/hot_path.py [--slurm-release 22.05|24.11|26.05] [--editable]
+
+The commands timed are dac as a site installs it: the wheel built from this checkout, in a
+fresh venv of the interpreter this venv was made from (Debian's python3), under /tmp (which a
+chroot release's slurmctld sees too). `--editable` times the checkout's own venv instead, whose
+site start-up pays for the editable-install finder (about 14 ms here).
 
 With a release (or DAC_BENCH_SLURM_RELEASE), the local DAC also runs that release's Slurm, every
 command runs as its slurmctld runs a hook (bench/common.py as_slurm), and two more rows show
@@ -37,15 +42,43 @@ srun ./simulate
 """
 
 
+def installed(root: Path, out: Path) -> Path:
+    """The bin directory of a fresh venv holding the wheel built from `root`, as a site
+    installs dac (pip compiles every module: no start pays for it)."""
+    out.chmod(0o755)  # SlurmUser runs what is in it
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(out / "dist"), str(root)], check=True, capture_output=True)
+    (wheel,) = (out / "dist").glob("dac-*.whl")
+    subprocess.run([os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv",
+                    str(out / "venv")], check=True)
+    subprocess.run([str(out / "venv" / "bin" / "python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", str(wheel)], check=True)
+    return out / "venv" / "bin"
+
+
 def main() -> int:
-    # A site's pip install ships compiled .pyc files; an editable checkout run with
-    # PYTHONDONTWRITEBYTECODE (as here) would recompile every module on every call instead.
-    import compileall
+    import shutil
+    import tempfile
     root = Path(__file__).resolve().parent.parent
-    for package in ("daccore", "dacctl"):
-        compileall.compile_dir(root / package, quiet=1)
-    bindir = Path(sys.executable).parent
-    release = slurm_release(sys.argv[1:])
+    argv = [a for a in sys.argv[1:] if a != "--editable"]
+    out = Path(tempfile.mkdtemp(prefix="dac-bench-wheel-", dir="/tmp"))
+    try:
+        if "--editable" in sys.argv[1:]:
+            # an editable checkout run with PYTHONDONTWRITEBYTECODE (as here) would recompile
+            # every module on every call: compiled once, as a site's pip install ships them
+            import compileall
+            for package in ("daccore", "dacctl"):
+                compileall.compile_dir(root / package, quiet=1)
+            bindir = Path(sys.executable).parent
+        else:
+            bindir = installed(root, out)
+        return run(bindir, slurm_release(argv))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def run(bindir: Path, release: str | None) -> int:
+    print(f"timing {bindir.parent}'s dacctl")
     with local_dac(release=release) as (state, env, work):
         prefix, work = as_slurm(state, work)
         script = work / "job.sh"
@@ -56,7 +89,7 @@ def main() -> int:
                         "--job", str(script)], env=env, check=True)
         base_python = os.path.join(sys.base_prefix, "bin", "python3")
         commands = {
-            "python3 -c pass": [sys.executable, "-c", "pass"],
+            "python3 -c pass": [str(bindir / "python"), "-c", "pass"],
             # outside the venv: no editable-install finder in site, the fastest baseline
             "base python3 -c pass": [base_python, "-c", "pass"],
             "job_process": [dacctl, "--function", "job_process", "--job", str(script)],
