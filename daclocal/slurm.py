@@ -70,9 +70,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 # Directive=DW: burst_buffer/lua then hands DataWarp's #DW lines to the hooks unchanged.
 # Flags=EnablePersistent: users may make persistent buffers with dacctl (daccore/bb_policy.py).
+# TeardownFailure: a job held by a failed setup or stage-in is torn down at once, so it keeps
+# no pool capacity in Slurm or dac while held (issue 30; docs/slurm.md, "A job held by a
+# failed setup or stage-in").
 _BB_LUA = """\
 Directive=DW
-Flags=EnablePersistent
+Flags=EnablePersistent,TeardownFailure
 StageInTimeout=60
 StageOutTimeout=60
 OtherTimeout=60
@@ -82,7 +85,7 @@ _BB_DATAWARP = """\
 GetSysState={dacctl}
 GetSysStatus={bbstat}
 DefaultPool=default
-Flags=EmulateCray,EnablePersistent
+Flags=EmulateCray,EnablePersistent,TeardownFailure
 StageInTimeout=60
 StageOutTimeout=60
 OtherTimeout=60

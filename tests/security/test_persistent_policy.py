@@ -70,7 +70,8 @@ def test_without_enable_persistent_only_root_and_admins_may(policy):
     assert r.returncode == 0, r.stderr
     for flags in ("", "Flags=DisablePersistent\n"):
         try:
-            conf.write_text(original.replace("Flags=EnablePersistent\n", flags))
+            conf.write_text(original.replace("Flags=EnablePersistent,TeardownFailure\n",
+                                             flags))
             why = ("only root, SlurmUser and the admin group may (Flags has "
                    f"{'DisablePersistent' if flags else 'no EnablePersistent'})")
             assert refused(create(cluster, ALICE, "alice4")) == rule(conf, why).format("create")

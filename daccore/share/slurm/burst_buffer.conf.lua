@@ -11,6 +11,10 @@ StageInTimeout=3600
 StageOutTimeout=3600
 OtherTimeout=600
 
-# Keep a failed stage-out's buffer for inspection; `scancel --hurry` tears it down.
-#Flags=TeardownFailure
+# TeardownFailure: a job whose setup or stage-in fails is held and its buffer torn down at
+# once (hurry), so the held job keeps no pool capacity; `scontrol release` runs setup and
+# stage-in again. Without it Slurm keeps the job's capacity allocated until it is cancelled.
+# A failed stage-out's buffer is kept either way: dac's teardown stages out first and fails the
+# same way (docs/slurm.md, "A job held by a failed setup or stage-in").
+Flags=TeardownFailure
 #AllowUsers=alice,bob
