@@ -112,9 +112,14 @@ class BadRecord(AdminError):
 
 
 class PlaybookFailed(AdminError):
-    def __init__(self, step: str, task: str, host: str, rc: int, output: str):
+    """A task failed on `host`; `node`: a compute node, which Slurm takes out of service."""
+
+    def __init__(self, step: str, task: str, host: str, rc: int, output: str,
+                 node: bool = False):
         tail = output.strip().splitlines()[-1] if output.strip() else "no output"
-        super().__init__(f"{step} failed on {host} at task '{task}' (rc {rc}): {tail[:300]}")
+        fix = (f"; an admin must fix {host} or take it out of service (scontrol update "
+               f"nodename={host} state=down)") if node else ""
+        super().__init__(f"{step} failed on {host} at task '{task}' (rc {rc}): {tail[:300]}{fix}")
         self.step, self.task, self.host, self.rc = step, task, host, rc
         self.output = output[-8000:]  # bounded: kept in the buffer's status for the admin
 
@@ -123,10 +128,12 @@ class HostsUnreachable(PlaybookFailed):
     """A step met hosts that did not answer over ssh (down, cut off, a host key refused).
     `touched`: the hosts that ran at least one task of the step (any of them may have done
     part of it; the others did nothing); `rest_done`: every host that answered ran the whole
-    step."""
+    step; `servers`: the step's storage servers (and MGS), whose remedy is dac's drain, not
+    Slurm's."""
 
     def __init__(self, step: str, origin: str, reasons: dict[str, str], known_hosts: str,
-                 touched: frozenset[str] = frozenset(), rest_done: bool = False):
+                 touched: frozenset[str] = frozenset(), rest_done: bool = False,
+                 servers: frozenset[str] = frozenset()):
         hosts = sorted(reasons)
         named = ", ".join(hosts)
         why = _ssh_words(reasons[hosts[0]])
@@ -135,14 +142,25 @@ class HostsUnreachable(PlaybookFailed):
                    "(docs/admin.md, 'Host keys')")
         else:
             them = "it" if len(hosts) == 1 else "them"
-            fix = (f"an admin must bring {named} back, or take {them} out of service (a "
-                   "compute node: scontrol update nodename=<node> state=down)")
+            fix = (f"an admin must bring {named} back, or take {them} out of service "
+                   f"({_out_of_service(hosts, servers)})")
         AdminError.__init__(self, f"{step} failed on {origin}: {named} unreachable over ssh "
                                   f"({why}); {fix}")
         self.step, self.task, self.host, self.rc = step, "(connect)", hosts[0], 255
         # rest_done: every other host ran the whole step (no task failed, nothing cut short)
         self.hosts, self.touched, self.rest_done = hosts, touched, rest_done
         self.output = "\n".join(f"{h}: {reasons[h]}" for h in hosts)[-8000:]
+
+
+def _out_of_service(hosts: list[str], servers: frozenset[str]) -> str:
+    """How each kind of host among `hosts` leaves service: a server by dac, a node by Slurm."""
+    down = [h for h in hosts if h in servers]
+    ways = []
+    if down:
+        ways.append(f"a storage server: dacctl drain {down[0] if len(down) == 1 else '<host>'}")
+    if len(down) < len(hosts):
+        ways.append("a compute node: scontrol update nodename=<node> state=down")
+    return "; ".join(ways)
 
 
 def _key_refused(reason: str) -> bool:

@@ -140,13 +140,22 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         shutil.rmtree(workdir, ignore_errors=True)
     if unreachable and (r.status != "successful" or r.rc != 0):
         raise HostsUnreachable(step, host, unreachable, ssh.known_hosts, frozenset(touched),
-                               rest_done=not failed and r.status == "failed")
+                               rest_done=not failed and r.status == "failed",
+                               servers=_hosts(inventory, clients=False))
     if r.status != "successful" or r.rc != 0:
-        raise PlaybookFailed(step, failed.get("task", "(before any task)"),
-                             failed.get("host", host),
+        where = failed.get("host", host)
+        raise PlaybookFailed(step, failed.get("task", "(before any task)"), where,
                              failed.get("rc", r.rc if r.rc is not None else -1),
                              failed.get("output") or output or
-                             f"ansible-runner ended with status {r.status}")
+                             f"ansible-runner ended with status {r.status}",
+                             node=where in _hosts(inventory, clients=True))
+
+
+def _hosts(inventory: dict | None, clients: bool) -> frozenset[str]:
+    """The inventory's compute nodes (its `clients` group), or its other hosts (servers)."""
+    groups = (inventory or {}).get("all", {}).get("children", {})
+    return frozenset(h for name, group in groups.items() if (name == "clients") == clients
+                     for h in (group.get("hosts") or {}))
 
 
 #: runner events of a host that ran a task (its connection worked, so it may have done it)

@@ -4,9 +4,9 @@ step leaves recorded as attached."""
 import shlex
 
 from daccore.config import SshSettings
-from daccore.errors import HostsUnreachable, Kind
+from daccore.errors import HostsUnreachable, Kind, PlaybookFailed
 from dacd.reconciler import may_be_attached
-from dacd.runner import ssh_environment
+from dacd.runner import _hosts, ssh_environment
 
 
 def test_ssh_environment_turns_host_key_checking_on_with_the_admins_known_hosts():
@@ -68,3 +68,32 @@ def test_a_failed_task_counts_every_node_asked_as_mounted():
     # any other failure (a task failed on a node, the local backend's server): all may have
     assert may_be_attached({"6": ["n9"]}, {"7": ["n1", "n2"]}, RuntimeError("x")) == \
         {"6": ["n9"], "7": ["n1", "n2"]}
+
+
+def test_an_unreachable_storage_server_is_drained_in_dac_not_in_slurm():
+    e = HostsUnreachable("create", "dac1", {"dac2": "timed out"}, "/kh",
+                         servers=frozenset({"dac1", "dac2"}))
+    assert str(e) == ("create failed on dac1: dac2 unreachable over ssh (timed out); an admin "
+                      "must bring dac2 back, or take it out of service (a storage server: "
+                      "dacctl drain dac2)")
+    both = HostsUnreachable("mount", "dac1", {"dac2": "x", "n1": "x"}, "/kh",
+                            servers=frozenset({"dac2"}))
+    assert str(both).endswith("(a storage server: dacctl drain dac2; a compute node: scontrol "
+                              "update nodename=<node> state=down)")
+
+
+def test_the_servers_of_an_inventory_are_its_hosts_but_the_clients():
+    inventory = {"all": {"children": {"servers": {"hosts": {"dac1": {}, "dac2": {}}},
+                                      "primary": {"hosts": {"dac1": {}}},
+                                      "clients": {"hosts": {"n1": {}}}}}}
+    assert _hosts(inventory, clients=False) == {"dac1", "dac2"}
+    assert _hosts(inventory, clients=True) == {"n1"} and _hosts(None, False) == frozenset()
+
+
+def test_a_task_failed_on_a_compute_node_says_how_slurm_takes_it_out():
+    e = PlaybookFailed("mount", "mount the job's directories", "n2", 5, "x\nInput/output error",
+                       node=True)
+    assert str(e) == ("mount failed on n2 at task 'mount the job's directories' (rc 5): "
+                      "Input/output error; an admin must fix n2 or take it out of service "
+                      "(scontrol update nodename=n2 state=down)")
+    assert str(PlaybookFailed("create", "t", "dac2", 1, "no space")).endswith("(rc 1): no space")
