@@ -1,4 +1,4 @@
-"""One multi-host site per module (tests/multihost/site.py): booting it (namespaces, four
+"""One multi-host site per module (tests/multihost_site.py): booting it (namespaces, five
 sshds, etcd, two dacds) takes seconds, so the tests of a file share it, each leaving it as it
 found it (every buffer torn down, every link up)."""
 
@@ -26,7 +26,8 @@ def needs_root():
 def mh():
     """The booted site: (site, the controller's env for dacctl, a Store as admin)."""
     root = Path(tempfile.mkdtemp(prefix="dacmh-"))
-    site = Site(root)
+    root.chmod(0o755)  # the job's user reaches its mounts below it, as below a site's /mnt
+    site = Site(root, nodes=3)  # a requeued job runs on another node set
     try:
         site.boot()
         site.etcd = EtcdServer(root / "etcd", address=site.controller).start()

@@ -2,6 +2,8 @@
 command runs on the host it should, as recorded by the host itself."""
 
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -35,11 +37,30 @@ def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn
     assert node_mounts == ["node1", "node1", "node2", "node2"]  # striped and private each
     assert [c[0] for c in calls if c[1] == "lfs"] == [primary]
     assert {c[0] for c in calls} == {"srv1", "srv2", "node1", "node2"}
+    # one filesystem: what the job writes on node1's striped mount is read on node2's, and
+    # each node's private mount is its own
+    as_user(site, "node1", f"echo from node1 > {mount_of(site, 'node1', 101)}/shared")
+    assert as_user(site, "node2", f"cat {mount_of(site, 'node2', 101)}/shared") == "from node1\n"
+    as_user(site, "node1", f"echo mine > {mount_of(site, 'node1', 101, 'private')}/own")
+    assert as_user(site, "node2", f"ls -A {mount_of(site, 'node2', 101, 'private')}") == ""
 
     slurm(env, "post_run", 101, *args)
     slurm(env, "teardown", 101, "--job", args[1])
     assert store.buffer("101") is None and pools(env)["p"]["free_bricks"] == 2
     assert not any(site.recorded.state().get("mounts", {}).values())
+
+
+def mount_of(site, node: str, token: int, kind: str = "striped") -> str:
+    """Where `node` has the job's `kind` mount, as that node's mount table says."""
+    (entry,) = [e for e in site.recorded.state()["mounts"][node]
+                if e["dir"].endswith(f"/{token}/{kind}")]
+    return entry["dir"]
+
+
+def as_user(site, node: str, script: str, uid: int = 1001) -> str:
+    """Run `script` on `node` as the job's user; its output."""
+    return site.hosts[node].run("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                                "sh", "-c", script).stdout
 
 
 def nodes_mounted(site) -> list[str]:
@@ -206,3 +227,103 @@ def test_mh_a_node_presenting_another_host_key_is_refused_and_runs_nothing(mh, t
     slurm(env, "teardown", 108, "--job", args[1])
     assert store.buffer("108") is None and pools(env)["p"]["free_bricks"] == 2
     assert nodes_mounted(site) == []
+
+
+def test_mh_a_storage_server_down_at_create_fails_setup_within_60s_and_builds_nothing(
+        mh, tmp_path):
+    """A server cut off as setup is called, its lease not lapsed yet, so the allocation takes
+    its brick: the primary's create finds it unreachable at its first play and stops there
+    (any_errors_fatal); setup fails naming it and the remedy, nothing is left built on the
+    primary, and once the server is back teardown frees both bricks and a new setup works."""
+    site, env, store = mh
+    args = job(tmp_path, 109)
+    slurm(env, "job_process", 109, "--job", args[1])
+    site.recorded.calls()
+    # both dacds held still while setup allocates, so the cut comes before the create begins
+    dacds = [site.dacds[s.name].pid for s in site.servers]
+    outcome: list = []
+    setup = threading.Thread(target=lambda: outcome.append(timed(
+        env, "setup", 109, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
+        "--job", args[1])))
+    for pid in dacds:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        setup.start()
+        wait_for(lambda: store.buffer("109") is not None, 20, "setup's allocation")
+        primary = store.buffer("109").record.allocation.primary_host
+        down = next(s for s in site.servers if s.name != primary)
+        down.link(up=False)
+    finally:
+        for pid in dacds:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        setup.join(120)
+        ((r, took),) = outcome
+        line = r.stdout.strip()
+        assert r.returncode != 0 and took < 60, (took, line)
+        assert len(line.splitlines()) == 1 and f"create failed on {primary}: {down.name} " \
+            "unreachable over ssh" in line, line
+        assert f"an admin must bring {down.name} back, or take it out of service (a storage " \
+            f"server: dacctl drain {down.name})" in line, line
+        calls = site.recorded.commands()
+        assert not [c for c in calls if c[1] in ("mkfs.lustre", "mount")], calls
+        assert not any(site.recorded.state().get("mounts", {}).values())
+        # Slurm's teardown while the server is still away: named again, within the bound
+        r, took = timed(env, "teardown", 109, "--job", args[1])
+        assert r.returncode != 0 and took < 60 and f"{down.name} unreachable" in r.stdout, \
+            (took, r.stdout)
+        assert pools(env)["p"]["free_bricks"] == 0
+    finally:
+        down.link(up=True)
+    wait_for(lambda: pools(env)["p"]["total_bricks"] == 2, 60, f"{down.name}'s dacd back")
+    slurm(env, "teardown", 109, "--job", args[1])
+    assert store.buffer("109") is None and pools(env)["p"]["free_bricks"] == 2
+    args = job(tmp_path, 110)
+    set_up(env, 110, args)
+    assert sorted(store.buffer("110").record.allocation.hosts) == ["srv1", "srv2"]
+    slurm(env, "teardown", 110, "--job", args[1])
+    assert store.buffer("110") is None and pools(env)["p"]["free_bricks"] == 2
+
+
+def test_mh_a_pre_run_that_failed_on_one_node_is_undone_and_the_requeued_job_runs_elsewhere(
+        mh, tmp_path):
+    """node2's private mount fails after its striped one worked: pre_run fails naming node2,
+    both nodes are recorded as attached (node2 holds a mount), post_run and teardown leave
+    nothing; Slurm requeues the job (the same buffer name) onto node1 and node3, where
+    setup, pre_run, post_run and teardown all work and node2 is never asked."""
+    site, env, store = mh
+    args = job(tmp_path, 111)
+    set_up(env, 111, args)
+    site.recorded.fail("mount", ["/111/private"], host="node2", rc=5,
+                       stderr="mount.lustre: injected: Input/output error")
+    r, took = timed(env, "pre_run", 111, *args)
+    line = r.stdout.strip()
+    assert r.returncode != 0 and took < 60 and len(line.splitlines()) == 1, (took, line)
+    assert "mount failed on node2 at task" in line and "Input/output error; an admin must fix " \
+        "node2 or take it out of service (scontrol update nodename=node2 state=down)" in line
+    primary = store.buffer("111").record.allocation.primary_host
+    assert store.statuses("111")[primary].attached == {"111": ["node1", "node2"]}
+    assert nodes_mounted(site) == ["node1", "node2"]
+    assert [e["dir"].rsplit("/", 1)[1] for e in site.recorded.state()["mounts"]["node2"]] == \
+        ["striped"]
+    slurm(env, "post_run", 111, *args)
+    assert nodes_mounted(site) == []
+    slurm(env, "teardown", 111, "--job", args[1])
+    assert store.buffer("111") is None and pools(env)["p"]["free_bricks"] == 2
+
+    # the requeue: Slurm stages the job in again and starts it on other nodes
+    args = job(tmp_path, "111-requeued", nodes=("node1", "node3"))
+    site.recorded.calls()
+    slurm(env, "setup", 111, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
+          "--job", args[1])
+    slurm(env, "pre_run", 111, *args)
+    primary = store.buffer("111").record.allocation.primary_host
+    assert store.statuses("111")[primary].attached == {"111": ["node1", "node3"]}
+    assert nodes_mounted(site) == ["node1", "node3"]
+    as_user(site, "node3", f"echo again > {mount_of(site, 'node3', 111)}/out")
+    assert as_user(site, "node1", f"cat {mount_of(site, 'node1', 111)}/out") == "again\n"
+    slurm(env, "post_run", 111, *args)
+    slurm(env, "teardown", 111, "--job", args[1])
+    assert store.buffer("111") is None and pools(env)["p"]["free_bricks"] == 2
+    assert nodes_mounted(site) == []
+    assert not [c for c in site.recorded.commands() if c[0] == "node2"]
