@@ -19,12 +19,19 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+from clitools import pools, wait_for
 from recorded_site import SITE_BIN, RecordedSite
 from sshd import Sshd, keygen
+
+from daccore.config import load_config
+from daccore.store import Store
+from daclocal.etcd_server import EtcdServer
 
 #: tools the playbooks call, stood in for on every host
 TOOLS = sorted(p.name for p in SITE_BIN.iterdir() if p.name != "standin")
@@ -244,3 +251,26 @@ class Site:
         if self.etcd is not None:
             self.etcd.stop()
         shutil.rmtree(self.root / "hosts", ignore_errors=True)
+
+
+@contextmanager
+def booted(settings=None):
+    """A site booted with its etcd and a dacd per server, the config given `settings(root)`
+    over Site.config's; (site, env, store) as tests/multihost/conftest.py's `mh` gives them."""
+    root = Path(tempfile.mkdtemp(prefix="dacmh-"))
+    root.chmod(0o755)  # the job's user reaches its mounts below it, as below a site's /mnt
+    site = Site(root, nodes=3)  # a requeued job runs on another node set
+    try:
+        site.boot()
+        site.etcd = EtcdServer(root / "etcd", address=site.controller).start()
+        config = {**site.config(site.etcd.settings()), **(settings(root) if settings else {})}
+        for server in site.servers:  # each server its own config file, as on a site
+            site.start_dacd(server, site.write_config(server.name, config))
+        path = site.write_config("controller", config)
+        env = {"DAC_CONFIG": str(path), "DAC_ETCD_ENDPOINTS": ""}
+        wait_for(lambda: pools(env).get("p", {}).get("total_bricks") == len(site.servers), 60,
+                 "every server's dacd registered")
+        yield site, env, Store.from_settings(load_config(str(path), env={}).etcd)
+    finally:
+        site.destroy()
+        shutil.rmtree(root, ignore_errors=True)

@@ -3,17 +3,9 @@ sshds, etcd, two dacds) takes seconds, so the tests of a file share it, each lea
 found it (every buffer torn down, every link up)."""
 
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
-from clitools import pools, wait_for
-from multihost_site import Site
-
-from daccore.config import load_config
-from daccore.store import Store
-from daclocal.etcd_server import EtcdServer
+from multihost_site import booted
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,20 +17,5 @@ def needs_root():
 @pytest.fixture(scope="module")
 def mh():
     """The booted site: (site, the controller's env for dacctl, a Store as admin)."""
-    root = Path(tempfile.mkdtemp(prefix="dacmh-"))
-    root.chmod(0o755)  # the job's user reaches its mounts below it, as below a site's /mnt
-    site = Site(root, nodes=3)  # a requeued job runs on another node set
-    try:
-        site.boot()
-        site.etcd = EtcdServer(root / "etcd", address=site.controller).start()
-        config = site.config(site.etcd.settings())
-        for server in site.servers:  # each server its own config file, as on a site
-            site.start_dacd(server, site.write_config(server.name, config))
-        path = site.write_config("controller", config)
-        env = {"DAC_CONFIG": str(path), "DAC_ETCD_ENDPOINTS": ""}
-        wait_for(lambda: pools(env).get("p", {}).get("total_bricks") == len(site.servers), 60,
-                 "every server's dacd registered")
-        yield site, env, Store.from_settings(load_config(str(path), env={}).etcd)
-    finally:
-        site.destroy()
-        shutil.rmtree(root, ignore_errors=True)
+    with booted() as (site, env, store):
+        yield site, env, store
