@@ -17,6 +17,8 @@ from multihost_site import booted
 
 from daclocal.slurm import PLUGINS, SUBMIT_USER, SlurmCluster
 
+pytestmark = pytest.mark.slurm  # beside the multihost suite's etcd and root (tests/conftest.py)
+
 JOB = """#!/bin/bash
 #SBATCH -N 2
 #SBATCH -o {jobs}/out-%j.txt
