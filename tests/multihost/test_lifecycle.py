@@ -249,7 +249,9 @@ def test_mh_a_storage_server_down_at_create_fails_setup_within_60s_and_builds_no
         os.kill(pid, signal.SIGSTOP)
     try:
         setup.start()
-        wait_for(lambda: store.buffer("109") is not None, 20, "setup's allocation")
+        # a stopped dacd's lease lapses 3.3-5 s on (lease_ttl 5, renewed every third of it)
+        wait_for(lambda: store.buffer("109") is not None, 3,
+                 "setup's allocation while the stopped dacds' leases still held")
         primary = store.buffer("109").record.allocation.primary_host
         down = next(s for s in site.servers if s.name != primary)
         down.link(up=False)
