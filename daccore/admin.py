@@ -2,36 +2,21 @@
 outside a job. The buffer rules are `daccore.jobs`'s, the ones Slurm's create_persistent and
 teardown go through; this module adds only who may ask.
 
-Admins are root and the members of the config's `admin_group`: `rights` maps an admin to uid 0
-for every permission check (never for ownership: what an admin creates is theirs).
+Admins are root and the members of the config's `admin_group` (`daccore.rights`).
 """
 
 from __future__ import annotations
-
-import grp
-from typing import Iterable
 
 from daccore import jobs
 from daccore.bb_policy import check_persistent
 from daccore.directives import PERSISTENT_NAME
 from daccore.errors import NotFound, UserError
 from daccore.models import State
+from daccore.rights import rights
 from daccore.trust import check_owner
 
 __all__ = ["rights", "require_root", "set_drained", "create_persistent", "destroy_persistent",
            "forget"]
-
-
-def rights(uid: int, groups: Iterable[int], admin_group: str) -> int:
-    """The uid dac's permission checks see for a caller: 0 for root and for a member of
-    `admin_group` (by any of its groups), else the caller's own."""
-    if uid == 0 or not admin_group:
-        return uid
-    try:
-        gid = grp.getgrnam(admin_group).gr_gid
-    except KeyError:
-        return uid  # a group this machine does not know has no members here
-    return 0 if gid in set(groups) else uid
 
 
 def require_root(uid: int, what: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from daccore import buffer_doc
 from daccore.bounds import BUFFER_NAME, JOB_KEY
 
 __all__ = ["Session", "sessions", "state_flags"]
@@ -28,17 +29,17 @@ class Session:
     def __init__(self, name: str, doc: dict, statuses: dict[str, dict]):
         """ValueError (or KeyError, TypeError) for a spec that is no buffer's: Slurm takes
         these names for tokens, so only a buffer name stored under its own key is one."""
-        request, bricks = doc["request"], doc["allocation"]["bricks"]
+        request = doc["request"]
         if doc["name"] != name or not _BUFFER.fullmatch(name) or type(doc["owner_uid"]) is not int:
             raise ValueError(f"not a buffer's spec: {name!r}")
         self.name: str = name
         self.owner: int = doc["owner_uid"]
         self.created: int = int(doc.get("created_at") or 0)
-        self.size: int = sum(int(b["capacity"]) for b in bricks)
+        self.size: int = buffer_doc.size(doc)
         self.type: str = request.get("type", "scratch")
         self.access: str = request.get("access", "striped")
         self.persistent: bool = bool(doc.get("persistent"))
-        self.storage_hosts: list[str] = sorted({b["host"] for b in bricks})
+        self.storage_hosts: list[str] = buffer_doc.hosts(doc)
         #: job id -> the compute nodes that job has the buffer mounted on
         self.attachments: dict[str, list[str]] = {
             job: list(nodes) for job, nodes in (doc.get("attachments") or {}).items()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
+from daccore import buffer_doc
 from daccore.directives import Directives
 from daccore.errors import CapacityError, NotFound, UserError
 from daccore.inventory import summarize
@@ -241,16 +242,6 @@ def _within_caps(store, caps: dict, uid: int, gid: int, capacity: int, pool: str
 # From here on a buffer is its spec as plain JSON (Store.buffer_doc): these run in every Slurm
 # call after setup, and pydantic would cost each 0.2 s (docs/performance.md).
 
-def buffer_hosts(buf: dict) -> list[str]:
-    """Allocation.hosts, from a spec in JSON."""
-    return sorted({b["host"] for b in buf["allocation"]["bricks"]})
-
-
-def buffer_size(buf: dict) -> int:
-    """Allocation.size, from a spec in JSON."""
-    return sum(b["capacity"] for b in buf["allocation"]["bricks"])
-
-
 def _update(store, name: str, change) -> bool:
     """Apply `change(spec) -> dict of new field values (JSON), or None for no change` with
     compare-and-swap, bumping the generation; False when there is no such buffer."""
@@ -397,7 +388,7 @@ def _wait(store, name: str, state: State, timeout: float, job: str | None,
         if buf is None:
             return  # gone: deleted, or a job without a jobdw
         statuses = store.status_docs(name)
-        hosts = buffer_hosts(buf)
+        hosts = buffer_doc.hosts(buf)
         now = time.monotonic()
         down = set(hosts) - store.alive_among(hosts)
         down_since = {h: down_since.get(h, now) for h in down}

@@ -10,22 +10,11 @@ __all__ = ["view", "summary_line", "staged_text"]
 
 
 def view(buf, statuses: dict) -> dict:
-    """A plain dict (the --json form): the spec's desired state and, per host, what it reached,
-    the running step, staging progress and any error."""
-    hosts = []
-    for host in buf.allocation.hosts:
-        s = statuses.get(host)
-        p = s.progress if s else None
-        hosts.append({
-            "host": host,
-            "state": s.state.value if s and s.state else None,
-            "step": s.step if s else "",
-            "progress": p.model_dump() if p else None,
-            "error": s.error.model_dump(mode="json") if s and s.error else None,
-        })
-    return {"buffer": buf.name, "job": buf.job_id, "owner": buf.owner_uid,
-            "persistent": buf.persistent, "desired_state": buf.desired_state.value,
-            "size": buf.allocation.size, "hosts": hosts}
+    """A plain dict (the --json form), from the model (`daccore.buffer_doc.status_view`, which
+    the JSON readers use, is the one place of its shape)."""
+    from daccore.buffer_doc import status_view
+    return status_view(buf.model_dump(mode="json"),
+                       {h: s.model_dump(mode="json") for h, s in statuses.items() if s})
 
 
 def summary_line(v: dict) -> str:

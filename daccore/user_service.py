@@ -20,8 +20,6 @@ import collections
 import errno
 import json
 import logging
-import os
-import pwd
 import queue
 import selectors
 import socket
@@ -104,12 +102,8 @@ def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
 def caller(uid: int, gid: int, admin_group: str) -> Caller:
     """The rights of `uid`, from the group database: its primary group as munge gave it and
     the groups the system lists it in (a user unknown to passwd has only the munge gid)."""
-    from daccore.admin import rights
-    try:
-        groups = os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
-    except KeyError:
-        groups = [gid]
-    return Caller(uid, gid, rights(uid, groups, admin_group))
+    from daccore.rights import groups_of, rights
+    return Caller(uid, gid, rights(uid, groups_of(uid, gid), admin_group))
 
 
 class _Conn:

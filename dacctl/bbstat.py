@@ -62,7 +62,8 @@ def _answer(word: str) -> str:
     buf = store.buffer_json(job)
     if buf is None:
         return f"no buffer for job {job}"
-    v = _view(buf, store.status_docs(job))
+    from daccore.buffer_doc import status_view
+    v = status_view(buf, store.status_docs(job))
     caller = _caller(os.environ.get("DAC_BBSTAT_CALLER", ""))
     if caller is not None and _may_see(caller, buf, settings.get("admin_group", "")):
         return full_line(v)
@@ -126,17 +127,6 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _view(buf: dict, statuses: dict) -> dict:
-    """status_view.view's shape, from the JSON documents (no pydantic in 2 s)."""
-    from daccore.jobs import buffer_hosts
-    hosts = []
-    for host in buffer_hosts(buf):
-        s = statuses.get(host) or {}
-        hosts.append({"host": host, "state": s.get("state"), "step": s.get("step") or "",
-                      "progress": s.get("progress"), "error": s.get("error")})
-    return {"buffer": buf["name"], "desired_state": buf["desired_state"], "hosts": hosts}
-
-
 def full_line(v: dict) -> str:
     from daccore.status_view import summary_line
     return summary_line(v)
@@ -158,20 +148,6 @@ def _caller(value: str) -> tuple[int, int] | None:
 
 
 def _may_see(caller: tuple[int, int], buf: dict, admin_group: str) -> bool:
+    from daccore.rights import groups_of, rights
     uid, gid = caller
-    if uid == 0 or uid == buf.get("owner_uid"):
-        return True
-    if not admin_group:
-        return False
-    import grp
-    import pwd
-    try:  # daccore.admin.rights' rule; that module would bring pydantic into the 2 s
-        admin_gid = grp.getgrnam(admin_group).gr_gid
-    except KeyError:
-        return False
-    groups = {gid}
-    try:
-        groups.update(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
-    except (KeyError, OSError):
-        pass
-    return admin_gid in groups
+    return uid == buf.get("owner_uid") or rights(uid, groups_of(uid, gid), admin_group) == 0

@@ -43,10 +43,10 @@ def _store(config=None):
 
 
 def _rights(config=None) -> int:
-    """The caller's uid for permission checks: 0 for root and the admin group (daccore.admin)."""
+    """The caller's uid for permission checks: 0 for root and the admin group (daccore.rights)."""
     import os
 
-    from daccore.admin import rights
+    from daccore.rights import rights
     if os.getuid() == 0:
         return 0  # before reading the config: root may always act, whatever it says
     return rights(os.getuid(), [os.getgid(), *os.getgroups()],

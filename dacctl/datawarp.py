@@ -261,14 +261,14 @@ def _nothing_to_stage(args, settings: dict) -> bool:
     (data_out) has nothing to do, so it answers on the lean path. dacd still walks the buffer
     through the (empty) stage step on its way to the next state (daccore/lifecycle.py). A host
     down is the full path's to report."""
-    from daccore import jobs
+    from daccore import buffer_doc
     from daccore.store import Store
     store = Store.from_dict(settings["etcd"], transport="http")
     buffer = store.buffer_json(args.token)
     if buffer is None:
         return True
     lines = "stage_in" if args.function == "data_in" else "stage_out"
-    hosts = jobs.buffer_hosts(buffer)
+    hosts = buffer_doc.hosts(buffer)
     return not buffer["request"].get(lines) and set(hosts) <= store.alive_among(hosts)
 
 
@@ -319,7 +319,7 @@ def _full(args, settings: dict) -> str:
     """The functions Slurm runs in slurmscriptd, with the cached config and the http transport
     as on the lean path (each call is a process: yaml, config validation and grpc would cost
     0.25 s of it; docs/performance.md)."""
-    from daccore import jobs
+    from daccore import buffer_doc, jobs
     from daccore.states import State
     from daccore.store import Store
     from daccore.trust import check_owner
@@ -353,7 +353,7 @@ def _full(args, settings: dict) -> str:
     if f == "real_size":
         _need(args, "token")
         current = store.buffer_json(args.token)
-        size = jobs.buffer_size(current) if current else 0
+        size = buffer_doc.size(current) if current else 0
         return json.dumps({"token": args.token, "capacity": size, "units": "bytes"})
     if f == "pre_run":
         _need(args, "token")
@@ -425,7 +425,7 @@ def _primary_gid(uid: int, minimum: int) -> int:
 
 def _pre_run(store, config, args) -> None:
     """Mount the job's buffer and the persistent buffers it attaches on its nodes."""
-    from daccore import jobs
+    from daccore import buffer_doc, jobs
     from daccore.errors import UserError
     from daccore.states import State
     from daccore.units import format_size
@@ -438,9 +438,9 @@ def _pre_run(store, config, args) -> None:
         return  # nothing of dac's in this job
     nodes = job_nodes(job, args.nodehostnamefile, args.nodes)
     swap = buf["request"].get("swap", 0) if buf else 0
-    if buf is not None and swap * len(nodes) > jobs.buffer_size(buf):
+    if buf is not None and swap * len(nodes) > buffer_doc.size(buf):
         raise UserError(f"swap: {len(nodes)} nodes x {format_size(swap)} of swap is more than "
-                        f"the buffer holds ({format_size(jobs.buffer_size(buf))})")
+                        f"the buffer holds ({format_size(buffer_doc.size(buf))})")
     jobs.attach(store, job, nodes, persistent)
     if buf is not None:
         jobs.attach(store, job, nodes, [job], State.MOUNTED)

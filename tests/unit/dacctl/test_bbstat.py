@@ -7,7 +7,7 @@ import time
 import pytest
 from records import host, pool
 
-from daccore import jobs
+from daccore import buffer_doc, jobs
 from daccore.directives import parse_script
 from daccore.states import State
 from dacctl import bbstat
@@ -48,7 +48,7 @@ def site(store, utc):
     jobs.attach(store, "51", ["node1", "node2"], ["proj1"])
     jobs.attach(store, "51", ["node1", "node2"], ["51"], State.MOUNTED)
     for name, state, error in (("51", "mounted", None), ("proj1", "created", "mkfs failed")):
-        for h in jobs.buffer_hosts(store.buffer_json(name)):
+        for h in buffer_doc.hosts(store.buffer_json(name)):
             store.client.put(store.keys.status(name, h), json.dumps({
                 "buffer": name, "host": h, "state": state, "generation": 1,
                 "error": error and {"category": "internal", "message": error}}))
@@ -58,7 +58,7 @@ def site(store, utc):
 
 
 def storage_hosts(store, name):
-    return len(jobs.buffer_hosts(store.buffer_json(name)))
+    return len(buffer_doc.hosts(store.buffer_json(name)))
 
 
 def test_dwstat_pools_is_crays_table_of_the_pools(site):
