@@ -5,6 +5,9 @@
     DenyUsers=mallory         these users may not (Slurm refuses both given at once)
     Flags=EnablePersistent    any user may create and destroy persistent buffers; without it
                               (or with DisablePersistent) only privileged users may
+    Flags=TeardownFailure     Slurm tears down a job held by a failed setup or stage-in, so it
+                              keeps no pool capacity (docs/slurm.md); without it,
+                              `site_warnings` says so (`dacctl hosts`)
 
 Privileged, as in Slurm: root, SlurmUser, and here the config's `admin_group` too. The file is
 the one `burst_buffer_conf` names (read at every request: an admin's edit holds at once, as
@@ -17,7 +20,7 @@ import pwd
 
 from daccore.errors import AdminError, UserError
 
-__all__ = ["check_persistent", "read_rules"]
+__all__ = ["check_persistent", "read_rules", "site_warnings"]
 
 
 def read_rules(path: str) -> dict:
@@ -30,7 +33,8 @@ def read_rules(path: str) -> dict:
         raise AdminError(f"burst_buffer_conf {path}: {e.strerror}: an admin must make it "
                          "readable by dac's user service, or set burst_buffer_conf to ''") \
             from None
-    rules: dict = {"allow": None, "deny": set(), "enable": False, "disable": False}
+    rules: dict = {"allow": None, "deny": set(), "enable": False, "disable": False,
+                   "teardown_failure": False}
     for line in lines:
         key, eq, value = line.split("#", 1)[0].strip().partition("=")
         key, value = key.strip().lower(), value.strip()
@@ -47,7 +51,23 @@ def read_rules(path: str) -> dict:
             flags = {w.lower() for w in words}
             rules["enable"] = "enablepersistent" in flags
             rules["disable"] = "disablepersistent" in flags
+            rules["teardown_failure"] = "teardownfailure" in flags
     return rules
+
+
+def site_warnings(path: str) -> list[str]:
+    """What an admin should change in burst_buffer.conf `path` ('' : nothing read, none)."""
+    if not path:
+        return []
+    try:
+        rules = read_rules(path)
+    except AdminError as e:
+        return [str(e)]
+    if not rules["teardown_failure"]:
+        return [f"burst_buffer_conf {path}: Flags has no TeardownFailure: a job held by a "
+                "failed setup or stage-in keeps its pool capacity in Slurm until it is "
+                "cancelled; add it (docs/slurm.md, 'A job held by a failed setup or stage-in')"]
+    return []
 
 
 def _uids(words: set[str]) -> set[int]:

@@ -141,9 +141,17 @@ def _show_status(v: dict, headline: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def hosts(as_json: bool) -> None:
     from daccore.admin_views import host_rows
-    store = _store()
+    from daccore.bb_policy import site_warnings
+    config = load_config()
+    store = _store(config)
     rows = host_rows(store.inventory(claim_owners=True), store.lease_ages())
-    click.echo(json.dumps({"hosts": rows}, indent=2) if as_json else render.hosts_table(rows))
+    site = site_warnings(config.burst_buffer_conf)  # the controller's, where dacctl runs
+    if as_json:
+        click.echo(json.dumps({"hosts": rows, "site_warnings": site}, indent=2))
+    else:
+        from daccore.escape import printable
+        click.echo(render.hosts_table(rows) +
+                   "".join(f"\nwarning: {printable(w)} (admin)" for w in site))
 
 
 @cli.command(help="Buffers with their summary state (the lowest any host reached; error when "

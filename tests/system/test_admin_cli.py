@@ -55,6 +55,7 @@ def test_hosts_show_bricks_buffers_drain_undrain_and_down(dac, tmp_path):
     workdir, env, store = dac
     before = hosts(env)
     assert {h["state"] for h in before.values()} == {"up"}
+    assert dacctl_json(env, "hosts")["site_warnings"] == []  # no burst_buffer.conf named here
     assert all(h["pools"]["default"] == {"bricks": 2, "free": 2, "claimed": 0}
                for h in before.values())
     setup(env, tmp_path, 5, "512MiB")
