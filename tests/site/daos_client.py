@@ -26,7 +26,7 @@ from daos_site import (
     size_flag,
     status,
 )
-from sitelib import Refused, Site, register
+from sitelib import Refused, Site, holders, register
 
 CONT_TYPES = {"POSIX": "POSIX", "HDF5": "HDF5", "PYTHON": "PYTHON", "SPARK": "SPARK",
               "DATABASE": "DATABASE", "DB": "DATABASE", "ROOT": "ROOT", "RNTUPLE": "ROOT",
@@ -388,6 +388,10 @@ def fusermount3(site: Site, args: list[str]) -> int:
         if entry is None:
             why = "Invalid argument" if os.path.lexists(path) else "No such file or directory"
             raise _quiet(quiet, f"failed to unmount {path}: {why}")
+        if "z" not in given and holders(path):
+            # umount2(2) is EBUSY while a process has its cwd, root or an open file in the
+            # mount; -z adds UMOUNT_DETACH (fusermount.c unmount_fuse_locked(), libfuse 3.14)
+            raise _quiet(quiet, f"failed to unmount {path}: Device or resource busy")
         if "covers" in entry:
             mounts[path] = entry["covers"]
         else:

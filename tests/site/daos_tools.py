@@ -68,7 +68,10 @@ stderr. Option errors are getopt's, on stderr, with the usage and exit 3.
 fusermount3 (libfuse util/fusermount.c, lib/mount_util.c): -u, -z (needs -u), -q; one
 mount point, its parent resolved. A non-root caller may only unmount an entry with its own
 user_id ('fusermount3: entry for X not found in /etc/mtab'); root unmounting a non-mount gets
-'failed to unmount X: Invalid argument' (or 'No such file or directory').
+'failed to unmount X: Invalid argument' (or 'No such file or directory'). While a process
+of this machine has its cwd, root or an open file in the mount (read from /proc:
+sitelib.holders) umount2(2) is EBUSY: 'failed to unmount X: Device or resource busy', rc 1;
+-z (UMOUNT_DETACH, unmount_fuse_locked()) detaches it regardless.
 
 Not modelled, refused loudly so a playbook that starts using them notices: dmg --properties,
 --acl-file, --meta-size and the other pool subcommands; daos --path, --properties,

@@ -27,7 +27,7 @@ from lustre_model import (
     resolver,
     running_mgs,
 )
-from sitelib import Refused, Site
+from sitelib import Refused, Site, holders
 
 __all__ = ["mount", "umount"]
 
@@ -281,6 +281,7 @@ def umount(site: Site, args: list[str]) -> int:
         raise Refused("bad usage\nTry 'umount --help' for more information.")
     rc, complaints = 0, []
     with site.state() as state:
+        _forget_unused(state)
         for path in targets:
             problem = _umount_one(state, site.host, path, lazy="lazy" in opts)
             if problem:
@@ -303,6 +304,15 @@ def _umount_one(state: dict, host: str, path: str, lazy: bool) -> str | None:
     below = tuple(d.rstrip("/") + "/" for d in (entry["dir"], entry.get("root")) if d)
     if not lazy and any(e is not entry and e["dir"].startswith(below) for e in entries):
         return "target is busy."
+    users = _users(state, entry)
+    if users and not lazy:  # EBUSY from umount2(2): libmount's "target is busy", rc 32
+        return "target is busy."
+    if users and entry.get("kind") == "client":
+        # MNT_DETACH takes the mount out of the tree now; it lives on, unreachable by path,
+        # while it is used (fs/namespace.c umount_tree()): its users are its own, no other's
+        state.setdefault("lustre", {}).setdefault("detached", []).append(
+            {"host": host, "root": entry["root"], "instance": entry["instance"],
+             "pids": users})
     if entry.get("covered"):  # put back the directory the mount covered
         if os.path.islink(entry["dir"]):
             os.unlink(entry["dir"])
@@ -310,3 +320,35 @@ def _umount_one(state: dict, host: str, path: str, lazy: bool) -> str | None:
     entries.remove(entry)
     return None
 
+
+
+
+def _users(state: dict, entry: dict) -> list[int]:
+    """The processes of this machine using the mount: a cwd, root or open file in it
+    (sitelib.holders). Every client mount of a filesystem leads into its one store here, so
+    a path there is taken to be held through the client mounts whose root holds it most
+    closely (a job's process in a node's private/<node> mount does not make the primary's
+    mount of the whole filesystem busy), and a process that held a mount when it was lazily
+    detached stays that mount's, as on a real site, where each client mount is its own."""
+    mine = os.path.realpath(entry.get("root") or entry["dir"])
+    lustre = state.get("lustre", {})
+    roots = {os.path.realpath(r) for r in
+             [e["root"] for es in state.get("mounts", {}).values() for e in es
+              if e.get("kind") == "client" and e.get("root")]
+             + [d["root"] for d in lustre.get("detached", [])]}
+    detached = {pid for d in lustre.get("detached", []) for pid in d["pids"]}
+    users = []
+    for pid, held in holders(mine).items():
+        inner = [r for r in roots if held == r or held.startswith(r.rstrip("/") + "/")]
+        if pid not in detached and max(inner, key=len, default=mine) == mine:
+            users.append(pid)
+    return users
+
+
+def _forget_unused(state: dict) -> None:
+    """A lazily detached client mount goes once none of its users holds it any more."""
+    lustre = state.get("lustre", {})
+    for d in list(lustre.get("detached", [])):
+        d["pids"] = [pid for pid in d["pids"] if pid in holders(d["root"])]
+        if not d["pids"]:
+            lustre["detached"].remove(d)

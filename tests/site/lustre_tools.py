@@ -60,8 +60,13 @@ lustre/target/tgt_mount.c). mount(8) exits with mount.lustre's status, an errno:
     filesystem (rc 2). While mounted, the mount point shows the filesystem's files and hides
     what it covered (lustre_model.py)
 umount (util-linux sys-utils/umount.c): "<path>: not mounted." for an existing path, "<path>: no
-  mount point specified." for a missing one, "<path>: target is busy." while a mount sits below
-  it (-l skips that); rc 32 each, summed over several paths (as util-linux adds them up)
+  mount point specified." for a missing one, "<path>: target is busy." (umount2(2) EBUSY,
+  libmount context_umount.c) while a mount sits below it or a process of this machine has its
+  cwd, root or an open file in it (fs/namespace.c do_umount(); read from /proc: a path in a
+  filesystem's store counts for the client mounts whose root holds it most closely,
+  lustre_mount._users); -l/--lazy detaches regardless (MNT_DETACH), and a client mount still
+  used lives on detached, its users its own, until they let it go; rc 32 each, summed over
+  several paths (as util-linux adds them up)
 lctl (lustre/utils/lctl.c, lustre_param.c, lustre_cfg.c, obd.c, portals.c; lib/libcfs/parser.c)
   * ping NID[ timeout]: the NID parses, timeout <= 120 s; a site host owning the NID answers,
     else "failed to ping <nid>: Input/output error". [2.15] every failure exits 1, the usage

@@ -30,7 +30,7 @@ import os
 import sys
 from typing import Callable, Iterator
 
-__all__ = ["Site", "Refused", "register", "main", "TOOLS"]
+__all__ = ["Site", "Refused", "register", "main", "TOOLS", "holders"]
 
 #: tool name -> handler(site, args) -> exit code (0 when accepted)
 TOOLS: dict[str, Callable[["Site", list[str]], int]] = {}
@@ -113,6 +113,35 @@ class Site:
                         json.dump(faults, f)
                     return fault.get("rc", 1), fault.get("stderr", f"{self.tool}: injected failure")
         return None
+
+
+def holders(directory: str) -> dict[int, str]:
+    """The processes of this machine using `directory` or anything below it, with the path each
+    holds: a cwd, a root or an open file there. Each of those holds a reference on the mount it
+    is in (fs/fs_struct.c, fs/file_table.c), and those are what make the kernel refuse a plain
+    unmount EBUSY (fs/namespace.c do_umount(): propagate_mount_busy()); a lazy unmount
+    (MNT_DETACH) detaches the mount all the same. The stand-ins' mounts are real directories
+    and links (nothing is mounted), so the references are read from /proc; a process this one
+    may not inspect (another user's, for a stand-in run as a user) is not seen."""
+    top = os.path.realpath(directory)
+    below, found, me = top.rstrip("/") + "/", {}, os.getpid()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == me:
+            continue
+        links = [f"/proc/{pid}/cwd", f"/proc/{pid}/root"]
+        try:
+            links += [f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            pass
+        for link in links:
+            try:
+                held = os.readlink(link)
+            except OSError:
+                continue
+            if held == top or held.startswith(below):
+                found[int(pid)] = held
+                break
+    return found
 
 
 def main(argv: list[str]) -> int:

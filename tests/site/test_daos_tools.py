@@ -340,3 +340,20 @@ def test_fusermount3_refuses_a_non_mount_and_someone_elses_mount(site, user, out
         f"fusermount3: failed to unmount {site.root}: Invalid argument\n"
     site.ok("fusermount3", "-u", "-z", mnt)  # root may unmount anyone's
     assert site.state()["dfuse"]["dac1"] == {}
+
+
+def test_fusermount3_refuses_a_mount_a_process_uses_until_lazy(site, user):
+    _pool(site, user)
+    _container(site, user)
+    mnt = site.mount_point("m", user)
+    site.ok("dfuse", mnt, "buf42", "cont", as_user=user)
+    holder = subprocess.Popen(["sleep", "60"], cwd=mnt, user=user.pw_uid, group=user.pw_gid)
+    try:
+        assert site.refused("fusermount3", "-u", mnt, as_user=user) == \
+            f"fusermount3: failed to unmount {mnt}: Device or resource busy\n"
+        assert mnt in site.state()["dfuse"]["dac1"]
+        site.ok("fusermount3", "-u", "-z", mnt, as_user=user)
+        assert site.state()["dfuse"]["dac1"] == {}
+    finally:
+        holder.kill()
+        holder.wait()

@@ -536,6 +536,23 @@ def test_umount_refuses_a_mount_with_another_below_it(site):
     site.ok("dac1", "umount", str(inner), site.path("dac1", "fs"))
 
 
+def test_umount_refuses_a_mount_a_process_uses_until_lazy(site):
+    inner = site.root / "dac1" / "fs" / "striped"
+    site.ok("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1/striped", str(inner))
+    holder = subprocess.Popen(["sleep", "60"], cwd=inner)  # a real process, its cwd in the mount
+    try:
+        done = site.run("dac1", "umount", str(inner))
+        assert (done.returncode, done.stderr.strip()) == (32, f"umount: {inner}: target is busy.")
+        site.ok("dac1", "umount", "--lazy", str(inner))
+        # detached, it still holds its own mount, not the mount of the whole filesystem
+        site.ok("dac1", "umount", site.path("dac1", "fs"))
+        assert site.state()["mounts"]["dac1"] == [e for e in site.state()["mounts"]["dac1"]
+                                                  if e.get("kind") == "target"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_parted_keeps_the_commands_before_a_failing_one(blank):
     disk = blank.dev("dac1", "nvme0n1")
     done = blank.run("dac1", "parted", "--script", disk, "mklabel", "gpt", "mkpart", "mdt",

@@ -4,10 +4,15 @@ the buffer's hosts and records the state for each; the other dacd leaves the buf
 
 import itertools
 import os
+import pwd
+import subprocess
+import sys
+import time
 
 import pytest
 from clitools import pools, slurm, wait_for
 from recorded_site import RecordedSite
+from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID
 
 from daccore.config import load_config
 from daccore.store import Store
@@ -37,18 +42,18 @@ def site_dac(open_dir, etcd_server):
         proc.wait(30)
 
 
-def job(tmp_path, token, line):
+def job(tmp_path, token, line, nodes="node1\nnode2\n"):
     script = tmp_path / f"job{token}.sh"
     script.write_text(f"#!/bin/sh\n{line}\n")
-    nodes = tmp_path / f"nodes{token}"
-    nodes.write_text("node1\nnode2\n")
-    return ["--job", str(script), "--nodehostnamefile", str(nodes)]
+    listed = tmp_path / f"nodes{token}"
+    listed.write_text(nodes)
+    return ["--job", str(script), "--nodehostnamefile", str(listed)]
 
 
-def run_job(env, token, args, uid):
+def run_job(env, token, args, uid, gid=None):
     slurm(env, "job_process", token, "--job", args[1])
-    slurm(env, "setup", token, "--caller", "SLURM", "--user", str(uid), "--groupid", str(uid),
-          "--job", args[1])
+    slurm(env, "setup", token, "--caller", "SLURM", "--user", str(uid), "--groupid",
+          str(uid if gid is None else gid), "--job", args[1])
     slurm(env, "pre_run", token, *args)
 
 
@@ -103,3 +108,133 @@ def test_a_daos_job_buffer_is_a_pool_on_its_ranks_used_as_the_user(site_dac, tmp
     assert store.buffer("6") is None and pools(env)["p"]["free_bricks"] == 2
     destroyed = [c for c in site.calls() if c["argv"][:3] == ["dmg", "pool", "destroy"]]
     assert destroyed and destroyed[-1]["rc"] == 0
+
+
+#: post_run and teardown together with a leftover holding a node's mount: two Slurm calls,
+#: each a dacctl process and dacd's Ansible runs (a few seconds each on a loaded 2-core machine)
+BOUND = 60
+
+# Run as the job's user: detaches (setsid, then a double fork), takes its cwd in argv[1] (the
+# node's mount of the buffer), prints its pid and stays.
+_LEFTOVER = r"""
+import os, sys, time
+os.setsid()
+if os.fork():
+    os._exit(0)
+if os.fork():
+    os._exit(0)
+os.chdir(sys.argv[1])
+print(os.getpid(), flush=True)
+os.close(1)
+time.sleep(1000)
+"""
+
+
+def leftover(path, uid, gid) -> int:
+    """A job's leftover process on a node, its cwd in the node's mount of the buffer."""
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LEFTOVER, str(path)], user=uid,
+                            group=gid, extra_groups=[gid], cwd="/", stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    proc.stdout.close()
+    proc.wait(timeout=10)
+    assert line.strip().isdigit(), f"the leftover did not start in {path}"
+    return int(line)
+
+
+def ends_within_bound(env, token, args) -> None:
+    """post_run and teardown, which end within BOUND although a leftover holds a node's mount."""
+    t = time.monotonic()
+    slurm(env, "post_run", token, *args)
+    slurm(env, "teardown", token, "--job", args[1])
+    assert time.monotonic() - t < BOUND
+    assert pools(env)["p"]["free_bricks"] == 2
+
+
+def _account(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", name], check=True)
+        return pwd.getpwnam(name)
+
+
+def kill(pid: int | None) -> None:
+    if pid is not None:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_lustre_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_dac, tmp_path):
+    site, env, store = site_dac("lustre")
+    args = job(tmp_path, 7, "#DW jobdw capacity=200GiB access_mode=striped pool=p", "node1\n")
+    run_job(env, 7, args, UID, GID)
+    pid = None
+    try:
+        pid = leftover(site.root / "nodes" / "node1" / "7" / "striped", UID, GID)
+        site.calls()
+        ends_within_bound(env, 7, args)
+        assert store.buffer("7") is None
+        umounts = [c[2:] for c in site.commands() if c[0] == "node1" and c[1] == "umount"]
+        assert umounts == [("<site>/nodes/node1/7/striped",),
+                           ("--lazy", "<site>/nodes/node1/7/striped")], umounts
+        state = site.state()
+        assert not any(state.get("mounts", {}).values())
+        assert [d["pids"] for d in state["lustre"]["detached"]] == [[pid]]
+        held = os.readlink(f"/proc/{pid}/cwd")  # the detached view: no mount leads there
+
+        args = job(tmp_path, 8, "#DW jobdw capacity=200GiB access_mode=striped pool=p",
+                   "node1\n")
+        run_job(env, 8, args, OTHER_UID, OTHER_GID)
+        node = site.root / "nodes" / "node1" / "8" / "striped"
+        r = subprocess.run(["sh", "-c", 'echo next > "$1"/f', "sh", str(node)], user=OTHER_UID,
+                           group=OTHER_GID, extra_groups=[], capture_output=True)
+        assert r.returncode == 0, r.stderr
+        new_root = os.path.realpath(node)
+        assert new_root != held and not os.path.exists(os.path.join(held, "f"))
+        assert not any(held.startswith(os.path.realpath(e["root"]))
+                       for es in site.state()["mounts"].values() for e in es if "root" in e)
+        slurm(env, "post_run", 8, *args)
+        slurm(env, "teardown", 8, "--job", args[1])
+        assert store.buffer("8") is None and pools(env)["p"]["free_bricks"] == 2
+    finally:
+        kill(pid)
+
+
+def test_a_daos_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_dac, tmp_path):
+    # DAOS names pool owners, so both users need names: the submit user and a second account
+    # (made as tests/site/test_daos_tools.py makes its accounts, when the machine has none)
+    user, other = ensure_submit_user(), _account("dacother")
+    site, env, store = site_dac("daos")
+    # the node's mount root, root's as on a site (mount.yml would make missing parents the
+    # first job user's, 0700, and the next user could not reach its mount point)
+    (site.root / "nodes" / "node1").mkdir(parents=True, mode=0o755)
+    args = job(tmp_path, 9, "#DW jobdw capacity=200GiB access_mode=striped pool=p", "node1\n")
+    run_job(env, 9, args, user.pw_uid, user.pw_gid)
+    pid = None
+    try:
+        mount = site.root / "nodes" / "node1" / "9" / "striped"
+        pid = leftover(mount, user.pw_uid, user.pw_gid)
+        site.calls()
+        ends_within_bound(env, 9, args)
+        assert store.buffer("9") is None
+        calls = site.calls()
+        stops = [c["argv"][1:] for c in calls
+                 if c["host"] == "node1" and c["argv"][0] == "fusermount3"]
+        assert stops == [["-u", str(mount)], ["-u", "-z", str(mount)]], stops
+        assert not any(site.state()["daos"]["dfuse"].values())
+        assert [c["rc"] for c in calls if c["argv"][:3] == ["dmg", "pool", "destroy"]] == [0]
+        held = os.readlink(f"/proc/{pid}/cwd")
+        assert held == f"{mount} (deleted)"  # its mount point removed: no path leads there
+
+        args = job(tmp_path, 10, "#DW jobdw capacity=200GiB access_mode=striped pool=p",
+                   "node1\n")
+        run_job(env, 10, args, other.pw_uid, other.pw_gid)
+        assert len(site.state()["daos"]["dfuse"]["node1"]) == 1
+        slurm(env, "post_run", 10, *args)
+        slurm(env, "teardown", 10, "--job", args[1])
+        assert store.buffer("10") is None and pools(env)["p"]["free_bricks"] == 2
+    finally:
+        kill(pid)
