@@ -208,9 +208,9 @@ def test_a_daos_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_d
     # (made as tests/site/test_daos_tools.py makes its accounts, when the machine has none)
     user, other = ensure_submit_user(), _account("dacother")
     site, env, store = site_dac("daos")
-    # the node's mount root, root's as on a site (mount.yml would make missing parents the
-    # first job user's, 0700, and the next user could not reach its mount point)
-    (site.root / "nodes" / "node1").mkdir(parents=True, mode=0o755)
+    # no node mount root yet: mount.yml makes it and the job's directory root's, 0711, so
+    # the second user's dfuse reaches its own mount point below them
+    assert not (site.root / "nodes" / "node1").exists()
     args = job(tmp_path, 9, "#DW jobdw capacity=200GiB access_mode=striped pool=p", "node1\n")
     run_job(env, 9, args, user.pw_uid, user.pw_gid)
     pid = None
@@ -233,6 +233,9 @@ def test_a_daos_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_d
                    "node1\n")
         run_job(env, 10, args, other.pw_uid, other.pw_gid)
         assert len(site.state()["daos"]["dfuse"]["node1"]) == 1
+        root, job_dir = site.root / "nodes" / "node1", site.root / "nodes" / "node1" / "10"
+        assert root.stat().st_uid == 0 and root.stat().st_mode & 0o011 == 0o011
+        assert (job_dir.stat().st_uid, job_dir.stat().st_mode & 0o7777) == (0, 0o711)
         slurm(env, "post_run", 10, *args)
         slurm(env, "teardown", 10, "--job", args[1])
         assert store.buffer("10") is None and pools(env)["p"]["free_bricks"] == 2
