@@ -241,9 +241,13 @@ class Holders:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        # a parent that relays its child's stop to itself does so once it has seen the stop:
-        # it may still be on its way there, so look a few times
-        waiting, deadline = set(self.parents), time.monotonic() + 0.5
+        # A parent that relays its child's stop to itself (su and runuser wait with
+        # waitpid(WUNTRACED), sudo from its event loop) stops once it has run after the
+        # child's stop woke it, which a loaded machine may delay: each is watched until it
+        # has stopped (and is let go) or is back waiting in waitpid (it has seen the stop and
+        # did not relay it: once the child runs again there is no stop left to see), at most
+        # 5 s (a parent that waits some other way, and never stops, costs that once).
+        waiting, deadline = set(self.parents), time.monotonic() + 5
         while waiting and time.monotonic() < deadline:
             for pid in list(waiting):
                 state = _status(pid)[0]
@@ -252,9 +256,11 @@ class Holders:
                         os.kill(pid, signal.SIGCONT)
                     except ProcessLookupError:
                         pass
-                if state != "S" and state != "R" and state != "D":
                     waiting.discard(pid)
-            time.sleep(0.02)
+                elif state in "ZX" or state == "S" and _wchan(pid) == "do_wait":
+                    waiting.discard(pid)
+            if waiting:
+                time.sleep(0.02)
 
     def kill(self, namespaces: bool = False, done: list[str] | None = None,
              freeze: bool = False) -> None:
@@ -308,17 +314,19 @@ class Holders:
                     continue
                 seen.add(pid)
                 if state not in "TtZX":  # one already stopped is not ours to continue
+                    # the parent as it is before the stop: one that relays it may have
+                    # stopped itself by the time we look again
                     parent = _parent(pid)
+                    p_state, p_uids = _status(parent) if parent > 1 else ("X", set())
                     try:
                         os.kill(pid, signal.SIGSTOP)
                     except ProcessLookupError:  # a short-lived child, gone already
                         continue
                     self.stopped.append(pid)
                     new.append(pid)
-                    if parent > 1 and parent not in self.spared:
-                        p_state, p_uids = _status(parent)
-                        if self.owner not in p_uids and p_state in "RSD":
-                            self.parents.add(parent)
+                    if parent not in self.spared and self.owner not in p_uids and \
+                            p_state in "RSD":
+                        self.parents.add(parent)
             if not new and settled:  # a listing made after every one of them had stopped
                 break
             settled = all(_status(pid)[0] in "TtZX" for pid in self.stopped)
@@ -484,6 +492,14 @@ def _parent(pid: int) -> int:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def _wchan(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _zombie(pid: int) -> bool:
