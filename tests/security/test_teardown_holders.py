@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from clitools import pools, setup, slurm
+from leftovers import LEFTOVER as _LEFTOVER
 from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, buffer_fs, down, owned, up
 
 from daclocal.slurm import ensure_submit_user
@@ -20,39 +21,6 @@ from daclocal.slurm import ensure_submit_user
 #: Slurm call is a dacctl process and an Ansible run (~2 s each on a loaded 2-core machine)
 BOUND = 30
 
-# Run as the user: detaches (setsid, then a double fork) and prints its own pid, then runs the
-# shape named by argv[1] on the path argv[2].
-_LEFTOVER = r"""
-import os, signal, sys, time
-os.setsid()
-if os.fork():
-    os._exit(0)
-if os.fork():
-    os._exit(0)
-print(os.getpid(), flush=True)
-os.close(1)
-shape, path = sys.argv[1], sys.argv[2]
-if shape == "bystander":  # holds nothing; notes each SIGCONT (it was stopped) in the file path
-    def noted(*_):
-        with open(path, "a") as f:
-            f.write("continued\n")
-    signal.signal(signal.SIGCONT, noted)
-    while True:
-        time.sleep(1000)
-if shape == "holder":  # its cwd in the buffer
-    os.chdir(path)
-    time.sleep(1000)
-os.chdir("/")  # the spawner holds nothing itself
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-while True:  # short children that cd into the buffer, for ever
-    if os.fork() == 0:
-        try:
-            os.chdir(path)
-            time.sleep(0.05)
-        finally:
-            os._exit(0)
-    time.sleep(0.01)
-"""
 
 
 @pytest.fixture

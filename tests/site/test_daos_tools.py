@@ -13,31 +13,24 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from leftovers import account
 
 BIN = Path(__file__).resolve().parent / "bin"
 HOSTS = {"dac1": {"nid": "10.0.0.1@tcp", "ranks": [0, 1]},
          "dac2": {"nid": "10.0.0.2@tcp", "ranks": [2, 3]}}
 
 
-def _account(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", name], check=True)
-        return pwd.getpwnam(name)
-
-
 @pytest.fixture(scope="module")
 def user():
     """The job's user: an unprivileged account (made only when the machine has none)."""
     assert os.geteuid() == 0, "the DAOS stand-in tests switch users with setpriv: run as root"
-    return _account("dacuser")
+    return account("dacuser")
 
 
 @pytest.fixture(scope="module")
 def outsider():
     """Another unprivileged user, in none of the job user's groups."""
-    return _account("nobody")
+    return account("nobody")
 
 
 class Site:

@@ -4,13 +4,13 @@ the buffer's hosts and records the state for each; the other dacd leaves the buf
 
 import itertools
 import os
-import pwd
 import subprocess
 import sys
 import time
 
 import pytest
 from clitools import pools, slurm, wait_for
+from leftovers import LEFTOVER, account
 from recorded_site import RecordedSite
 from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID
 
@@ -114,27 +114,13 @@ def test_a_daos_job_buffer_is_a_pool_on_its_ranks_used_as_the_user(site_dac, tmp
 #: each a dacctl process and dacd's Ansible runs (a few seconds each on a loaded 2-core machine)
 BOUND = 60
 
-# Run as the job's user: detaches (setsid, then a double fork), takes its cwd in argv[1] (the
-# node's mount of the buffer), prints its pid and stays.
-_LEFTOVER = r"""
-import os, sys, time
-os.setsid()
-if os.fork():
-    os._exit(0)
-if os.fork():
-    os._exit(0)
-os.chdir(sys.argv[1])
-print(os.getpid(), flush=True)
-os.close(1)
-time.sleep(1000)
-"""
 
 
 def leftover(path, uid, gid) -> int:
     """A job's leftover process on a node, its cwd in the node's mount of the buffer."""
-    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LEFTOVER, str(path)], user=uid,
-                            group=gid, extra_groups=[gid], cwd="/", stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", LEFTOVER, "holder", str(path)],
+                            user=uid, group=gid, extra_groups=[gid], cwd="/",
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     proc.stdout.close()
     proc.wait(timeout=10)
@@ -149,14 +135,6 @@ def ends_within_bound(env, token, args) -> None:
     slurm(env, "teardown", token, "--job", args[1])
     assert time.monotonic() - t < BOUND
     assert pools(env)["p"]["free_bricks"] == 2
-
-
-def _account(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", name], check=True)
-        return pwd.getpwnam(name)
 
 
 def kill(pid: int | None) -> None:
@@ -205,8 +183,8 @@ def test_a_lustre_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site
 
 def test_a_daos_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_dac, tmp_path):
     # DAOS names pool owners, so both users need names: the submit user and a second account
-    # (made as tests/site/test_daos_tools.py makes its accounts, when the machine has none)
-    user, other = ensure_submit_user(), _account("dacother")
+    # (tests/leftovers.py's account, made when the machine has none)
+    user, other = ensure_submit_user(), account("dacother")
     site, env, store = site_dac("daos")
     # no node mount root yet: mount.yml makes it and the job's directory root's, 0711, so
     # the second user's dfuse reaches its own mount point below them
