@@ -1,6 +1,6 @@
 """The records dac keeps in etcd, one pydantic model each.
 
-Every record is JSON in one etcd key (the layout is in `daccore.keys`); `daccore/share/schema/`
+Every record is JSON in one etcd key (the layout is in `daccore.keys`); `schema/`
 holds the JSON Schema generated from these models (`python -m daccore.schema`). Records ignore
 unknown fields so that an older dacd can still read what a newer one wrote during a rolling upgrade.
 
@@ -292,7 +292,7 @@ class Owed(Record):
     since: float = 0.0
 
 
-#: schema file stem -> model, for `daccore/share/schema/` and its drift test
+#: schema file stem -> model, for `schema/` and its drift test
 RECORDS: dict[str, type[Record]] = {
     "pool": Pool,
     "host": Host,

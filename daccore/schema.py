@@ -1,8 +1,8 @@
 """JSON Schema of every record and of the config, generated from the models into
-`daccore/share/schema/`.
+`schema/`.
 
-    python -m daccore.schema write    regenerate daccore/share/schema/*.json
-    python -m daccore.schema check    exit 1 when daccore/share/schema/ differs from the models
+    python -m daccore.schema write    regenerate schema/*.json
+    python -m daccore.schema check    exit 1 when schema/ differs from the models
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from pydantic import BaseModel
 
 from daccore.config import DacConfig
 from daccore.models import RECORDS
+from daccore.share import asset
 
 __all__ = ["schemas", "SCHEMA_DIR"]
 
-SCHEMA_DIR = Path(__file__).resolve().parent / "share" / "schema"
+#: the checkout's top-level schema/ (or the installed copy): the package daccore.share.schema
+SCHEMA_DIR = asset("schema", directory=True)
 
 
 def schemas() -> dict[str, str]:
@@ -52,7 +54,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         drift = _drift(SCHEMA_DIR)
         if drift:
-            print(f"daccore/share/schema/ is out of date for: {', '.join(drift)}; "
+            print(f"schema/ is out of date for: {', '.join(drift)}; "
                   "run `make schema`")
             return 1
         return 0

@@ -1,5 +1,5 @@
 """`dacctl --function <f> …`: Cray's dw_wlm_cli protocol, as Slurm's burst_buffer/datawarp calls
-it, and as daccore/share/slurm/burst_buffer.lua calls it for burst_buffer/lua (one contract
+it, and as slurm-plugin/burst_buffer.lua calls it for burst_buffer/lua (one contract
 for both).
 
 Only Slurm may call it: root or the config's slurm_user; anyone else is refused with one line

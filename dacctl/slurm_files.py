@@ -1,6 +1,6 @@
 """`dacctl slurm-files DIR`: the Slurm plugin files of this installation, written into a site's
 Slurm configuration directory, so the burst_buffer.lua slurmctld runs is the one this dac was
-tested with (daccore/share/slurm/).
+tested with (slurm-plugin/).
 
 Anyone may run it: it writes only files any user can read from the package, and only where the
 caller may write. It runs as root in the common case, so it never follows a link it did not

@@ -36,7 +36,7 @@ __all__ = ["playbooks", "run_step", "ssh_environment", "sweep_stale_runs"]
 
 
 def playbooks() -> Path:
-    """The installed daccore/share/playbooks/ directory (tests point it at their own)."""
+    """The installed playbooks/ directory (tests point it at their own)."""
     return asset("playbooks", directory=True)
 
 
@@ -62,7 +62,7 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
              on_task: Callable[[str], None] | None = None, inventory: dict | None = None,
              forks: int = 20, warm: WarmAnsible | None = None,
              ssh: SshSettings | None = None) -> None:
-    """Run daccore/share/playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory`
+    """Run playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory`
     (default: this machine), through `warm`'s server when given, reaching other hosts as
     `ssh` says (default: daccore.config's defaults); PlaybookFailed, naming the host whose
     task failed, or HostsUnreachable, naming those that did not answer, on failure."""

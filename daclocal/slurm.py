@@ -1,6 +1,6 @@
 """A real Slurm on one machine for the local DAC: munged on a private socket, slurmctld,
 and one slurmd per fake node (Debian's build allows several slurmd on one host), all on free
-loopback ports, wired to dac through burst_buffer/lua (daccore/share/slurm/burst_buffer.lua) or
+loopback ports, wired to dac through burst_buffer/lua (slurm-plugin/burst_buffer.lua) or
 burst_buffer/datawarp (dacctl as its dw_wlm_cli). The release is the host's own 22.05, or 24.11
 or 26.05 from a Debian chroot (daclocal.releases), whose daemons run inside it and whose client
 commands `<workdir>/slurm/bin` wraps.

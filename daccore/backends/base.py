@@ -78,7 +78,7 @@ class Backend(ABC):
     @abstractmethod
     def variables(self, buffer: Buffer, step: str,
                   attached: dict[str, list[str]] | None = None) -> dict:
-        """The extravars of `daccore/share/playbooks/<name>/<step>.yml` for this buffer on this
+        """The extravars of `playbooks/<name>/<step>.yml` for this buffer on this
         host; `attached` is what this host has mounted on compute nodes so far (job -> nodes)."""
 
 

@@ -1,7 +1,12 @@
 """What dac ships besides code, inside the package so a wheel carries it: the Ansible playbooks
-(`playbooks/<backend>/`), Slurm's plugin files (`slurm/`: burst_buffer.lua and the two sample
-burst_buffer.conf), the JSON Schemas of the records and config (`schema/`), the sample dac.yaml
-and the systemd units (`packaging/`).
+(the checkout's top-level `playbooks/<backend>/`), Slurm's plugin files (`slurm-plugin/`:
+burst_buffer.lua and the two sample burst_buffer.conf), the JSON Schemas of the records and config
+(`schema/`), and, here, the sample dac.yaml and the systemd units (`packaging/`).
+
+The three top-level folders are the design's top level; pyproject.toml's `package-dir` maps each
+to a package below this one (`daccore.share.playbooks`, `daccore.share.slurm`,
+`daccore.share.schema`), so the wheel carries them where it always did and an editable install
+finds them in the checkout.
 
 Found through `importlib.resources`, never by walking up from a module to a checkout, so an
 installed wheel and a source tree read the same files. Ansible and slurmctld need real files,
@@ -22,11 +27,21 @@ SLURM_FILES = ("burst_buffer.lua", "burst_buffer.env", "burst_buffer.conf.lua",
                "burst_buffer.conf.datawarp")
 
 
+#: the asset folders that are packages of their own (mapped from the checkout's top level), and
+#: the folder each is in a checkout, for messages
+_MAPPED = {"playbooks": "playbooks", "slurm": "slurm-plugin", "schema": "schema"}
+
+
 def asset(*parts: str, directory: bool = False) -> Path:
     """The installed file (or, with `directory`, directory) `parts` below this package, e.g.
     `asset("playbooks", "local", directory=True)`; InternalError naming it when absent."""
-    found = files(__name__).joinpath(*parts)
-    name = "/".join(("daccore/share",) + parts)
+    if parts and parts[0] in _MAPPED:
+        # through the mapped package itself: in an editable install it is not below this folder
+        found = files(f"{__name__}.{parts[0]}").joinpath(*parts[1:])
+        name = "/".join((_MAPPED[parts[0]],) + parts[1:])
+    else:
+        found = files(__name__).joinpath(*parts)
+        name = "/".join(("daccore/share",) + parts)
     if not isinstance(found, Path):
         raise InternalError(f"dac's {name} is not a file on disk; install dac unpacked "
                             "(pip install the wheel), not as a zip")

@@ -1,11 +1,15 @@
 """What a site installs besides the Python package: the systemd unit and the sample config."""
 
+import os
 import subprocess
 import sys
+import tomllib
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
 
+import daccore
 from daccore.errors import InternalError
 from daccore.share import asset
 
@@ -34,10 +38,10 @@ def test_dacd_refuses_the_sample_config_only_for_what_this_machine_lacks(tmp_pat
 
 
 def test_a_missing_asset_is_an_internal_error_naming_it():
-    with pytest.raises(InternalError, match=r"^dac's daccore/share/playbooks/nfs is missing "
+    with pytest.raises(InternalError, match=r"^dac's playbooks/nfs is missing "
                                             r"from this installation; reinstall dac$"):
         asset("playbooks", "nfs", directory=True)
-    with pytest.raises(InternalError, match="daccore/share/slurm/burst_buffer.lua.orig is missing"):
+    with pytest.raises(InternalError, match="slurm-plugin/burst_buffer.lua.orig is missing"):
         asset("slurm", "burst_buffer.lua.orig")
 
 
@@ -64,3 +68,46 @@ def test_the_version_comes_from_one_place():
                        capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (0, f"dac, version {daccore.__version__}\n")
     assert version("dac") == daccore.__version__  # the installed metadata: pyproject reads it
+
+
+def _checkout() -> Path:
+    """The source tree this run was built from: scripts/test-installed exports it; a checkout's
+    own run (make test-dev) is its parent."""
+    root = Path(os.environ.get("DAC_CHECKOUT") or Path(__file__).resolve().parents[2])
+    assert (root / "pyproject.toml").is_file(), f"no checkout at {root}: set DAC_CHECKOUT"
+    return root
+
+
+#: the design's top-level folders and the package each ships as (pyproject.toml's package-dir)
+TOP_LEVEL = {"playbooks": "daccore/share/playbooks", "slurm-plugin": "daccore/share/slurm",
+             "schema": "daccore/share/schema"}
+
+
+def test_the_top_level_folders_ship_whole_in_the_installed_package():
+    root = _checkout()
+    files = {str(f) for f in distribution("dac").files or ()}
+    # else an editable install of the checkout (make test-dev)
+    wheel = not Path(daccore.__file__).resolve().is_relative_to(root)
+    for folder, package in TOP_LEVEL.items():
+        tracked = subprocess.run(["git", "-C", str(root), "ls-files", folder], text=True,
+                                 capture_output=True, check=True).stdout.split()
+        assert tracked, folder
+        found = asset(package.rsplit("/", 1)[1], directory=True)
+        if wheel:
+            missing = [p for p in tracked if package + p[len(folder):] not in files]
+            assert missing == [], f"{folder} files not in the wheel: {missing}"
+            assert found.parts[-3:] == tuple(package.split("/")), found
+        else:
+            assert found == root / folder  # the asset lookup resolves through the mapped package
+
+
+def test_every_package_in_the_checkout_is_in_the_explicit_list():
+    root = _checkout()
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(root).parts)
+               for top in ("daccore", "dacctl", "dacd", "daclocal")
+               for p in (root / top).rglob("__init__.py") if "__pycache__" not in p.parts}
+    on_disk |= {package.replace("/", ".") for package in TOP_LEVEL.values()}
+    assert on_disk - listed == set(), "add these to [tool.setuptools] packages"
+    assert listed - on_disk == set()

@@ -5,7 +5,7 @@ from daccore import schema
 
 def test_schema_dir_matches_the_models():
     drift = schema._drift(schema.SCHEMA_DIR)
-    assert drift == [], f"daccore/share/schema/ is stale for {drift}: run `make schema`"
+    assert drift == [], f"schema/ is stale for {drift}: run `make schema`"
 
 
 def test_every_record_and_the_config_has_a_schema():

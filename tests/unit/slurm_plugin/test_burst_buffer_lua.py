@@ -1,4 +1,4 @@
-"""daccore/share/slurm/burst_buffer.lua under Debian's Lua 5.1 (the version slurmctld 22.05 embeds),
+"""slurm-plugin/burst_buffer.lua under Debian's Lua 5.1 (the version slurmctld 22.05 embeds),
 with a stand-in `slurm` table and a stand-in dacctl that records its argv."""
 
 import json
