@@ -2,7 +2,7 @@
 # make test   the whole suite (unit, store, system, e2e on Slurm 22.05/24.11/26.05) on the
 #             installed wheel (scripts/test-installed), installing what it needs; the store
 #             suite again on etcd 3.5 and 3.6; make test-dev runs it on the editable .venv
-# make lint   ruff and mypy, as configured in pyproject.toml
+# make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
 # Debian's own interpreter, as a site installs dac (README, docs/admin.md): one every user can
 # run, whatever root's PATH puts first (a pyenv build under /root is root's alone)
 PYTHON ?= /usr/bin/python3
@@ -48,6 +48,7 @@ test-dev: deps
 
 lint: deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 wheel: deps

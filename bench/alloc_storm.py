@@ -43,6 +43,7 @@ def main() -> int:
                 with lock:
                     conflicts["conflict"] += 1
                 raise
+
         Store.create_buffer = counting_create  # count the retries the storm causes
 
         def request(i: int):
@@ -50,15 +51,23 @@ def main() -> int:
             bricks = rng.randint(1, 3)
 
             def make(allocation):
-                return Buffer(name=f"job{i}", owner_uid=1000, owner_gid=1000, job_id=i,
-                              request=BufferRequest(capacity=bricks * TIB, pool="default"),
-                              allocation=allocation)
+                return Buffer(
+                    name=f"job{i}",
+                    owner_uid=1000,
+                    owner_gid=1000,
+                    job_id=i,
+                    request=BufferRequest(capacity=bricks * TIB, pool="default"),
+                    allocation=allocation,
+                )
+
             try:
-                buf, _ = allocate_buffer(store, make, capacity=bricks * TIB, pool="default",
-                                         rng=rng)
+                buf, _ = allocate_buffer(
+                    store, make, capacity=bricks * TIB, pool="default", rng=rng
+                )
                 return ("won", buf)
             except CapacityError as e:
                 return ("no capacity", str(e))
+
         start = time.perf_counter()
         with ThreadPoolExecutor(WORKERS) as pool:
             results = list(pool.map(request, range(REQUESTS)))
@@ -75,24 +84,30 @@ def main() -> int:
         for buf in won:
             for b in buf.allocation.bricks:
                 if claims.get((b.host, b.brick)) != buf.name:
-                    problems.append(f"{buf.name}: claim on {b.host}/{b.brick} is "
-                                    f"{claims.get((b.host, b.brick))!r}")
+                    problems.append(
+                        f"{buf.name}: claim on {b.host}/{b.brick} is "
+                        f"{claims.get((b.host, b.brick))!r}"
+                    )
         if len(claims) != sum(allocated.values()):
             problems.append(f"{len(claims)} claim keys for {sum(allocated.values())} bricks")
         if set(buffers) != {b.name for b in won}:
             problems.append("buffer records differ from the winners")
         if len(won) + len(lost) != REQUESTS:
             problems.append("some request neither won nor was refused")
-        print(f"{REQUESTS} requests of 1-3 bricks, {WORKERS} workers, {HOSTS * BRICKS} bricks: "
-              f"{len(won)} buffers created holding {len(claims)} bricks, {len(lost)} refused "
-              f"(e.g. \"{lost[0] if lost else ''}\"), "
-              f"{conflicts['conflict']} claim conflicts retried, "
-              f"{wall:.1f}s wall")
+        print(
+            f"{REQUESTS} requests of 1-3 bricks, {WORKERS} workers, {HOSTS * BRICKS} bricks: "
+            f"{len(won)} buffers created holding {len(claims)} bricks, {len(lost)} refused "
+            f'(e.g. "{lost[0] if lost else ""}"), '
+            f"{conflicts['conflict']} claim conflicts retried, "
+            f"{wall:.1f}s wall"
+        )
         for p in problems[:10]:
             print("PROBLEM:", p)
         ok = not problems and len(claims) <= HOSTS * BRICKS
-        print("every brick claimed at most once, every loser refused cleanly: "
-              f"{'PASS' if ok else 'FAIL'}")
+        print(
+            "every brick claimed at most once, every loser refused cleanly: "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
         return 0 if ok else 1
 
 

@@ -22,6 +22,7 @@ def slurm_release(argv: list[str]) -> str | None:
     """`--slurm-release R` from the bench's arguments, else $DAC_BENCH_SLURM_RELEASE: run the
     Slurm calls as that release's slurmctld runs its hooks (`as_slurm`)."""
     import os
+
     if "--slurm-release" in argv:
         i = argv.index("--slurm-release")
         if i + 1 < len(argv):
@@ -31,8 +32,13 @@ def slurm_release(argv: list[str]) -> str | None:
 
 
 @contextmanager
-def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 512 << 20,
-              release: str | None = None, etcd_members: int = 1):
+def local_dac(
+    servers: int = 2,
+    bricks_per_server: int = 4,
+    brick_size: int = 512 << 20,
+    release: str | None = None,
+    etcd_members: int = 1,
+):
     """A local DAC in a throwaway directory users can enter, on `etcd_members` etcd members;
     yields (state, env for dac's commands, workdir). With `release`, also a 2-node Slurm of
     that release (burst_buffer/lua) whose hooks' way of running dacctl `as_slurm` reproduces.
@@ -40,14 +46,22 @@ def local_dac(servers: int = 2, bricks_per_server: int = 4, brick_size: int = 51
     import os
 
     from daclocal import cluster
+
     with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:
         work = Path(d)
         work.chmod(0o755)  # jobs enter the local DAC's workdir as their user
-        slurm = {"slurm_nodes": 2, "slurm_plugin": "lua", "slurm_release": release} \
-            if release else {}
-        state = cluster.up(work / "dac", servers=servers, bricks_per_server=bricks_per_server,
-                           brick_size=brick_size, timeout=60, etcd_members=etcd_members,
-                           **slurm)
+        slurm = (
+            {"slurm_nodes": 2, "slurm_plugin": "lua", "slurm_release": release} if release else {}
+        )
+        state = cluster.up(
+            work / "dac",
+            servers=servers,
+            bricks_per_server=bricks_per_server,
+            brick_size=brick_size,
+            timeout=60,
+            etcd_members=etcd_members,
+            **slurm,
+        )
         try:
             env = {**os.environ, "DAC_CONFIG": str(state.config_path)}
             env.pop("DAC_ETCD_ENDPOINTS", None)
@@ -64,19 +78,33 @@ def as_slurm(state, work: Path) -> tuple[list[str], Path]:
     import pwd
 
     from daclocal.slurm import SlurmCluster
+
     files = work / "slurm-files"
     files.mkdir(mode=0o755, exist_ok=True)
     if not state.slurm:
         return [], files
-    cluster = SlurmCluster(Path(state.workdir), state.slurm["nodes"], release=state.slurm.get(
-        "release", "22.05"))
+    cluster = SlurmCluster(
+        Path(state.workdir), state.slurm["nodes"], release=state.slurm.get("release", "22.05")
+    )
     pw = pwd.getpwnam(cluster.release.slurm_user)
     os.chown(files, pw.pw_uid, pw.pw_gid)
     if cluster.release.host:
         return [], files  # root, on the host, like the 22.05 slurmctld here
     pid = str(state.slurm["pids"]["slurmctld"])
-    return (["nsenter", "--target", pid, "--mount", "--root", "--wd=/",
-             f"--setgid={pw.pw_gid}", f"--setuid={pw.pw_uid}", "--"], files)
+    return (
+        [
+            "nsenter",
+            "--target",
+            pid,
+            "--mount",
+            "--root",
+            "--wd=/",
+            f"--setgid={pw.pw_gid}",
+            f"--setuid={pw.pw_uid}",
+            "--",
+        ],
+        files,
+    )
 
 
 def many_jobs(env: dict, work: Path, function: str, jobs: int) -> list:
@@ -84,14 +112,31 @@ def many_jobs(env: dict, work: Path, function: str, jobs: int) -> list:
     many jobs, each asking for one 512 MiB striped buffer; the completed processes, in order."""
     import subprocess
     import sys
+
     script = work / "job.sh"
     script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped pool=default\n")
-    extra = ["--caller", "SLURM", "--user", "4000", "--groupid", "4000"] \
-        if function == "setup" else []
-    procs = [subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function",
-                               function, "--token", str(job), "--job", str(script), *extra],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for job in range(1, jobs + 1)]
+    extra = (
+        ["--caller", "SLURM", "--user", "4000", "--groupid", "4000"] if function == "setup" else []
+    )
+    procs = [
+        subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dacctl"),
+                "--function",
+                function,
+                "--token",
+                str(job),
+                "--job",
+                str(script),
+                *extra,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for job in range(1, jobs + 1)
+    ]
     return [subprocess.CompletedProcess(p.args, p.wait(), *p.communicate()) for p in procs]
 
 
@@ -102,10 +147,17 @@ def etcd_store(prefix: str = "/bench/"):
         server = EtcdServer(Path(d), extra_grants={"admin": [("readwrite", prefix)]}).start()
         s = server.settings()
         try:
-            yield Store(EtcdClient(s["endpoints"], cacert=s["cacert"], cert=s["cert"],
-                                   key=s["key"], timeout=10,
-                                   credential=Credential(f"{s['credentials_dir']}/admin",
-                                                         "admin")), prefix)
+            yield Store(
+                EtcdClient(
+                    s["endpoints"],
+                    cacert=s["cacert"],
+                    cert=s["cert"],
+                    key=s["key"],
+                    timeout=10,
+                    credential=Credential(f"{s['credentials_dir']}/admin", "admin"),
+                ),
+                prefix,
+            )
         finally:
             server.stop()
 
@@ -113,15 +165,18 @@ def etcd_store(prefix: str = "/bench/"):
 def steal_meter():
     """Returns a function that says how much CPU the hypervisor stole since this call: on a
     shared VM, wall-clock figures swing 2x with it (seen here: 25 % stolen during one run)."""
+
     def read() -> tuple[int, int]:
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
         return fields[7] if len(fields) > 7 else 0, sum(fields)
+
     steal0, total0 = read()
 
     def report() -> str:
         steal, total = read()
         share = (steal - steal0) / max(1, total - total0)
         return f"CPU stolen by the hypervisor meanwhile: {share:.0%}"
+
     return report
 
 
@@ -132,8 +187,7 @@ def p99(samples_ms: list[float]) -> float:
 
 def percentiles(samples_ms: list[float]) -> str:
     s = sorted(samples_ms)
-    return (f"n={len(s)} median={statistics.median(s):.1f} ms p99={p99(s):.1f} ms "
-            f"max={s[-1]:.1f} ms")
+    return f"n={len(s)} median={statistics.median(s):.1f} ms p99={p99(s):.1f} ms max={s[-1]:.1f} ms"
 
 
 def verdict(label: str, value_ms: float, budget_ms: float) -> int:
@@ -145,25 +199,42 @@ def verdict(label: str, value_ms: float, budget_ms: float) -> int:
 
 def host_records(hosts: int, bricks: int, pool: str = "default") -> list[Host]:
     """`hosts` servers with `bricks` NVMe each, 2 sockets, 4 PCIe switches per socket."""
-    return [Host(name=f"dac{h:04d}", bricks=[
-        Brick(name=f"nvme{b}n1", device=f"/dev/nvme{b}n1", capacity=TIB, pool=pool,
-              socket=b % 2, pcie_switch=f"s{b % 2}-{(b // 2) % 4}") for b in range(bricks)])
-        for h in range(hosts)]
+    return [
+        Host(
+            name=f"dac{h:04d}",
+            bricks=[
+                Brick(
+                    name=f"nvme{b}n1",
+                    device=f"/dev/nvme{b}n1",
+                    capacity=TIB,
+                    pool=pool,
+                    socket=b % 2,
+                    pcie_switch=f"s{b % 2}-{(b // 2) % 4}",
+                )
+                for b in range(bricks)
+            ],
+        )
+        for h in range(hosts)
+    ]
 
 
-def synthetic_inventory(hosts: int, bricks: int, claimed_fraction: float, placement: str,
-                        seed: int = 1) -> Inventory:
+def synthetic_inventory(
+    hosts: int, bricks: int, claimed_fraction: float, placement: str, seed: int = 1
+) -> Inventory:
     rng = random.Random(seed)
     host_infos, claimed = {}, {}
     for rec in host_records(hosts, bricks):
-        infos = [BrickInfo(rec.name, b.name, b.device, b.capacity, b.pool, b.socket,
-                           b.pcie_switch) for b in rec.bricks]
+        infos = [
+            BrickInfo(rec.name, b.name, b.device, b.capacity, b.pool, b.socket, b.pcie_switch)
+            for b in rec.bricks
+        ]
         host_infos[rec.name] = HostInfo(rec.name, True, False, infos)
         for b in infos:
             if rng.random() < claimed_fraction:
                 claimed[(b.host, b.name)] = "x"
-    return Inventory({"default": PoolInfo("default", TIB, "lustre", placement)}, host_infos,
-                     claimed)
+    return Inventory(
+        {"default": PoolInfo("default", TIB, "lustre", placement)}, host_infos, claimed
+    )
 
 
 def pool_record(placement: str = "across_servers") -> Pool:

@@ -50,13 +50,30 @@ JOBS = 8
 
 def leader_pid(pki: Path, members: list[tuple[int, int]]) -> int:
     """The pid of the member that leads now, of (pid, client port) pairs, asked with etcdctl."""
-    env = {"ETCDCTL_API": "3", "ETCDCTL_CACERT": str(pki / "ca.pem"),
-           "ETCDCTL_CERT": str(pki / "client.pem"), "ETCDCTL_KEY": str(pki / "client.key"),
-           "PATH": "/usr/bin:/bin"}
-    r = subprocess.run(["etcdctl", "--endpoints", ",".join(f"https://127.0.0.1:{port}"
-                                                            for _, port in members),
-                        "--command-timeout", "3s", "endpoint", "status", "-w", "json"],
-                       env=env, capture_output=True, text=True, timeout=30)
+    env = {
+        "ETCDCTL_API": "3",
+        "ETCDCTL_CACERT": str(pki / "ca.pem"),
+        "ETCDCTL_CERT": str(pki / "client.pem"),
+        "ETCDCTL_KEY": str(pki / "client.key"),
+        "PATH": "/usr/bin:/bin",
+    }
+    r = subprocess.run(
+        [
+            "etcdctl",
+            "--endpoints",
+            ",".join(f"https://127.0.0.1:{port}" for _, port in members),
+            "--command-timeout",
+            "3s",
+            "endpoint",
+            "status",
+            "-w",
+            "json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     for s in json.loads(r.stdout):
         if s["Status"]["header"]["member_id"] == s["Status"]["leader"]:
             port = int(s["Endpoint"].rsplit(":", 1)[1])
@@ -95,8 +112,16 @@ def storm() -> bool:
         cluster = EtcdCluster(Path(d), 3).start()
         s = cluster.settings()
         admin = Credential(f"{s['credentials_dir']}/admin", "admin")
-        store = Store(EtcdClient(s["endpoints"], cacert=s["cacert"], cert=s["cert"],
-                                 key=s["key"], timeout=10, credential=admin))
+        store = Store(
+            EtcdClient(
+                s["endpoints"],
+                cacert=s["cacert"],
+                cert=s["cert"],
+                key=s["key"],
+                timeout=10,
+                credential=admin,
+            )
+        )
         try:
             return _storm(store, cluster)
         finally:
@@ -135,9 +160,15 @@ def _storm(store: Store, cluster: EtcdCluster) -> bool:
         name = f"job{i}"
 
         def make(allocation):
-            return Buffer(name=name, owner_uid=1000, owner_gid=1000, job_id=i,
-                          request=BufferRequest(capacity=bricks * TIB, pool="default"),
-                          allocation=allocation)
+            return Buffer(
+                name=name,
+                owner_uid=1000,
+                owner_gid=1000,
+                job_id=i,
+                request=BufferRequest(capacity=bricks * TIB, pool="default"),
+                allocation=allocation,
+            )
+
         try:
             allocate_buffer(store, make, capacity=bricks * TIB, pool="default", rng=rng)
             outcomes["held"] += 1
@@ -177,22 +208,27 @@ def _storm(store: Store, cluster: EtcdCluster) -> bool:
     if sampler.double:
         problems.append(f"{len(sampler.double)} double claims seen, e.g. {sampler.double[0]}")
     if claims or buffers or intents:
-        problems.append(f"left: {len(claims)} claims, {len(buffers)} buffers, "
-                        f"{len(intents)} intents")
+        problems.append(
+            f"left: {len(claims)} claims, {len(buffers)} buffers, {len(intents)} intents"
+        )
     if len(alive) != HOSTS or sampler.down:
-        problems.append(f"hosts down: {len(alive)} alive at the end; samples with hosts down: "
-                        f"{len(sampler.down)}")
+        problems.append(
+            f"hosts down: {len(alive)} alive at the end; samples with hosts down: "
+            f"{len(sampler.down)}"
+        )
     if multi_line:
         problems.append(f"{len(multi_line)} refusals of more than one line: {multi_line[0]!r}")
     if outcomes["held"] + outcomes["refused"] != REQUESTS:
         problems.append(f"outcomes {dict(outcomes)} for {REQUESTS} requests")
-    print(f"storm: {REQUESTS} setups+teardowns of 1-3 and {BIG} bricks, {WORKERS} at a time, "
-          f"{HOSTS}x{BRICKS} bricks, 3 members, leader (pid {victim}) killed "
-          f"{killed - start:.1f}s in: {outcomes['held']} held and torn down, "
-          f"{outcomes['refused']} refused ({dict(reasons)}); {wall:.1f}s wall; setup+teardown "
-          f"{percentiles(took)}; "
-          f"{sampler.samples} samples, {sampler.failed_reads} reads failed during the "
-          f"election, 0 double claims: {not sampler.double}; {steal()}")
+    print(
+        f"storm: {REQUESTS} setups+teardowns of 1-3 and {BIG} bricks, {WORKERS} at a time, "
+        f"{HOSTS}x{BRICKS} bricks, 3 members, leader (pid {victim}) killed "
+        f"{killed - start:.1f}s in: {outcomes['held']} held and torn down, "
+        f"{outcomes['refused']} refused ({dict(reasons)}); {wall:.1f}s wall; setup+teardown "
+        f"{percentiles(took)}; "
+        f"{sampler.samples} samples, {sampler.failed_reads} reads failed during the "
+        f"election, 0 double claims: {not sampler.double}; {steal()}"
+    )
     return verdict("storm with the leader killed", problems)
 
 
@@ -203,6 +239,7 @@ def jobs() -> bool:
 
 def _jobs(state, env: dict, work: Path) -> bool:
     from daccore.config import load_config
+
     store = Store.from_settings(load_config(str(state.config_path), env={}).etcd)
     src, out = work / "src", work / "out"
     src.mkdir(mode=0o755)
@@ -218,8 +255,13 @@ def _jobs(state, env: dict, work: Path) -> bool:
     done: dict[int, float] = {}
 
     def call(function: str, job: int, *args: str) -> None:
-        r = subprocess.run([dacctl, "--function", function, "--token", str(job), *args],
-                           env=env, capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [dacctl, "--function", function, "--token", str(job), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"{function}: {r.stdout}{r.stderr}".strip())
 
@@ -228,10 +270,21 @@ def _jobs(state, env: dict, work: Path) -> bool:
         script.write_text(
             "#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped,private pool=default\n"
             f"#DW stage_in type=file source={src}/input destination=$DW_JOB_STRIPED/input\n"
-            f"#DW stage_out type=file source=$DW_JOB_STRIPED/input destination={out}/{job}\n")
+            f"#DW stage_out type=file source=$DW_JOB_STRIPED/input destination={out}/{job}\n"
+        )
         try:
-            call("setup", job, "--caller", "SLURM", "--user", "1234", "--groupid", "4321",
-                 "--job", str(script))
+            call(
+                "setup",
+                job,
+                "--caller",
+                "SLURM",
+                "--user",
+                "1234",
+                "--groupid",
+                "4321",
+                "--job",
+                str(script),
+            )
             for f in ("data_in", "pre_run", "post_run", "data_out", "teardown"):
                 call(f, job, "--job", str(script), "--nodehostnamefile", str(nodes))
             done[job] = time.monotonic()
@@ -244,8 +297,11 @@ def _jobs(state, env: dict, work: Path) -> bool:
     start = time.monotonic()
     for t in threads:
         t.start()
-    while not any(s.step.startswith("stage_in") for j in range(1, JOBS + 1)
-                  for s in store.statuses(str(j)).values()):
+    while not any(
+        s.step.startswith("stage_in")
+        for j in range(1, JOBS + 1)
+        for s in store.statuses(str(j)).values()
+    ):
         if time.monotonic() - start > 300:
             raise SystemExit("no stage-in started")
         time.sleep(0.1)
@@ -259,20 +315,27 @@ def _jobs(state, env: dict, work: Path) -> bool:
     sampler.join(5)
     problems = list(errors)
     digest = hashlib.sha256(data).hexdigest()
-    wrong = [j for j in range(1, JOBS + 1) if not (out / str(j)).exists()
-             or hashlib.sha256((out / str(j)).read_bytes()).hexdigest() != digest]
+    wrong = [
+        j
+        for j in range(1, JOBS + 1)
+        if not (out / str(j)).exists()
+        or hashlib.sha256((out / str(j)).read_bytes()).hexdigest() != digest
+    ]
     if wrong:
         problems.append(f"staged-out files missing or different: jobs {wrong}")
     if store.claims() or store.buffers():
         problems.append(f"left: {len(store.claims())} claims, {len(store.buffers())} buffers")
     if sampler.double or sampler.down:
-        problems.append(f"double claims {len(sampler.double)}, samples with a host down "
-                        f"{len(sampler.down)}")
+        problems.append(
+            f"double claims {len(sampler.double)}, samples with a host down {len(sampler.down)}"
+        )
     after = sorted(t - killed for t in done.values())
-    print(f"jobs: {JOBS} jobs (64 MiB in, 64 MiB out each), leader killed "
-          f"{killed - start:.1f}s in, during the stage-ins: {len(done)}/{JOBS} completed, the "
-          f"last {after[-1] if after else float('nan'):.1f}s after the kill; "
-          f"{sampler.samples} samples, {sampler.failed_reads} reads failed during the election")
+    print(
+        f"jobs: {JOBS} jobs (64 MiB in, 64 MiB out each), leader killed "
+        f"{killed - start:.1f}s in, during the stage-ins: {len(done)}/{JOBS} completed, the "
+        f"last {after[-1] if after else float('nan'):.1f}s after the kill; "
+        f"{sampler.samples} samples, {sampler.failed_reads} reads failed during the election"
+    )
     return verdict("staged jobs with the leader killed", problems)
 
 

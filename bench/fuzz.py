@@ -40,6 +40,7 @@ HOSTS = {"dac-server-1", "dac-server-2"}
 
 def run_all(run_one, argvs, env, workers=1, scripts=None, directory=None):
     """Faults of each command line; with `scripts`, each is written to a file first."""
+
     def one(i):
         argv = argvs[i]
         if scripts is not None:
@@ -47,9 +48,13 @@ def run_all(run_one, argvs, env, workers=1, scripts=None, directory=None):
             path.write_bytes(scripts[i])
             argv = [*argv, str(path)]
         rc, out, err = run_one(argv, env)
-        fault = job_process_fault(scripts[i], rc, out, err) if scripts is not None else \
-            cli_fault(argv, rc, out, err)
+        fault = (
+            job_process_fault(scripts[i], rc, out, err)
+            if scripts is not None
+            else cli_fault(argv, rc, out, err)
+        )
         return fault and f"{fault}\nargs: {[a[:80] for a in argv]}", rc
+
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(one, range(len(argvs))))
 
@@ -57,32 +62,39 @@ def run_all(run_one, argvs, env, workers=1, scripts=None, directory=None):
 def report(label, results, started) -> list[str]:
     faults = [f for f, _ in results if f]
     accepted = sum(rc == 0 for _, rc in results)
-    print(f"{label}: {len(results)} ({accepted} exit 0, {len(results) - accepted} refused), "
-          f"{len(faults)} faults, {time.monotonic() - started:.1f} s")
+    print(
+        f"{label}: {len(results)} ({accepted} exit 0, {len(results) - accepted} refused), "
+        f"{len(faults)} faults, {time.monotonic() - started:.1f} s"
+    )
     return faults
 
 
 def job_process(env, work, s) -> list[str]:
     faults = []
-    for label, run_one, n, workers, sd in (("job scripts in process", in_process, SCRIPTS, 1, s),
-                                           ("job scripts as commands", as_process,
-                                            SCRIPTS_AS_PROCESS, os.cpu_count() or 2, s + 1)):
+    for label, run_one, n, workers, sd in (
+        ("job scripts in process", in_process, SCRIPTS, 1, s),
+        ("job scripts as commands", as_process, SCRIPTS_AS_PROCESS, os.cpu_count() or 2, s + 1),
+    ):
         scripts = job_scripts(random.Random(sd), n)
         started = time.monotonic()
-        results = run_all(run_one, [["--function", "job_process", "--job"]] * n, env, workers,
-                          scripts, work)
+        results = run_all(
+            run_one, [["--function", "job_process", "--job"]] * n, env, workers, scripts, work
+        )
         faults += report(label, results, started)
     return faults
 
 
 def commands(env, scratch, s) -> list[str]:
     faults = []
-    for label, run_one, n, workers, sd in (("command lines in process", in_process, COMMANDS, 1,
-                                            s), ("command lines as commands", as_process,
-                                                 COMMANDS_AS_PROCESS, os.cpu_count() or 2, s + 1)):
+    for label, run_one, n, workers, sd in (
+        ("command lines in process", in_process, COMMANDS, 1, s),
+        ("command lines as commands", as_process, COMMANDS_AS_PROCESS, os.cpu_count() or 2, s + 1),
+    ):
         rng = random.Random(sd)
-        argvs = [cli_args(rng, scratch, HOSTS) if i % 2 else function_args(rng, scratch)
-                 for i in range(n)]
+        argvs = [
+            cli_args(rng, scratch, HOSTS) if i % 2 else function_args(rng, scratch)
+            for i in range(n)
+        ]
         started = time.monotonic()
         faults += report(label, run_all(run_one, argvs, env, workers), started)
     return faults
@@ -96,6 +108,7 @@ def records(workdir, env, s) -> list[str]:
 
     from daccore.config import load_config
     from daccore.store import Store
+
     store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
     tmp = Path(tempfile.mkdtemp(prefix="dac-bench-fuzz-"))
     good = templates(store, env, tmp)
@@ -105,8 +118,9 @@ def records(workdir, env, s) -> list[str]:
         for key, value in bad_records(random.Random(sd), store, good):
             key = key.replace("/fz", f"/fz{sd}-") if "/fz" in key else key
             if key.startswith(store.keys.claims) and b'"fz' in value:
-                value = json.dumps({"buffer": json.loads(value)["buffer"].replace(
-                    "fz", f"fz{sd}-")}).encode()
+                value = json.dumps(
+                    {"buffer": json.loads(value)["buffer"].replace("fz", f"fz{sd}-")}
+                ).encode()
             store.client.put(key, value)
             written.append(key)
     time.sleep(5)  # the dacds read what their claims name
@@ -116,11 +130,14 @@ def records(workdir, env, s) -> list[str]:
             store.client.delete(key)
     setup(env, tmp, 901, "1GiB")
     slurm(env, "teardown", 901)
-    faults += [f"traceback in {name}" for name, text in logs(workdir).items()
-               if "Traceback" in text]
+    faults += [
+        f"traceback in {name}" for name, text in logs(workdir).items() if "Traceback" in text
+    ]
     skipped = sum(text.count("skipping ") for text in logs(workdir).values())
-    print(f"bad etcd records: {len(written)} of {RECORD_SEEDS} seeds, {skipped} skips logged, "
-          f"{len(faults)} faults, {time.monotonic() - started:.1f} s")
+    print(
+        f"bad etcd records: {len(written)} of {RECORD_SEEDS} seeds, {skipped} skips logged, "
+        f"{len(faults)} faults, {time.monotonic() - started:.1f} s"
+    )
     for key in written:
         store.client.delete(key)
     return faults
@@ -131,8 +148,21 @@ def main() -> int:
     print(f"fuzz seed {s} (DAC_FUZZ_SEED)")
     with local_dac() as (workdir, env):
         from clitools import run
-        run("dacctl", "--function", "create_persistent", "--token", "proj1", "--caller", "CLI",
-            "--user", "1000", "--capacity", "default:512MiB", env=env)
+
+        run(
+            "dacctl",
+            "--function",
+            "create_persistent",
+            "--token",
+            "proj1",
+            "--caller",
+            "CLI",
+            "--user",
+            "1000",
+            "--capacity",
+            "default:512MiB",
+            env=env,
+        )
         work = workdir.parent / "scripts"
         work.mkdir()
         scratch = workdir.parent / "scratch"

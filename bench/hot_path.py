@@ -46,19 +46,45 @@ def installed(root: Path, out: Path) -> Path:
     """The bin directory of a fresh venv holding the wheel built from `root`, as a site
     installs dac (pip compiles every module: no start pays for it)."""
     out.chmod(0o755)  # SlurmUser runs what is in it
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-                    str(out / "dist"), str(root)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "-w",
+            str(out / "dist"),
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (out / "dist").glob("dac-*.whl")
-    subprocess.run([os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv",
-                    str(out / "venv")], check=True)
-    subprocess.run([str(out / "venv" / "bin" / "python"), "-m", "pip", "install", "-q",
-                    "--disable-pip-version-check", str(wheel)], check=True)
+    subprocess.run(
+        [os.path.join(sys.base_prefix, "bin", "python3"), "-m", "venv", str(out / "venv")],
+        check=True,
+    )
+    subprocess.run(
+        [
+            str(out / "venv" / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        check=True,
+    )
     return out / "venv" / "bin"
 
 
 def main() -> int:
     import shutil
     import tempfile
+
     root = Path(__file__).resolve().parent.parent
     argv = [a for a in sys.argv[1:] if a != "--editable"]
     out = Path(tempfile.mkdtemp(prefix="dac-bench-wheel-", dir="/tmp"))
@@ -67,6 +93,7 @@ def main() -> int:
             # an editable checkout run with PYTHONDONTWRITEBYTECODE (as here) would recompile
             # every module on every call: compiled once, as a site's pip install ships them
             import compileall
+
             for package in ("daccore", "dacctl"):
                 compileall.compile_dir(root / package, quiet=1)
             bindir = Path(sys.executable).parent
@@ -84,9 +111,28 @@ def run(bindir: Path, release: str | None) -> int:
         script = work / "job.sh"
         script.write_text(SCRIPT)
         dacctl = str(bindir / "dacctl")
-        subprocess.run([*prefix, dacctl, "--function", "setup", "--token", "7", "--caller", "SLURM",
-                        "--user", "1000", "--groupid", "1000", "--capacity", "default:100MiB",
-                        "--job", str(script)], env=env, check=True)
+        subprocess.run(
+            [
+                *prefix,
+                dacctl,
+                "--function",
+                "setup",
+                "--token",
+                "7",
+                "--caller",
+                "SLURM",
+                "--user",
+                "1000",
+                "--groupid",
+                "1000",
+                "--capacity",
+                "default:100MiB",
+                "--job",
+                str(script),
+            ],
+            env=env,
+            check=True,
+        )
         base_python = os.path.join(sys.base_prefix, "bin", "python3")
         commands = {
             "python3 -c pass": [str(bindir / "python"), "-c", "pass"],
@@ -94,13 +140,23 @@ def run(bindir: Path, release: str | None) -> int:
             "base python3 -c pass": [base_python, "-c", "pass"],
             "job_process": [dacctl, "--function", "job_process", "--job", str(script)],
             "pools": [dacctl, "--function", "pools"],
-            "paths": [dacctl, "--function", "paths", "--token", "7", "--job", str(script),
-                      "--pathfile", str(work / "paths")],
+            "paths": [
+                dacctl,
+                "--function",
+                "paths",
+                "--token",
+                "7",
+                "--job",
+                str(script),
+                "--pathfile",
+                str(work / "paths"),
+            ],
         }
         commands = {name: prefix + argv for name, argv in commands.items()}
         hook_rows = ()
         if release:
             from daclocal.slurm import SlurmCluster
+
             cluster = SlurmCluster(Path(state.workdir), 2, release=release)
             env = {**env, "SLURM_CONF": str(cluster.conf)}
             # the same dac-bbstat, run directly and through one slurmscriptd hook
@@ -122,12 +178,16 @@ def run(bindir: Path, release: str | None) -> int:
         ratio = statistics.median(samples) / base
         within = name in baselines or name in hook_rows or ratio <= BUDGET
         ok &= within
-        print(f"{name:16s} median {statistics.median(samples):6.1f} ms  min {min(samples):6.1f} ms"
-              f"  {ratio:4.1f}x {'' if within else 'OVER BUDGET'}")
+        print(
+            f"{name:16s} median {statistics.median(samples):6.1f} ms  min {min(samples):6.1f} ms"
+            f"  {ratio:4.1f}x {'' if within else 'OVER BUDGET'}"
+        )
     if hook_rows:
         extra = statistics.median(times[hook_rows[1]]) - statistics.median(times[hook_rows[0]])
-        print(f"Slurm {release}: scontrol show bbstat takes {extra:.1f} ms more than dac-bbstat "
-              "alone (medians): scontrol, its RPC and one slurmscriptd hook")
+        print(
+            f"Slurm {release}: scontrol show bbstat takes {extra:.1f} ms more than dac-bbstat "
+            "alone (medians): scontrol, its RPC and one slurmscriptd hook"
+        )
     print(cpu())
     print(f"budget {BUDGET:.0f}x python3 -c pass: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -34,23 +34,48 @@ UID = GID = 4000
 FUNCTIONS = ("setup", "data_in", "paths", "pre_run", "post_run", "data_out", "teardown")
 
 
-def dac_lifecycle(dacctl: str, env: dict, work: Path, job: int,
-                  prefix: list[str]) -> dict[str, float]:
+def dac_lifecycle(
+    dacctl: str, env: dict, work: Path, job: int, prefix: list[str]
+) -> dict[str, float]:
     script = work / "job.sh"
-    script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped,private "
-                      "pool=default\n")
+    script.write_text(
+        "#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped,private pool=default\n"
+    )
     nodes = work / "nodes.txt"
     nodes.write_text("node1\nnode2\n")
-    args = {"setup": ["--caller", "SLURM", "--user", str(UID), "--groupid", str(GID),
-                      "--capacity", "default:512MiB"],
-            "paths": ["--pathfile", str(work / "paths")],
-            "pre_run": ["--nodehostnamefile", str(nodes)]}
+    args = {
+        "setup": [
+            "--caller",
+            "SLURM",
+            "--user",
+            str(UID),
+            "--groupid",
+            str(GID),
+            "--capacity",
+            "default:512MiB",
+        ],
+        "paths": ["--pathfile", str(work / "paths")],
+        "pre_run": ["--nodehostnamefile", str(nodes)],
+    }
     times = {}
     for f in FUNCTIONS:
         t = time.perf_counter()
-        r = subprocess.run([*prefix, dacctl, "--function", f, "--token", str(job), "--job",
-                            str(script), *args.get(f, [])], env=env, capture_output=True,
-                           text=True)
+        r = subprocess.run(
+            [
+                *prefix,
+                dacctl,
+                "--function",
+                f,
+                "--token",
+                str(job),
+                "--job",
+                str(script),
+                *args.get(f, []),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         times[f] = time.perf_counter() - t
         assert r.returncode == 0, (f, r.stdout, r.stderr)
     return times
@@ -62,6 +87,7 @@ def by_hand(device: str, work: Path) -> float:
 
     def run(*argv: str) -> None:
         subprocess.run(argv, check=True, capture_output=True)
+
     run("mkfs.xfs", "-f", "-q", device)
     fs.mkdir()
     run("mount", "-o", "nodev,nosuid", device, str(fs))
@@ -111,12 +137,16 @@ def main() -> int:
         print(f"  {f:9s} median {statistics.median(samples):5.2f} s")
     if release:
         print(f"Slurm {release}: calls run as its slurmctld runs the hooks")
-    print(f"dac lifecycle median {statistics.median(dac):.2f} s (min {min(dac):.2f}), by hand "
-          f"median {statistics.median(hand):.2f} s (min {min(hand):.2f}), {ROUNDS} rounds")
+    print(
+        f"dac lifecycle median {statistics.median(dac):.2f} s (min {min(dac):.2f}), by hand "
+        f"median {statistics.median(hand):.2f} s (min {min(hand):.2f}), {ROUNDS} rounds"
+    )
     print(cpu())
     ok = overhead <= BUDGET_S
-    print(f"control-plane overhead {overhead:.2f} s, budget {BUDGET_S:.0f} s: "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(
+        f"control-plane overhead {overhead:.2f} s, budget {BUDGET_S:.0f} s: "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 

@@ -42,6 +42,7 @@ def main() -> int:
     from daccore.store import Store
     from dacd.registration import host_record, pool_records
     from daclocal.etcd_server import EtcdServer
+
     stolen = steal_meter()
     with tempfile.TemporaryDirectory(prefix="dac-placement-") as d:
         work = Path(d)
@@ -56,8 +57,10 @@ def main() -> int:
                 admin.register_host(host_record(host_name(h), config.hosts[host_name(h)]))
                 admin.client.put(admin.keys.alive_key(host_name(h)), "")
             held = seed(admin, config, args.buffers, random.Random(20))
-            print(f"{args.servers} hosts x {args.bricks} bricks, {args.buffers} buffers "
-                  f"holding {held} bricks ({held / args.servers / args.bricks:.0%})")
+            print(
+                f"{args.servers} hosts x {args.bricks} bricks, {args.buffers} buffers "
+                f"holding {held} bricks ({held / args.servers / args.bricks:.0%})"
+            )
             slurm = Store.from_settings(config.etcd, transport="grpc", role="slurm")
             txns = [0]
             real = slurm.client.txn
@@ -65,6 +68,7 @@ def main() -> int:
             def counted(*a, **kw):
                 txns[0] += 1
                 return real(*a, **kw)
+
             slurm.client.txn = counted
             real_rest = slurm.count_rest
             widened = [0]
@@ -72,6 +76,7 @@ def main() -> int:
             def count_rest(*a, **kw):
                 widened[0] += 1
                 return real_rest(*a, **kw)
+
             slurm.count_rest = count_rest
             job = SEED_JOBS * 2
             for size in args.samples:
@@ -84,20 +89,30 @@ def main() -> int:
                     job += 1
 
                     def make(allocation, job=job, n=n):
-                        return Buffer(name=str(job), owner_uid=UID, owner_gid=UID, job_id=job,
-                                      request=BufferRequest(capacity=n * TIB, pool="default"),
-                                      allocation=allocation, created_at=time.time())
+                        return Buffer(
+                            name=str(job),
+                            owner_uid=UID,
+                            owner_gid=UID,
+                            job_id=job,
+                            request=BufferRequest(capacity=n * TIB, pool="default"),
+                            allocation=allocation,
+                            created_at=time.time(),
+                        )
+
                     t0 = time.perf_counter()
-                    made.append(allocate_buffer(slurm, make, capacity=n * TIB,
-                                                pool="default", rng=rng))
+                    made.append(
+                        allocate_buffer(slurm, make, capacity=n * TIB, pool="default", rng=rng)
+                    )
                     wall.append((time.perf_counter() - t0) * 1000)
                 etcd_ms = (cpu_s(server.pid) - cpu0) * 1000 / len(wall)
                 mine_ms = (time.process_time() - mine0) * 1000 / len(wall)
-                print(f"sample {size:>4}: p50 {statistics.median(wall):5.1f} ms, p99 "
-                      f"{p99(wall):5.1f} ms a placement; CPU: etcd {etcd_ms:5.1f} ms, the "
-                      f"caller {mine_ms:5.1f} ms; "
-                      f"{txns[0] / len(wall):.1f} transactions each (the claim's included); "
-                      f"{widened[0]} of {len(wall)} widened")
+                print(
+                    f"sample {size:>4}: p50 {statistics.median(wall):5.1f} ms, p99 "
+                    f"{p99(wall):5.1f} ms a placement; CPU: etcd {etcd_ms:5.1f} ms, the "
+                    f"caller {mine_ms:5.1f} ms; "
+                    f"{txns[0] / len(wall):.1f} transactions each (the claim's included); "
+                    f"{widened[0]} of {len(wall)} widened"
+                )
                 for buf, rev in made:
                     admin.delete_buffer(buf.name, rev)
         finally:

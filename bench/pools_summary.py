@@ -39,10 +39,14 @@ def populate(store) -> int:
         if number % 100 == 1:
             store.set_drained(h.name, True)
         ops = [] if number % 100 == 2 else [put_op(k.alive_key(h.name), "")]  # 1 % down
-        ops += [put_op(k.claim(b.pool, h.name, b.name), claim) for b in h.bricks
-                if rng.random() < CLAIMED]
+        ops += [
+            put_op(k.claim(b.pool, h.name, b.name), claim)
+            for b in h.bricks
+            if rng.random() < CLAIMED
+        ]
         store.client.txn([], ops)
         return sum(op.key.startswith(k.claims) for op in ops)
+
     with ThreadPoolExecutor(8) as pool:
         return sum(pool.map(one, hosts))
 
@@ -51,8 +55,10 @@ def main() -> int:
     with etcd_store() as store:
         t = time.perf_counter()
         claims = populate(store)
-        print(f"populated {HOSTS} hosts x {BRICKS} bricks (10 down, 10 drained), {claims} claims "
-              f"({claims / HOSTS / BRICKS:.0%}) in {time.perf_counter() - t:.1f}s")
+        print(
+            f"populated {HOSTS} hosts x {BRICKS} bricks (10 down, 10 drained), {claims} claims "
+            f"({claims / HOSTS / BRICKS:.0%}) in {time.perf_counter() - t:.1f}s"
+        )
         cpu = steal_meter()
         samples = []
         for _ in range(60):

@@ -54,6 +54,7 @@ srun ./simulate
 
 # -- the simulated storage servers -----------------------------------------------------------
 
+
 def serve(config_path: str, hosts: list[str], status_file: str) -> None:
     """Run the real reconciler for each of `hosts` in this process until SIGTERM; write this
     process's figures to `status_file` every second."""
@@ -63,6 +64,7 @@ def serve(config_path: str, hosts: list[str], status_file: str) -> None:
     from daccore.store import Store
     from dacd.reconciler import Reconciler
     from dacd.registration import host_record, pool_records
+
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     config = load_config(config_path)
     steps: Counter = Counter()
@@ -91,16 +93,25 @@ def serve(config_path: str, hosts: list[str], status_file: str) -> None:
 
     def write() -> None:
         t = os.times()
-        fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text()
-                      .splitlines() if ":" in line)
+        fields = dict(
+            line.split(":", 1)
+            for line in Path("/proc/self/status").read_text().splitlines()
+            if ":" in line
+        )
         with lock:
-            doc = {"servers": len(hosts), "ready_s": ready, "cpu_s": t.user + t.system,
-                   "rss_mb": int(fields["VmRSS"].split()[0]) / 1024,
-                   "hwm_mb": int(fields["VmHWM"].split()[0]) / 1024,
-                   "threads": threading.active_count(), "steps": dict(steps)}
+            doc = {
+                "servers": len(hosts),
+                "ready_s": ready,
+                "cpu_s": t.user + t.system,
+                "rss_mb": int(fields["VmRSS"].split()[0]) / 1024,
+                "hwm_mb": int(fields["VmHWM"].split()[0]) / 1024,
+                "threads": threading.active_count(),
+                "steps": dict(steps),
+            }
         tmp = status_file + ".tmp"
         Path(tmp).write_text(json.dumps(doc))
         os.replace(tmp, status_file)
+
     while not stopping.wait(1.0):
         write()
     write()
@@ -116,30 +127,52 @@ def serve(config_path: str, hosts: list[str], status_file: str) -> None:
 
 # -- the bench -------------------------------------------------------------------------------
 
+
 def host_name(i: int) -> str:
     return f"dac{i:04d}"
 
 
 def write_config(path: Path, etcd: dict, servers: int, bricks: int) -> None:
     import yaml
-    hosts = {host_name(h): {"bricks": [
-        {"device": f"/dev/nvme{b}n1", "capacity": "1TiB", "pool": "default", "socket": b % 2,
-         "pcie_switch": f"s{b % 2}-{(b // 2) % 4}"} for b in range(bricks)]}
-        for h in range(servers)}
+
+    hosts = {
+        host_name(h): {
+            "bricks": [
+                {
+                    "device": f"/dev/nvme{b}n1",
+                    "capacity": "1TiB",
+                    "pool": "default",
+                    "socket": b % 2,
+                    "pcie_switch": f"s{b % 2}-{(b // 2) % 4}",
+                }
+                for b in range(bricks)
+            ]
+        }
+        for h in range(servers)
+    }
     config = {
         "etcd": {**etcd, "timeout": 30},
-        "pools": {"default": {"granularity": "1TiB", "backend": "lustre", "lustre": {
-            "mgs": {"host": "mgs0", "nid": "10.0.0.1@tcp"}, "lnet_suffix": "@tcp"}}},
-        "hosts": hosts, "default_pool": "default", "min_owner_uid": 1000,
-        "warm_ansible": False, "step_timeout": 120,
+        "pools": {
+            "default": {
+                "granularity": "1TiB",
+                "backend": "lustre",
+                "lustre": {"mgs": {"host": "mgs0", "nid": "10.0.0.1@tcp"}, "lnet_suffix": "@tcp"},
+            }
+        },
+        "hosts": hosts,
+        "default_pool": "default",
+        "min_owner_uid": 1000,
+        "warm_ansible": False,
+        "step_timeout": 120,
     }
     path.write_text(yaml.safe_dump(config))
 
 
 def sizes(n: int, rng: random.Random) -> list[int]:
     """Bricks per live buffer: mostly small, a few big (about 1.7 bricks on average)."""
-    return [rng.choices([1, 2, 4, 8, 16, 64], weights=[80, 12, 5, 2, 0.8, 0.2])[0]
-            for _ in range(n)]
+    return [
+        rng.choices([1, 2, 4, 8, 16, 64], weights=[80, 12, 5, 2, 0.8, 0.2])[0] for _ in range(n)
+    ]
 
 
 def seed(store, config, count: int, rng: random.Random) -> int:
@@ -150,8 +183,14 @@ def seed(store, config, count: int, rng: random.Random) -> int:
     from daccore.etcd.types import put_op
     from daccore.inventory import BrickInfo
     from daccore.models import Buffer, BufferRequest, State, Status
-    free = {h: [BrickInfo(h, b.brick_name, b.device, b.capacity, b.pool, b.socket,
-                          b.pcie_switch) for b in s.bricks] for h, s in config.hosts.items()}
+
+    free = {
+        h: [
+            BrickInfo(h, b.brick_name, b.device, b.capacity, b.pool, b.socket, b.pcie_switch)
+            for b in s.bricks
+        ]
+        for h, s in config.hosts.items()
+    }
     for bricks in free.values():
         rng.shuffle(bricks)
     k = store.keys
@@ -162,16 +201,34 @@ def seed(store, config, count: int, rng: random.Random) -> int:
         chosen = [free[h].pop() for h in hosts]
         held += n
         name = str(SEED_JOBS + i)
-        buf = Buffer(name=name, owner_uid=UID, owner_gid=UID, job_id=SEED_JOBS + i,
-                     request=BufferRequest(capacity=n * TIB, pool="default"),
-                     allocation=allocation_of(chosen), created_at=time.time())
+        buf = Buffer(
+            name=name,
+            owner_uid=UID,
+            owner_gid=UID,
+            job_id=SEED_JOBS + i,
+            request=BufferRequest(capacity=n * TIB, pool="default"),
+            allocation=allocation_of(chosen),
+            created_at=time.time(),
+        )
         claim = json.dumps({"buffer": name, "primary": chosen[0].host}, separators=(",", ":"))
-        batch = [put_op(k.buffer(name), buf.model_dump_json()),
-                 put_op(k.work(chosen[0].host, name), str(buf.generation))]  # lustre: primary
+        batch = [
+            put_op(k.buffer(name), buf.model_dump_json()),
+            put_op(k.work(chosen[0].host, name), str(buf.generation)),
+        ]  # lustre: primary
         batch += [put_op(k.claim("default", b.host, b.name), claim) for b in chosen]
-        batch += [put_op(k.status(name, h), Status(
-            buffer=name, host=h, state=State.CREATED, generation=buf.generation,
-            updated_at=time.time()).model_dump_json()) for h in sorted(set(hosts))]
+        batch += [
+            put_op(
+                k.status(name, h),
+                Status(
+                    buffer=name,
+                    host=h,
+                    state=State.CREATED,
+                    generation=buf.generation,
+                    updated_at=time.time(),
+                ).model_dump_json(),
+            )
+            for h in sorted(set(hosts))
+        ]
         ops += batch
         while len(ops) >= 100:  # seeding need not be atomic: nobody looks yet
             store.client.txn([], ops[:100])
@@ -186,6 +243,7 @@ class Slurm:
 
     def __init__(self, config):
         from daccore.store import Store
+
         self.config = config
         self.store = Store.from_settings(config.etcd, transport="http", role="slurm")
         # setup allocates through gRPC, as dacctl's does (dacctl/datawarp.py: _allocating)
@@ -195,6 +253,7 @@ class Slurm:
         from daccore import jobs
         from daccore.directives import parse_script
         from daccore.states import State
+
         d = parse_script(SCRIPT.format(capacity=f"{bricks}TiB"), "DW")
         if jobs.create_job_buffer(self.allocating, job, UID, UID, d, "default"):
             jobs.wait_for(self.store, str(job), State.CREATED, self.config.step_timeout)
@@ -202,6 +261,7 @@ class Slurm:
     def teardown(self, job: int) -> None:
         from daccore import jobs
         from daccore.states import State
+
         jobs.set_desired(self.store, str(job), State.DELETED)
         jobs.wait_for(self.store, str(job), State.DELETED, self.config.step_timeout)
 
@@ -219,15 +279,18 @@ def etcd_figures(store, server) -> dict:
     k = store.keys
     from daccore.etcd.types import range_op
     from daccore.keys import prefix_end
+
     r = store.client.txn([], [range_op(k.root, prefix_end(k.root), count_only=True)])
     cpu = rss = 0.0
     for member in getattr(server, "members", [server]):
-        status = dict(line.split(":", 1) for line in Path(f"/proc/{member.pid}/status")
-                      .read_text().splitlines() if ":" in line)
+        status = dict(
+            line.split(":", 1)
+            for line in Path(f"/proc/{member.pid}/status").read_text().splitlines()
+            if ":" in line
+        )
         cpu += cpu_s(member.pid)
         rss += int(status["VmRSS"].split()[0]) / 1024
-    return {"db_bytes": int(s.get("dbSize", 0)), "keys": r.counts[0], "cpu_s": cpu,
-            "rss_mb": rss}
+    return {"db_bytes": int(s.get("dbSize", 0)), "keys": r.counts[0], "cpu_s": cpu, "rss_mb": rss}
 
 
 def key_bytes(store) -> tuple[int, int]:
@@ -236,6 +299,7 @@ def key_bytes(store) -> tuple[int, int]:
     keys = total = 0
     k = store.keys
     from daccore.keys import prefix_end
+
     for prefix in (k.buffers, k.claims, k.statuses, k.works):
         kvs, _ = store.client.range(prefix, prefix_end(prefix))
         keys += len(kvs)
@@ -249,6 +313,7 @@ class EventCounter:
 
     def __init__(self, store):
         from daccore.keys import prefix_end
+
         self.counts: Counter = Counter()
         self._watch = store.client.watch(store.keys.root, prefix_end(store.keys.root))
         root = store.keys.root
@@ -257,7 +322,7 @@ class EventCounter:
     def _follow(self, root: str) -> None:
         try:
             for ev in self._watch:
-                self.counts[ev.kv.key[len(root):].split("/", 1)[0]] += 1
+                self.counts[ev.kv.key[len(root) :].split("/", 1)[0]] += 1
         except Exception:  # noqa: BLE001 - closed
             pass
 
@@ -279,6 +344,7 @@ def run_commands(env: dict, work: Path, rounds: int) -> dict[str, list[float]]:
     """`dacctl --function pools|job_process|paths` as processes, interleaved with
     `python3 -c pass` (compiled modules, as a site's install ships them)."""
     import compileall
+
     root = Path(__file__).resolve().parent.parent
     for package in ("daccore", "dacctl"):
         compileall.compile_dir(root / package, quiet=1)
@@ -289,8 +355,17 @@ def run_commands(env: dict, work: Path, rounds: int) -> dict[str, list[float]]:
         "python3 -c pass": [sys.executable, "-c", "pass"],
         "pools": [dacctl, "--function", "pools"],
         "job_process": [dacctl, "--function", "job_process", "--job", str(script)],
-        "paths": [dacctl, "--function", "paths", "--token", str(SEED_JOBS), "--job", str(script),
-                  "--pathfile", str(work / "paths")],
+        "paths": [
+            dacctl,
+            "--function",
+            "paths",
+            "--token",
+            str(SEED_JOBS),
+            "--job",
+            str(script),
+            "--pathfile",
+            str(work / "paths"),
+        ],
     }
     times: dict[str, list[float]] = {name: [] for name in commands}
     for i in range(rounds + 2):
@@ -304,8 +379,9 @@ def run_commands(env: dict, work: Path, rounds: int) -> dict[str, list[float]]:
     return times
 
 
-def steady_setups(slurm: Slurm, rate: float, seconds: float, first_job: int,
-                  bricks: int = 1) -> tuple[list[float], list[int], list[str]]:
+def steady_setups(
+    slurm: Slurm, rate: float, seconds: float, first_job: int, bricks: int = 1
+) -> tuple[list[float], list[int], list[str]]:
     """Start a setup every 1/rate s (open loop) for `seconds`; each one's time from its start
     to ready."""
     n = int(rate * seconds)
@@ -321,6 +397,7 @@ def steady_setups(slurm: Slurm, rate: float, seconds: float, first_job: int,
         except Exception as e:  # noqa: BLE001 - counted and shown
             with lock:
                 errors.append(f"{type(e).__name__}: {e}")
+
     start = time.monotonic()
     jobs = list(range(first_job, first_job + n))
     with ThreadPoolExecutor(max(8, int(rate * 4))) as pool:
@@ -331,8 +408,9 @@ def steady_setups(slurm: Slurm, rate: float, seconds: float, first_job: int,
     return latencies, jobs, errors
 
 
-def closed_loop(fn, jobs: list[int], workers: int,
-                seconds: float = 60.0) -> tuple[float, list[int], list[str]]:
+def closed_loop(
+    fn, jobs: list[int], workers: int, seconds: float = 60.0
+) -> tuple[float, list[int], list[str]]:
     """Run fn(job) for the jobs on `workers` threads, starting none after `seconds`;
     (done per second, the jobs done, errors)."""
     errors: list[str] = []
@@ -347,6 +425,7 @@ def closed_loop(fn, jobs: list[int], workers: int,
             done.append(job)
         except Exception as e:  # noqa: BLE001
             errors.append(f"{type(e).__name__}: {e}")
+
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, jobs))
     return len(done) / (time.monotonic() - start), done, errors
@@ -361,12 +440,17 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=20.0)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--rounds", type=int, default=30)
-    p.add_argument("--biggest", type=int, help="bricks of the biggest buffer (default: 2,048, "
-                   "or a fifth of the bricks on a smaller site)")
+    p.add_argument(
+        "--biggest",
+        type=int,
+        help="bricks of the biggest buffer (default: 2,048, "
+        "or a fifth of the bricks on a smaller site)",
+    )
     p.add_argument("--etcd-members", type=int, default=1, choices=(1, 3))
     p.add_argument("--json", help="write the figures here too")
-    p.add_argument("--serve", nargs=3, metavar=("CONFIG", "HOSTS", "STATUS"),
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "--serve", nargs=3, metavar=("CONFIG", "HOSTS", "STATUS"), help=argparse.SUPPRESS
+    )
     args = p.parse_args()
     if args.biggest is None:
         args.biggest = min(2048, args.servers * args.bricks // 5)
@@ -376,15 +460,23 @@ def main() -> int:
 
     from daccore.config import load_config
     from daclocal.etcd_server import EtcdCluster, EtcdServer
-    figures: dict = {"servers": args.servers, "bricks": args.bricks, "buffers": args.buffers,
-                     "etcd_members": args.etcd_members}
+
+    figures: dict = {
+        "servers": args.servers,
+        "bricks": args.bricks,
+        "buffers": args.buffers,
+        "etcd_members": args.etcd_members,
+    }
     rng = random.Random(20)
     cpu = steal_meter()
     with tempfile.TemporaryDirectory(prefix="dac-scale-") as d:
         work = Path(d)
         work.chmod(0o755)
-        server = EtcdServer(work / "etcd").start() if args.etcd_members == 1 else \
-            EtcdCluster(work / "etcd", args.etcd_members).start()
+        server = (
+            EtcdServer(work / "etcd").start()
+            if args.etcd_members == 1
+            else EtcdCluster(work / "etcd", args.etcd_members).start()
+        )
         sims: list[subprocess.Popen] = []
         try:
             config_path = work / "dac.yaml"
@@ -394,33 +486,50 @@ def main() -> int:
             env["DAC_CONFIG"] = str(config_path)
             slurm = Slurm(config)
             from daccore.store import Store
+
             admin = Store.from_settings(config.etcd, transport="http", role="admin")
             names = [host_name(h) for h in range(args.servers)]
             # the first process holds one server alone: its figures are one dacd's
-            groups = [names[:1]] + [names[i:i + args.per_process]
-                                    for i in range(1, len(names), args.per_process)]
+            groups = [names[:1]] + [
+                names[i : i + args.per_process] for i in range(1, len(names), args.per_process)
+            ]
             files = [work / f"sim{i}.json" for i in range(len(groups))]
             base = etcd_figures(admin, server)
             t0 = time.monotonic()
             held = seed(admin, config, args.buffers, rng)
             figures["seed_s"] = round(time.monotonic() - t0, 1)
-            print(f"{args.buffers} live buffers holding {held} bricks written in "
-                  f"{figures['seed_s']} s")
+            print(
+                f"{args.buffers} live buffers holding {held} bricks written in "
+                f"{figures['seed_s']} s"
+            )
             t0 = time.monotonic()
             # the servers start with the buffers in etcd, as after a site-wide restart
             for i, (group, f) in enumerate(zip(groups, files, strict=True)):
-                sims.append(subprocess.Popen(
-                    [sys.executable, __file__, "--serve", str(config_path), ",".join(group),
-                     str(f)], env=env, stdout=subprocess.DEVNULL, stderr=open(
-                        work / f"sim{i}.log", "w")))
+                sims.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--serve",
+                            str(config_path),
+                            ",".join(group),
+                            str(f),
+                        ],
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=open(work / f"sim{i}.log", "w"),
+                    )
+                )
             while len(sims_status(files)) < len(files):
                 dead = [s for s in sims if s.poll() is not None]
                 if dead:
                     raise SystemExit(f"a server process died: {(work / 'sim0.log').read_text()}")
                 time.sleep(0.5)
             figures["servers_ready_s"] = round(time.monotonic() - t0, 1)
-            print(f"{args.servers} servers registered, alive and reconciling in "
-                  f"{figures['servers_ready_s']} s ({len(groups)} processes)")
+            print(
+                f"{args.servers} servers registered, alive and reconciling in "
+                f"{figures['servers_ready_s']} s ({len(groups)} processes)"
+            )
             # every dacd at start lists what it must work on, then it is quiet: until then
             while True:
                 before = sum(x["cpu_s"] for x in sims_status(files))
@@ -431,15 +540,19 @@ def main() -> int:
             print(f"... and quiet after {figures['settle_s']} s")
             keys, kv_bytes = key_bytes(admin)
             e = etcd_figures(admin, server)
-            figures["etcd"] = {"db_mb": round(e["db_bytes"] / 2**20, 1), "keys": e["keys"],
-                               "buffer_keys": keys,
-                               "bytes_per_buffer": round(kv_bytes / args.buffers),
-                               "db_bytes_per_buffer": round((e["db_bytes"] - base["db_bytes"])
-                                                            / args.buffers),
-                               "rss_mb": round(e["rss_mb"])}
-            print(f"etcd: db {figures['etcd']['db_mb']} MiB, {e['keys']} keys; buffers, "
-                  f"claims and statuses: {keys} keys, {figures['etcd']['bytes_per_buffer']} "
-                  f"bytes per buffer; etcd RSS {e['rss_mb']:.0f} MB")
+            figures["etcd"] = {
+                "db_mb": round(e["db_bytes"] / 2**20, 1),
+                "keys": e["keys"],
+                "buffer_keys": keys,
+                "bytes_per_buffer": round(kv_bytes / args.buffers),
+                "db_bytes_per_buffer": round((e["db_bytes"] - base["db_bytes"]) / args.buffers),
+                "rss_mb": round(e["rss_mb"]),
+            }
+            print(
+                f"etcd: db {figures['etcd']['db_mb']} MiB, {e['keys']} keys; buffers, "
+                f"claims and statuses: {keys} keys, {figures['etcd']['bytes_per_buffer']} "
+                f"bytes per buffer; etcd RSS {e['rss_mb']:.0f} MB"
+            )
 
             # -- idle: what 1,000 peers cost with nothing happening
             st0, e0, t0 = sims_status(files), etcd_figures(admin, server), time.monotonic()
@@ -447,12 +560,15 @@ def main() -> int:
             st1, e1, dt = sims_status(files), etcd_figures(admin, server), time.monotonic() - t0
             figures["idle"] = {
                 "etcd_cpu": round((e1["cpu_s"] - e0["cpu_s"]) / dt, 3),
-                "sims_cpu": round(sum(s["cpu_s"] for s in st1) -
-                                  sum(s["cpu_s"] for s in st0), 2) / dt,
-                "dacd_cpu": round((st1[0]["cpu_s"] - st0[0]["cpu_s"]) / dt, 4)}
-            print(f"idle: etcd {figures['idle']['etcd_cpu']:.0%} of a core, all servers "
-                  f"{figures['idle']['sims_cpu']:.0%}, one dacd "
-                  f"{figures['idle']['dacd_cpu']:.2%}")
+                "sims_cpu": round(sum(s["cpu_s"] for s in st1) - sum(s["cpu_s"] for s in st0), 2)
+                / dt,
+                "dacd_cpu": round((st1[0]["cpu_s"] - st0[0]["cpu_s"]) / dt, 4),
+            }
+            print(
+                f"idle: etcd {figures['idle']['etcd_cpu']:.0%} of a core, all servers "
+                f"{figures['idle']['sims_cpu']:.0%}, one dacd "
+                f"{figures['idle']['dacd_cpu']:.2%}"
+            )
 
             # -- latency: the hooks inside slurmctld, as processes
             times = run_commands(env, work, args.rounds)
@@ -460,28 +576,36 @@ def main() -> int:
             base_p99 = p99(times["python3 -c pass"])
             figures["latency_ms"] = {}
             for name, samples in times.items():
-                figures["latency_ms"][name] = {"p50": round(statistics.median(samples), 1),
-                                               "p99": round(p99(samples), 1)}
+                figures["latency_ms"][name] = {
+                    "p50": round(statistics.median(samples), 1),
+                    "p99": round(p99(samples), 1),
+                }
             for name, samples in times.items():
-                print(f"{name:16s} p50 {statistics.median(samples):6.1f} ms "
-                      f"({statistics.median(samples) / base_ms:.1f}x)  p99 "
-                      f"{p99(samples):6.1f} ms ({p99(samples) / base_p99:.1f}x)")
+                print(
+                    f"{name:16s} p50 {statistics.median(samples):6.1f} ms "
+                    f"({statistics.median(samples) / base_ms:.1f}x)  p99 "
+                    f"{p99(samples):6.1f} ms ({p99(samples) / base_p99:.1f}x)"
+                )
 
             # -- the biggest buffer
             counter = EventCounter(admin)
             t0 = time.monotonic()
             slurm.setup(900000, args.biggest)
-            figures["biggest"] = {"bricks": args.biggest,
-                                  "setup_s": round(time.monotonic() - t0, 2)}
+            figures["biggest"] = {
+                "bricks": args.biggest,
+                "setup_s": round(time.monotonic() - t0, 2),
+            }
             buf = admin.buffer("900000").record
             hosts = len(buf.allocation.hosts)
             t0 = time.monotonic()
             slurm.teardown(900000)
             figures["biggest"]["teardown_s"] = round(time.monotonic() - t0, 2)
             figures["biggest"]["hosts"] = hosts
-            print(f"biggest: {args.biggest} bricks over {hosts} servers ready in "
-                  f"{figures['biggest']['setup_s']} s, torn down in "
-                  f"{figures['biggest']['teardown_s']} s")
+            print(
+                f"biggest: {args.biggest} bricks over {hosts} servers ready in "
+                f"{figures['biggest']['setup_s']} s, torn down in "
+                f"{figures['biggest']['teardown_s']} s"
+            )
 
             # -- setup-to-ready at a steady rate
             st0, e0, t0 = sims_status(files), etcd_figures(admin, server), time.monotonic()
@@ -491,44 +615,59 @@ def main() -> int:
             events = dict(counter.counts)
             lat_ms = [x * 1000 for x in lat]
             figures["steady"] = {
-                "rate": args.rate, "setups": len(jobs), "ready": len(lat), "errors": len(errors),
+                "rate": args.rate,
+                "setups": len(jobs),
+                "ready": len(lat),
+                "errors": len(errors),
                 "p50_s": round(statistics.median(lat), 3) if lat else None,
                 "p99_s": round(p99(lat_ms) / 1000, 3) if lat else None,
                 "events_per_s": {k: round(v / dt, 1) for k, v in events.items()},
                 "etcd_cpu": round((e1["cpu_s"] - e0["cpu_s"]) / dt, 3),
-                "sims_cpu": round((sum(s["cpu_s"] for s in st1) -
-                                   sum(s["cpu_s"] for s in st0)) / dt, 3),
-                "dacd_cpu": round((st1[0]["cpu_s"] - st0[0]["cpu_s"]) / dt, 4)}
-            print(f"steady {args.rate}/s for {args.seconds:.0f} s: {len(lat)} of {len(jobs)} "
-                  f"ready, {len(errors)} errors {errors[:2]}; setup-to-ready p50 "
-                  f"{figures['steady']['p50_s']} s p99 {figures['steady']['p99_s']} s; "
-                  f"events/s {figures['steady']['events_per_s']}; etcd "
-                  f"{figures['steady']['etcd_cpu']:.0%}, servers "
-                  f"{figures['steady']['sims_cpu']:.0%} of a core")
+                "sims_cpu": round(
+                    (sum(s["cpu_s"] for s in st1) - sum(s["cpu_s"] for s in st0)) / dt, 3
+                ),
+                "dacd_cpu": round((st1[0]["cpu_s"] - st0[0]["cpu_s"]) / dt, 4),
+            }
+            print(
+                f"steady {args.rate}/s for {args.seconds:.0f} s: {len(lat)} of {len(jobs)} "
+                f"ready, {len(errors)} errors {errors[:2]}; setup-to-ready p50 "
+                f"{figures['steady']['p50_s']} s p99 {figures['steady']['p99_s']} s; "
+                f"events/s {figures['steady']['events_per_s']}; etcd "
+                f"{figures['steady']['etcd_cpu']:.0%}, servers "
+                f"{figures['steady']['sims_cpu']:.0%} of a core"
+            )
             counter.close()
 
             # -- throughput: teardowns of those, then setups and teardowns closed-loop
             rate, _, errs = closed_loop(slurm.teardown, jobs, 16, seconds=3600)
             figures["teardowns_per_s"] = round(rate, 1)
-            srate, made, serrs = closed_loop(lambda j: slurm.setup(j, 1),
-                                             list(range(100000, 100000 + 2000)), 16)
+            srate, made, serrs = closed_loop(
+                lambda j: slurm.setup(j, 1), list(range(100000, 100000 + 2000)), 16
+            )
             trate, _, terrs = closed_loop(slurm.teardown, made, 16, seconds=3600)
             figures["setups_per_s"] = round(srate, 1)
             figures["teardowns_per_s_2"] = round(trate, 1)
-            print(f"closed loop, 16 at once: {srate:.1f} setups/s, {trate:.1f} and {rate:.1f} "
-                  f"teardowns/s ({len(errs + serrs + terrs)} errors "
-                  f"{(errs + serrs + terrs)[:2]})")
+            print(
+                f"closed loop, 16 at once: {srate:.1f} setups/s, {trate:.1f} and {rate:.1f} "
+                f"teardowns/s ({len(errs + serrs + terrs)} errors "
+                f"{(errs + serrs + terrs)[:2]})"
+            )
 
             st = sims_status(files)
             one = st[0]
-            figures["dacd"] = {"rss_mb": round(one["rss_mb"], 1), "hwm_mb": round(one["hwm_mb"], 1),
-                               "threads": one["threads"],
-                               "process_rss_mb": round(max(s["rss_mb"] for s in st[1:] or st), 1),
-                               "servers_per_process": args.per_process,
-                               "steps": sum(sum(s["steps"].values()) for s in st)}
-            print(f"one dacd (alone in its process): RSS {one['rss_mb']:.1f} MB (peak "
-                  f"{one['hwm_mb']:.1f} MB), {one['threads']} threads; a process of "
-                  f"{args.per_process} servers: {figures['dacd']['process_rss_mb']} MB")
+            figures["dacd"] = {
+                "rss_mb": round(one["rss_mb"], 1),
+                "hwm_mb": round(one["hwm_mb"], 1),
+                "threads": one["threads"],
+                "process_rss_mb": round(max(s["rss_mb"] for s in st[1:] or st), 1),
+                "servers_per_process": args.per_process,
+                "steps": sum(sum(s["steps"].values()) for s in st),
+            }
+            print(
+                f"one dacd (alone in its process): RSS {one['rss_mb']:.1f} MB (peak "
+                f"{one['hwm_mb']:.1f} MB), {one['threads']} threads; a process of "
+                f"{args.per_process} servers: {figures['dacd']['process_rss_mb']} MB"
+            )
         finally:
             for s in sims:
                 s.send_signal(signal.SIGTERM)
@@ -546,13 +685,16 @@ def main() -> int:
     checks = {
         "pools p50 and p99 <= 4x python3 -c pass's": lat["pools"]["p99"] <= 4 * base["p99"]
         and lat["pools"]["p50"] <= 4 * base["p50"],
-        "job_process p50 and p99 <= 4x python3 -c pass's": lat["job_process"]["p99"] <=
-        4 * base["p99"] and lat["job_process"]["p50"] <= 4 * base["p50"],
+        "job_process p50 and p99 <= 4x python3 -c pass's": lat["job_process"]["p99"]
+        <= 4 * base["p99"]
+        and lat["job_process"]["p50"] <= 4 * base["p50"],
         "pools p99 <= 100 ms": lat["pools"]["p99"] <= 100,
         f"a {args.biggest}-brick buffer": figures["biggest"]["setup_s"] > 0,
         f"setup-to-ready p99 <= 2 s at {args.rate}/s": bool(
-            figures["steady"]["p99_s"] is not None and figures["steady"]["p99_s"] <= 2.0
-            and not figures["steady"]["errors"]),
+            figures["steady"]["p99_s"] is not None
+            and figures["steady"]["p99_s"] <= 2.0
+            and not figures["steady"]["errors"]
+        ),
         "dacd RSS <= 150 MB": figures["dacd"]["hwm_mb"] <= 150,
     }
     figures["checks"] = checks

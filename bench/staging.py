@@ -36,8 +36,16 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 
 def as_user(argv: list[str], stdin: bytes | None = None) -> None:
-    subprocess.run(argv, input=stdin, check=True, capture_output=True, user=UID,
-                   group=GID, extra_groups=[GID], cwd="/")
+    subprocess.run(
+        argv,
+        input=stdin,
+        check=True,
+        capture_output=True,
+        user=UID,
+        group=GID,
+        extra_groups=[GID],
+        cwd="/",
+    )
 
 
 def drop_caches() -> None:
@@ -59,8 +67,11 @@ def timed(argv: list[str], dst: Path, stdin: bytes | None = None) -> float:
 
 def check_copy(source: Path, copy: Path, tool: str) -> None:
     """Every copy compared with its source, off the clock: a fast wrong copy is no copy."""
-    argv = (["diff", "-r", "-q", "--no-dereference", str(source), str(copy)] if source.is_dir()
-            else ["cmp", "-s", str(source), str(copy)])
+    argv = (
+        ["diff", "-r", "-q", "--no-dereference", str(source), str(copy)]
+        if source.is_dir()
+        else ["cmp", "-s", str(source), str(copy)]
+    )
     if subprocess.run(argv, capture_output=True).returncode != 0:
         raise SystemExit(f"{tool}: the copy of {source} differs from it")
 
@@ -86,8 +97,18 @@ def main() -> int:
         # landing on a region never written pays the image's own allocation in ext4 (the
         # copier's 2 GiB case was bimodal from it; docs/performance.md). Unless PREFILL=0.
         if os.environ.get("PREFILL", "1") != "0":
-            subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=8M", "count=512",
-                            "oflag=direct", "status=none"], check=True)
+            subprocess.run(
+                [
+                    "dd",
+                    "if=/dev/zero",
+                    f"of={device}",
+                    "bs=8M",
+                    "count=512",
+                    "oflag=direct",
+                    "status=none",
+                ],
+                check=True,
+            )
         # A brick is a block device: nothing caches its blocks a second time. A loop device in
         # buffered mode keeps every byte written to it in its image file's page cache too, on
         # the clock of whichever tool runs when the host must back those pages (docs/
@@ -111,9 +132,13 @@ def main() -> int:
         print(f"small: 10,000 files, {small_bytes / 2**20:.1f} MiB; big: 2 GiB")
 
         def copier(source: Path, kind: str, dst: Path) -> tuple[list[str], bytes]:
-            plan = encode_plan([{"type": kind, "source": str(source), "destination": str(dst)}],
-                               str(mnt), "destination", int(os.environ.get("WORKERS", "4")),
-                               int(os.environ.get("CHUNK", str(256 << 20))))
+            plan = encode_plan(
+                [{"type": kind, "source": str(source), "destination": str(dst)}],
+                str(mnt),
+                "destination",
+                int(os.environ.get("WORKERS", "4")),
+                int(os.environ.get("CHUNK", str(256 << 20))),
+            )
             return [_python(), "-I", "-S", COPIER], plan
 
         cases = {
@@ -134,7 +159,7 @@ def main() -> int:
         for round_ in range(ROUNDS):
             for case, tools in cases.items():
                 order = list(tools.items())
-                for tool, make in order[round_ % len(order):] + order[:round_ % len(order)]:
+                for tool, make in order[round_ % len(order) :] + order[: round_ % len(order)]:
                     dst = mnt / "dst"
                     argv, stdin = make(dst)
                     times[case][tool].append(timed(argv, dst, stdin))
@@ -142,8 +167,10 @@ def main() -> int:
                     shutil.rmtree(dst, ignore_errors=True) if dst.is_dir() else dst.unlink()
         drop_caches()
         t = time.perf_counter()
-        subprocess.run(["dd", f"if={big}", f"of={mnt}/dd.bin", "bs=8M", "oflag=direct",
-                        "status=none"], check=True)
+        subprocess.run(
+            ["dd", f"if={big}", f"of={mnt}/dd.bin", "bs=8M", "oflag=direct", "status=none"],
+            check=True,
+        )
         raw = (2 << 30) / (time.perf_counter() - t) / 2**20
         subprocess.run(["umount", str(mnt)], check=True)
     finally:
@@ -156,15 +183,19 @@ def main() -> int:
         mine = statistics.median(tools["dac copier"])
         for tool, samples in tools.items():
             med = statistics.median(samples)
-            print(f"{case:5s} {tool:10s} median {med:6.2f} s  {sizes[case] / med:7.1f} MiB/s"
-                  f"  (min {min(samples):.2f} s, max {max(samples):.2f} s: "
-                  f"{' '.join(f'{t:.2f}' for t in samples)})")
+            print(
+                f"{case:5s} {tool:10s} median {med:6.2f} s  {sizes[case] / med:7.1f} MiB/s"
+                f"  (min {min(samples):.2f} s, max {max(samples):.2f} s: "
+                f"{' '.join(f'{t:.2f}' for t in samples)})"
+            )
         for tool, need in (("cp -a", 1.0), ("rsync -a", 1.5)):
             if tool in tools:
                 ratio = statistics.median(tools[tool]) / mine
                 ok &= ratio >= need
-                print(f"  {case}: {ratio:.2f}x {tool}, budget >= {need}x: "
-                      f"{'PASS' if ratio >= need else 'FAIL'}")
+                print(
+                    f"  {case}: {ratio:.2f}x {tool}, budget >= {need}x: "
+                    f"{'PASS' if ratio >= need else 'FAIL'}"
+                )
     print(f"device raw limit (dd, direct, 8 MiB blocks): {raw:.0f} MiB/s")
     print(cpu(), f"; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("PASS" if ok else "FAIL")

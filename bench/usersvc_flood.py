@@ -109,8 +109,17 @@ print(json.dumps(out))
 
 
 def as_user(user, argv, env, timeout=120):
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, user=user[0],
-                          group=user[1], extra_groups=[], cwd="/", env=env)
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        user=user[0],
+        group=user[1],
+        extra_groups=[],
+        cwd="/",
+        env=env,
+    )
 
 
 def commands(dacctl: str, env: dict, n: int) -> list[float]:
@@ -141,18 +150,38 @@ def main() -> int:
     args = p.parse_args()
     # 4 bricks: abuf (one brick) is within a user's quarter of the pool (persistent_caps)
     with local_dac(servers=1, bricks_per_server=4) as (state, env, work):
-        subprocess.run([str(Path(sys.executable).parent / "dacctl"), "create-persistent",
-                        "--name", "abuf", "--capacity", "1MiB", "--user", str(VICTIM[0]),
-                        "--group", str(VICTIM[1])], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "dacctl"),
+                "create-persistent",
+                "--name",
+                "abuf",
+                "--capacity",
+                "1MiB",
+                "--user",
+                str(VICTIM[0]),
+                "--group",
+                str(VICTIM[1]),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         dacctl = str(work / "dac" / "bin" / "dacctl")
         user_env = {"PATH": "/usr/bin:/bin", "DAC_CONFIG": env["DAC_CONFIG"]}
         quiet = (commands(dacctl, user_env, args.n), round_trips(user_env, args.n * 10))
         host, port = state.users["address"].rsplit(":", 1)
         seconds = 3600  # until terminated
-        flood = subprocess.Popen([PYTHON, "-c", _FLOOD, host, port, str(args.hold),
-                                  str(args.slow), str(seconds)], stdout=subprocess.PIPE,
-                                 text=True, user=FLOODER[0], group=FLOODER[1], extra_groups=[],
-                                 cwd="/", env={"PATH": "/usr/bin:/bin"})
+        flood = subprocess.Popen(
+            [PYTHON, "-c", _FLOOD, host, port, str(args.hold), str(args.slow), str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+            user=FLOODER[0],
+            group=FLOODER[1],
+            extra_groups=[],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+        )
         try:
             time.sleep(3)  # the flood at its height: every connection it holds is open
             loud = (commands(dacctl, user_env, args.n), round_trips(user_env, args.n * 10))
@@ -164,10 +193,15 @@ def main() -> int:
     print(summary("flood: dacctl status (whole command)", loud[0]))
     print(summary("flood: user_service.ask round trip", loud[1]))
     if len(out) == 2:
-        print(f"flood: {out[0]} connections opened, {out[1]} answered or dropped by the service "
-              f"({args.hold} silent and {args.slow} slow held at once)")
-    return verdict("another user's dacctl status answered during the flood (round trip), p99",
-                   p99([t * 1000 for t in loud[1]]), BUDGET * 1000)
+        print(
+            f"flood: {out[0]} connections opened, {out[1]} answered or dropped by the service "
+            f"({args.hold} silent and {args.slow} slow held at once)"
+        )
+    return verdict(
+        "another user's dacctl status answered during the flood (round trip), p99",
+        p99([t * 1000 for t in loud[1]]),
+        BUDGET * 1000,
+    )
 
 
 if __name__ == "__main__":

@@ -49,15 +49,25 @@ def main() -> None:
             zeroout = timed(["blkdiscard", "--zeroout", device])
             allocated = os.stat(path).st_blocks * 512
             fill(device, gib * GiB)
-            written = timed(["dd", "if=/dev/zero", f"of={device}", "bs=4M", "oflag=direct",
-                             f"count={gib * 256}"])
+            written = timed(
+                [
+                    "dd",
+                    "if=/dev/zero",
+                    f"of={device}",
+                    "bs=4M",
+                    "oflag=direct",
+                    f"count={gib * 256}",
+                ]
+            )
             with open(device, "rb") as f:
                 assert not any(f.read(4 << 20)), "zeroed device still holds data"
         finally:
             loopdev.detach(device, path)
-    print(f"blkdiscard --zeroout: {zeroout / gib:.3f} s/GiB on a loop device "
-          f"({gib} GiB; the backing file keeps {allocated >> 20} MiB allocated, as unwritten "
-          "extents that read as zeroes)")
+    print(
+        f"blkdiscard --zeroout: {zeroout / gib:.3f} s/GiB on a loop device "
+        f"({gib} GiB; the backing file keeps {allocated >> 20} MiB allocated, as unwritten "
+        "extents that read as zeroes)"
+    )
     print(f"writing zeroes (dd oflag=direct): {written / gib:.3f} s/GiB")
 
 

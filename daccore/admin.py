@@ -15,8 +15,14 @@ from daccore.models import State
 from daccore.rights import rights
 from daccore.trust import check_owner
 
-__all__ = ["rights", "require_root", "set_drained", "create_persistent", "destroy_persistent",
-           "forget"]
+__all__ = [
+    "rights",
+    "require_root",
+    "set_drained",
+    "create_persistent",
+    "destroy_persistent",
+    "forget",
+]
 
 
 def require_root(uid: int, what: str) -> None:
@@ -35,12 +41,22 @@ def set_drained(store, host: str, drained: bool, uid: int) -> list[str]:
         known = ", ".join(sorted(store.hosts())) or "none registered"
         raise NotFound(f"unknown host '{host}' (hosts: {known})") from None
     from daccore.admin_views import sort_names
+
     return sort_names({b for (h, _), b in store.claims().items() if h == host})
 
 
-def create_persistent(store, config, name: str, capacity: int, pool: str | None, access: str,
-                      type_: str, caller: tuple[int, int],
-                      owner: tuple[int | None, int | None] = (None, None), admin: bool = False):
+def create_persistent(
+    store,
+    config,
+    name: str,
+    capacity: int,
+    pool: str | None,
+    access: str,
+    type_: str,
+    caller: tuple[int, int],
+    owner: tuple[int | None, int | None] = (None, None),
+    admin: bool = False,
+):
     """Create persistent buffer `name`, wait (config.step_timeout) until every host has built
     it and return its spec. `caller` is the (uid, gid) asking; `owner` (uid, gid), both or
     neither, is for admins only; by default the caller owns the buffer."""
@@ -48,21 +64,33 @@ def create_persistent(store, config, name: str, capacity: int, pool: str | None,
     if (uid is None) != (gid is None):
         raise UserError("give --user and --group together (the buffer's owner and group)")
     if uid is not None and not admin and (uid, gid) != caller:
-        raise UserError("only root or the admin group may create a buffer for another user "
-                        "(--user, --group)")
+        raise UserError(
+            "only root or the admin group may create a buffer for another user (--user, --group)"
+        )
     check_persistent(config, caller[0], 0 if admin else caller[0], "create")
     if not PERSISTENT_NAME.match(name):
-        raise UserError(f"create-persistent: name '{name}' must start with a letter and "
-                        "contain only letters, digits, _ . -")
+        raise UserError(
+            f"create-persistent: name '{name}' must start with a letter and "
+            "contain only letters, digits, _ . -"
+        )
     if store.buffer(name) is not None:  # before placement: a full pool would say "no room"
         raise UserError(f"buffer '{name}' already exists")
     uid, gid = caller if uid is None or gid is None else (uid, gid)  # both or neither: above
     check_owner(uid, gid, config.min_owner_uid)
-    jobs.create_persistent(store, name, uid, gid, capacity, pool, access, type_,
-                           config.default_pool, config.own_mgs_pools(),
-                           config.persistent_caps.model_dump())
-    jobs.wait_for(store, name, State.CREATED, config.step_timeout,
-                  grace=config.restart_grace)
+    jobs.create_persistent(
+        store,
+        name,
+        uid,
+        gid,
+        capacity,
+        pool,
+        access,
+        type_,
+        config.default_pool,
+        config.own_mgs_pools(),
+        config.persistent_caps.model_dump(),
+    )
+    jobs.wait_for(store, name, State.CREATED, config.step_timeout, grace=config.restart_grace)
     current = store.buffer(name)
     if current is None:
         raise NotFound(f"persistent buffer '{name}' was destroyed as soon as it was built")
@@ -79,11 +107,11 @@ def destroy_persistent(store, config, name: str, uid: int) -> None:
     check_persistent(config, uid, uid, "destroy")
     if not current.record.persistent:
         job = current.record.job_id
-        raise UserError(f"buffer '{name}' belongs to job {job} and goes when the job ends "
-                        f"(scancel {job})")
+        raise UserError(
+            f"buffer '{name}' belongs to job {job} and goes when the job ends (scancel {job})"
+        )
     jobs.destroy(store, name, uid)
-    jobs.wait_for(store, name, State.DELETED, config.step_timeout,
-                  grace=config.restart_grace)
+    jobs.wait_for(store, name, State.DELETED, config.step_timeout, grace=config.restart_grace)
 
 
 def forget(store, name: str, uid: int) -> list[str]:
@@ -98,8 +126,10 @@ def forget(store, name: str, uid: int) -> list[str]:
     hosts = current.record.allocation.hosts
     alive = sorted(set(hosts) & store.alive())
     if alive:
-        raise UserError(f"buffer '{name}' has live hosts ({', '.join(alive)}): tear it down "
-                        "instead (scancel the job, or dacctl destroy-persistent); forget is for "
-                        "buffers whose hosts are gone")
+        raise UserError(
+            f"buffer '{name}' has live hosts ({', '.join(alive)}): tear it down "
+            "instead (scancel the job, or dacctl destroy-persistent); forget is for "
+            "buffers whose hosts are gone"
+        )
     store.delete_buffer(name, current.mod_revision)
     return hosts

@@ -15,12 +15,22 @@ from typing import Callable, Iterable
 
 from daccore.errors import NotFound
 
-__all__ = ["visible", "buffer_state", "STATES", "user_name", "resolve_uid", "age", "host_rows",
-           "buffer_rows", "buffer_detail", "shorten", "sort_names"]
+__all__ = [
+    "visible",
+    "buffer_state",
+    "STATES",
+    "user_name",
+    "resolve_uid",
+    "age",
+    "host_rows",
+    "buffer_rows",
+    "buffer_detail",
+    "shorten",
+    "sort_names",
+]
 
 #: Every value `buffer_state` can return: before any host reports, the lifecycle, a failure.
-STATES = ("new", "created", "staged_in", "mounted", "unmounted", "staged_out", "deleted",
-          "error")
+STATES = ("new", "created", "staged_in", "mounted", "unmounted", "staged_out", "deleted", "error")
 
 
 def visible(uid: int, buf) -> bool:
@@ -94,53 +104,83 @@ def host_rows(inv, lease_ages: dict[str, float] | None = None) -> list[dict]:
     rows = []
     for name in sorted(inv.hosts):
         h = inv.hosts[name]
-        held = {b.name: inv.claimed[(name, b.name)] for b in h.bricks
-                if (name, b.name) in inv.claimed}
+        held = {
+            b.name: inv.claimed[(name, b.name)] for b in h.bricks if (name, b.name) in inv.claimed
+        }
         bricks = Counter(b.pool for b in h.bricks)
         claimed = Counter(b.pool for b in h.bricks if b.name in held)
-        state = ("down,drained" if h.drained else "down") if not h.alive else \
-            ("drained" if h.drained else "up")
-        rows.append({
-            "name": name, "state": state, "alive": h.alive, "drained": h.drained,
-            "lease_age": lease_ages.get(name),
-            "pools": {p: {"bricks": n, "free": n - claimed[p], "claimed": claimed[p]}
-                      for p, n in sorted(bricks.items())},
-            "buffers": sort_names(set(held.values())),
-            "warnings": h.warnings,
-        })
+        state = (
+            ("down,drained" if h.drained else "down")
+            if not h.alive
+            else ("drained" if h.drained else "up")
+        )
+        rows.append(
+            {
+                "name": name,
+                "state": state,
+                "alive": h.alive,
+                "drained": h.drained,
+                "lease_age": lease_ages.get(name),
+                "pools": {
+                    p: {"bricks": n, "free": n - claimed[p], "claimed": claimed[p]}
+                    for p, n in sorted(bricks.items())
+                },
+                "buffers": sort_names(set(held.values())),
+                "warnings": h.warnings,
+            }
+        )
     return rows
 
 
-def buffer_rows(buffers: Iterable, statuses: Callable[[str], dict], uid: int, *,
-                owner_uid: int | None = None, state: str | None = None,
-                pool: str | None = None, now: float | None = None,
-                names: Callable[[int], str] = user_name) -> list[dict]:
+def buffer_rows(
+    buffers: Iterable,
+    statuses: Callable[[str], dict],
+    uid: int,
+    *,
+    owner_uid: int | None = None,
+    state: str | None = None,
+    pool: str | None = None,
+    now: float | None = None,
+    names: Callable[[int], str] = user_name,
+) -> list[dict]:
     """One row per buffer that user `uid` may see and that matches every filter given;
     `statuses(name)` reads a buffer's statuses, for the buffers the owner and pool filters
     keep only."""
     now = time.time() if now is None else now
     rows = []
     for buf in buffers:
-        if not visible(uid, buf) or owner_uid not in (None, buf.owner_uid) or \
-                pool not in (None, buf.request.pool):
+        if (
+            not visible(uid, buf)
+            or owner_uid not in (None, buf.owner_uid)
+            or pool not in (None, buf.request.pool)
+        ):
             continue
         summary = buffer_state(buf, statuses(buf.name))
         if state not in (None, summary):
             continue
-        rows.append({
-            "name": buf.name, "owner_uid": buf.owner_uid, "owner": names(buf.owner_uid),
-            "job": buf.job_id, "persistent": buf.persistent, "state": summary,
-            "desired_state": buf.desired_state.value, "size": buf.allocation.size,
-            "pool": buf.request.pool, "hosts": buf.allocation.hosts,
-            "created_at": buf.created_at,
-            "age_seconds": max(now - buf.created_at, 0.0) if buf.created_at else None,
-        })
+        rows.append(
+            {
+                "name": buf.name,
+                "owner_uid": buf.owner_uid,
+                "owner": names(buf.owner_uid),
+                "job": buf.job_id,
+                "persistent": buf.persistent,
+                "state": summary,
+                "desired_state": buf.desired_state.value,
+                "size": buf.allocation.size,
+                "pool": buf.request.pool,
+                "hosts": buf.allocation.hosts,
+                "created_at": buf.created_at,
+                "age_seconds": max(now - buf.created_at, 0.0) if buf.created_at else None,
+            }
+        )
     order = {n: i for i, n in enumerate(sort_names(r["name"] for r in rows))}
     return sorted(rows, key=lambda r: order[r["name"]])
 
 
-def buffer_detail(buf, statuses: dict, now: float | None = None,
-                  names: Callable[[int], str] = user_name) -> dict:
+def buffer_detail(
+    buf, statuses: dict, now: float | None = None, names: Callable[[int], str] = user_name
+) -> dict:
     """Everything about one buffer: its spec as stored, the summary state and, per host of
     its allocation, the status as stored (None before that host's dacd first wrote one)."""
     now = time.time() if now is None else now
@@ -150,6 +190,8 @@ def buffer_detail(buf, statuses: dict, now: float | None = None,
         "state": buffer_state(buf, statuses),
         "size": buf.allocation.size,
         "age_seconds": max(now - buf.created_at, 0.0) if buf.created_at else None,
-        "statuses": {h: statuses[h].model_dump(mode="json") if h in statuses else None
-                     for h in buf.allocation.hosts},
+        "statuses": {
+            h: statuses[h].model_dump(mode="json") if h in statuses else None
+            for h in buf.allocation.hosts
+        },
     }

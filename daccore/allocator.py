@@ -43,8 +43,14 @@ SAMPLE_HOSTS = 64
 SAMPLE_HEADROOM = 4
 
 
-def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
-          rng: random.Random | None = None, busy_mgs: set[str] | None = None) -> list[BrickInfo]:
+def place(
+    inv: Inventory,
+    capacity: int,
+    pool: str,
+    policy: str | None = None,
+    rng: random.Random | None = None,
+    busy_mgs: set[str] | None = None,
+) -> list[BrickInfo]:
     """The bricks for a buffer of `capacity` bytes in `pool`, or CapacityError saying why.
 
     With `busy_mgs` (the buffer runs its own Lustre MGS on its primary, and these hosts already
@@ -53,14 +59,22 @@ def place(inv: Inventory, capacity: int, pool: str, policy: str | None = None,
     rng = rng or random.Random(0)
     free = inv.free_bricks(pool) if pool in inv.pools else {}
     counts = {h: len(b) for h, b in free.items()}
-    return [b for h, k in plan(inv.pools, counts, capacity, pool, policy, rng,
-                               busy_mgs).items()
-            for b in pick(free[h], k, rng)]
+    return [
+        b
+        for h, k in plan(inv.pools, counts, capacity, pool, policy, rng, busy_mgs).items()
+        for b in pick(free[h], k, rng)
+    ]
 
 
-def plan(pools: dict[str, PoolInfo], free: dict[str, int], capacity: int, pool: str,
-         policy: str | None = None, rng: random.Random | None = None,
-         busy_mgs: set[str] | None = None) -> dict[str, int]:
+def plan(
+    pools: dict[str, PoolInfo],
+    free: dict[str, int],
+    capacity: int,
+    pool: str,
+    policy: str | None = None,
+    rng: random.Random | None = None,
+    busy_mgs: set[str] | None = None,
+) -> dict[str, int]:
     """How many bricks to take from which host, from each host's count of free bricks alone
     (`free`: live, undrained hosts with a free brick of `pool`); the primary host first. Then
     `pick` chooses the bricks within each host: a site of 1,000 servers needs the bricks of
@@ -80,9 +94,11 @@ def plan(pools: dict[str, PoolInfo], free: dict[str, int], capacity: int, pool: 
     n = bricks_needed(capacity, info.granularity)
     unit = format_size(info.granularity)
     if busy_mgs is not None and not set(free) - busy_mgs:
-        raise CapacityError(f"every server of pool '{pool}' with free bricks already runs "
-                            "another buffer's Lustre MGS (one per server); retry when one ends, "
-                            "or have the site use a shared MGS")
+        raise CapacityError(
+            f"every server of pool '{pool}' with free bricks already runs "
+            "another buffer's Lustre MGS (one per server); retry when one ends, "
+            "or have the site use a shared MGS"
+        )
     if policy is PlacementPolicy.SINGLE_HOST:
         fits = [h for h, k in free.items() if k >= n]
         if busy_mgs is not None:
@@ -91,13 +107,16 @@ def plan(pools: dict[str, PoolInfo], free: dict[str, int], capacity: int, pool: 
             most = max(free.values(), default=0)
             raise CapacityError(
                 f"no host in pool '{pool}' has {_bricks(n)} of {unit} free "
-                f"(the most on one host is {most}); this pool keeps a buffer on one host")
+                f"(the most on one host is {most}); this pool keeps a buffer on one host"
+            )
         least = min(free[h] for h in fits)
         return {rng.choice(sorted(h for h in fits if free[h] == least)): n}
     available = sum(free.values())
     if available < n:
-        raise CapacityError(f"pool '{pool}' has {_bricks(available)} of {unit} free; "
-                            f"the request needs {n} ({format_size(n * info.granularity)})")
+        raise CapacityError(
+            f"pool '{pool}' has {_bricks(available)} of {unit} free; "
+            f"the request needs {n} ({format_size(n * info.granularity)})"
+        )
     hosts = list(free)
     rng.shuffle(hosts)
     hosts.sort(key=lambda h: -free[h])  # stable: random among equals
@@ -105,12 +124,14 @@ def plan(pools: dict[str, PoolInfo], free: dict[str, int], capacity: int, pool: 
         lead = next(h for h in hosts if h not in busy_mgs)
         hosts.remove(lead)
         hosts.insert(0, lead)
-    return {h: k for h, k in zip(hosts, _round_robin([free[h] for h in hosts], n), strict=True)
-            if k}
+    return {
+        h: k for h, k in zip(hosts, _round_robin([free[h] for h in hosts], n), strict=True) if k
+    }
 
 
-def sample(pools: dict[str, PoolInfo], bricks: dict[str, int], capacity: int, pool: str,
-           rng: random.Random) -> list[str]:
+def sample(
+    pools: dict[str, PoolInfo], bricks: dict[str, int], capacity: int, pool: str, rng: random.Random
+) -> list[str]:
     """The hosts whose free bricks an allocation counts, of the candidates `bricks` (live,
     undrained hosts with bricks in `pool`): SAMPLE_HOSTS of them at random, or SAMPLE_HEADROOM
     per brick asked for if more; all of them on a smaller pool (a 2,048-brick buffer counts
@@ -124,8 +145,9 @@ def sample(pools: dict[str, PoolInfo], bricks: dict[str, int], capacity: int, po
     return rng.sample(sorted(bricks), n)
 
 
-def crowded(pools: dict[str, PoolInfo], hosts: dict[str, int], pool: str,
-            policy: str | None = None) -> bool:
+def crowded(
+    pools: dict[str, PoolInfo], hosts: dict[str, int], pool: str, policy: str | None = None
+) -> bool:
     """Whether `plan`'s choice `hosts` gave a server a second brick across servers: from a
     sample, the hosts left out may still have none of the buffer and a brick free."""
     placement = PlacementPolicy(policy or pools[pool].placement)

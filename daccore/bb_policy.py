@@ -30,11 +30,17 @@ def read_rules(path: str) -> dict:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read(1 << 20).splitlines()
     except OSError as e:
-        raise AdminError(f"burst_buffer_conf {path}: {e.strerror}: an admin must make it "
-                         "readable by dac's user service, or set burst_buffer_conf to ''") \
-            from None
-    rules: dict = {"allow": None, "deny": set(), "enable": False, "disable": False,
-                   "teardown_failure": False}
+        raise AdminError(
+            f"burst_buffer_conf {path}: {e.strerror}: an admin must make it "
+            "readable by dac's user service, or set burst_buffer_conf to ''"
+        ) from None
+    rules: dict = {
+        "allow": None,
+        "deny": set(),
+        "enable": False,
+        "disable": False,
+        "teardown_failure": False,
+    }
     for line in lines:
         key, eq, value = line.split("#", 1)[0].strip().partition("=")
         key, value = key.strip().lower(), value.strip()
@@ -64,9 +70,11 @@ def site_warnings(path: str) -> list[str]:
     except AdminError as e:
         return [str(e)]
     if not rules["teardown_failure"]:
-        return [f"burst_buffer_conf {path}: Flags has no TeardownFailure: a job held by a "
-                "failed setup or stage-in keeps its pool capacity in Slurm until it is "
-                "cancelled; add it (docs/slurm.md, 'A job held by a failed setup or stage-in')"]
+        return [
+            f"burst_buffer_conf {path}: Flags has no TeardownFailure: a job held by a "
+            "failed setup or stage-in keeps its pool capacity in Slurm until it is "
+            "cancelled; add it (docs/slurm.md, 'A job held by a failed setup or stage-in')"
+        ]
     return []
 
 
@@ -101,12 +109,16 @@ def check_persistent(config, uid: int, rights: int, verb: str) -> None:
     elif uid in _uids(rules["deny"]):
         why = f"{who} is in DenyUsers"
     elif rules["disable"] or not rules["enable"]:
-        why = ("only root, SlurmUser and the admin group may (Flags has "
-               f"{'DisablePersistent' if rules['disable'] else 'no EnablePersistent'})")
+        why = (
+            "only root, SlurmUser and the admin group may (Flags has "
+            f"{'DisablePersistent' if rules['disable'] else 'no EnablePersistent'})"
+        )
     else:
         return
-    raise UserError(f"{verb}-persistent: refused by Slurm's burst buffer rules ({path}): "
-                    f"{why}; an admin decides who may")
+    raise UserError(
+        f"{verb}-persistent: refused by Slurm's burst buffer rules ({path}): "
+        f"{why}; an admin decides who may"
+    )
 
 
 def _name(uid: int) -> str:

@@ -2,8 +2,17 @@
 `daccore.trust` checks by, in one place that imports nothing (the Slurm hooks use the patterns
 on their hot path, and the models and the checks both need them)."""
 
-__all__ = ["NAME", "BUFFER_NAME", "JOB_KEY", "MAX_BYTES", "MAX_PATH", "MAX_STAGE_LINES",
-           "MAX_STAGE_TEXT", "MAX_JOBS", "MAX_NODES"]
+__all__ = [
+    "NAME",
+    "BUFFER_NAME",
+    "JOB_KEY",
+    "MAX_BYTES",
+    "MAX_PATH",
+    "MAX_STAGE_LINES",
+    "MAX_STAGE_TEXT",
+    "MAX_JOBS",
+    "MAX_NODES",
+]
 
 #: hosts, bricks, pools, compute nodes: safe inside an etcd key, a path and an argv.
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"

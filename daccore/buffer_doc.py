@@ -26,8 +26,21 @@ def status_view(doc: dict, statuses: dict[str, dict]) -> dict:
     per_host = []
     for host in hosts(doc):
         s = statuses.get(host) or {}
-        per_host.append({"host": host, "state": s.get("state"), "step": s.get("step") or "",
-                         "progress": s.get("progress"), "error": s.get("error")})
-    return {"buffer": doc["name"], "job": doc.get("job_id"), "owner": doc.get("owner_uid"),
-            "persistent": bool(doc.get("persistent")), "desired_state": doc["desired_state"],
-            "size": size(doc), "hosts": per_host}
+        per_host.append(
+            {
+                "host": host,
+                "state": s.get("state"),
+                "step": s.get("step") or "",
+                "progress": s.get("progress"),
+                "error": s.get("error"),
+            }
+        )
+    return {
+        "buffer": doc["name"],
+        "job": doc.get("job_id"),
+        "owner": doc.get("owner_uid"),
+        "persistent": bool(doc.get("persistent")),
+        "desired_state": doc["desired_state"],
+        "size": size(doc),
+        "hosts": per_host,
+    }

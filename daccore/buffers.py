@@ -37,13 +37,25 @@ MAX_ATTEMPTS = 25
 def allocation_of(bricks: list[BrickInfo], own_mgs: bool = False) -> Allocation:
     """The allocation record for chosen bricks; the first brick's host is the primary, and
     with `own_mgs` holds the buffer's Lustre MGS."""
-    return Allocation(primary_host=bricks[0].host, mgs_host=bricks[0].host if own_mgs else None,
-                      bricks=[BrickRef(host=b.host, brick=b.name, device=b.device,
-                                       capacity=b.capacity) for b in bricks])
+    return Allocation(
+        primary_host=bricks[0].host,
+        mgs_host=bricks[0].host if own_mgs else None,
+        bricks=[
+            BrickRef(host=b.host, brick=b.name, device=b.device, capacity=b.capacity)
+            for b in bricks
+        ],
+    )
 
 
-def _plan(store: Store, view: PlacementView, capacity: int, pool: str, policy: str | None,
-          rng: random.Random, busy: set[str] | None) -> tuple[PlacementView, dict[str, int]]:
+def _plan(
+    store: Store,
+    view: PlacementView,
+    capacity: int,
+    pool: str,
+    policy: str | None,
+    rng: random.Random,
+    busy: set[str] | None,
+) -> tuple[PlacementView, dict[str, int]]:
     """`plan` from the view's sample of hosts; from every host's count when the sample
     refuses the buffer or crowds it, so that a refusal and its message are the pool's."""
     if view.uncounted:
@@ -57,9 +69,16 @@ def _plan(store: Store, view: PlacementView, capacity: int, pool: str, policy: s
     return view, plan(view.pools, view.free, capacity, pool, policy, rng, busy)
 
 
-def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capacity: int,
-                    pool: str, policy: str | None = None, rng: random.Random | None = None,
-                    own_mgs: bool = False) -> tuple[Buffer, int]:
+def allocate_buffer(
+    store: Store,
+    make: Callable[[Allocation], Buffer],
+    *,
+    capacity: int,
+    pool: str,
+    policy: str | None = None,
+    rng: random.Random | None = None,
+    own_mgs: bool = False,
+) -> tuple[Buffer, int]:
     """Create the buffer `make(allocation)` on free bricks of `pool`; with `own_mgs`, its
     primary host's MGS slot too.
 
@@ -70,12 +89,12 @@ def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capac
 
     def sampled(pools, bricks):
         return sample(pools, bricks, capacity, pool, rng)
+
     for attempt in range(1, MAX_ATTEMPTS + 1):
         busy = store.mgs_hosts() if own_mgs else None
         view = store.placement_view(pool, sampled)
         if view.dead_intents:  # a big allocation cut short: its claims go first
-            log.info("rolling back the allocations of %s, cut short",
-                     ", ".join(view.dead_intents))
+            log.info("rolling back the allocations of %s, cut short", ", ".join(view.dead_intents))
             store.recover_intents(view.dead_intents)
             view = store.placement_view(pool, sampled)
         # hosts first, from counts; then the bricks of the chosen hosts, read at the same
@@ -88,8 +107,11 @@ def allocate_buffer(store: Store, make: Callable[[Allocation], Buffer], *, capac
         try:
             return buffer, store.create_buffer(buffer)
         except AllocationConflict:
-            log.debug("buffer %s: claim conflict on attempt %d, placing again", buffer.name,
-                      attempt)
+            log.debug(
+                "buffer %s: claim conflict on attempt %d, placing again", buffer.name, attempt
+            )
             time.sleep(rng.uniform(0, 0.005 * attempt))
-    raise CapacityError(f"pool '{pool}' is too busy: {MAX_ATTEMPTS} attempts to claim bricks "
-                        "for the buffer lost to other buffers; retry")
+    raise CapacityError(
+        f"pool '{pool}' is too busy: {MAX_ATTEMPTS} attempts to claim bricks "
+        "for the buffer lost to other buffers; retry"
+    )

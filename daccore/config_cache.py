@@ -33,6 +33,7 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
     data = _read_cache(cache, identity) if cache else None
     if data is None:
         from daccore.config import load_config  # validates; raises ConfigError
+
         config = load_config(source, env={})
         # no `hosts`: no function that reads the cache needs them, and on a site of 1,000
         # servers x 24 bricks they are 2.6 MB of JSON, 35-70 ms to read on every call
@@ -45,9 +46,11 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
     etcd = data["etcd"]
     if not etcd.get("endpoints"):
         from daccore.errors import ConfigError
+
         raise ConfigError(source, "etcd.endpoints: the environment gives no endpoint")
-    etcd["urls"] = etcd_urls(etcd["endpoints"], bool(etcd.get("cacert") or etcd.get("cert")
-                                                     or etcd.get("key")))
+    etcd["urls"] = etcd_urls(
+        etcd["endpoints"], bool(etcd.get("cacert") or etcd.get("cert") or etcd.get("key"))
+    )
     return data
 
 
@@ -67,6 +70,7 @@ def _identity(source: str) -> list:
 
 def _cache_file(source: str, env: Mapping[str, str]) -> str | None:
     import hashlib
+
     d = cache_dir(env)
     name = hashlib.sha1(os.path.abspath(source).encode()).hexdigest()[:16] + ".json"
     return os.path.join(d, name) if d else None
@@ -81,6 +85,7 @@ def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
         if d == "temp":
             # `tempfile` costs the hooks ~8 ms to import (it imports `random`): only here
             import tempfile
+
             d = os.path.join(tempfile.gettempdir(), f"dac-cache-{uid}")
         if not d:
             continue
@@ -118,6 +123,7 @@ def write_private_json(path: str, doc: dict) -> None:
     """Replace `path` atomically with `doc`, readable by the caller alone; best effort (a
     cache that cannot be written is only slower). Never writes through a link."""
     import threading
+
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

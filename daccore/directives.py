@@ -30,8 +30,17 @@ from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
 from daccore.errors import UserError
 from daccore.units import parse_capacity
 
-__all__ = ["DirectiveError", "JobDW", "Stage", "CreatePersistent", "DestroyPersistent",
-           "Directives", "parse_script", "PERSISTENT_NAME", "DIRECTIVES"]
+__all__ = [
+    "DirectiveError",
+    "JobDW",
+    "Stage",
+    "CreatePersistent",
+    "DestroyPersistent",
+    "Directives",
+    "parse_script",
+    "PERSISTENT_NAME",
+    "DIRECTIVES",
+]
 
 #: Slurm (and DataWarp) refuse persistent names starting with a digit.
 PERSISTENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
@@ -64,20 +73,29 @@ class DirectiveError(UserError):
 
 # namedtuples and a plain class, not dataclasses: this runs inside slurmctld (see the module
 # docstring), and `dataclasses` alone costs 18 ms to import.
-JobDW = namedtuple("JobDW", "line capacity access type pool",
-                   defaults=("striped", "scratch", None))
+JobDW = namedtuple("JobDW", "line capacity access type pool", defaults=("striped", "scratch", None))
 #: direction is "in" or "out"
 Stage = namedtuple("Stage", "line direction type source destination")
-CreatePersistent = namedtuple("CreatePersistent", "line name capacity access type pool",
-                              defaults=("striped", "scratch", None))
+CreatePersistent = namedtuple(
+    "CreatePersistent", "line name capacity access type pool", defaults=("striped", "scratch", None)
+)
 DestroyPersistent = namedtuple("DestroyPersistent", "line name hurry", defaults=(False,))
 
 
 class Directives:
     """Everything a script asks of dac, validated."""
 
-    __slots__ = ("jobdw", "persistent", "persistent_lines", "stage_in", "stage_out", "swap",
-                 "swap_line", "create", "destroy")
+    __slots__ = (
+        "jobdw",
+        "persistent",
+        "persistent_lines",
+        "stage_in",
+        "stage_out",
+        "swap",
+        "swap_line",
+        "create",
+        "destroy",
+    )
 
     def __init__(self) -> None:
         self.jobdw: JobDW | None = None
@@ -106,8 +124,11 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
         directive, args = _split(number, text)
         if directive == "jobdw":
             if found.jobdw is not None:
-                raise DirectiveError(number, "jobdw", f"a job may have only one jobdw (the first "
-                                                      f"is on line {jobdw_line})")
+                raise DirectiveError(
+                    number,
+                    "jobdw",
+                    f"a job may have only one jobdw (the first is on line {jobdw_line})",
+                )
             found.jobdw, jobdw_line = _jobdw(number, args), number
         elif directive == "persistentdw":
             name = _name(number, directive, _keys(number, directive, args, required=("name",)))
@@ -116,21 +137,30 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
             found.persistent.append(name)
             found.persistent_lines.append(number)
             if len(found.persistent) > MAX_STAGE_LINES:  # a record's bound (daccore.bounds)
-                raise DirectiveError(number, directive, f"more than {MAX_STAGE_LINES} "
-                                                        "persistentdw lines")
+                raise DirectiveError(
+                    number, directive, f"more than {MAX_STAGE_LINES} persistentdw lines"
+                )
         elif directive in ("stage_in", "stage_out"):
             stage = _stage(number, directive, args)
             staged = found.stage_in if stage.direction == "in" else found.stage_out
             staged.append(stage)
             if len(staged) > MAX_STAGE_LINES:
-                raise DirectiveError(number, directive, f"more than {MAX_STAGE_LINES} "
-                                     f"{directive} lines: stage a directory, or name the files "
-                                     "in one type=list line")
+                raise DirectiveError(
+                    number,
+                    directive,
+                    f"more than {MAX_STAGE_LINES} "
+                    f"{directive} lines: stage a directory, or name the files "
+                    "in one type=list line",
+                )
             stage_bytes += len(stage.source.encode()) + len(stage.destination.encode())
             if stage_bytes > MAX_STAGE_TEXT:
-                raise DirectiveError(number, directive, f"the stage lines' paths come to more "
-                                     f"than {MAX_STAGE_TEXT // 1024} KiB: stage directories, or "
-                                     "name the files in one type=list line")
+                raise DirectiveError(
+                    number,
+                    directive,
+                    f"the stage lines' paths come to more "
+                    f"than {MAX_STAGE_TEXT // 1024} KiB: stage directories, or "
+                    "name the files in one type=list line",
+                )
         elif directive == "swap":
             found.swap = _swap(number, args, found.swap)
             found.swap_line = number
@@ -140,8 +170,11 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
             found.destroy.append(_destroy(number, args))
     _check_stage_targets(found)
     if found.swap and found.jobdw is None:
-        raise DirectiveError(_first_line(script, prefixes, "swap"), "swap",
-                             "swap needs a #DW jobdw buffer to hold the swap files")
+        raise DirectiveError(
+            _first_line(script, prefixes, "swap"),
+            "swap",
+            "swap needs a #DW jobdw buffer to hold the swap files",
+        )
     return found
 
 
@@ -171,28 +204,38 @@ def _directive_lines(script: str, prefixes: set[str]):
 def _split(number: int, text: str) -> tuple[str, list[str]]:
     bad = _UNSAFE.search(text)
     if bad:
-        what = "a quote" if bad.group() in "'\"`" else (
-            "a backslash" if bad.group() == "\\" else "a control character")
-        raise DirectiveError(number, text.split()[0] if text.split() else "directive",
-                             f"contains {what}, which directives do not allow")
+        what = (
+            "a quote"
+            if bad.group() in "'\"`"
+            else ("a backslash" if bad.group() == "\\" else "a control character")
+        )
+        raise DirectiveError(
+            number,
+            text.split()[0] if text.split() else "directive",
+            f"contains {what}, which directives do not allow",
+        )
     if any("\udc80" <= c <= "\udcff" for c in text):  # surrogateescape'd bytes
         raise DirectiveError(number, "directive", "is not valid UTF-8")
     # Slurm ends a capacity at an ASCII space only: `capacity=1GiB<U+00A0>pool=p` is 1 byte there
     odd = next((c for c in text if c.isspace() and c != " "), None)
     if odd:
         first = text.split()[0]
-        raise DirectiveError(number, "jobdw" if "=" in first else _show(first),
-                             f"contains the space U+{ord(odd):04X}; separate words with ASCII "
-                             "spaces")
+        raise DirectiveError(
+            number,
+            "jobdw" if "=" in first else _show(first),
+            f"contains the space U+{ord(odd):04X}; separate words with ASCII spaces",
+        )
     words = text.split()
     if not words:
-        raise DirectiveError(number, "directive", "is empty (expected one of "
-                                                  f"{', '.join(DIRECTIVES)})")
+        raise DirectiveError(
+            number, "directive", f"is empty (expected one of {', '.join(DIRECTIVES)})"
+        )
     if "=" in words[0]:
         return "jobdw", ["access_mode=" + w[7:] if w.startswith("access=") else w for w in words]
     if words[0] not in DIRECTIVES:
-        raise DirectiveError(number, _show(words[0]), "unknown directive (expected one of "
-                                                      f"{', '.join(DIRECTIVES)})")
+        raise DirectiveError(
+            number, _show(words[0]), f"unknown directive (expected one of {', '.join(DIRECTIVES)})"
+        )
     return words[0], words[1:]
 
 
@@ -200,8 +243,13 @@ def _show(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _keys(number: int, directive: str, args: list[str], required: tuple[str, ...] = (),
-          flags: tuple[str, ...] = ()) -> dict[str, str]:
+def _keys(
+    number: int,
+    directive: str,
+    args: list[str],
+    required: tuple[str, ...] = (),
+    flags: tuple[str, ...] = (),
+) -> dict[str, str]:
     allowed = DIRECTIVES[directive]
     out: dict[str, str] = {}
     for arg in args:
@@ -212,8 +260,11 @@ def _keys(number: int, directive: str, args: list[str], required: tuple[str, ...
         if not eq:
             raise DirectiveError(number, directive, f"'{_show(arg)}' is not key=value")
         if key not in allowed:
-            raise DirectiveError(number, directive, f"unknown key '{_show(key)}' (expected "
-                                                    f"{', '.join(allowed + flags)})")
+            raise DirectiveError(
+                number,
+                directive,
+                f"unknown key '{_show(key)}' (expected {', '.join(allowed + flags)})",
+            )
         if key in out:
             if out[key] == value:  # as Slurm's own tests write `type=scratch` twice
                 continue
@@ -241,15 +292,17 @@ def _size(number: int, directive: str, key: str, text: str) -> int:
 def _access(number: int, directive: str, text: str) -> str:
     modes = text.split(",")
     if not set(modes) <= {"striped", "private"} or len(modes) != len(set(modes)):
-        raise DirectiveError(number, directive, f"access_mode '{_show(text)}' must be striped, "
-                                                "private or striped,private")
+        raise DirectiveError(
+            number,
+            directive,
+            f"access_mode '{_show(text)}' must be striped, private or striped,private",
+        )
     return "striped,private" if len(modes) == 2 else modes[0]
 
 
 def _type(number: int, directive: str, text: str) -> str:
     if text == "cache":
-        raise DirectiveError(number, directive, "type=cache is not supported yet; "
-                                                "use type=scratch")
+        raise DirectiveError(number, directive, "type=cache is not supported yet; use type=scratch")
     if text != "scratch":
         raise DirectiveError(number, directive, f"type '{_show(text)}' must be scratch")
     return text
@@ -264,17 +317,24 @@ def _pool(number: int, directive: str, text: str | None) -> str | None:
 def _name(number: int, directive: str, keys: dict[str, str]) -> str:
     name = keys["name"]
     if not PERSISTENT_NAME.match(name):
-        raise DirectiveError(number, directive, f"name '{_show(name)}' must start with a letter "
-                                                "and contain only letters, digits, _ . -")
+        raise DirectiveError(
+            number,
+            directive,
+            f"name '{_show(name)}' must start with a letter "
+            "and contain only letters, digits, _ . -",
+        )
     return name
 
 
 def _jobdw(number: int, args: list[str]) -> JobDW:
     k = _keys(number, "jobdw", args, required=("capacity",))
-    return JobDW(number, _size(number, "jobdw", "capacity", k["capacity"]),
-                 _access(number, "jobdw", k.get("access_mode", "striped")),
-                 _type(number, "jobdw", k.get("type", "scratch")),
-                 _pool(number, "jobdw", k.get("pool")))
+    return JobDW(
+        number,
+        _size(number, "jobdw", "capacity", k["capacity"]),
+        _access(number, "jobdw", k.get("access_mode", "striped")),
+        _type(number, "jobdw", k.get("type", "scratch")),
+        _pool(number, "jobdw", k.get("pool")),
+    )
 
 
 def _create(number: int, args: list[str]) -> CreatePersistent:
@@ -282,11 +342,14 @@ def _create(number: int, args: list[str]) -> CreatePersistent:
     k = _keys(number, d, args, required=("name", "capacity"))
     if "access" in k and "access_mode" in k:
         raise DirectiveError(number, d, "give access_mode or access, not both")
-    return CreatePersistent(number, _name(number, d, k), _size(number, d, "capacity",
-                                                               k["capacity"]),
-                            _access(number, d, k.get("access_mode", k.get("access", "striped"))),
-                            _type(number, d, k.get("type", "scratch")), _pool(number, d,
-                                                                              k.get("pool")))
+    return CreatePersistent(
+        number,
+        _name(number, d, k),
+        _size(number, d, "capacity", k["capacity"]),
+        _access(number, d, k.get("access_mode", k.get("access", "striped"))),
+        _type(number, d, k.get("type", "scratch")),
+        _pool(number, d, k.get("pool")),
+    )
 
 
 def _destroy(number: int, args: list[str]) -> DestroyPersistent:
@@ -303,9 +366,13 @@ def _swap(number: int, args: list[str], previous: int) -> int:
         parse_capacity(args[0])
     except ValueError:
         # burst_buffer/datawarp reads a swap size's leading number as GiB per node (strtol)
-        raise DirectiveError(number, "swap", f"size '{_show(args[0])}' must be whole ASCII "
-                                             "digits and a unit K, M, G, T, P with iB or B, "
-                                             "as in 4GiB") from None
+        raise DirectiveError(
+            number,
+            "swap",
+            f"size '{_show(args[0])}' must be whole ASCII "
+            "digits and a unit K, M, G, T, P with iB or B, "
+            "as in 4GiB",
+        ) from None
     return _size(number, "swap", "size", args[0])
 
 
@@ -319,31 +386,37 @@ def _stage(number: int, directive: str, args: list[str]) -> Stage:
         k["destination"] = "$DW_JOB_STRIPED"
     if any("capacity=" in v for v in k.values()):
         # Slurm takes the first `capacity=` anywhere on a directive line as the buffer's size
-        raise DirectiveError(number, directive, "a path contains 'capacity=', which Slurm "
-                                                "would read as a buffer size")
+        raise DirectiveError(
+            number,
+            directive,
+            "a path contains 'capacity=', which Slurm would read as a buffer size",
+        )
     if k["type"] not in STAGE_TYPES:
-        raise DirectiveError(number, directive, f"type '{_show(k['type'])}' must be file, "
-                                                "directory or list")
+        raise DirectiveError(
+            number, directive, f"type '{_show(k['type'])}' must be file, directory or list"
+        )
     for key in ("source", "destination"):
         path = k[key]
         if len(path) > MAX_PATH:
-            raise DirectiveError(number, directive, f"{key} is {len(path)} characters long; "
-                                                    f"at most {MAX_PATH}")
+            raise DirectiveError(
+                number, directive, f"{key} is {len(path)} characters long; at most {MAX_PATH}"
+            )
         if ".." in path.split("/"):
-            raise DirectiveError(number, directive, f"{key} '{_show(path)}' must not contain "
-                                                    "'..'")
+            raise DirectiveError(number, directive, f"{key} '{_show(path)}' must not contain '..'")
         if not (path.startswith("/") or BUFFER_PATH.match(path)):
-            raise DirectiveError(number, directive, f"{key} '{_show(path)}' must be an absolute "
-                                                    "path")
-    inside, outside = ("destination", "source") if directive == "stage_in" else \
-        ("source", "destination")
+            raise DirectiveError(
+                number, directive, f"{key} '{_show(path)}' must be an absolute path"
+            )
+    inside, outside = (
+        ("destination", "source") if directive == "stage_in" else ("source", "destination")
+    )
     if not BUFFER_PATH.match(k[inside]):
         raise DirectiveError(number, directive, f"{inside} must be under $DW_JOB_STRIPED")
     if BUFFER_PATH.match(k[outside]):
-        raise DirectiveError(number, directive, f"{outside} '{_show(k[outside])}' must be a path "
-                                                "outside the buffer")
-    return Stage(number, directive.removeprefix("stage_"), k["type"], k["source"],
-                 k["destination"])
+        raise DirectiveError(
+            number, directive, f"{outside} '{_show(k[outside])}' must be a path outside the buffer"
+        )
+    return Stage(number, directive.removeprefix("stage_"), k["type"], k["source"], k["destination"])
 
 
 def _check_stage_targets(found: Directives) -> None:
@@ -359,22 +432,37 @@ def _check_stage_targets(found: Directives) -> None:
         assert m is not None, path  # every buffer-side path was matched when parsed
         var = m.group(1) or m.group(2)
         if var == "DW_JOB_PRIVATE":
-            raise DirectiveError(stage.line, directive, "$DW_JOB_PRIVATE cannot be staged (one "
-                                                        "directory per compute node, and stages "
-                                                        "run on none): use $DW_JOB_STRIPED")
+            raise DirectiveError(
+                stage.line,
+                directive,
+                "$DW_JOB_PRIVATE cannot be staged (one "
+                "directory per compute node, and stages "
+                "run on none): use $DW_JOB_STRIPED",
+            )
         if var.startswith("DW_PERSISTENT_STRIPED_"):
-            raise DirectiveError(stage.line, directive, f"${var} cannot be staged (a persistent "
-                                                        "buffer is filled by the jobs that "
-                                                        "attach it): use $DW_JOB_STRIPED")
+            raise DirectiveError(
+                stage.line,
+                directive,
+                f"${var} cannot be staged (a persistent "
+                "buffer is filled by the jobs that "
+                "attach it): use $DW_JOB_STRIPED",
+            )
         if var != "DW_JOB_STRIPED":
-            raise DirectiveError(stage.line, directive, f"${_show(var)} is not a buffer variable "
-                                                        "(stage through $DW_JOB_STRIPED)")
+            raise DirectiveError(
+                stage.line,
+                directive,
+                f"${_show(var)} is not a buffer variable (stage through $DW_JOB_STRIPED)",
+            )
         if found.jobdw is None:
-            raise DirectiveError(stage.line, directive, f"the job has no buffer for ${var} "
-                                                        "(add a #DW jobdw line)")
+            raise DirectiveError(
+                stage.line, directive, f"the job has no buffer for ${var} (add a #DW jobdw line)"
+            )
         if "striped" not in access.split(","):
-            raise DirectiveError(stage.line, directive, f"${var} needs access_mode=striped "
-                                                        f"on the jobdw line (it has {access})")
+            raise DirectiveError(
+                stage.line,
+                directive,
+                f"${var} needs access_mode=striped on the jobdw line (it has {access})",
+            )
 
 
 def _first_line(script: str, prefixes: set[str], directive: str) -> int:

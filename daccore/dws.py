@@ -23,8 +23,18 @@ __all__ = ["Session", "sessions", "state_flags"]
 class Session:
     """One buffer, as DWS saw a session with its instance, configuration and activations."""
 
-    __slots__ = ("name", "owner", "created", "size", "type", "access", "persistent",
-                 "storage_hosts", "attachments", "state")
+    __slots__ = (
+        "name",
+        "owner",
+        "created",
+        "size",
+        "type",
+        "access",
+        "persistent",
+        "storage_hosts",
+        "attachments",
+        "state",
+    )
 
     def __init__(self, name: str, doc: dict, statuses: dict[str, dict]):
         """ValueError (or KeyError, TypeError) for a spec that is no buffer's: Slurm takes
@@ -42,18 +52,22 @@ class Session:
         self.storage_hosts: list[str] = buffer_doc.hosts(doc)
         #: job id -> the compute nodes that job has the buffer mounted on
         self.attachments: dict[str, list[str]] = {
-            job: list(nodes) for job, nodes in (doc.get("attachments") or {}).items()
-            if _JOB.fullmatch(job)}
-        self.state = state_flags(doc.get("desired_state", ""),
-                                 [statuses.get(h) or {} for h in self.storage_hosts])
+            job: list(nodes)
+            for job, nodes in (doc.get("attachments") or {}).items()
+            if _JOB.fullmatch(job)
+        }
+        self.state = state_flags(
+            doc.get("desired_state", ""), [statuses.get(h) or {} for h in self.storage_hosts]
+        )
 
     @property
     def compute_nodes(self) -> list[str]:
         return sorted({n for nodes in self.attachments.values() for n in nodes})
 
 
-def sessions(docs: dict[str, dict], statuses: dict[str, dict[str, dict]] | None = None
-             ) -> list[Session]:
+def sessions(
+    docs: dict[str, dict], statuses: dict[str, dict[str, dict]] | None = None
+) -> list[Session]:
     """The sessions of `docs` (name -> spec, as `Store.buffer_docs`), by name; `statuses`:
     buffer -> host -> status, as `Store.all_status_docs` (none: every state unknown). A spec
     that is not a buffer's is left out, as every Slurm call leaves it (docs/security.md)."""
@@ -79,5 +93,10 @@ def state_flags(desired: str, reached: list[dict]) -> str:
     made = bool(reached) and all(s.get("state") for s in reached)
     failed = any(s.get("error") for s in reached)
     gone = bool(reached) and all(s.get("state") == "deleted" for s in reached)
-    return ("D" if destroying else "C") + ("A" if made and not destroying else "-") + \
-        ("F" if failed else "-") + ("T" if destroying and not gone else "-") + "-"
+    return (
+        ("D" if destroying else "C")
+        + ("A" if made and not destroying else "-")
+        + ("F" if failed else "-")
+        + ("T" if destroying and not gone else "-")
+        + "-"
+    )

@@ -85,19 +85,25 @@ class Fenced(AdminError):
     on none until it holds a lease again and has listed its buffers anew."""
 
     def __init__(self, host: str):
-        super().__init__(f"host {host}: this dacd's lease lapsed; it acts on no buffer until "
-                         "it has registered again (it does so by itself once etcd answers)")
+        super().__init__(
+            f"host {host}: this dacd's lease lapsed; it acts on no buffer until "
+            "it has registered again (it does so by itself once etcd answers)"
+        )
         self.host = host
 
 
 class NoCredential(AdminError):
     def __init__(self, path: str, role: str, reason: str):
-        holder = {"dacd": "root on storage servers", "slurm": "the Slurm controller's SlurmUser",
-                  "admin": "root on admin hosts"}.get(role, "the account that runs it")
+        holder = {
+            "dacd": "root on storage servers",
+            "slurm": "the Slurm controller's SlurmUser",
+            "admin": "root on admin hosts",
+        }.get(role, "the account that runs it")
         super().__init__(
             f"cannot read the etcd credential {path} ({reason}): the '{role}' credential is for "
             f"{holder}; run this as that account, or an admin must create the file "
-            "(docs/security.md, 'What a site must set up')")
+            "(docs/security.md, 'What a site must set up')"
+        )
         self.path, self.role = path, role
 
 
@@ -106,19 +112,25 @@ class BadRecord(AdminError):
     another type): something else wrote it, and an admin must fix or delete it."""
 
     def __init__(self, key: str, model: str, reason: str):
-        super().__init__(f"record at {key} is not a valid {model}: {reason}; an admin must fix "
-                         "or delete it")
+        super().__init__(
+            f"record at {key} is not a valid {model}: {reason}; an admin must fix or delete it"
+        )
         self.key = key
 
 
 class PlaybookFailed(AdminError):
     """A task failed on `host`; `node`: a compute node, which Slurm takes out of service."""
 
-    def __init__(self, step: str, task: str, host: str, rc: int, output: str,
-                 node: bool = False):
+    def __init__(self, step: str, task: str, host: str, rc: int, output: str, node: bool = False):
         tail = output.strip().splitlines()[-1] if output.strip() else "no output"
-        fix = (f"; an admin must fix {host} or take it out of service (scontrol update "
-               f"nodename={host} state=down)") if node else ""
+        fix = (
+            (
+                f"; an admin must fix {host} or take it out of service (scontrol update "
+                f"nodename={host} state=down)"
+            )
+            if node
+            else ""
+        )
         super().__init__(f"{step} failed on {host} at task '{task}' (rc {rc}): {tail[:300]}{fix}")
         self.step, self.task, self.host, self.rc = step, task, host, rc
         self.output = output[-8000:]  # bounded: kept in the buffer's status for the admin
@@ -131,21 +143,33 @@ class HostsUnreachable(PlaybookFailed):
     step; `servers`: the step's storage servers (and MGS), whose remedy is dac's drain, not
     Slurm's."""
 
-    def __init__(self, step: str, origin: str, reasons: dict[str, str], known_hosts: str,
-                 touched: frozenset[str] = frozenset(), rest_done: bool = False,
-                 servers: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        step: str,
+        origin: str,
+        reasons: dict[str, str],
+        known_hosts: str,
+        touched: frozenset[str] = frozenset(),
+        rest_done: bool = False,
+        servers: frozenset[str] = frozenset(),
+    ):
         hosts = sorted(reasons)
         named = ", ".join(hosts)
         why = _ssh_words(reasons[hosts[0]])
         if any(_key_refused(r) for r in reasons.values()):
-            fix = (f"an admin must check {named} and put its current host key in {known_hosts} "
-                   "(docs/admin.md, 'Host keys')")
+            fix = (
+                f"an admin must check {named} and put its current host key in {known_hosts} "
+                "(docs/admin.md, 'Host keys')"
+            )
         else:
             them = "it" if len(hosts) == 1 else "them"
-            fix = (f"an admin must bring {named} back, or take {them} out of service "
-                   f"({_out_of_service(hosts, servers)})")
-        AdminError.__init__(self, f"{step} failed on {origin}: {named} unreachable over ssh "
-                                  f"({why}); {fix}")
+            fix = (
+                f"an admin must bring {named} back, or take {them} out of service "
+                f"({_out_of_service(hosts, servers)})"
+            )
+        AdminError.__init__(
+            self, f"{step} failed on {origin}: {named} unreachable over ssh ({why}); {fix}"
+        )
         self.step, self.task, self.host, self.rc = step, "(connect)", hosts[0], 255
         # rest_done: every other host ran the whole step (no task failed, nothing cut short)
         self.hosts, self.touched, self.rest_done = hosts, touched, rest_done
@@ -193,6 +217,8 @@ class Superseded(Conflict):
     dacd read it: nothing is written, and the step for the old buffer goes no further."""
 
     def __init__(self, name: str):
-        super().__init__(f"buffer {name}: deleted or created anew while this host acted on it; "
-                         "its status was not written")
+        super().__init__(
+            f"buffer {name}: deleted or created anew while this host acted on it; "
+            "its status was not written"
+        )
         self.name = name

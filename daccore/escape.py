@@ -45,7 +45,7 @@ def escape(text: str | bytes, keep: str = "") -> str:
         elif c.isprintable():
             out.append(c)
         elif c < "\x80" or "\udc80" <= c <= "\udcff":  # ASCII control, or a byte not UTF-8
-            out.append(f"\\x{ord(c) & 0xff:02x}")
+            out.append(f"\\x{ord(c) & 0xFF:02x}")
         elif c <= "\uffff":
             out.append(f"\\u{ord(c):04x}")
         else:

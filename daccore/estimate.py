@@ -20,8 +20,16 @@ from fractions import Fraction
 from daccore.errors import AdminError, UserError
 from daccore.units import bricks_needed, parse_size
 
-__all__ = ["Measure", "measure", "parse_margin", "suggest_size", "find_pool",
-           "advise", "report", "problem_line"]
+__all__ = [
+    "Measure",
+    "measure",
+    "parse_margin",
+    "suggest_size",
+    "find_pool",
+    "advise",
+    "report",
+    "problem_line",
+]
 
 _MiB = 1 << 20
 #: problems kept per stage line (all are counted)
@@ -50,10 +58,16 @@ class Measure:
             self.problems.append((path, reason))
 
     def as_dict(self) -> dict:
-        return {"bytes": self.bytes, "allocated_bytes": self.allocated, "files": self.files,
-                "dirs": self.dirs, "links": self.links, "inodes": self.inodes,
-                "problems": [{"path": p, "reason": r} for p, r in self.problems],
-                "problem_count": self.problem_count}
+        return {
+            "bytes": self.bytes,
+            "allocated_bytes": self.allocated,
+            "files": self.files,
+            "dirs": self.dirs,
+            "links": self.links,
+            "inodes": self.inodes,
+            "problems": [{"path": p, "reason": r} for p, r in self.problems],
+            "problem_count": self.problem_count,
+        }
 
 
 def _why(e: OSError) -> str:
@@ -150,8 +164,7 @@ def parse_margin(text: str) -> Fraction:
     try:
         value = Fraction(t[:-1]) / 100 if t.endswith("%") else Fraction(t)
     except (ValueError, ZeroDivisionError):
-        raise ValueError(f"'{text}' is not a fraction like 0.25 or a percentage like 25%") \
-            from None
+        raise ValueError(f"'{text}' is not a fraction like 0.25 or a percentage like 25%") from None
     if not 0 <= value <= 10:
         raise ValueError(f"'{text}' must be between 0 and 10 (1000%)")
     return value
@@ -168,12 +181,14 @@ def suggest_size(n: int) -> str:
 _UNITS = ("PiB", "TiB", "GiB", "MiB", "KiB", "PB", "TB", "GB", "MB", "KB")
 
 
-def find_pool(read_pools, requested: str | None,
-              default: str | None) -> tuple[str | None, int | None, str | None]:
+def find_pool(
+    read_pools, requested: str | None, default: str | None
+) -> tuple[str | None, int | None, str | None]:
     """(pool, granularity, None), or (pool or None, None, why it is unknown). `read_pools()`
     returns the pools by name (Store.pools); an unreachable etcd (or user service) makes the
     pool unknown, not the estimate fail."""
     from daccore.jobs import pick_pool
+
     try:
         pools = read_pools()
     except AdminError as e:  # etcd, or dac's user service, unreachable
@@ -187,8 +202,7 @@ def find_pool(read_pools, requested: str | None,
     return name, pools[name].granularity, None
 
 
-def advise(needed: int, margin: Fraction, granularity: int | None,
-           jobdw: int | None) -> dict:
+def advise(needed: int, margin: Fraction, granularity: int | None, jobdw: int | None) -> dict:
     """The capacity to ask for: `needed` bytes plus the margin, rounded up to whole bricks
     when the granularity is known (else to whole MiB); and whether the script's `jobdw`
     capacity, as allocated (rounded up to bricks too), holds it: "enough", "tight" (the data
@@ -202,28 +216,53 @@ def advise(needed: int, margin: Fraction, granularity: int | None,
     verdict, allocated = "no jobdw", None
     if jobdw is not None:
         allocated = bricks_needed(jobdw, granularity) * granularity if granularity else jobdw
-        verdict = "too small" if allocated < needed else \
-            "tight" if allocated < with_margin else "enough"
-    return {"needed": needed, "with_margin": with_margin, "bricks": bricks,
-            "capacity": capacity, "suggestion": suggest_size(capacity),
-            "jobdw_capacity": jobdw, "jobdw_allocated": allocated, "verdict": verdict}
+        verdict = (
+            "too small" if allocated < needed else "tight" if allocated < with_margin else "enough"
+        )
+    return {
+        "needed": needed,
+        "with_margin": with_margin,
+        "bricks": bricks,
+        "capacity": capacity,
+        "suggestion": suggest_size(capacity),
+        "jobdw_capacity": jobdw,
+        "jobdw_allocated": allocated,
+        "verdict": verdict,
+    }
 
 
-def report(d, measured: list[Measure], output: int, margin: Fraction,
-           pool: tuple[str | None, int | None, str | None]) -> dict:
+def report(
+    d,
+    measured: list[Measure],
+    output: int,
+    margin: Fraction,
+    pool: tuple[str | None, int | None, str | None],
+) -> dict:
     """The --json form of `dacctl estimate`: `measured` holds one Measure per stage_in line of
     the directives `d` (each fills the job's buffer: the grammar allows no other target)."""
     lines = []
     for stage, m in zip(d.stage_in, measured, strict=True):
-        lines.append({"line": stage.line, "type": stage.type, "source": stage.source,
-                      "destination": stage.destination, **m.as_dict()})
+        lines.append(
+            {
+                "line": stage.line,
+                "type": stage.type,
+                "source": stage.source,
+                "destination": stage.destination,
+                **m.as_dict(),
+            }
+        )
     job = lines
     name, granularity, pool_error = pool
     data = sum(x["bytes"] for x in job)
     return {
-        "stage_in": lines, "bytes": data, "allocated_bytes": sum(x["allocated_bytes"] for x in job),
-        "inodes": sum(x["inodes"] for x in job), "output": output,
-        "margin": float(margin), "pool": name, "granularity": granularity,
+        "stage_in": lines,
+        "bytes": data,
+        "allocated_bytes": sum(x["allocated_bytes"] for x in job),
+        "inodes": sum(x["inodes"] for x in job),
+        "output": output,
+        "margin": float(margin),
+        "pool": name,
+        "granularity": granularity,
         "pool_error": pool_error,
         **advise(data + output, margin, granularity, d.jobdw.capacity if d.jobdw else None),
         "problem_count": sum(x["problem_count"] for x in lines),
@@ -237,6 +276,8 @@ def problem_line(rep: dict, uid: int) -> str | None:
         return None
     first = bad[0]["problems"][0]
     more = rep["problem_count"] - 1
-    return (f"line {bad[0]['line']}: stage_in: {first['path']}: {first['reason']} (as uid "
-            f"{uid}; the stage-in runs as you and would fail)" +
-            (f", and {more} more path{'s' if more > 1 else ''}" if more else ""))
+    return (
+        f"line {bad[0]['line']}: stage_in: {first['path']}: {first['reason']} (as uid "
+        f"{uid}; the stage-in runs as you and would fail)"
+        + (f", and {more} more path{'s' if more > 1 else ''}" if more else "")
+    )

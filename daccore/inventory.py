@@ -21,16 +21,28 @@ from collections import Counter, namedtuple
 
 from daccore.errors import InternalError
 
-__all__ = ["PoolInfo", "BrickInfo", "HostInfo", "HostView", "ClaimCounts", "Inventory",
-           "PoolSummary", "summarize", "parse_pools", "parse_hosts", "views_of"]
+__all__ = [
+    "PoolInfo",
+    "BrickInfo",
+    "HostInfo",
+    "HostView",
+    "ClaimCounts",
+    "Inventory",
+    "PoolSummary",
+    "summarize",
+    "parse_pools",
+    "parse_hosts",
+    "views_of",
+]
 
 
 # namedtuples and plain classes, not dataclasses: `pools` runs inside slurmctld, and importing
 # `dataclasses` plus defining these would cost ~25 ms of its budget (docs/performance.md).
 
 PoolInfo = namedtuple("PoolInfo", "name granularity backend placement swap", defaults=(False,))
-BrickInfo = namedtuple("BrickInfo", "host name device capacity pool socket pcie_switch",
-                       defaults=(0, "0"))
+BrickInfo = namedtuple(
+    "BrickInfo", "host name device capacity pool socket pcie_switch", defaults=(0, "0")
+)
 #: One host as the summary sees it (a HostCapacity record, plus liveness).
 HostView = namedtuple("HostView", "name alive drained pools")
 
@@ -38,8 +50,14 @@ HostView = namedtuple("HostView", "name alive drained pools")
 class HostInfo:
     __slots__ = ("name", "alive", "drained", "bricks", "warnings")
 
-    def __init__(self, name: str, alive: bool, drained: bool, bricks: list | None = None,
-                 warnings: list | None = None):
+    def __init__(
+        self,
+        name: str,
+        alive: bool,
+        drained: bool,
+        bricks: list | None = None,
+        warnings: list | None = None,
+    ):
         self.name, self.alive, self.drained = name, alive, drained
         self.bricks: list[BrickInfo] = bricks if bricks is not None else []
         self.warnings: list[str] = warnings if warnings is not None else []
@@ -61,8 +79,13 @@ class Inventory:
     the claims were read keys-only). Built either with full hosts and claims (for placement),
     or with capacity views and claim counts only (for the summary)."""
 
-    def __init__(self, pools: dict[str, PoolInfo], hosts: dict[str, HostInfo],
-                 claimed: dict[tuple[str, str], str], revision: int = 0):
+    def __init__(
+        self,
+        pools: dict[str, PoolInfo],
+        hosts: dict[str, HostInfo],
+        claimed: dict[tuple[str, str], str],
+        revision: int = 0,
+    ):
         self.pools = pools
         self.claimed = claimed
         self.revision = revision
@@ -75,15 +98,23 @@ class Inventory:
         self._counts: ClaimCounts | None = None
 
     @classmethod
-    def from_json(cls, pools: list[bytes], alive: set[str], *,
-                  claims: dict[tuple[str, str, str], str] | None = None,
-                  hosts: list[bytes] | None = None, capacities: list[bytes] | None = None,
-                  counts: ClaimCounts | None = None, revision: int = 0) -> Inventory:
+    def from_json(
+        cls,
+        pools: list[bytes],
+        alive: set[str],
+        *,
+        claims: dict[tuple[str, str, str], str] | None = None,
+        hosts: list[bytes] | None = None,
+        capacities: list[bytes] | None = None,
+        counts: ClaimCounts | None = None,
+        revision: int = 0,
+    ) -> Inventory:
         """`claims` maps (pool, host, brick) to the buffer; `counts` stands in for it when the
         claims were counted rather than listed."""
         claims = claims or {}
-        inv = cls(parse_pools(pools), {}, {(h, b): buf for (_, h, b), buf in claims.items()},
-                  revision)
+        inv = cls(
+            parse_pools(pools), {}, {(h, b): buf for (_, h, b), buf in claims.items()}, revision
+        )
         inv._hosts, inv._alive = None, alive
         if hosts is not None:
             inv._raw = {h["name"]: h for h in parse_hosts(hosts)}
@@ -98,8 +129,13 @@ class Inventory:
         return inv
 
     @classmethod
-    def of_counts(cls, pools: dict[str, PoolInfo], views: list[HostView], counts: ClaimCounts,
-                  revision: int = 0) -> Inventory:
+    def of_counts(
+        cls,
+        pools: dict[str, PoolInfo],
+        views: list[HostView],
+        counts: ClaimCounts,
+        revision: int = 0,
+    ) -> Inventory:
         """A summary-only inventory: no bricks, so it cannot place."""
         inv = cls(pools, {}, {}, revision)
         inv._hosts = None
@@ -119,17 +155,33 @@ class Inventory:
 
     def _host(self, name: str, pool: str | None = None) -> HostInfo:
         h = self._records()[name]
-        bricks = [BrickInfo(name, b["name"], b.get("device", ""), b["capacity"], b["pool"],
-                            b.get("socket", 0), b.get("pcie_switch", "0"))
-                  for b in h.get("bricks", ()) if pool is None or b["pool"] == pool]
-        return HostInfo(name, name in self._alive, h.get("drained", False), bricks,
-                        [str(w) for w in h.get("warnings", ())])
+        bricks = [
+            BrickInfo(
+                name,
+                b["name"],
+                b.get("device", ""),
+                b["capacity"],
+                b["pool"],
+                b.get("socket", 0),
+                b.get("pcie_switch", "0"),
+            )
+            for b in h.get("bricks", ())
+            if pool is None or b["pool"] == pool
+        ]
+        return HostInfo(
+            name,
+            name in self._alive,
+            h.get("drained", False),
+            bricks,
+            [str(w) for w in h.get("warnings", ())],
+        )
 
     def views(self) -> list[HostView]:
         if self._views is None:
-            self._views = [HostView(h.name, h.alive, h.drained,
-                                    dict(Counter(b.pool for b in h.bricks)))
-                           for h in self.hosts.values()]
+            self._views = [
+                HostView(h.name, h.alive, h.drained, dict(Counter(b.pool for b in h.bricks)))
+                for h in self.hosts.values()
+            ]
         return self._views
 
     def claim_counts(self) -> ClaimCounts:
@@ -155,8 +207,11 @@ class Inventory:
         if self._hosts is not None:
             candidates = list(self._hosts.values())
         else:
-            candidates = [self._host(name, pool) for name, h in self._records().items()
-                          if name in self._alive and not h.get("drained", False)]
+            candidates = [
+                self._host(name, pool)
+                for name, h in self._records().items()
+                if name in self._alive and not h.get("drained", False)
+            ]
         taken = self.claimed_by_host()
         none: set[str] = set()
         free: dict[str, list[BrickInfo]] = {}
@@ -171,9 +226,16 @@ class Inventory:
 
 
 def parse_pools(pools: list[bytes]) -> dict[str, PoolInfo]:
-    return {p["name"]: PoolInfo(p["name"], p["granularity"], p.get("backend", "local"),
-                                p.get("placement", "single_host"), p.get("swap", False))
-            for p in _loads_all(pools, _pool_ok)}
+    return {
+        p["name"]: PoolInfo(
+            p["name"],
+            p["granularity"],
+            p.get("backend", "local"),
+            p.get("placement", "single_host"),
+            p.get("swap", False),
+        )
+        for p in _loads_all(pools, _pool_ok)
+    }
 
 
 def parse_hosts(hosts: list[bytes]) -> list[dict]:
@@ -183,8 +245,10 @@ def parse_hosts(hosts: list[bytes]) -> list[dict]:
 
 def views_of(capacities: list[bytes], alive: set[str]) -> list[HostView]:
     """HostViews from HostCapacity records."""
-    return [HostView(c["name"], c["name"] in alive, c.get("drained", False), c.get("pools", {}))
-            for c in _loads_all(capacities, _capacity_ok)]
+    return [
+        HostView(c["name"], c["name"] in alive, c.get("drained", False), c.get("pools", {}))
+        for c in _loads_all(capacities, _capacity_ok)
+    ]
 
 
 def _loads_all(values: list[bytes], ok=None) -> list[dict]:
@@ -198,8 +262,11 @@ def _loads_all(values: list[bytes], ok=None) -> list[dict]:
         docs = []
     if len(docs) != len(values):  # a bad one: each on its own ('1},{' would make two)
         docs = [_loads(v) for v in values]
-    return [d for d in docs if isinstance(d, dict) and isinstance(d.get("name"), str)
-            and (ok is None or ok(d))]
+    return [
+        d
+        for d in docs
+        if isinstance(d, dict) and isinstance(d.get("name"), str) and (ok is None or ok(d))
+    ]
 
 
 def _loads(value: bytes):
@@ -210,25 +277,42 @@ def _loads(value: bytes):
 
 
 def _pool_ok(p: dict) -> bool:
-    return type(p.get("granularity")) is int and p["granularity"] > 0 and \
-        all(isinstance(p.get(f, ""), str) for f in ("backend", "placement"))
+    return (
+        type(p.get("granularity")) is int
+        and p["granularity"] > 0
+        and all(isinstance(p.get(f, ""), str) for f in ("backend", "placement"))
+    )
 
 
 def _capacity_ok(c: dict) -> bool:
     pools = c.get("pools", {})
-    return isinstance(c.get("drained", False), bool) and isinstance(pools, dict) and \
-        all(type(n) is int and n >= 0 for n in pools.values())
+    return (
+        isinstance(c.get("drained", False), bool)
+        and isinstance(pools, dict)
+        and all(type(n) is int and n >= 0 for n in pools.values())
+    )
 
 
 def _host_ok(h: dict) -> bool:
     bricks = h.get("bricks", [])
-    return isinstance(h.get("drained", False), bool) and isinstance(bricks, list) and all(
-        isinstance(b, dict) and all(isinstance(b.get(f), str) for f in ("name", "pool"))
-        and type(b.get("capacity")) is int for b in bricks)
+    return (
+        isinstance(h.get("drained", False), bool)
+        and isinstance(bricks, list)
+        and all(
+            isinstance(b, dict)
+            and all(isinstance(b.get(f), str) for f in ("name", "pool"))
+            and type(b.get("capacity")) is int
+            for b in bricks
+        )
+    )
 
 
-class PoolSummary(namedtuple("PoolSummary", "name backend granularity total free used "
-                                            "hosts_up hosts_down hosts_drained swap")):
+class PoolSummary(
+    namedtuple(
+        "PoolSummary",
+        "name backend granularity total free used hosts_up hosts_down hosts_drained swap",
+    )
+):
     """Brick counts of one pool. total = bricks on live hosts; used = the claimed ones among
     them; free = unclaimed on live, undrained hosts (so drained bricks are neither)."""
 
@@ -236,13 +320,19 @@ class PoolSummary(namedtuple("PoolSummary", "name backend granularity total free
 
     def as_dict(self) -> dict:
         return {
-            "name": self.name, "backend": self.backend, "granularity": self.granularity,
-            "total_bricks": self.total, "free_bricks": self.free, "used_bricks": self.used,
+            "name": self.name,
+            "backend": self.backend,
+            "granularity": self.granularity,
+            "total_bricks": self.total,
+            "free_bricks": self.free,
+            "used_bricks": self.used,
             "total_bytes": self.total * self.granularity,
             "free_bytes": self.free * self.granularity,
             "used_bytes": self.used * self.granularity,
-            "hosts_up": self.hosts_up, "hosts_down": self.hosts_down,
-            "hosts_drained": self.hosts_drained, "swap": self.swap,
+            "hosts_up": self.hosts_up,
+            "hosts_down": self.hosts_down,
+            "hosts_drained": self.hosts_drained,
+            "swap": self.swap,
         }
 
 
@@ -277,6 +367,18 @@ def summarize(inv: Inventory) -> list[PoolSummary]:
     for name, p in sorted(names.items()):
         used = counts.per_pool.get(name, 0) - down_claims[name]
         free = live_undrained[name] - (used - drained_claims[name])
-        out.append(PoolSummary(name, p.backend, p.granularity, total[name], free, used,
-                               up[name], down[name], drained[name], p.swap))
+        out.append(
+            PoolSummary(
+                name,
+                p.backend,
+                p.granularity,
+                total[name],
+                free,
+                used,
+                up[name],
+                down[name],
+                drained[name],
+                p.swap,
+            )
+        )
     return out

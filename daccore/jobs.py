@@ -16,9 +16,20 @@ from daccore.inventory import summarize
 from daccore.states import State
 from daccore.units import format_size
 
-__all__ = ["pick_pool", "validate", "await_persistent", "create_job_buffer",
-           "create_persistent", "set_desired", "attach", "detach", "needs_stage_out", "destroy",
-           "wait_for", "paths_for"]
+__all__ = [
+    "pick_pool",
+    "validate",
+    "await_persistent",
+    "create_job_buffer",
+    "create_persistent",
+    "set_desired",
+    "attach",
+    "detach",
+    "needs_stage_out",
+    "destroy",
+    "wait_for",
+    "paths_for",
+]
 
 
 def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> str:
@@ -32,8 +43,9 @@ def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> s
     raise UserError(f"name a pool with pool=<name> (pools: {', '.join(sorted(pools)) or 'none'})")
 
 
-def validate(store, d: Directives, default_pool: str | None, uid: int | None = None,
-             at_setup: bool = False) -> None:
+def validate(
+    store, d: Directives, default_pool: str | None, uid: int | None = None, at_setup: bool = False
+) -> None:
     """Everything a user can get wrong before the job queues; raises UserError with one line.
     `at_setup`: burst_buffer/datawarp has already run the script's create_persistent or
     destroy_persistent (it does so before setup), so that buffer existing (the job owner's),
@@ -53,12 +65,16 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
             raise UserError(f"line {line}: {directive}: {e}") from None
         s = summaries.get(name)
         if s is None:
-            raise NotFound(f"line {line}: {directive}: unknown pool '{name}' (pools: "
-                           f"{', '.join(sorted(summaries)) or 'none'})")
+            raise NotFound(
+                f"line {line}: {directive}: unknown pool '{name}' (pools: "
+                f"{', '.join(sorted(summaries)) or 'none'})"
+            )
         total = s.total * s.granularity
         if capacity > total:
-            raise CapacityError(f"line {line}: {directive}: capacity {format_size(capacity)} "
-                                f"is more than pool '{name}' holds ({format_size(total)})")
+            raise CapacityError(
+                f"line {line}: {directive}: capacity {format_size(capacity)} "
+                f"is more than pool '{name}' holds ({format_size(total)})"
+            )
         _check_one_host(line, directive, capacity, name, inventory, s.granularity)
         if directive == "jobdw" and d.jobdw:
             _check_access(line, d.jobdw.access, s)
@@ -73,22 +89,26 @@ def validate(store, d: Directives, default_pool: str | None, uid: int | None = N
             if owner is None:
                 raise NotFound(f"line {line}: persistentdw: no persistent buffer named '{name}'")
             if uid is not None and owner != uid:
-                raise UserError(f"line {line}: persistentdw: persistent buffer '{name}' belongs "
-                                "to another user")
+                raise UserError(
+                    f"line {line}: persistentdw: persistent buffer '{name}' belongs to another user"
+                )
         for x in d.destroy:
             owner = buffers.get(x.name)
             if owner is None and at_setup:
                 continue
             if owner is None:
-                raise NotFound(f"line {x.line}: destroy_persistent: no persistent buffer named "
-                               f"'{x.name}'")
+                raise NotFound(
+                    f"line {x.line}: destroy_persistent: no persistent buffer named '{x.name}'"
+                )
             if uid is not None and uid not in (0, owner):
-                raise UserError(f"line {x.line}: destroy_persistent: buffer '{x.name}' belongs "
-                                "to another user")
+                raise UserError(
+                    f"line {x.line}: destroy_persistent: buffer '{x.name}' belongs to another user"
+                )
         for c in d.create:
             if c.name in buffers and not (at_setup and buffers[c.name] == uid):
-                raise UserError(f"line {c.line}: create_persistent: a buffer named '{c.name}' "
-                                "already exists")
+                raise UserError(
+                    f"line {c.line}: create_persistent: a buffer named '{c.name}' already exists"
+                )
 
 
 def await_persistent(store, d: Directives, timeout: float, job: str) -> None:
@@ -98,20 +118,26 @@ def await_persistent(store, d: Directives, timeout: float, job: str) -> None:
     deadline = time.monotonic() + timeout
     while True:
         owners = store.buffer_owners()
-        missing = [(line, name) for line, name in zip(d.persistent_lines, d.persistent,
-                                                      strict=True) if name not in owners]
+        missing = [
+            (line, name)
+            for line, name in zip(d.persistent_lines, d.persistent, strict=True)
+            if name not in owners
+        ]
         if not missing:
             return
         if time.monotonic() >= deadline:
             line, name = missing[0]
-            raise NotFound(f"line {line}: persistentdw: no persistent buffer named '{name}' "
-                           f"yet (waited {timeout:.0f}s); create it, then release the job "
-                           f"(scontrol release {job})")
+            raise NotFound(
+                f"line {line}: persistentdw: no persistent buffer named '{name}' "
+                f"yet (waited {timeout:.0f}s); create it, then release the job "
+                f"(scontrol release {job})"
+            )
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
-def _check_one_host(line: int, directive: str, capacity: int, pool: str, inventory,
-                    granularity: int) -> None:
+def _check_one_host(
+    line: int, directive: str, capacity: int, pool: str, inventory, granularity: int
+) -> None:
     """A pool that keeps a buffer on one host (single_host) can never place one bigger than
     its biggest host holds, up or not: refused now, not by setup once the job has queued and
     Slurm has set the capacity aside for it."""
@@ -120,48 +146,76 @@ def _check_one_host(line: int, directive: str, capacity: int, pool: str, invento
         return
     most = max((v.pools.get(pool, 0) for v in inventory.views()), default=0) * granularity
     if capacity > most:
-        raise CapacityError(f"line {line}: {directive}: capacity {format_size(capacity)} is "
-                            f"more than one host of pool '{pool}' holds ({format_size(most)}), "
-                            "and the pool keeps a buffer on one host")
+        raise CapacityError(
+            f"line {line}: {directive}: capacity {format_size(capacity)} is "
+            f"more than one host of pool '{pool}' holds ({format_size(most)}), "
+            "and the pool keeps a buffer on one host"
+        )
 
 
 def _check_access(line: int, access: str, pool) -> None:
     from daccore.backends import unservable
+
     why = unservable(pool.backend, 0, 0, access)
     if why:
-        raise UserError(f"line {line}: jobdw: access_mode={access}: pool '{pool.name}' cannot "
-                        f"serve it: {why}")
+        raise UserError(
+            f"line {line}: jobdw: access_mode={access}: pool '{pool.name}' cannot serve it: {why}"
+        )
 
 
 def _check_swap(d: Directives, pool, capacity: int) -> None:
     from daccore.backends import unservable
+
     line = d.swap_line
     if not pool.swap:
-        raise UserError(f"line {line}: swap: pool '{pool.name}' does not offer swap (the site "
-                        "turned it off)")
+        raise UserError(
+            f"line {line}: swap: pool '{pool.name}' does not offer swap (the site turned it off)"
+        )
     if d.swap > capacity:
-        raise UserError(f"line {line}: swap: {format_size(d.swap)} per node is more than the "
-                        f"buffer's capacity {format_size(capacity)}")
+        raise UserError(
+            f"line {line}: swap: {format_size(d.swap)} per node is more than the "
+            f"buffer's capacity {format_size(capacity)}"
+        )
     why = unservable(pool.backend, -(-capacity // pool.granularity), d.swap)
     if why:
-        raise UserError(f"line {line}: swap: {why}; ask for at most "
-                        f"{format_size(pool.granularity)} or drop the swap line")
+        raise UserError(
+            f"line {line}: swap: {why}; ask for at most "
+            f"{format_size(pool.granularity)} or drop the swap line"
+        )
 
 
-def _buffer(name: str, uid: int, gid: int, job_id: int | None, persistent: bool, request,
-            allocation):
+def _buffer(
+    name: str, uid: int, gid: int, job_id: int | None, persistent: bool, request, allocation
+):
     from daccore.models import Buffer
-    return Buffer(name=name, owner_uid=uid, owner_gid=gid, job_id=job_id, persistent=persistent,
-                  request=request, allocation=allocation, created_at=time.time())
+
+    return Buffer(
+        name=name,
+        owner_uid=uid,
+        owner_gid=gid,
+        job_id=job_id,
+        persistent=persistent,
+        request=request,
+        allocation=allocation,
+        created_at=time.time(),
+    )
 
 
-def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
-                      default_pool: str | None, own_mgs_pools: frozenset = frozenset()) -> bool:
+def create_job_buffer(
+    store,
+    job_id: int,
+    uid: int,
+    gid: int,
+    d: Directives,
+    default_pool: str | None,
+    own_mgs_pools: frozenset = frozenset(),
+) -> bool:
     """Allocate the job's jobdw buffer (named after the job). False when the job has none.
     Idempotent: Slurm may run setup again after a slurmctld restart. A buffer in one of
     `own_mgs_pools` (DacConfig.own_mgs_pools) also takes its primary host's MGS slot."""
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest, StageRequest
+
     validate(store, d, default_pool, uid, at_setup=True)
     if d.jobdw is None:
         return False
@@ -170,22 +224,52 @@ def create_job_buffer(store, job_id: int, uid: int, gid: int, d: Directives,
     if existing is not None:
         return True
     pool = pick_pool(d.jobdw.pool, default_pool, list(store.pools()))
-    stages = {k: [StageRequest(type=s.type, source=s.source, destination=s.destination)
-                  for s in v] for k, v in (("in", d.stage_in), ("out", d.stage_out))}
-    request = BufferRequest(capacity=d.jobdw.capacity, pool=pool, access=d.jobdw.access,
-                            type=d.jobdw.type, swap=d.swap, stage_in=stages["in"],
-                            stage_out=stages["out"], persistent=d.persistent)
-    allocate_buffer(store, lambda a: _buffer(name, uid, gid, job_id, False, request, a),
-                    capacity=d.jobdw.capacity, pool=pool, own_mgs=pool in own_mgs_pools)
+    stages = {
+        k: [StageRequest(type=s.type, source=s.source, destination=s.destination) for s in v]
+        for k, v in (("in", d.stage_in), ("out", d.stage_out))
+    }
+    request = BufferRequest(
+        capacity=d.jobdw.capacity,
+        pool=pool,
+        access=d.jobdw.access,
+        type=d.jobdw.type,
+        swap=d.swap,
+        stage_in=stages["in"],
+        stage_out=stages["out"],
+        persistent=d.persistent,
+    )
+    allocate_buffer(
+        store,
+        lambda a: _buffer(name, uid, gid, job_id, False, request, a),
+        capacity=d.jobdw.capacity,
+        pool=pool,
+        own_mgs=pool in own_mgs_pools,
+    )
     import logging  # not at the top: validate() runs inside slurmctld and needs no logging
-    logging.getLogger(__name__).info("buffer %s allocated for job %s (%s in %s)", name, job_id,
-             format_size(d.jobdw.capacity), pool)
+
+    logging.getLogger(__name__).info(
+        "buffer %s allocated for job %s (%s in %s)",
+        name,
+        job_id,
+        format_size(d.jobdw.capacity),
+        pool,
+    )
     return True
 
 
-def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool: str | None,
-                      access: str, type_: str, default_pool: str | None,
-                      own_mgs_pools: frozenset = frozenset(), caps: dict | None = None) -> None:
+def create_persistent(
+    store,
+    name: str,
+    uid: int,
+    gid: int,
+    capacity: int,
+    pool: str | None,
+    access: str,
+    type_: str,
+    default_pool: str | None,
+    own_mgs_pools: frozenset = frozenset(),
+    caps: dict | None = None,
+) -> None:
     """Allocate persistent buffer `name` for `uid`:`gid`, within `caps` (the config's
     persistent_caps as a dict, as every command passes it; None: no caps), checked and
     allocated under the owner's lock in etcd so that parallel creates never pass a cap
@@ -193,19 +277,30 @@ def create_persistent(store, name: str, uid: int, gid: int, capacity: int, pool:
     from daccore.bounds import MAX_BYTES
     from daccore.buffers import allocate_buffer
     from daccore.models import BufferRequest
+
     if access != "striped":
-        raise UserError(f"create_persistent: access '{access}': persistent buffers are striped "
-                        "(every attaching job sees one directory)")
+        raise UserError(
+            f"create_persistent: access '{access}': persistent buffers are striped "
+            "(every attaching job sees one directory)"
+        )
     if type_ != "scratch":  # as the directive grammar says
         raise UserError(f"create_persistent: type '{type_}' is not supported; use scratch")
     if capacity > MAX_BYTES:  # a record's bound, refused here rather than by its model
-        raise CapacityError(f"create_persistent: capacity {format_size(capacity)} is more "
-                            "than any pool holds")
+        raise CapacityError(
+            f"create_persistent: capacity {format_size(capacity)} is more than any pool holds"
+        )
     pool = pick_pool(pool, default_pool, list(store.pools()))
     request = BufferRequest(capacity=capacity, pool=pool, access=access, type=type_)
+
     def allocate():
-        allocate_buffer(store, lambda a: _buffer(name, uid, gid, None, True, request, a),
-                        capacity=capacity, pool=pool, own_mgs=pool in own_mgs_pools)
+        allocate_buffer(
+            store,
+            lambda a: _buffer(name, uid, gid, None, True, request, a),
+            capacity=capacity,
+            pool=pool,
+            own_mgs=pool in own_mgs_pools,
+        )
+
     if caps is None:
         return allocate()
     with store.owner_lock(uid):
@@ -223,29 +318,36 @@ def _within_caps(store, caps: dict, uid: int, gid: int, capacity: int, pool: str
     size = -(-capacity // summary.granularity) * summary.granularity
     total = summary.total * summary.granularity
     for who, owner, share, count in (
-            (f"uid {uid}", {"uid": uid}, caps["user_share"], caps["user_buffers"]),
-            (f"group {gid}", {"gid": gid}, caps["group_share"], caps["group_buffers"])):
+        (f"uid {uid}", {"uid": uid}, caps["user_share"], caps["user_buffers"]),
+        (f"group {gid}", {"gid": gid}, caps["group_share"], caps["group_buffers"]),
+    ):
         kind = "user" if "uid" in owner else "group"
         held, used = store.persistent_usage(**owner).get(pool, [0, 0])
         if count and held + 1 > count:
-            raise UserError(f"create_persistent: {who} holds {held} persistent buffers, the "
-                            f"most one {kind} may (persistent_caps.{kind}_buffers in dac.yaml): "
-                            "destroy one first, or ask an admin")
+            raise UserError(
+                f"create_persistent: {who} holds {held} persistent buffers, the "
+                f"most one {kind} may (persistent_caps.{kind}_buffers in dac.yaml): "
+                "destroy one first, or ask an admin"
+            )
         if share < 1 and used + size > share * total:
-            raise UserError(f"create_persistent: {who}'s persistent buffers in pool '{pool}' "
-                            f"would hold {format_size(used + size)} of its "
-                            f"{format_size(total)}; one {kind} may hold {share:.0%} "
-                            f"({format_size(int(share * total))}; persistent_caps.{kind}_share "
-                            "in dac.yaml): destroy one first, or ask an admin")
+            raise UserError(
+                f"create_persistent: {who}'s persistent buffers in pool '{pool}' "
+                f"would hold {format_size(used + size)} of its "
+                f"{format_size(total)}; one {kind} may hold {share:.0%} "
+                f"({format_size(int(share * total))}; persistent_caps.{kind}_share "
+                "in dac.yaml): destroy one first, or ask an admin"
+            )
 
 
 # From here on a buffer is its spec as plain JSON (Store.buffer_doc): these run in every Slurm
 # call after setup, and pydantic would cost each 0.2 s (docs/performance.md).
 
+
 def _update(store, name: str, change) -> bool:
     """Apply `change(spec) -> dict of new field values (JSON), or None for no change` with
     compare-and-swap, bumping the generation; False when there is no such buffer."""
     from daccore.errors import Conflict
+
     deleted = State.DELETED.value
     for _ in range(50):
         current = store.buffer_doc(name)
@@ -256,12 +358,14 @@ def _update(store, name: str, change) -> bool:
         if not fields:
             return True
         if buf["desired_state"] == deleted and (
-                fields.get("desired_state", deleted) != deleted or
-                len(fields.get("attachments", {})) > len(buf["attachments"])):
+            fields.get("desired_state", deleted) != deleted
+            or len(fields.get("attachments", {})) > len(buf["attachments"])
+        ):
             raise UserError(f"buffer '{name}' is being torn down")  # never brought back
         try:
-            store.update_buffer_doc({**buf, **fields, "generation": buf["generation"] + 1},
-                                    current.mod_revision)
+            store.update_buffer_doc(
+                {**buf, **fields, "generation": buf["generation"] + 1}, current.mod_revision
+            )
             return True
         except Conflict:
             continue
@@ -273,26 +377,33 @@ def set_desired(store, name: str, state: State, retry: bool = False) -> bool:
     a jobdw, or a teardown Slurm repeats). With `retry`, asking again for the state a host
     failed to reach (a stage into a full filesystem, since freed) records it anew: a new
     generation, which dacd answers by running the failed step again."""
+
     def change(b):
         if b["desired_state"] != state.value:
             return {"desired_state": state.value}
-        if retry and any(s.get("error") and s.get("generation", 0) >= b["generation"]
-                         for s in store.status_docs(name).values()):
+        if retry and any(
+            s.get("error") and s.get("generation", 0) >= b["generation"]
+            for s in store.status_docs(name).values()
+        ):
             return {"desired_state": state.value}  # _update bumps the generation
         return None
+
     return _update(store, name, change)
 
 
 def _attachment(job: str, nodes: list[str] | None, state: State | None):
     """A change for `_update`: the job's attachment becomes `nodes` (None: removed) and, with
     `state`, the desired state too; None when the spec already says so."""
+
     def change(b):
-        if b["attachments"].get(job) == nodes and (state is None or
-                                                   b["desired_state"] == state.value):
+        if b["attachments"].get(job) == nodes and (
+            state is None or b["desired_state"] == state.value
+        ):
             return None
         others = {k: v for k, v in b["attachments"].items() if k != job}
         fields = {"attachments": others if nodes is None else {**others, job: list(nodes)}}
         return {**fields, "desired_state": state.value} if state is not None else fields
+
     return change
 
 
@@ -300,6 +411,7 @@ def attach(store, job: str, nodes: list[str], names: list[str], state: State | N
     """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
     them to it (a job buffer: MOUNTED, in the same change)."""
     from daccore.trust import check_attachment
+
     check_attachment(job, nodes)  # what dacd would refuse to act on is never written
     for name in names:
         if not _update(store, name, _attachment(job, nodes, state)):
@@ -314,8 +426,11 @@ def detach(store, job: str, names: list[str], state: State | None = None) -> Non
 
 def attached_by(store, job: str) -> list[str]:
     """Persistent buffers that `job` still has attached."""
-    return sorted(n for n, b in store.buffer_docs().items()
-                  if b.get("persistent") and job in (b.get("attachments") or ()))
+    return sorted(
+        n
+        for n, b in store.buffer_docs().items()
+        if b.get("persistent") and job in (b.get("attachments") or ())
+    )
 
 
 def needs_stage_out(store, buf: dict) -> bool:
@@ -326,25 +441,32 @@ def needs_stage_out(store, buf: dict) -> bool:
     reached = [s.get("state") for s in store.status_docs(buf["name"]).values()]
     return bool(reached) and all(
         s is not None and State.MOUNTED.rank <= State(s).rank < State.STAGED_OUT.rank
-        for s in reached)
+        for s in reached
+    )
 
 
 def destroy(store, name: str, uid: int | None = None) -> None:
     """Ask for persistent buffer `name` to be deleted; refused while a job has it attached,
     and for anyone but its owner (or root) when the caller is known."""
+
     def change(b):
         if uid is not None and uid not in (0, b["owner_uid"]):
             raise UserError(f"destroy_persistent: buffer '{name}' belongs to another user")
         if b["attachments"]:
-            raise UserError(f"destroy_persistent: buffer '{name}' is attached to job "
-                            f"{', '.join(sorted(b['attachments']))}; destroy it once they end")
+            raise UserError(
+                f"destroy_persistent: buffer '{name}' is attached to job "
+                f"{', '.join(sorted(b['attachments']))}; destroy it once they end"
+            )
         if b["desired_state"] != State.DELETED.value:
             return {"desired_state": State.DELETED.value}
         # asked again after a delete failed (a mount of it left elsewhere): a new generation,
         # which dacd answers by running the delete again
-        failed = any(s.get("error") and s.get("generation", 0) >= b["generation"]
-                     for s in store.status_docs(name).values())
+        failed = any(
+            s.get("error") and s.get("generation", 0) >= b["generation"]
+            for s in store.status_docs(name).values()
+        )
         return {"desired_state": State.DELETED.value} if failed else None
+
     if not _update(store, name, change):
         raise NotFound(f"destroy_persistent: no persistent buffer named '{name}'")
 
@@ -354,8 +476,14 @@ def destroy(store, name: str, uid: int | None = None) -> None:
 RESTART_GRACE = 90.0
 
 
-def wait_for(store, name: str, state: State, timeout: float, job: str | None = None,
-             grace: float = RESTART_GRACE) -> None:
+def wait_for(
+    store,
+    name: str,
+    state: State,
+    timeout: float,
+    job: str | None = None,
+    grace: float = RESTART_GRACE,
+) -> None:
     """Return once every host of the buffer has reached `state` (for DELETED: once the buffer
     is gone) and, with `job`, mounts it on exactly the nodes the spec attaches for that job;
     raise the step's error, typed by who must act, or AdminError at the deadline.
@@ -372,9 +500,17 @@ def wait_for(store, name: str, state: State, timeout: float, job: str | None = N
         watch.close()
 
 
-def _wait(store, name: str, state: State, timeout: float, job: str | None,
-          wake: threading.Event, grace: float) -> None:
+def _wait(
+    store,
+    name: str,
+    state: State,
+    timeout: float,
+    job: str | None,
+    wake: threading.Event,
+    grace: float,
+) -> None:
     from daccore.errors import AdminError, InternalError
+
     errors = {"user": UserError, "admin": AdminError, "internal": InternalError}
     deadline = time.monotonic() + timeout
     down_since: dict[str, float] = {}  # host -> when this call first found it down
@@ -400,12 +536,18 @@ def _wait(store, name: str, state: State, timeout: float, job: str | None,
                 raise errors[error["category"]](f"buffer {name}: {error['message']}")
             reached = State(s["state"]) if s.get("state") else None
             done = reached is not None and (
-                reached is State.DELETED if state is State.DELETED else
-                reached is not State.DELETED and reached.rank >= state.rank and
-                (job is None or s.get("attached", {}).get(job) == buf["attachments"].get(job)))
+                reached is State.DELETED
+                if state is State.DELETED
+                else reached is not State.DELETED
+                and reached.rank >= state.rank
+                and (job is None or s.get("attached", {}).get(job) == buf["attachments"].get(job))
+            )
             if not done:
-                where = "down: its dacd's lease lapsed" if host in down else \
-                    s.get("step") or (reached.value if reached else "")
+                where = (
+                    "down: its dacd's lease lapsed"
+                    if host in down
+                    else s.get("step") or (reached.value if reached else "")
+                )
                 behind.append(f"{host} ({where or 'not started'})")
                 if host in down and now - down_since[host] >= grace:
                     late.append(host)
@@ -414,27 +556,40 @@ def _wait(store, name: str, state: State, timeout: float, job: str | None,
         if not behind and state is not State.DELETED:
             return
         if now > deadline:
-            raise AdminError(f"buffer {name}: not {state.value} within {timeout:.0f}s on "
-                             f"{', '.join(behind) or 'its hosts'}; is dacd running there?")
+            raise AdminError(
+                f"buffer {name}: not {state.value} within {timeout:.0f}s on "
+                f"{', '.join(behind) or 'its hosts'}; is dacd running there?"
+            )
         wake.wait(delay)
         delay = min(delay * 1.3, 0.25)
 
 
-def _down_line(buf: dict, name: str, state: State, late: list[str], all_down: bool,
-               grace: float, job: str | None) -> str:
+def _down_line(
+    buf: dict,
+    name: str,
+    state: State,
+    late: list[str],
+    all_down: bool,
+    grace: float,
+    job: str | None,
+) -> str:
     """The one line of a call that waited `grace` seconds for a host in vain: the host and
     every remedy that works from here (docs/reliability.md tests each)."""
     hosts = ", ".join(late)
-    line = (f"buffer {name}: storage host {hosts} is down (its dacd's lease lapsed and it did "
-            f"not come back within restart_grace, {grace:.0f}s); restart dacd there "
-            "(systemctl restart dacd)")
+    line = (
+        f"buffer {name}: storage host {hosts} is down (its dacd's lease lapsed and it did "
+        f"not come back within restart_grace, {grace:.0f}s); restart dacd there "
+        "(systemctl restart dacd)"
+    )
     if state is State.DELETED:
         line += ": it finishes this teardown by itself"
     else:
         owner = job or (str(buf["job_id"]) if buf.get("job_id") is not None else None)
         if owner is not None:
-            line += (f", then cancel job {owner} (scancel {owner}): its teardown frees the "
-                     "buffer once dacd is back")
+            line += (
+                f", then cancel job {owner} (scancel {owner}): its teardown frees the "
+                "buffer once dacd is back"
+            )
     if all_down:
         line += f"; if the host is gone for good: dacctl forget {name}"
     return line
@@ -443,9 +598,14 @@ def _down_line(buf: dict, name: str, state: State, late: list[str], all_down: bo
 def paths_for(job: str, access: str, persistent: list[str], mount_root: str) -> list[str]:
     """The KEY=VALUE lines Slurm adds to the job's environment (DataWarp's names)."""
     from daccore.layout import mount_path
+
     modes = access.split(",")
-    lines = [f"DW_JOB_{kind.upper()}={mount_path(mount_root, job, job, False, kind)}"
-             for kind in ("striped", "private") if kind in modes]
-    lines += [f"DW_PERSISTENT_STRIPED_{p}={mount_path(mount_root, job, p, True)}"
-              for p in persistent]
+    lines = [
+        f"DW_JOB_{kind.upper()}={mount_path(mount_root, job, job, False, kind)}"
+        for kind in ("striped", "private")
+        if kind in modes
+    ]
+    lines += [
+        f"DW_PERSISTENT_STRIPED_{p}={mount_path(mount_root, job, p, True)}" for p in persistent
+    ]
     return lines

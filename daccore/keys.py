@@ -1,25 +1,25 @@
 """The etcd key layout: the only place that spells a key. Used by `daccore.store` alone.
 
-    <prefix>pools/<pool>               Pool         dacd, create-if-missing
-    <prefix>hosts/<host>               Host         dacd (drained: admin, by compare-and-swap)
-    <prefix>capacity/<host>            HostCapacity  index of hosts/<host>, same txn, for `pools`
-    <prefix>alive/<host>               empty        dacd, bound to its lease
-    <prefix>claims/<pool>/<host>/<brick>  BrickClaim  dacctl, in the buffer's allocation txn
-    <prefix>buffers/<name>             Buffer       dacctl
-    <prefix>mgs/<host>                 BrickClaim   dacctl, same txn: the host's one Lustre MGS
-    <prefix>intents/<name>             Buffer       dacctl: a big buffer's spec while its bricks
-                                                    are claimed in several transactions
-    <prefix>intent-leases/<name>       empty        dacctl, bound to the allocating call's lease
-    <prefix>owner-locks/<uid>          empty        dacctl, bound to a lease: one persistent
-                                                    buffer of that owner made at a time, so its
-                                                    caps are checked and kept atomically
-    <prefix>owed/<node>/<name>         Owed         the primary's dacd: what a compute node that
-                                                    did not answer at teardown still owes
-    <prefix>status/<name>/<host>       Status       the dacd of <host>
-    <prefix>work/<host>/<name>         generation   whoever writes buffers/<name>, same txn: a
-                                                    wake-up for each host that acts on it (its
-                                                    primary alone for lustre and daos), so a
-                                                    dacd watches its own work, not every spec
+<prefix>pools/<pool>               Pool         dacd, create-if-missing
+<prefix>hosts/<host>               Host         dacd (drained: admin, by compare-and-swap)
+<prefix>capacity/<host>            HostCapacity  index of hosts/<host>, same txn, for `pools`
+<prefix>alive/<host>               empty        dacd, bound to its lease
+<prefix>claims/<pool>/<host>/<brick>  BrickClaim  dacctl, in the buffer's allocation txn
+<prefix>buffers/<name>             Buffer       dacctl
+<prefix>mgs/<host>                 BrickClaim   dacctl, same txn: the host's one Lustre MGS
+<prefix>intents/<name>             Buffer       dacctl: a big buffer's spec while its bricks
+                                                are claimed in several transactions
+<prefix>intent-leases/<name>       empty        dacctl, bound to the allocating call's lease
+<prefix>owner-locks/<uid>          empty        dacctl, bound to a lease: one persistent
+                                                buffer of that owner made at a time, so its
+                                                caps are checked and kept atomically
+<prefix>owed/<node>/<name>         Owed         the primary's dacd: what a compute node that
+                                                did not answer at teardown still owes
+<prefix>status/<name>/<host>       Status       the dacd of <host>
+<prefix>work/<host>/<name>         generation   whoever writes buffers/<name>, same txn: a
+                                                wake-up for each host that acts on it (its
+                                                primary alone for lustre and daos), so a
+                                                dacd watches its own work, not every spec
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ class Keys:
     @staticmethod
     def last(key: str, prefix: str) -> str:
         """The name a key under `prefix` stands for: `hosts/dac1` -> `dac1`."""
-        return key[len(prefix):]
+        return key[len(prefix) :]
 
     def parse_claim(self, key: str) -> tuple[str, str, str]:
         """(pool, host, brick) of a claim key."""
-        pool, host, brick = key[len(self.claims):].split("/", 2)
+        pool, host, brick = key[len(self.claims) :].split("/", 2)
         return pool, host, brick

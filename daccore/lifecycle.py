@@ -31,8 +31,13 @@ STEP_FOR = {
 }
 
 
-def next_step(desired: State, reached: State | None, failed_generation: int | None,
-              generation: int, mounts_match: bool = True) -> tuple[str, State] | None:
+def next_step(
+    desired: State,
+    reached: State | None,
+    failed_generation: int | None,
+    generation: int,
+    mounts_match: bool = True,
+) -> tuple[str, State] | None:
     """(step, state it reaches), or None when there is nothing to do now.
 
     `failed_generation` is the spec generation whose step last failed on this host, if any;

@@ -21,10 +21,29 @@ from daccore.escape import printable
 from daccore.states import State
 
 __all__ = [
-    "Name", "BufferName", "JobKey", "Backend", "AccessMode", "BufferType", "PlacementPolicy",
-    "State", "StageType", "Pool", "Brick", "Host", "HostCapacity", "BrickClaim", "StageRequest",
-    "BufferRequest", "BrickRef",
-    "Allocation", "Buffer", "Progress", "StatusError", "Status", "RECORDS",
+    "Name",
+    "BufferName",
+    "JobKey",
+    "Backend",
+    "AccessMode",
+    "BufferType",
+    "PlacementPolicy",
+    "State",
+    "StageType",
+    "Pool",
+    "Brick",
+    "Host",
+    "HostCapacity",
+    "BrickClaim",
+    "StageRequest",
+    "BufferRequest",
+    "BrickRef",
+    "Allocation",
+    "Buffer",
+    "Progress",
+    "StatusError",
+    "Status",
+    "RECORDS",
 ]
 
 #: Names that are safe inside an etcd key and a path: hosts, bricks, pools, compute nodes.
@@ -102,9 +121,11 @@ class Host(Record):
     drained: bool = False
     versions: dict[str, str] = {}
     warnings: list[Annotated[str, Field(max_length=1000)]] = Field(
-        [], max_length=100,
+        [],
+        max_length=100,
         description="what its dacd found open to users on the server (a brick device others "
-                    "may read, an fs_root others may list), for `dacctl hosts`")
+        "may read, an fs_root others may list), for `dacctl hosts`",
+    )
 
     @model_validator(mode="after")
     def _unique_bricks(self) -> Host:
@@ -113,8 +134,9 @@ class Host(Record):
             for b in self.bricks:
                 value = getattr(b, attr)
                 if value in seen:
-                    raise ValueError(f"brick {attr} '{value}' is listed twice on host "
-                                     f"'{self.name}'")
+                    raise ValueError(
+                        f"brick {attr} '{value}' is listed twice on host '{self.name}'"
+                    )
                 seen.add(value)
         return self
 
@@ -140,9 +162,11 @@ class BrickClaim(Record):
 
     buffer: Name
     primary: Name | None = Field(
-        None, description="the buffer's primary host: where a backend's steps run once for all "
-                          "hosts (lustre, daos), the other hosts' dacd leave the buffer alone "
-                          "without reading its spec")
+        None,
+        description="the buffer's primary host: where a backend's steps run once for all "
+        "hosts (lustre, daos), the other hosts' dacd leave the buffer alone "
+        "without reading its spec",
+    )
 
 
 class StageRequest(Record):
@@ -161,25 +185,31 @@ class BufferRequest(Record):
     swap: int = Field(0, ge=0, le=bounds.MAX_BYTES, description="bytes of swap per compute node")
     stage_in: list[StageRequest] = Field([], max_length=bounds.MAX_STAGE_LINES)
     stage_out: list[StageRequest] = Field([], max_length=bounds.MAX_STAGE_LINES)
-    persistent: list[BufferName] = Field([], max_length=bounds.MAX_STAGE_LINES,
-                                         description="persistent buffers the job attaches")
+    persistent: list[BufferName] = Field(
+        [], max_length=bounds.MAX_STAGE_LINES, description="persistent buffers the job attaches"
+    )
 
     @model_validator(mode="after")
     def _stage_text(self) -> BufferRequest:
-        text = sum(len(s.source.encode(errors="surrogateescape")) +
-                   len(s.destination.encode(errors="surrogateescape"))
-                   for s in self.stage_in + self.stage_out)
+        text = sum(
+            len(s.source.encode(errors="surrogateescape"))
+            + len(s.destination.encode(errors="surrogateescape"))
+            for s in self.stage_in + self.stage_out
+        )
         if text > bounds.MAX_STAGE_TEXT:
-            raise ValueError(f"the stage lines' paths come to {text} bytes; at most "
-                             f"{bounds.MAX_STAGE_TEXT}")
+            raise ValueError(
+                f"the stage lines' paths come to {text} bytes; at most {bounds.MAX_STAGE_TEXT}"
+            )
         return self
 
 
 class BrickRef(Record):
     host: Name
     brick: Name
-    device: str = Field(description="for people reading the record: dacd takes the device from "
-                                    "its own config, by brick name (daccore.trust)")
+    device: str = Field(
+        description="for people reading the record: dacd takes the device from "
+        "its own config, by brick name (daccore.trust)"
+    )
     capacity: Bytes
 
 
@@ -187,8 +217,10 @@ class Allocation(Record):
     bricks: list[BrickRef] = Field(min_length=1)
     primary_host: Name = Field(description="runs the buffer's staging and, for Lustre, its MGS")
     mgs_host: Name | None = Field(
-        None, description="the host whose one Lustre MGS slot the buffer holds (a lustre pool "
-                          "with a per-buffer MGS: Lustre runs at most one MGS per server)")
+        None,
+        description="the host whose one Lustre MGS slot the buffer holds (a lustre pool "
+        "with a per-buffer MGS: Lustre runs at most one MGS per server)",
+    )
 
     @property
     def hosts(self) -> list[str]:
@@ -205,8 +237,9 @@ class Allocation(Record):
         if self.primary_host not in {b.host for b in self.bricks}:
             raise ValueError(f"primary host '{self.primary_host}' holds none of the bricks")
         if self.mgs_host not in (None, self.primary_host):
-            raise ValueError(f"the MGS runs on the primary host '{self.primary_host}', not on "
-                             f"'{self.mgs_host}'")
+            raise ValueError(
+                f"the MGS runs on the primary host '{self.primary_host}', not on '{self.mgs_host}'"
+            )
         return self
 
 
@@ -214,8 +247,9 @@ class Buffer(Record):
     """A buffer's spec: written by dacctl (the scheduler side) only."""
 
     name: BufferName
-    owner_uid: int = Field(ge=0, lt=2**32, description="at or above the config's "
-                                                        "min_owner_uid (daccore.trust)")
+    owner_uid: int = Field(
+        ge=0, lt=2**32, description="at or above the config's min_owner_uid (daccore.trust)"
+    )
     owner_gid: int = Field(ge=0, lt=2**32)
     job_id: int | None = Field(None, ge=0, lt=2**32)
     persistent: bool = False
@@ -223,8 +257,10 @@ class Buffer(Record):
     allocation: Allocation
     desired_state: State = State.CREATED
     attachments: dict[JobKey, Annotated[list[Name], Field(max_length=bounds.MAX_NODES)]] = Field(
-        {}, max_length=bounds.MAX_JOBS,
-        description="job id -> compute nodes that must see this buffer mounted")
+        {},
+        max_length=bounds.MAX_JOBS,
+        description="job id -> compute nodes that must see this buffer mounted",
+    )
     generation: int = Field(1, ge=1, lt=2**63, description="bumped on every change of the spec")
     created_at: float = Field(0.0, description="unix time")
 
@@ -235,10 +271,14 @@ class Progress(Record):
     files_done: int = Field(0, ge=0)
     files_total: int = Field(0, ge=0)
     rate: int = Field(0, ge=0, description="bytes per second since the copy began")
-    eta: float | None = Field(None, ge=0, description="seconds left at that rate; none while "
-                                                      "counting or before the first bytes")
-    counting: bool = Field(False, description="the tree is still being walked: the totals are "
-                                              "what was found so far")
+    eta: float | None = Field(
+        None,
+        ge=0,
+        description="seconds left at that rate; none while counting or before the first bytes",
+    )
+    counting: bool = Field(
+        False, description="the tree is still being walked: the totals are what was found so far"
+    )
 
 
 #: bound of an error's detail, in characters once escaped
@@ -249,15 +289,17 @@ DETAIL_MAX = 8192
 # Text already printable passes unchanged, so reading a record back changes nothing.
 Line = Annotated[str, BeforeValidator(lambda v: printable(v) if isinstance(v, str) else v)]
 #: the newest end is kept: the failing task's output comes last
-Detail = Annotated[str, BeforeValidator(
-    lambda v: printable(v, "\n\t")[-DETAIL_MAX:] if isinstance(v, str) else v)]
+Detail = Annotated[
+    str, BeforeValidator(lambda v: printable(v, "\n\t")[-DETAIL_MAX:] if isinstance(v, str) else v)
+]
 
 
 class StatusError(Record):
     category: Kind
     message: Line = Field(description="one line, for the user or admin")
-    detail: Detail = Field("", max_length=DETAIL_MAX,
-                           description="bounded debug output, for the admin")
+    detail: Detail = Field(
+        "", max_length=DETAIL_MAX, description="bounded debug output, for the admin"
+    )
 
 
 class Status(Record):
@@ -271,7 +313,8 @@ class Status(Record):
     progress: Progress | None = None
     error: StatusError | None = None
     attached: dict[str, list[Name]] = Field(
-        {}, description="job id -> compute nodes this host has mounted the buffer on")
+        {}, description="job id -> compute nodes this host has mounted the buffer on"
+    )
     attempt: int = Field(0, ge=0)
     updated_at: float = 0.0
 

@@ -36,8 +36,11 @@ def schemas() -> dict[str, str]:
 
 def _drift(directory: Path) -> list[str]:
     wanted = schemas()
-    stale = [n for n, text in wanted.items()
-             if not (directory / n).exists() or (directory / n).read_text() != text]
+    stale = [
+        n
+        for n, text in wanted.items()
+        if not (directory / n).exists() or (directory / n).read_text() != text
+    ]
     extra = [p.name for p in directory.glob("*.json") if p.name not in wanted]
     return stale + extra
 
@@ -54,8 +57,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         drift = _drift(SCHEMA_DIR)
         if drift:
-            print(f"schema/ is out of date for: {', '.join(drift)}; "
-                  "run `make schema`")
+            print(f"schema/ is out of date for: {', '.join(drift)}; run `make schema`")
             return 1
         return 0
     print(__doc__)

@@ -13,8 +13,11 @@ def view(buf, statuses: dict) -> dict:
     """A plain dict (the --json form), from the model (`daccore.buffer_doc.status_view`, which
     the JSON readers use, is the one place of its shape)."""
     from daccore.buffer_doc import status_view
-    return status_view(buf.model_dump(mode="json"),
-                       {h: s.model_dump(mode="json") for h, s in statuses.items() if s})
+
+    return status_view(
+        buf.model_dump(mode="json"),
+        {h: s.model_dump(mode="json") for h, s in statuses.items() if s},
+    )
 
 
 def summary_line(v: dict) -> str:
@@ -45,9 +48,11 @@ def staged_text(progress: list[dict]) -> str:
     total = sum(p["bytes_total"] for p in progress)
     counting = any(p.get("counting") for p in progress)
     share = "" if counting else f" {100 * done // total if total else 100}%"
-    text = (f"{format_size(done)}/{format_size(total)}{share} "
-            f"{sum(p['files_done'] for p in progress)}/{sum(p['files_total'] for p in progress)}"
-            " files")
+    text = (
+        f"{format_size(done)}/{format_size(total)}{share} "
+        f"{sum(p['files_done'] for p in progress)}/{sum(p['files_total'] for p in progress)}"
+        " files"
+    )
     rate = sum(p.get("rate", 0) for p in progress)
     if rate:
         text += f" at {format_size(rate)}/s"

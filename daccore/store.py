@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from daccore.etcd.stream import LeaseKeeper, Watch
     from daccore.inventory import PoolInfo
     from daccore.models import Buffer, Host, Owed, Pool, Status
+
     R = TypeVar("R", bound=BaseModel)
 
 __all__ = ["Store", "Versioned", "Change", "PlacementView", "AllocationConflict"]
@@ -70,7 +71,9 @@ def _m():
     """The record models, imported on first use: pydantic costs ~150 ms to import, and the
     Slurm hooks that run inside slurmctld read what they need without it (`*_json` methods)."""
     from daccore import models
+
     return models
+
 
 #: etcd refuses transactions of more than --max-txn-ops operations (default 128) on either
 #: side (compares, success ops, failure ops).
@@ -99,8 +102,9 @@ class AllocationConflict(Conflict):
 #: What placement reads first: pools, free bricks per host of one pool, at one revision, and
 #: the buffers whose chunked allocation was cut short. `uncounted`: the candidate hosts left
 #: out of a sampled count, with their bricks in the pool (`Store.count_rest`).
-PlacementView = namedtuple("PlacementView", "pools free revision dead_intents uncounted",
-                           defaults=((),))
+PlacementView = namedtuple(
+    "PlacementView", "pools free revision dead_intents uncounted", defaults=((),)
+)
 #: A record with the mod_revision to compare against when writing it back.
 #: `create_revision` tells one incarnation of a key from another of the same name
 Versioned = namedtuple("Versioned", "record mod_revision create_revision", defaults=(0,))
@@ -125,25 +129,42 @@ class Store:
         self._once: dict[str, bool] = {}
 
     @classmethod
-    def from_settings(cls, etcd: EtcdSettings, transport: str | None = None,
-                      role: str = "admin") -> Store:
+    def from_settings(
+        cls, etcd: EtcdSettings, transport: str | None = None, role: str = "admin"
+    ) -> Store:
         """`transport` overrides the configured one; `role` is the etcd identity to act as:
         dacd (storage servers), slurm (the Slurm hooks), admin (root on admin hosts)."""
-        client = EtcdClient(etcd.urls, cacert=etcd.cacert, cert=etcd.cert, key=etcd.key,
-                            timeout=etcd.timeout, transport=transport or etcd.transport,
-                            credential=_credential(etcd.credentials_dir, role, cache=False))
+        client = EtcdClient(
+            etcd.urls,
+            cacert=etcd.cacert,
+            cert=etcd.cert,
+            key=etcd.key,
+            timeout=etcd.timeout,
+            transport=transport or etcd.transport,
+            credential=_credential(etcd.credentials_dir, role, cache=False),
+        )
         return cls(client, etcd.prefix)
 
     @classmethod
-    def from_dict(cls, etcd: dict, transport: str | None = None,
-                  max_timeout: float | None = None, role: str = "slurm") -> Store:
+    def from_dict(
+        cls,
+        etcd: dict,
+        transport: str | None = None,
+        max_timeout: float | None = None,
+        role: str = "slurm",
+    ) -> Store:
         """From `config_cache.load_settings()["etcd"]`, for the hooks inside slurmctld: one
         process per call, so the role's token is cached on disk (daccore.etcd.auth)."""
         timeout = etcd["timeout"] if max_timeout is None else min(etcd["timeout"], max_timeout)
-        client = EtcdClient(etcd["urls"], cacert=etcd.get("cacert"), cert=etcd.get("cert"),
-                            key=etcd.get("key"), timeout=timeout,
-                            transport=transport or etcd["transport"],
-                            credential=_credential(etcd["credentials_dir"], role, cache=True))
+        client = EtcdClient(
+            etcd["urls"],
+            cacert=etcd.get("cacert"),
+            cert=etcd.get("cert"),
+            key=etcd.get("key"),
+            timeout=timeout,
+            transport=transport or etcd["transport"],
+            credential=_credential(etcd["credentials_dir"], role, cache=True),
+        )
         return cls(client, etcd["prefix"])
 
     # -- pools ---------------------------------------------------------------------------------
@@ -159,7 +180,8 @@ class Store:
             raise AdminError(
                 f"pool '{pool.name}' is registered as {existing.model_dump(mode='json')} but this "
                 f"config says {pool.model_dump(mode='json')}: make every dacd's config agree, or "
-                f"delete the pool once no buffer uses it")
+                f"delete the pool once no buffer uses it"
+            )
         return existing
 
     def pools(self) -> dict[str, Pool]:
@@ -191,26 +213,36 @@ class Store:
 
         def still_free(old: Host | None) -> list[Compare]:
             now = {b.name: b.pool for b in host.bricks}
-            return [absent(k.claim(b.pool, host.name, b.name)) for b in (old.bricks if old else ())
-                    if now.get(b.name) != b.pool]
+            return [
+                absent(k.claim(b.pool, host.name, b.name))
+                for b in (old.bricks if old else ())
+                if now.get(b.name) != b.pool
+            ]
+
         try:
             return self._update(_m().Host, k.host(host.name), change, self._capacity_op, still_free)
         except _GuardFailed as e:
-            held = {kv.key: _load(_m().BrickClaim, kv).buffer
-                    for c in e.compares if (kv := self.client.get(c.key))}
+            held = {
+                kv.key: _load(_m().BrickClaim, kv).buffer
+                for c in e.compares
+                if (kv := self.client.get(c.key))
+            }
             if not held:
                 raise Conflict(f"host '{host.name}' kept changing while registering") from None
             key, buffer = sorted(held.items())[0]
             pool, _, brick = k.parse_claim(key)
-            raise AdminError(f"host '{host.name}': brick '{brick}' is held by buffer "
-                             f"'{buffer}' in pool '{pool}'; it cannot leave that pool until "
-                             "the buffer is torn down") from None
+            raise AdminError(
+                f"host '{host.name}': brick '{brick}' is held by buffer "
+                f"'{buffer}' in pool '{pool}'; it cannot leave that pool until "
+                "the buffer is torn down"
+            ) from None
 
     def set_drained(self, name: str, drained: bool) -> Host:
         def change(old: Host | None) -> Host:
             if old is None:
                 raise NotFound(f"unknown host '{name}'")
             return old.model_copy(update={"drained": drained})
+
         return self._update(_m().Host, self.keys.host(name), change, self._capacity_op)
 
     def _capacity_op(self, host: Host) -> Op:
@@ -220,14 +252,16 @@ class Store:
     def hosts(self) -> dict[str, Host]:
         return {h.name: h for h in self._list(_m().Host, self.keys.hosts)}
 
-    def keep_alive(self, host: str, ttl: int,
-                   on_bound: Callable[[], None] | None = None) -> LeaseKeeper:
+    def keep_alive(
+        self, host: str, ttl: int, on_bound: Callable[[], None] | None = None
+    ) -> LeaseKeeper:
         """Start keeping `alive/<host>` on a lease; returns once the key exists. From then on
         this store's status writes and reaps are fenced on that key: each compares it unchanged
         since its last bind, so once the lease lapses (the key goes with it) they raise Fenced
         until a new lease is bound; `on_bound` is called after each new binding but the first
         (the caller lists its buffers again)."""
         from daccore.etcd.stream import LeaseKeeper
+
         key = self.keys.alive_key(host)
 
         def bind(lease: int) -> None:
@@ -235,6 +269,7 @@ class Store:
             self._fences[host] = (key, self.client.put(key, "", lease))
             if on_bound is not None and not first:
                 on_bound()
+
         return LeaseKeeper(self.client, ttl, bind, name=f"lease-{host}").start()
 
     def _fenced_txn(self, hosts: list[str], compare: list[Compare], ops: list[Op]) -> bool:
@@ -244,8 +279,11 @@ class Store:
         if not fences and not compare:
             self.client.txn([], ops)
             return True
-        r = self.client.txn([mod_is(key, rev) for _, key, rev in fences] + compare, ops,
-                            [range_op(key) for _, key, _ in fences])
+        r = self.client.txn(
+            [mod_is(key, rev) for _, key, rev in fences] + compare,
+            ops,
+            [range_op(key) for _, key, _ in fences],
+        )
         if r.succeeded:
             return True
         for (host, _, rev), kvs in zip(fences, r.ranges, strict=False):
@@ -283,23 +321,30 @@ class Store:
         """Pools, full host records, liveness and every claim, at one revision: for placement."""
         k = self.keys
         with gc_paused():
-            r = self.client.txn([], [  # one read-only txn: every range at the same revision
-                range_op(k.pools, prefix_end(k.pools)),
-                range_op(k.hosts, prefix_end(k.hosts)),
-                range_op(k.alive, prefix_end(k.alive), keys_only=True),
-                range_op(k.claims, prefix_end(k.claims), keys_only=not claim_owners),
-                range_op(k.intents, prefix_end(k.intents), keys_only=True),
-                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
-            ])
+            r = self.client.txn(
+                [],
+                [  # one read-only txn: every range at the same revision
+                    range_op(k.pools, prefix_end(k.pools)),
+                    range_op(k.hosts, prefix_end(k.hosts)),
+                    range_op(k.alive, prefix_end(k.alive), keys_only=True),
+                    range_op(k.claims, prefix_end(k.claims), keys_only=not claim_owners),
+                    range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                    range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
+                ],
+            )
             pools, hosts, alive, claims, intents, leases = r.ranges
             owner = (lambda kv: _claimant(kv) or "?") if claim_owners else (lambda kv: "")
             inv = Inventory.from_json(
-                _named(pools, k.pools), {Keys.last(kv.key, k.alive) for kv in alive},
+                _named(pools, k.pools),
+                {Keys.last(kv.key, k.alive) for kv in alive},
                 claims={k.parse_claim(kv.key): owner(kv) for kv in claims},
-                hosts=_named(hosts, k.hosts), revision=r.revision)
+                hosts=_named(hosts, k.hosts),
+                revision=r.revision,
+            )
             live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
-            inv.dead_intents = sorted(n for kv in intents
-                                      if (n := Keys.last(kv.key, k.intents)) not in live)
+            inv.dead_intents = sorted(
+                n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live
+            )
             return inv
 
     def summary_inventory(self) -> Inventory:
@@ -309,20 +354,26 @@ class Store:
         k = self.keys
         with gc_paused():
             (pools,), capacities, alive, revision = self._host_views(
-                [range_op(k.pools, prefix_end(k.pools))])
+                [range_op(k.pools, prefix_end(k.pools))]
+            )
             pool_infos = parse_pools(_named(pools, k.pools))
             views = views_of(capacities, alive)
             wanted = [(p, None) for p in pool_infos] + [
-                (p, v.name) for v in views if not v.alive or v.drained for p in v.pools
-                if p in pool_infos]
+                (p, v.name)
+                for v in views
+                if not v.alive or v.drained
+                for p in v.pools
+                if p in pool_infos
+            ]
             counts = ClaimCounts()
             for start in range(0, len(wanted), _MAX_TXN_OPS):
-                chunk = wanted[start:start + _MAX_TXN_OPS]
+                chunk = wanted[start : start + _MAX_TXN_OPS]
                 ops = []
                 for pool, host in chunk:
                     prefix = k.host_claims(pool, host) if host else k.pool_claims(pool)
-                    ops.append(range_op(prefix, prefix_end(prefix), count_only=True,
-                                        revision=revision))
+                    ops.append(
+                        range_op(prefix, prefix_end(prefix), count_only=True, revision=revision)
+                    )
                 for (pool, host), n in zip(chunk, self.client.txn([], ops).counts, strict=True):
                     if host:
                         counts.per_host[(pool, host)] = n
@@ -343,46 +394,77 @@ class Store:
         n = len(extra)
         if cached is not None and extra and extra[0].key == k.pools:
             since = cached["revision"] + 1
-            r = self.client.txn([], extra + [
-                range_op(k.capacities, prefix_end(k.capacities), count_only=True),
-                range_op(k.alive, prefix_end(k.alive), count_only=True),
-                range_op(k.capacities, prefix_end(k.capacities), keys_only=True,
-                         min_mod_revision=since),
-                range_op(k.alive, prefix_end(k.alive), keys_only=True, min_mod_revision=since)])
+            r = self.client.txn(
+                [],
+                extra
+                + [
+                    range_op(k.capacities, prefix_end(k.capacities), count_only=True),
+                    range_op(k.alive, prefix_end(k.alive), count_only=True),
+                    range_op(
+                        k.capacities,
+                        prefix_end(k.capacities),
+                        keys_only=True,
+                        min_mod_revision=since,
+                    ),
+                    range_op(k.alive, prefix_end(k.alive), keys_only=True, min_mod_revision=since),
+                ],
+            )
             # the pools' revisions too: a cache of another etcd behind the same endpoints
             # (a local DAC made anew) never passes for this one's
-            if (r.counts[n], r.counts[n + 1]) == (len(cached["capacity"]),
-                                                  len(cached["alive"])) \
-                    and not r.ranges[n + 2] and not r.ranges[n + 3] \
-                    and r.revision >= cached["revision"] \
-                    and _fingerprint(r.ranges[0]) == cached.get("pools"):
-                return (r.ranges[:n], [v.encode() for v in cached["capacity"]],
-                        set(cached["alive"]), r.revision)
-            fresh = self.client.txn([], [
-                range_op(k.capacities, prefix_end(k.capacities), revision=r.revision),
-                range_op(k.alive, prefix_end(k.alive), keys_only=True, revision=r.revision)])
+            if (
+                (r.counts[n], r.counts[n + 1]) == (len(cached["capacity"]), len(cached["alive"]))
+                and not r.ranges[n + 2]
+                and not r.ranges[n + 3]
+                and r.revision >= cached["revision"]
+                and _fingerprint(r.ranges[0]) == cached.get("pools")
+            ):
+                return (
+                    r.ranges[:n],
+                    [v.encode() for v in cached["capacity"]],
+                    set(cached["alive"]),
+                    r.revision,
+                )
+            fresh = self.client.txn(
+                [],
+                [
+                    range_op(k.capacities, prefix_end(k.capacities), revision=r.revision),
+                    range_op(k.alive, prefix_end(k.alive), keys_only=True, revision=r.revision),
+                ],
+            )
             extra_ranges, (capacities, alive) = r.ranges[:n], fresh.ranges
         else:
-            r = self.client.txn([], extra + [
-                range_op(k.capacities, prefix_end(k.capacities)),
-                range_op(k.alive, prefix_end(k.alive), keys_only=True)])
+            r = self.client.txn(
+                [],
+                extra
+                + [
+                    range_op(k.capacities, prefix_end(k.capacities)),
+                    range_op(k.alive, prefix_end(k.alive), keys_only=True),
+                ],
+            )
             extra_ranges, (capacities, alive) = r.ranges[:n], r.ranges[n:]
         values = _named(capacities, k.capacities)
         names = {Keys.last(kv.key, k.alive) for kv in alive}
         if extra and extra[0].key == k.pools:
-            self._save_views({"revision": r.revision, "alive": sorted(names),
-                              # a record not UTF-8 is no HostCapacity: views_of leaves
-                              # it out, read from etcd or from here
-                              "capacity": [v.decode(errors="replace") for v in values],
-                              "pools": _fingerprint(extra_ranges[0])})
+            self._save_views(
+                {
+                    "revision": r.revision,
+                    "alive": sorted(names),
+                    # a record not UTF-8 is no HostCapacity: views_of leaves
+                    # it out, read from etcd or from here
+                    "capacity": [v.decode(errors="replace") for v in values],
+                    "pools": _fingerprint(extra_ranges[0]),
+                }
+            )
         return extra_ranges, values, names, r.revision
 
     def _views_file(self) -> str | None:
         from daccore.config_cache import cache_dir
+
         d = cache_dir()
         if d is None:
             return None
         import hashlib
+
         ident = "\0".join([self.keys.root, *sorted(self.client.endpoints)])
         return f"{d}/views-{hashlib.sha1(ident.encode()).hexdigest()[:16]}.json"
 
@@ -397,8 +479,12 @@ class Store:
                 doc = json.load(f)
         except (OSError, ValueError):
             return None
-        if not (isinstance(doc, dict) and isinstance(doc.get("revision"), int)
-                and isinstance(doc.get("capacity"), list) and isinstance(doc.get("alive"), list)):
+        if not (
+            isinstance(doc, dict)
+            and isinstance(doc.get("revision"), int)
+            and isinstance(doc.get("capacity"), list)
+            and isinstance(doc.get("alive"), list)
+        ):
             return None
         self._views = doc
         return doc
@@ -409,13 +495,16 @@ class Store:
             path = self._views_file()
             if path is not None:
                 from daccore.config_cache import write_private_json
+
                 write_private_json(path, doc)
         except OSError:
             pass  # a cache: the next call reads everything again
 
-    def placement_view(self, pool: str, sample: Callable[[dict[str, PoolInfo], dict[str, int]],
-                                                         Iterable[str]] | None = None
-                       ) -> PlacementView:
+    def placement_view(
+        self,
+        pool: str,
+        sample: Callable[[dict[str, PoolInfo], dict[str, int]], Iterable[str]] | None = None,
+    ) -> PlacementView:
         """What placement needs to choose hosts (`allocator.plan`): the pools, and how many
         bricks of `pool` each live, undrained host has free, from the capacity index and each
         host's claims counted by etcd, all at one revision; and the intents cut short. A few
@@ -429,22 +518,34 @@ class Store:
         ~1,000 count ranges per setup, most of etcd's cost of one (docs/performance.md)."""
         k = self.keys
         with gc_paused():
-            (pools, intents, leases), capacities, alive, revision = self._host_views([
-                range_op(k.pools, prefix_end(k.pools)),
-                range_op(k.intents, prefix_end(k.intents), keys_only=True),
-                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True)])
+            (pools, intents, leases), capacities, alive, revision = self._host_views(
+                [
+                    range_op(k.pools, prefix_end(k.pools)),
+                    range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                    range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
+                ]
+            )
             views = views_of(capacities, alive)
-            hosts = {v.name: v.pools[pool] for v in views
-                     if v.alive and not v.drained and v.pools.get(pool, 0) > 0}
+            hosts = {
+                v.name: v.pools[pool]
+                for v in views
+                if v.alive and not v.drained and v.pools.get(pool, 0) > 0
+            }
             pool_infos = parse_pools(_named(pools, k.pools))
             counted = set(sample(pool_infos, hosts)) & hosts.keys() if sample else hosts.keys()
-            free = self._count_free(pool, [(h, n) for h, n in hosts.items() if h in counted],
-                                    revision)
+            free = self._count_free(
+                pool, [(h, n) for h, n in hosts.items() if h in counted], revision
+            )
             live = {Keys.last(kv.key, k.intent_leases) for kv in leases}
             dead = sorted(n for kv in intents if (n := Keys.last(kv.key, k.intents)) not in live)
             self._note_pools(pools)  # create_buffer's work_hosts then reads nothing more
-            return PlacementView(pool_infos, free, revision, dead,
-                                 tuple((h, n) for h, n in hosts.items() if h not in counted))
+            return PlacementView(
+                pool_infos,
+                free,
+                revision,
+                dead,
+                tuple((h, n) for h, n in hosts.items() if h not in counted),
+            )
 
     def count_rest(self, pool: str, view: PlacementView) -> PlacementView:
         """`view` with its uncounted hosts counted too, at its revision: every candidate's."""
@@ -452,44 +553,72 @@ class Store:
             free = {**view.free, **self._count_free(pool, list(view.uncounted), view.revision)}
         return view._replace(free=free, uncounted=())
 
-    def _count_free(self, pool: str, hosts: list[tuple[str, int]],
-                    revision: int) -> dict[str, int]:
+    def _count_free(self, pool: str, hosts: list[tuple[str, int]], revision: int) -> dict[str, int]:
         """Free bricks of `pool` on each of `hosts` (name, bricks in the pool) with one free."""
         k = self.keys
         free = {}
         for start in range(0, len(hosts), _MAX_TXN_OPS):
-            chunk = hosts[start:start + _MAX_TXN_OPS]
-            counted = self.client.txn([], [
-                range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
-                         count_only=True, revision=revision) for h, _ in chunk]).counts
+            chunk = hosts[start : start + _MAX_TXN_OPS]
+            counted = self.client.txn(
+                [],
+                [
+                    range_op(
+                        k.host_claims(pool, h),
+                        prefix_end(k.host_claims(pool, h)),
+                        count_only=True,
+                        revision=revision,
+                    )
+                    for h, _ in chunk
+                ],
+            ).counts
             for (h, bricks), used in zip(chunk, counted, strict=True):
                 if bricks > used:
                     free[h] = bricks - used
         return free
 
-    def free_bricks_on(self, pool: str, hosts: list[str],
-                       revision: int) -> dict[str, list[BrickInfo]]:
+    def free_bricks_on(
+        self, pool: str, hosts: list[str], revision: int
+    ) -> dict[str, list[BrickInfo]]:
         """The free bricks of `pool` on each of `hosts`, as of `revision` (a placement_view's):
         their host records and claims only."""
         k = self.keys
         out = {}
         per_txn = _MAX_TXN_OPS // 2
         for start in range(0, len(hosts), per_txn):
-            chunk = hosts[start:start + per_txn]
+            chunk = hosts[start : start + per_txn]
             ops = []
             for h in chunk:
-                ops += [range_op(k.host(h), revision=revision),
-                        range_op(k.host_claims(pool, h), prefix_end(k.host_claims(pool, h)),
-                                 keys_only=True, revision=revision)]
+                ops += [
+                    range_op(k.host(h), revision=revision),
+                    range_op(
+                        k.host_claims(pool, h),
+                        prefix_end(k.host_claims(pool, h)),
+                        keys_only=True,
+                        revision=revision,
+                    ),
+                ]
             r = self.client.txn([], ops)
             for i, h in enumerate(chunk):
                 records, claims = r.ranges[2 * i], r.ranges[2 * i + 1]
                 taken = {k.parse_claim(kv.key)[2] for kv in claims}
-                bricks = next(iter(parse_hosts(_named(records, k.hosts))), {}).get(
-                    "bricks", ()) if records else ()
-                out[h] = [BrickInfo(h, b["name"], b.get("device", ""), b["capacity"], b["pool"],
-                                    b.get("socket", 0), b.get("pcie_switch", "0"))
-                          for b in bricks if b["pool"] == pool and b["name"] not in taken]
+                bricks = (
+                    next(iter(parse_hosts(_named(records, k.hosts))), {}).get("bricks", ())
+                    if records
+                    else ()
+                )
+                out[h] = [
+                    BrickInfo(
+                        h,
+                        b["name"],
+                        b.get("device", ""),
+                        b["capacity"],
+                        b["pool"],
+                        b.get("socket", 0),
+                        b.get("pcie_switch", "0"),
+                    )
+                    for b in bricks
+                    if b["pool"] == pool and b["name"] not in taken
+                ]
         return out
 
     def host_summary_inventory(self, host: str, pools: list[str]) -> Inventory:
@@ -500,22 +629,32 @@ class Store:
         on a site of 10 hosts as on one of 1,000."""
         k = self.keys
         pools = sorted(set(pools))  # a host's bricks are in a few pools: far below _MAX_TXN_OPS
-        r = self.client.txn([], [
-            range_op(k.pools, prefix_end(k.pools)),
-            range_op(k.capacity(host)),
-            range_op(k.alive_key(host), keys_only=True),
-        ] + [range_op(k.host_claims(p, host), prefix_end(k.host_claims(p, host)),
-                      count_only=True) for p in pools])
+        r = self.client.txn(
+            [],
+            [
+                range_op(k.pools, prefix_end(k.pools)),
+                range_op(k.capacity(host)),
+                range_op(k.alive_key(host), keys_only=True),
+            ]
+            + [
+                range_op(
+                    k.host_claims(p, host), prefix_end(k.host_claims(p, host)), count_only=True
+                )
+                for p in pools
+            ],
+        )
         pool_recs, capacity, alive = r.ranges[:3]
         counts = ClaimCounts()
         for pool, n in zip(pools, r.counts[3:], strict=True):
             counts.per_pool[pool] = counts.per_host[(pool, host)] = n
         views = views_of(_named(capacity, k.capacities), {host} if alive else set())
-        return Inventory.of_counts(parse_pools(_named(pool_recs, k.pools)), views, counts,
-                                   r.revision)
+        return Inventory.of_counts(
+            parse_pools(_named(pool_recs, k.pools)), views, counts, r.revision
+        )
 
-    def host_claims(self, host: str,
-                    pools: list[str]) -> tuple[dict[str, tuple[str, str | None] | None], int]:
+    def host_claims(
+        self, host: str, pools: list[str]
+    ) -> tuple[dict[str, tuple[str, str | None] | None], int]:
         """The claims on `host`'s bricks in `pools` (claim key -> (buffer, its primary host
         or None when the claim does not say), or None for a record that is no claim), and the
         revision of the read (to watch from): which buffers the host's dacd works on."""
@@ -524,8 +663,9 @@ class Store:
         r = self.client.txn([], [range_op(p, prefix_end(p)) for p in prefixes])
         return {kv.key: _claim_of(kv) for kvs in r.ranges for kv in kvs}, r.revision
 
-    def watch_host_claims(self, host: str, pool: str,
-                          start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
+    def watch_host_claims(
+        self, host: str, pool: str, start_revision: int = 0
+    ) -> tuple[Watch, Iterator[Change]]:
         """Every claim made or released on `host`'s bricks in `pool`: `name` is the claim
         key, `record` (buffer, primary host) as host_claims has it, None when released or
         when what was put is no claim (`bad` then)."""
@@ -535,8 +675,10 @@ class Store:
         def changes() -> Iterator[Change]:
             for ev in w:
                 claim = _claim_of(ev.kv) if ev.type == "put" else None
-                yield Change(ev.kv.key, claim, ev.kv.mod_revision,
-                             ev.type == "put" and claim is None)
+                yield Change(
+                    ev.kv.key, claim, ev.kv.mod_revision, ev.type == "put" and claim is None
+                )
+
         return w, changes()
 
     def claims(self) -> dict[tuple[str, str], str]:
@@ -558,6 +700,7 @@ class Store:
 
     def _note_pools(self, kvs: list[KV]) -> None:
         from daccore.backends import runs_once_for_all_hosts
+
         for kv in kvs:
             doc = _doc(kv.value)
             if doc is None:
@@ -583,18 +726,24 @@ class Store:
         every work key itself, and a buffer deleted meanwhile must not get keys again."""
         key = self.keys.buffer(name)
         for start in range(0, len(ops), _MAX_TXN_OPS):
-            if not self.client.txn([mod_is(key, revision)],
-                                   ops[start:start + _MAX_TXN_OPS]).succeeded:
+            if not self.client.txn(
+                [mod_is(key, revision)], ops[start : start + _MAX_TXN_OPS]
+            ).succeeded:
                 return
 
-    def watch_host_work(self, host: str,
-                        start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
+    def watch_host_work(self, host: str, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """The buffers `host`'s dacd must look at again: `name` the buffer, `record` the
         key's value (None when it was deleted). Names only: dacd reads and checks the spec."""
         prefix = self.keys.host_work(host)
         w = self.client.watch(prefix, prefix_end(prefix), start_revision)
-        return w, (Change(Keys.last(ev.kv.key, prefix), ev.kv.value if ev.type == "put" else None,
-                          ev.kv.mod_revision) for ev in w)
+        return w, (
+            Change(
+                Keys.last(ev.kv.key, prefix),
+                ev.kv.value if ev.type == "put" else None,
+                ev.kv.mod_revision,
+            )
+            for ev in w
+        )
 
     def drop_stray_work(self, host: str, pools: list[str]) -> list[str]:
         """Delete `host`'s work keys that name a buffer holding none of its bricks in `pools`
@@ -604,15 +753,24 @@ class Store:
         created anew under the name keeps its key. Returns their buffers."""
         k = self.keys
         mine = k.host_work(host)
-        r = self.client.txn([], [range_op(mine, prefix_end(mine), keys_only=True)] + [
-            range_op(k.host_claims(p, host), prefix_end(k.host_claims(p, host)))
-            for p in sorted(set(pools))])
+        r = self.client.txn(
+            [],
+            [range_op(mine, prefix_end(mine), keys_only=True)]
+            + [
+                range_op(k.host_claims(p, host), prefix_end(k.host_claims(p, host)))
+                for p in sorted(set(pools))
+            ],
+        )
         held = {c[0] for kvs in r.ranges[1:] for kv in kvs if (c := _claim_of(kv)) is not None}
         gone = []
         for kv in r.ranges[0]:
             name = Keys.last(kv.key, mine)
-            if name not in held and self.client.txn([mod_is(kv.key, kv.mod_revision)],
-                                                    [delete_op(kv.key)]).succeeded:
+            if (
+                name not in held
+                and self.client.txn(
+                    [mod_is(kv.key, kv.mod_revision)], [delete_op(kv.key)]
+                ).succeeded
+            ):
                 gone.append(name)
         return gone
 
@@ -621,11 +779,11 @@ class Store:
         as many to a transaction as etcd allows (dacd's periodic resync)."""
         out = {}
         for start in range(0, len(names), _MAX_TXN_OPS):
-            chunk = names[start:start + _MAX_TXN_OPS]
-            r = self.client.txn([], [range_op(self.keys.buffer(n), keys_only=True)
-                                     for n in chunk])
-            out.update({n: kvs[0].mod_revision for n, kvs in zip(chunk, r.ranges, strict=True)
-                        if kvs})
+            chunk = names[start : start + _MAX_TXN_OPS]
+            r = self.client.txn([], [range_op(self.keys.buffer(n), keys_only=True) for n in chunk])
+            out.update(
+                {n: kvs[0].mod_revision for n, kvs in zip(chunk, r.ranges, strict=True) if kvs}
+            )
         return out
 
     # -- buffers -------------------------------------------------------------------------------
@@ -647,12 +805,18 @@ class Store:
         """
         k = self.keys
         name = buffer.name
-        claim_keys = self._claim_keys(buffer.request.pool, buffer.allocation.bricks,
-                                      buffer.allocation.mgs_host)
+        claim_keys = self._claim_keys(
+            buffer.request.pool, buffer.allocation.bricks, buffer.allocation.mgs_host
+        )
         claim = _dump(_m().BrickClaim(buffer=name, primary=buffer.allocation.primary_host))
         spec = _dump(buffer)
-        work = self._work_puts(name, buffer.generation, self.work_hosts(
-            buffer.request.pool, buffer.allocation.primary_host, buffer.allocation.hosts))
+        work = self._work_puts(
+            name,
+            buffer.generation,
+            self.work_hosts(
+                buffer.request.pool, buffer.allocation.primary_host, buffer.allocation.hosts
+            ),
+        )
         if len(claim_keys) > CLAIMS_PER_TXN:
             return self._create_in_chunks(name, spec, claim, claim_keys, work)
         # the work keys that do not fit (a local buffer over ~50 hosts) right after: each of
@@ -660,8 +824,7 @@ class Store:
         room = _MAX_TXN_OPS - 1 - len(claim_keys)
         r = self.client.txn(
             [absent(k.buffer(name)), absent(k.intent(name))] + [absent(c) for c in claim_keys],
-            [put_op(k.buffer(name), spec)] + [put_op(c, claim) for c in claim_keys]
-            + work[:room],
+            [put_op(k.buffer(name), spec)] + [put_op(c, claim) for c in claim_keys] + work[:room],
             [range_op(k.buffer(name), keys_only=True)],
         )
         if r.succeeded:
@@ -669,8 +832,10 @@ class Store:
             return r.revision
         if r.ranges[0]:
             raise UserError(f"buffer '{name}' already exists")
-        raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by another buffer"
-                                 " (or another call is allocating it)")
+        raise AllocationConflict(
+            f"buffer '{name}': a chosen brick was claimed by another buffer"
+            " (or another call is allocating it)"
+        )
 
     def _claim_keys(self, pool: str, bricks, mgs_host: str | None) -> list[str]:
         """The claim keys of an allocation: one per brick, and a per-buffer Lustre MGS's slot
@@ -681,16 +846,19 @@ class Store:
             raise InternalError("an allocation lists a brick twice")
         return keys + ([k.mgs(mgs_host)] if mgs_host else [])
 
-    def _create_in_chunks(self, name: str, spec: str, claim: str, claim_keys: list[str],
-                          work: list[Op]) -> int:
+    def _create_in_chunks(
+        self, name: str, spec: str, claim: str, claim_keys: list[str], work: list[Op]
+    ) -> int:
         k = self.keys
         intent, lease_key = k.intent(name), k.intent_lease(name)
         lease = self.client.lease_grant(INTENT_TTL)
         refreshed = time.monotonic()
         try:
-            r = self.client.txn([absent(k.buffer(name)), absent(intent), absent(lease_key)],
-                                [put_op(intent, spec), put_op(lease_key, "", lease)],
-                                [range_op(k.buffer(name), keys_only=True)])
+            r = self.client.txn(
+                [absent(k.buffer(name)), absent(intent), absent(lease_key)],
+                [put_op(intent, spec), put_op(lease_key, "", lease)],
+                [range_op(k.buffer(name), keys_only=True)],
+            )
             if not r.succeeded:
                 if r.ranges[0]:
                     raise UserError(f"buffer '{name}' already exists")
@@ -700,21 +868,28 @@ class Store:
                 for start in range(0, len(claim_keys), CLAIMS_PER_TXN):
                     if time.monotonic() - refreshed > INTENT_TTL / 3:
                         if self.client.lease_keepalive(lease) == 0:
-                            raise AllocationConflict(f"buffer '{name}': the allocation took "
-                                                     f"longer than {INTENT_TTL}s; starting over")
+                            raise AllocationConflict(
+                                f"buffer '{name}': the allocation took "
+                                f"longer than {INTENT_TTL}s; starting over"
+                            )
                         refreshed = time.monotonic()
-                    self._claim_chunk(name, alive, claim,
-                                      claim_keys[start:start + CLAIMS_PER_TXN])
+                    self._claim_chunk(
+                        name, alive, claim, claim_keys[start : start + CLAIMS_PER_TXN]
+                    )
                 # the spec and its work keys in one transaction; beyond it (a local buffer
                 # over ~100 hosts) the rest right after: those hosts' claims came before the
                 # spec, so a call that dies in between leaves them to dacd's resync
                 room = _MAX_TXN_OPS - 3
-                r = self.client.txn([alive, absent(k.buffer(name))],
-                                    [put_op(k.buffer(name), spec), delete_op(intent),
-                                     delete_op(lease_key)] + work[:room])
+                r = self.client.txn(
+                    [alive, absent(k.buffer(name))],
+                    [put_op(k.buffer(name), spec), delete_op(intent), delete_op(lease_key)]
+                    + work[:room],
+                )
                 if not r.succeeded:
-                    raise AllocationConflict(f"buffer '{name}': its intent was rolled back "
-                                             "before it committed; starting over")
+                    raise AllocationConflict(
+                        f"buffer '{name}': its intent was rolled back "
+                        "before it committed; starting over"
+                    )
                 self._wake_rest(name, r.revision, work[room:])
                 return r.revision
             except BaseException:
@@ -732,20 +907,24 @@ class Store:
         one is held by another buffer or the intent is gone."""
         todo = keys
         for _ in range(3):
-            r = self.client.txn([alive] + [absent(c) for c in todo],
-                                [put_op(c, claim) for c in todo],
-                                [range_op(alive.key, keys_only=True)] +
-                                [range_op(c) for c in todo])
+            r = self.client.txn(
+                [alive] + [absent(c) for c in todo],
+                [put_op(c, claim) for c in todo],
+                [range_op(alive.key, keys_only=True)] + [range_op(c) for c in todo],
+            )
             if r.succeeded:
                 return
             found = r.ranges[0]
             if not found or found[0].create_revision != alive.revision:
-                raise AllocationConflict(f"buffer '{name}': its intent was rolled back before "
-                                         "it committed; starting over")
+                raise AllocationConflict(
+                    f"buffer '{name}': its intent was rolled back before "
+                    "it committed; starting over"
+                )
             held = {kvs[0].key: _claimant(kvs[0]) for kvs in r.ranges[1:] if kvs}
             if any(b != name for b in held.values()):
-                raise AllocationConflict(f"buffer '{name}': a chosen brick was claimed by "
-                                         "another buffer")
+                raise AllocationConflict(
+                    f"buffer '{name}': a chosen brick was claimed by another buffer"
+                )
             # claims of ours already: a retried transaction whose first reply was lost
             # (nothing else writes this name's claims while its intent lives)
             todo = [c for c in todo if c not in held]
@@ -759,29 +938,34 @@ class Store:
         left alone). `guards`: more compares every deleting transaction makes; Conflict when
         one of them fails."""
         for start in range(0, len(claim_keys), CLAIMS_PER_TXN):
-            chunk = claim_keys[start:start + CLAIMS_PER_TXN]
+            chunk = claim_keys[start : start + CLAIMS_PER_TXN]
             for _ in range(20):
                 r = self.client.txn([], [range_op(c) for c in chunk])
                 mine = [kvs[0] for kvs in r.ranges if kvs and _claimant(kvs[0]) == name]
                 if not mine:
                     break
-                d = self.client.txn(list(guards) + [mod_is(kv.key, kv.mod_revision)
-                                                    for kv in mine],
-                                    [delete_op(kv.key) for kv in mine],
-                                    [range_op(g.key, keys_only=True) for g in guards])
+                d = self.client.txn(
+                    list(guards) + [mod_is(kv.key, kv.mod_revision) for kv in mine],
+                    [delete_op(kv.key) for kv in mine],
+                    [range_op(g.key, keys_only=True) for g in guards],
+                )
                 if d.succeeded:
                     break
                 for g, kvs in zip(guards, d.ranges, strict=True):
                     kv = kvs[0] if kvs else None
-                    now = (kv.create_revision if g.target == "CREATE" else kv.mod_revision) \
-                        if kv else 0
+                    now = (
+                        (kv.create_revision if g.target == "CREATE" else kv.mod_revision)
+                        if kv
+                        else 0
+                    )
                     if now != g.revision:
                         raise Conflict(f"{g.key} changed while releasing '{name}''s claims")
             else:
                 raise Conflict(f"claims of '{name}' kept changing while releasing them")
 
-    def recover_intents(self, names: list[str] | None = None,
-                        unreadable: list[str] | None = None) -> list[str]:
+    def recover_intents(
+        self, names: list[str] | None = None, unreadable: list[str] | None = None
+    ) -> list[str]:
         """Roll back every intent whose call is gone (its lease key expired): release the
         claims it made, then drop it. `names`: those found dead already (Inventory's
         `dead_intents`). Safe to run anywhere, any number of times at once; returns the
@@ -789,9 +973,13 @@ class Store:
         it is left for an admin, its key added to `unreadable`."""
         k = self.keys
         if names is None:
-            r = self.client.txn([], [
-                range_op(k.intents, prefix_end(k.intents), keys_only=True),
-                range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True)])
+            r = self.client.txn(
+                [],
+                [
+                    range_op(k.intents, prefix_end(k.intents), keys_only=True),
+                    range_op(k.intent_leases, prefix_end(k.intent_leases), keys_only=True),
+                ],
+            )
             live = {Keys.last(kv.key, k.intent_leases) for kv in r.ranges[1]}
             names = [n for kv in r.ranges[0] if (n := Keys.last(kv.key, k.intents)) not in live]
         done = []
@@ -802,9 +990,11 @@ class Store:
             try:
                 doc = _doc(kv.value)
                 alloc = doc["allocation"]  # type: ignore[index]
-                keys = self._claim_keys(doc["request"]["pool"],  # type: ignore[index]
-                                        [_Ref(b["host"], b["brick"]) for b in alloc["bricks"]],
-                                        alloc.get("mgs_host"))
+                keys = self._claim_keys(
+                    doc["request"]["pool"],  # type: ignore[index]
+                    [_Ref(b["host"], b["brick"]) for b in alloc["bricks"]],
+                    alloc.get("mgs_host"),
+                )
             except (TypeError, KeyError, AttributeError):  # None, or not a spec's fields
                 if unreadable is not None:
                     unreadable.append(kv.key)
@@ -817,21 +1007,24 @@ class Store:
                 self._release(name, keys, mod_is(kv.key, kv.mod_revision))
             except Conflict:
                 continue
-            self.client.txn([mod_is(kv.key, kv.mod_revision), absent(k.intent_lease(name))],
-                            [delete_op(kv.key)])
+            self.client.txn(
+                [mod_is(kv.key, kv.mod_revision), absent(k.intent_lease(name))], [delete_op(kv.key)]
+            )
             done.append(name)
         return done
 
     def mgs_hosts(self) -> set[str]:
         """Hosts whose one Lustre MGS slot a buffer holds."""
-        kvs, _ = self.client.range(self.keys.mgs_slots, prefix_end(self.keys.mgs_slots),
-                                   keys_only=True)
+        kvs, _ = self.client.range(
+            self.keys.mgs_slots, prefix_end(self.keys.mgs_slots), keys_only=True
+        )
         return {Keys.last(kv.key, self.keys.mgs_slots) for kv in kvs}
 
     def buffer(self, name: str) -> Versioned | None:
         kv = self.client.get(self.keys.buffer(name))
-        return Versioned(_load(_m().Buffer, kv), kv.mod_revision, kv.create_revision) \
-            if kv else None
+        return (
+            Versioned(_load(_m().Buffer, kv), kv.mod_revision, kv.create_revision) if kv else None
+        )
 
     def buffer_text(self, name: str) -> Versioned | None:
         """The spec as etcd holds it, unparsed, with its key: for dacd, which checks every
@@ -855,8 +1048,10 @@ class Store:
                 deadline = time.monotonic() + timeout
                 while not self.client.txn([absent(key)], [put_op(key, "", lease)]).succeeded:
                     if time.monotonic() > deadline:
-                        raise Conflict(f"persistent buffers of uid {uid} are being made by "
-                                       f"another call for over {timeout:.0f}s: try again")
+                        raise Conflict(
+                            f"persistent buffers of uid {uid} are being made by "
+                            f"another call for over {timeout:.0f}s: try again"
+                        )
                     time.sleep(random.uniform(0.01, 0.05))
                 yield
             finally:
@@ -864,6 +1059,7 @@ class Store:
                     self.client.lease_revoke(lease)  # the key goes with it
                 except DacError:
                     pass  # etcd unreachable: the lease runs out
+
         return held()
 
     def persistent_usage(self, uid: int | None = None, gid: int | None = None) -> dict:
@@ -871,8 +1067,11 @@ class Store:
         `gid`), from the specs as JSON."""
         usage: dict[str, list[int]] = {}
         for doc in self.buffer_docs().values():
-            if not doc.get("persistent") or (uid is not None and doc.get("owner_uid") != uid) \
-                    or (gid is not None and doc.get("owner_gid") != gid):
+            if (
+                not doc.get("persistent")
+                or (uid is not None and doc.get("owner_uid") != uid)
+                or (gid is not None and doc.get("owner_gid") != gid)
+            ):
                 continue
             try:
                 pool = doc["request"]["pool"]
@@ -885,13 +1084,17 @@ class Store:
 
     def buffer_owners(self) -> dict[str, int]:
         """Buffer name -> owner uid, read without validating every spec (job_process)."""
-        return {name: doc["owner_uid"] for name, doc in self.buffer_docs().items()
-                if isinstance(doc.get("owner_uid"), int)}
+        return {
+            name: doc["owner_uid"]
+            for name, doc in self.buffer_docs().items()
+            if isinstance(doc.get("owner_uid"), int)
+        }
 
     def buffer_names(self) -> tuple[list[str], int]:
         """Every buffer's name, and the revision of the read (to watch from)."""
-        kvs, revision = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers),
-                                          keys_only=True)
+        kvs, revision = self.client.range(
+            self.keys.buffers, prefix_end(self.keys.buffers), keys_only=True
+        )
         return [Keys.last(kv.key, self.keys.buffers) for kv in kvs], revision
 
     # The Slurm functions read and change specs as plain JSON, unvalidated: importing pydantic
@@ -906,8 +1109,7 @@ class Store:
     def buffer_doc(self, name: str) -> Versioned | None:
         """The spec as JSON with its revision, for a compare-and-swap."""
         kv = self.client.get(self.keys.buffer(name))
-        return Versioned(json.loads(kv.value), kv.mod_revision, kv.create_revision) \
-            if kv else None
+        return Versioned(json.loads(kv.value), kv.mod_revision, kv.create_revision) if kv else None
 
     def buffer_docs(self) -> dict[str, dict]:
         """Every spec that is a JSON object: one that is not is no buffer any Slurm call can
@@ -932,11 +1134,18 @@ class Store:
         (those beyond one transaction's worth right after: `_wake_rest`)."""
         key = self.keys.buffer(doc["name"])
         alloc = doc["allocation"]
-        work = self._work_puts(doc["name"], doc["generation"], self.work_hosts(
-            doc["request"]["pool"], alloc["primary_host"], (b["host"] for b in alloc["bricks"])))
+        work = self._work_puts(
+            doc["name"],
+            doc["generation"],
+            self.work_hosts(
+                doc["request"]["pool"], alloc["primary_host"], (b["host"] for b in alloc["bricks"])
+            ),
+        )
         room = _MAX_TXN_OPS - 1
-        r = self.client.txn([mod_is(key, mod_revision)],
-                            [put_op(key, json.dumps(doc, separators=(",", ":")))] + work[:room])
+        r = self.client.txn(
+            [mod_is(key, mod_revision)],
+            [put_op(key, json.dumps(doc, separators=(",", ":")))] + work[:room],
+        )
         if not r.succeeded:
             raise Conflict(f"buffer '{doc['name']}' changed since revision {mod_revision}")
         self._wake_rest(doc["name"], r.revision, work[room:])
@@ -954,10 +1163,13 @@ class Store:
             return
         buf: Buffer = current.record
         k = self.keys
-        keys = self._claim_keys(buf.request.pool, buf.allocation.bricks,
-                                buf.allocation.mgs_host)
-        work = [delete_op(k.work(h, name)) for h in self.work_hosts(
-            buf.request.pool, buf.allocation.primary_host, buf.allocation.hosts)]
+        keys = self._claim_keys(buf.request.pool, buf.allocation.bricks, buf.allocation.mgs_host)
+        work = [
+            delete_op(k.work(h, name))
+            for h in self.work_hosts(
+                buf.request.pool, buf.allocation.primary_host, buf.allocation.hosts
+            )
+        ]
         spec = mod_is(k.buffer(name), mod_revision)
         changed = f"buffer '{name}' changed since revision {mod_revision}"
         fence = [buf.allocation.primary_host]
@@ -971,13 +1183,18 @@ class Store:
         # next pass finishes; a work key never outlives its spec.
         room = _MAX_TXN_OPS - 2 - len(keys)
         for start in range(room, len(work), _MAX_TXN_OPS):
-            if not self._fenced_txn(fence, [spec], work[start:start + _MAX_TXN_OPS]):
+            if not self._fenced_txn(fence, [spec], work[start : start + _MAX_TXN_OPS]):
                 raise Conflict(changed)
         if not self._fenced_txn(
-                fence, [spec],
-                [delete_op(c) for c in keys] + work[:room]
-                + [delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
-                   delete_op(k.buffer(name))]):
+            fence,
+            [spec],
+            [delete_op(c) for c in keys]
+            + work[:room]
+            + [
+                delete_op(k.buffer_statuses(name), prefix_end(k.buffer_statuses(name))),
+                delete_op(k.buffer(name)),
+            ],
+        ):
             raise Conflict(changed)
 
     # -- status --------------------------------------------------------------------------------
@@ -999,7 +1216,7 @@ class Store:
         same = [Compare(self.keys.buffer(name), "CREATE", incarnation)] if incarnation else []
         step = _MAX_TXN_OPS - len(hosts) - len(same)  # room for the compares
         for start in range(0, len(ops), step):
-            if not self._fenced_txn(hosts, same, ops[start:start + step]):
+            if not self._fenced_txn(hosts, same, ops[start : start + step]):
                 raise Superseded(name)
 
     # -- what dead nodes owe ----------------------------------------------------------------
@@ -1069,6 +1286,7 @@ class Store:
                     wake.set()
             except DacError:
                 pass
+
         threading.Thread(target=follow, name=f"wake-{buffer}", daemon=True).start()
         return w
 
@@ -1079,14 +1297,16 @@ class Store:
     def watch_statuses(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         return self._watch(_m().Status, self.keys.statuses, start_revision)
 
-    def _watch(self, model: type[R], prefix: str,
-               start_revision: int) -> tuple[Watch, Iterator[Change]]:
+    def _watch(
+        self, model: type[R], prefix: str, start_revision: int
+    ) -> tuple[Watch, Iterator[Change]]:
         w = self.client.watch(prefix, prefix_end(prefix), start_revision)
 
         def changes() -> Iterator[Change]:
             for ev in w:
                 record = _load(model, ev.kv) if ev.type == "put" else None
                 yield Change(Keys.last(ev.kv.key, prefix), record, ev.kv.mod_revision)
+
         return w, changes()
 
     # -- helpers -------------------------------------------------------------------------------
@@ -1095,10 +1315,15 @@ class Store:
         kvs, _ = self.client.range(prefix, prefix_end(prefix))
         return [_load(model, kv) for kv in kvs]
 
-    def _update(self, model: type[R], key: str, change: Callable[[R | None], R],
-                also: Callable[[R], Op] | None = None,
-                guards: Callable[[R | None], list[Compare]] | None = None,
-                attempts: int = 20) -> R:
+    def _update(
+        self,
+        model: type[R],
+        key: str,
+        change: Callable[[R | None], R],
+        also: Callable[[R], Op] | None = None,
+        guards: Callable[[R | None], list[Compare]] | None = None,
+        attempts: int = 20,
+    ) -> R:
         """Read-modify-write with compare-and-swap, retried when another writer got there
         first. `also(new)` is one more op committed in the same transaction; `guards(old)`
         are more compares, whose failure raises _GuardFailed instead of retrying."""
@@ -1142,6 +1367,7 @@ def _claim_of(kv: KV) -> tuple[str, str | None] | None:
 
 def _credential(directory: str, role: str, cache: bool):
     from daccore.etcd.auth import ROLES, Credential
+
     if role not in ROLES:
         raise ValueError(f"unknown etcd role '{role}' (choose {', '.join(ROLES)})")
     return Credential(f"{directory.rstrip('/')}/{role}", role, cache=cache)
@@ -1153,6 +1379,7 @@ def _dump(record: BaseModel) -> str:
 
 def _load(model: type[R], kv: KV) -> R:
     from pydantic import ValidationError
+
     try:
         return model.model_validate_json(kv.value)
     except ValidationError as e:
@@ -1163,8 +1390,11 @@ def _named(kvs: list[KV], prefix: str) -> list[bytes]:
     """The values of `kvs` that name their own key, as every record dac writes does (its
     first field): a record under another key (`hosts/x` holding host `dac1`'s record) would
     count a host or pool twice. A bytes comparison, not a parse: the pools hook reads these."""
-    return [kv.value for kv in kvs
-            if kv.value.startswith(b'{"name":"%s"' % key_bytes(Keys.last(kv.key, prefix)))]
+    return [
+        kv.value
+        for kv in kvs
+        if kv.value.startswith(b'{"name":"%s"' % key_bytes(Keys.last(kv.key, prefix)))
+    ]
 
 
 def _doc(value: bytes) -> dict | None:
@@ -1175,4 +1405,3 @@ def _doc(value: bytes) -> dict | None:
     except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
-

@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from daccore.config import DacConfig
     from daccore.models import Buffer
 
-__all__ = ["Untrusted", "check_buffer", "check_owner", "check_attachment", "parse_buffer",
-           "shown"]
+__all__ = ["Untrusted", "check_buffer", "check_owner", "check_attachment", "parse_buffer", "shown"]
 
 _NAME, _JOB = re.compile(NAME), re.compile(JOB_KEY)
 
@@ -52,8 +51,10 @@ def check_owner(uid: int, gid: int, min_owner_uid: int) -> None:
     says so (`min_owner_uid: 0`)."""
     for what, value in (("uid", uid), ("gid", gid)):
         if value < min_owner_uid:
-            raise UserError(f"owner {what} {value} is below min_owner_uid {min_owner_uid}: "
-                            "a buffer belongs to an ordinary user and group")
+            raise UserError(
+                f"owner {what} {value} is below min_owner_uid {min_owner_uid}: "
+                "a buffer belongs to an ordinary user and group"
+            )
 
 
 def check_attachment(job: str, nodes: list[str]) -> None:
@@ -71,6 +72,7 @@ def parse_buffer(key: str, text: str | bytes, config: DacConfig) -> Buffer:
     from pydantic import ValidationError
 
     from daccore.models import Buffer
+
     try:
         buf = Buffer.model_validate_json(text)
     except ValidationError as e:
@@ -94,19 +96,22 @@ def check_buffer(buf: Buffer, config: DacConfig) -> None:
         raise AdminError(f"pool {shown(pool)} is not in this dacd's config")
     for ref in buf.allocation.bricks:
         host = config.hosts.get(ref.host)
-        brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) \
-            if host else None
+        brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) if host else None
         if brick is None:
             raise AdminError(f"brick {ref.host}:{ref.brick} is not in this dacd's config")
         if brick.pool != pool:
-            raise AdminError(f"brick {ref.host}:{ref.brick} is in pool '{brick.pool}', not "
-                             f"'{pool}'")
+            raise AdminError(
+                f"brick {ref.host}:{ref.brick} is in pool '{brick.pool}', not '{pool}'"
+            )
         if ref.capacity != brick.capacity:
-            raise AdminError(f"brick {ref.host}:{ref.brick} holds {brick.capacity} bytes, not "
-                             f"{ref.capacity}")
+            raise AdminError(
+                f"brick {ref.host}:{ref.brick} holds {brick.capacity} bytes, not {ref.capacity}"
+            )
     if buf.request.capacity > buf.allocation.size:
-        raise AdminError(f"capacity {buf.request.capacity} is more than its bricks hold "
-                         f"({buf.allocation.size})")
+        raise AdminError(
+            f"capacity {buf.request.capacity} is more than its bricks hold ({buf.allocation.size})"
+        )
     if buf.request.swap > buf.request.capacity:
-        raise AdminError(f"swap {buf.request.swap} is more than the capacity "
-                         f"{buf.request.capacity}")
+        raise AdminError(
+            f"swap {buf.request.swap} is more than the capacity {buf.request.capacity}"
+        )

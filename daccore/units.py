@@ -16,9 +16,12 @@ _DECIMAL = {"kb": 1, "mb": 2, "gb": 3, "tb": 4, "pb": 5}
 _SIZE = re.compile(r"^[ \t]*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)[ \t]*([A-Za-z]*)[ \t]*$")
 #: Slurm's suffix_mult (src/common/slurm_protocol_defs.c, unchanged 22.05 to 26.05), plus "b",
 #: which it does not know and so reads as bytes, as dac does
-_SLURM_UNITS = {"": 1, "b": 1,
-                **{u: 1024 ** e for e, p in enumerate("kmgtp", 1) for u in (p, p + "ib")},
-                **{p + "b": 1000 ** e for e, p in enumerate("kmgtp", 1)}}
+_SLURM_UNITS = {
+    "": 1,
+    "b": 1,
+    **{u: 1024**e for e, p in enumerate("kmgtp", 1) for u in (p, p + "ib")},
+    **{p + "b": 1000**e for e, p in enumerate("kmgtp", 1)},
+}
 _CAPACITY = re.compile(r"^([0-9]+)([A-Za-z]*)$")
 #: Slurm keeps its job sizes in a uint64 whose top bit marks a count of nodes and multiplies
 #: without an overflow check; 1 EiB leaves room for its rounding up to a pool's granularity.
@@ -82,24 +85,32 @@ def parse_capacity(text: str) -> int:
     if frac and frac.group(2).lower() in _SLURM_UNITS:
         whole = int(frac.group(1) or "0")
         decimal = len(frac.group(2)) == 2 and frac.group(2).lower().endswith("b")
-        raise ValueError(f"has a fraction, which Slurm reads as {whole} "
-                         f"byte{'' if whole == 1 else 's'}: write "
-                         f"{_whole_units(parse_size(text), decimal)}")
+        raise ValueError(
+            f"has a fraction, which Slurm reads as {whole} "
+            f"byte{'' if whole == 1 else 's'}: write "
+            f"{_whole_units(parse_size(text), decimal)}"
+        )
     if m and m.group(2).lower() in ("n", "node", "nodes"):
-        raise ValueError("is a count of nodes, which dac does not allocate by: give a size, "
-                         "as in 10GiB")
+        raise ValueError(
+            "is a count of nodes, which dac does not allocate by: give a size, as in 10GiB"
+        )
     if m:
         n = int(m.group(1))
-        raise ValueError(f"has a unit Slurm does not know, so Slurm would read it as "
-                         f"{n} byte{'' if n == 1 else 's'}: use K, M, G, T, P with iB "
-                         "(powers of 1024) or B (powers of 1000), as in 10GiB or 500GB")
+        raise ValueError(
+            f"has a unit Slurm does not know, so Slurm would read it as "
+            f"{n} byte{'' if n == 1 else 's'}: use K, M, G, T, P with iB "
+            "(powers of 1024) or B (powers of 1000), as in 10GiB or 500GB"
+        )
     raise ValueError("is not a size like 1TiB, 500GB or 1048576")
 
 
 def _whole_units(n: int, decimal: bool) -> str:
     """n in the largest unit of its kind that holds it whole: 1610612736 -> '1536MiB'."""
-    units = ([("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2), ("KB", 1000)]
-             if decimal else [(u, parse_size("1" + u)) for u in reversed(_UNITS[1:])])
+    units = (
+        [("PB", 1000**5), ("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2), ("KB", 1000)]
+        if decimal
+        else [(u, parse_size("1" + u)) for u in reversed(_UNITS[1:])]
+    )
     return next((f"{n // size}{u}" for u, size in units if n % size == 0), str(n))
 
 

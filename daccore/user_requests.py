@@ -39,8 +39,15 @@ VERBS: dict[str, dict[str, tuple]] = {
     "pools": {},
     "buffers": {"owner_uid": _INT, "state": _WORD, "pool": _NAME},
     "show": {"buffer": _NAME},
-    "create-persistent": {"name": _NAME, "capacity": _INT, "pool": _NAME, "access": _WORD,
-                          "type": _WORD, "owner_uid": _INT, "owner_gid": _INT},
+    "create-persistent": {
+        "name": _NAME,
+        "capacity": _INT,
+        "pool": _NAME,
+        "access": _WORD,
+        "type": _WORD,
+        "owner_uid": _INT,
+        "owner_gid": _INT,
+    },
     "destroy-persistent": {"name": _NAME},
 }
 
@@ -58,8 +65,10 @@ def check_args(verb: object, args: object) -> dict:
         if type(value) is not kind or (kind is int and not 0 <= value < 1 << 63):
             raise UserError(f"{verb}: argument '{key}' is not a valid {kind.__name__}")
         if pattern and not pattern.fullmatch(value):
-            raise UserError(f"{verb}: argument '{key}' is not a valid name (letters, digits, "
-                            "_ . : - and at most 128 of them)")
+            raise UserError(
+                f"{verb}: argument '{key}' is not a valid name (letters, digits, "
+                "_ . : - and at most 128 of them)"
+            )
     return {k: args.get(k) for k in VERBS[verb]}
 
 
@@ -72,6 +81,7 @@ def answer(store, config, caller: Caller, verb: object, args: object) -> dict:
 
 def _mine(store, caller: Caller, name: str):
     from daccore.admin_views import visible
+
     current = store.buffer(name)
     if current is None or not visible(caller.rights, current.record):
         raise NotFound(f"no buffer '{name}' of yours (a job id or a persistent buffer's name)")
@@ -80,40 +90,67 @@ def _mine(store, caller: Caller, name: str):
 
 def _status(store, config, caller, buffer):
     from daccore.status_view import view
+
     return view(_mine(store, caller, buffer), store.statuses(buffer))
 
 
 def _pools(store, config, caller):
     from daccore.inventory import summarize
+
     return {"pools": [s.as_dict() for s in summarize(store.summary_inventory())]}
 
 
 def _buffers(store, config, caller, owner_uid, state, pool):
     from daccore.admin_views import STATES, buffer_rows
+
     if state is not None and state not in STATES:
         raise UserError(f"no state '{state}' (states: {', '.join(STATES)})")
-    return {"buffers": buffer_rows(store.buffers().values(), store.statuses, caller.rights,
-                                   owner_uid=owner_uid, state=state, pool=pool)}
+    return {
+        "buffers": buffer_rows(
+            store.buffers().values(),
+            store.statuses,
+            caller.rights,
+            owner_uid=owner_uid,
+            state=state,
+            pool=pool,
+        )
+    }
 
 
 def _show(store, config, caller, buffer):
     from daccore.admin_views import buffer_detail
+
     return buffer_detail(_mine(store, caller, buffer), store.statuses(buffer))
 
 
 def _create(store, config, caller, name, capacity, pool, access, type, owner_uid, owner_gid):
     from daccore import admin
+
     if name is None or capacity is None or capacity <= 0:
         raise UserError("create-persistent: give a name and a capacity greater than zero")
-    buf = admin.create_persistent(store, config, name, capacity, pool, access or "striped",
-                                  type or "scratch", (caller.uid, caller.gid),
-                                  (owner_uid, owner_gid), admin=caller.rights == 0)
-    return {"name": buf.name, "size": buf.allocation.size, "pool": buf.request.pool,
-            "hosts": buf.allocation.hosts}
+    buf = admin.create_persistent(
+        store,
+        config,
+        name,
+        capacity,
+        pool,
+        access or "striped",
+        type or "scratch",
+        (caller.uid, caller.gid),
+        (owner_uid, owner_gid),
+        admin=caller.rights == 0,
+    )
+    return {
+        "name": buf.name,
+        "size": buf.allocation.size,
+        "pool": buf.request.pool,
+        "hosts": buf.allocation.hosts,
+    }
 
 
 def _destroy(store, config, caller, name):
     from daccore import admin
+
     if name is None:
         raise UserError("destroy-persistent: give the buffer's name")
     admin.destroy_persistent(store, config, name, caller.rights)
@@ -121,5 +158,10 @@ def _destroy(store, config, caller, name):
 
 
 _HANDLERS: dict[str, Callable[..., dict]] = {
-    "status": _status, "pools": _pools, "buffers": _buffers, "show": _show,
-    "create-persistent": _create, "destroy-persistent": _destroy}
+    "status": _status,
+    "pools": _pools,
+    "buffers": _buffers,
+    "show": _show,
+    "create-persistent": _create,
+    "destroy-persistent": _destroy,
+}

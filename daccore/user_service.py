@@ -30,8 +30,17 @@ import time
 from daccore.errors import AdminError, DacError, InternalError, Kind, UserError
 from daccore.user_requests import Caller, answer
 
-__all__ = ["serve", "ask", "caller", "decode", "MAX_REQUEST", "READ_TIMEOUT", "MAX_CLIENTS",
-           "PER_UID", "MAX_PENDING"]
+__all__ = [
+    "serve",
+    "ask",
+    "caller",
+    "decode",
+    "MAX_REQUEST",
+    "READ_TIMEOUT",
+    "MAX_CLIENTS",
+    "PER_UID",
+    "MAX_PENDING",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +77,19 @@ def _run_munge(argv: list[str], data: bytes | None) -> subprocess.CompletedProce
     try:
         return subprocess.run(argv, input=data, capture_output=True, timeout=MUNGE_TIMEOUT)
     except FileNotFoundError:
-        raise AdminError(f"{argv[0]} is not installed on this host: an admin must install munge "
-                         "(dac's user service authenticates users with it)") from None
+        raise AdminError(
+            f"{argv[0]} is not installed on this host: an admin must install munge "
+            "(dac's user service authenticates users with it)"
+        ) from None
     except subprocess.TimeoutExpired:
-        raise AdminError(f"{argv[0]} did not answer in {MUNGE_TIMEOUT:.0f}s: an admin must check "
-                         "munged on this host") from None
+        raise AdminError(
+            f"{argv[0]} did not answer in {MUNGE_TIMEOUT:.0f}s: an admin must check "
+            "munged on this host"
+        ) from None
 
 
 # -- the service's side ------------------------------------------------------------------------
+
 
 def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
     """(uid, gid, request) from a credential, as munged verified it; UserError when munged
@@ -83,8 +97,10 @@ def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
     r = _run_munge(_munge_argv("unmunge", socket_path), credential)
     meta, _, payload = r.stdout.partition(b"\n\n")
     # "STATUS: Replayed credential (17)", "UID: alice (1234)": the text, then the number
-    fields = {k.strip(): v.strip().decode(errors="replace") for k, _, v in
-              (line.partition(b":") for line in meta.splitlines())}
+    fields = {
+        k.strip(): v.strip().decode(errors="replace")
+        for k, _, v in (line.partition(b":") for line in meta.splitlines())
+    }
     status = fields.get(b"STATUS", "")
     if r.returncode != 0 or not status.endswith("(0)"):
         why = status.rpartition(" (")[0] or " ".join(r.stderr.decode(errors="replace").split())
@@ -103,6 +119,7 @@ def caller(uid: int, gid: int, admin_group: str) -> Caller:
     """The rights of `uid`, from the group database: its primary group as munge gave it and
     the groups the system lists it in (a user unknown to passwd has only the munge gid)."""
     from daccore.rights import groups_of, rights
+
     return Caller(uid, gid, rights(uid, groups_of(uid, gid), admin_group))
 
 
@@ -142,8 +159,10 @@ class _Service:
         self.active: dict[int, int] = {}  # uid -> requests being answered
         self.parked: dict[int, collections.deque] = {}  # uid -> requests waiting for a slot
         self.stopping = False
-        self.workers = [threading.Thread(target=self._worker, daemon=True, name=f"usvc-{i}")
-                        for i in range(MAX_CLIENTS)]
+        self.workers = [
+            threading.Thread(target=self._worker, daemon=True, name=f"usvc-{i}")
+            for i in range(MAX_CLIENTS)
+        ]
 
     # -- the reader -----------------------------------------------------------------------------
 
@@ -202,8 +221,7 @@ class _Service:
         if conn.sock not in self.conns:
             return  # dropped meanwhile
         try:
-            chunk = conn.sock.recv(MAX_REQUEST + 1 - len(conn.data) if not conn.draining
-                                   else 65536)
+            chunk = conn.sock.recv(MAX_REQUEST + 1 - len(conn.data) if not conn.draining else 65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -219,8 +237,9 @@ class _Service:
             return
         line = conn.data.split(b"\n", 1)[0].strip()
         if not line.startswith(b"MUNGE:"):
-            return self._refuse(conn, UserError(
-                "request is not a munge credential (run dacctl, which makes one)"))
+            return self._refuse(
+                conn, UserError("request is not a munge credential (run dacctl, which makes one)")
+            )
         self._forget(conn)
         try:
             self.work.put_nowait((conn.sock, line))
@@ -235,8 +254,7 @@ class _Service:
             if conn.draining:
                 self._close(conn)
             else:
-                self._refuse(conn, UserError(
-                    f"request not received within {READ_TIMEOUT:.0f}s"))
+                self._refuse(conn, UserError(f"request not received within {READ_TIMEOUT:.0f}s"))
 
     def _refuse(self, conn: _Conn, e: DacError) -> None:
         """A refusal before any credential was checked, sent from here: the send fits the
@@ -294,10 +312,12 @@ class _Service:
                     self.active[uid] = self.active.get(uid, 0) + 1
             if task is None:
                 if full:
-                    log.info("uid %s: refused: %d requests of this uid under way", uid,
-                             PER_UID + MAX_PARKED)
-                    _send(sock, _busy(f"{PER_UID + MAX_PARKED} requests of yours are under "
-                                      "way"))
+                    log.info(
+                        "uid %s: refused: %d requests of this uid under way",
+                        uid,
+                        PER_UID + MAX_PARKED,
+                    )
+                    _send(sock, _busy(f"{PER_UID + MAX_PARKED} requests of yours are under way"))
                 continue
             while task is not None:  # then this uid's parked requests, one by one
                 sock, uid, gid, request = task
@@ -324,8 +344,7 @@ class _Service:
         try:
             who = caller(uid, gid, self.config.admin_group)
             result = answer(self.store, self.config, who, verb, request.get("args", {}))
-            log.info("uid %s: %s %s: ok", uid, json.dumps(verb),
-                     json.dumps(request.get("args")))
+            log.info("uid %s: %s %s: ok", uid, json.dumps(verb), json.dumps(request.get("args")))
             return {"ok": result}
         except DacError as e:
             log.info("uid %s: %s: refused: %s", uid, json.dumps(verb), e)
@@ -335,8 +354,12 @@ class _Service:
             return _INTERNAL
 
 
-_INTERNAL = {"error": {"kind": "internal", "message": (
-    "dac's user service failed on this request: an admin finds why in its log")}}
+_INTERNAL = {
+    "error": {
+        "kind": "internal",
+        "message": ("dac's user service failed on this request: an admin finds why in its log"),
+    }
+}
 
 
 def _error(e: DacError) -> dict:
@@ -344,8 +367,7 @@ def _error(e: DacError) -> dict:
 
 
 def _busy(why: str) -> dict:
-    return {"error": {"kind": "admin", "message": f"dac's user service is busy ({why}): try "
-                                                  "again"}}
+    return {"error": {"kind": "admin", "message": f"dac's user service is busy ({why}): try again"}}
 
 
 def _send(sock: socket.socket, reply: dict) -> None:
@@ -370,6 +392,7 @@ def _split(address: str) -> tuple[str, int]:
 def _more_descriptors() -> None:
     """Every descriptor the hard limit allows: each waiting connection holds one."""
     import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -381,23 +404,30 @@ def serve(config, ready=None) -> None:
     import signal
 
     from daccore.store import Store
+
     if not config.user_service:
-        raise AdminError("user_service is not set in the config: set it to host:port "
-                         "(docs/security.md)")
+        raise AdminError(
+            "user_service is not set in the config: set it to host:port (docs/security.md)"
+        )
     store = Store.from_settings(config.etcd, role="slurm")  # Slurm's rights, no more
     _more_descriptors()
     try:
         server = _Service(_split(config.user_service), config, store)
     except OSError as e:
-        raise AdminError(f"user service cannot listen on {config.user_service}: "
-                         f"{e.strerror}") from None
+        raise AdminError(
+            f"user service cannot listen on {config.user_service}: {e.strerror}"
+        ) from None
 
     def stop(signum, frame):
         server.shutdown()
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("dac user service on %s (munge socket %s)", config.user_service,
-             config.munge_socket or "munge's default")
+    log.info(
+        "dac user service on %s (munge socket %s)",
+        config.user_service,
+        config.munge_socket or "munge's default",
+    )
     if ready:
         ready()
     server.serve_forever()
@@ -405,8 +435,11 @@ def serve(config, ready=None) -> None:
 
 # -- the client's side -------------------------------------------------------------------------
 
-_KINDS = {Kind.USER.value: UserError, Kind.ADMIN.value: AdminError,
-          Kind.INTERNAL.value: InternalError}
+_KINDS = {
+    Kind.USER.value: UserError,
+    Kind.ADMIN.value: AdminError,
+    Kind.INTERNAL.value: InternalError,
+}
 
 
 def ask(config, verb: str, args: dict, timeout: float | None = None) -> dict:
@@ -416,8 +449,10 @@ def ask(config, verb: str, args: dict, timeout: float | None = None) -> dict:
     r = _run_munge([*_munge_argv("munge", config.munge_socket), "-s", payload], None)
     if r.returncode != 0:
         why = r.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
-        raise AdminError(f"munge cannot make a credential here: {why[-1]} (an admin must "
-                         "start munged on this host)")
+        raise AdminError(
+            f"munge cannot make a credential here: {why[-1]} (an admin must "
+            "start munged on this host)"
+        )
     # create/destroy wait for dacd as long as the service does; reads answer in milliseconds
     timeout = timeout or config.step_timeout + 30
     where = config.user_service
@@ -429,18 +464,23 @@ def ask(config, verb: str, args: dict, timeout: float | None = None) -> dict:
             while chunk := s.recv(65536):
                 data += chunk
     except OSError as e:
-        raise AdminError(f"dac's user service at {where} is unreachable: "
-                         f"{e.strerror or e} (an admin must start it: systemctl start "
-                         "dac-users)") from None
+        raise AdminError(
+            f"dac's user service at {where} is unreachable: "
+            f"{e.strerror or e} (an admin must start it: systemctl start "
+            "dac-users)"
+        ) from None
     try:
         reply = json.loads(data)
         if "ok" in reply:
             return reply["ok"]
         kind, message = reply["error"]["kind"], reply["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        raise AdminError(f"dac's user service at {where} answered something that is not a "
-                         "reply: an admin must check it is dac's") from None
+        raise AdminError(
+            f"dac's user service at {where} answered something that is not a "
+            "reply: an admin must check it is dac's"
+        ) from None
     # one line, and nothing a terminal would act on, whatever the other end sent
-    line = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in " ".join(
-        str(message).split()))
+    line = "".join(
+        c if c.isprintable() else f"\\x{ord(c):02x}" for c in " ".join(str(message).split())
+    )
     raise _KINDS.get(kind, InternalError)(line)

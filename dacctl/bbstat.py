@@ -37,6 +37,7 @@ TIMEOUT = 1.5
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from dacctl.slurm_args import JOB_ID
+
     # Exit 0 even for a refusal or an error: burst_buffer/datawarp replaces the output of a
     # failed GetSysStatus with "Error running dwstat", and the one line is for the user.
     if len(argv) > 1 or (argv and not (JOB_ID.fullmatch(argv[0]) or argv[0] in VIEWS)):
@@ -46,14 +47,19 @@ def main(argv: list[str] | None = None) -> int:
         print(_answer(argv[0] if argv else VIEWS[0]))
     except Exception as e:  # noqa: BLE001 - Slurm prints stdout: one line, never a traceback
         from daccore.errors import DacError
-        print(f"dac-bbstat: {e}" if isinstance(e, DacError) else
-              f"dac-bbstat: internal error: {type(e).__name__}")
+
+        print(
+            f"dac-bbstat: {e}"
+            if isinstance(e, DacError)
+            else f"dac-bbstat: internal error: {type(e).__name__}"
+        )
     return 0
 
 
 def _answer(word: str) -> str:
     from daccore.config_cache import load_settings
     from daccore.store import Store
+
     settings = load_settings()
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=TIMEOUT)
     if word in VIEWS:
@@ -63,6 +69,7 @@ def _answer(word: str) -> str:
     if buf is None:
         return f"no buffer for job {job}"
     from daccore.buffer_doc import status_view
+
     v = status_view(buf, store.status_docs(job))
     caller = _caller(os.environ.get("DAC_BBSTAT_CALLER", ""))
     if caller is not None and _may_see(caller, buf, settings.get("admin_group", "")):
@@ -76,47 +83,118 @@ def dwstat(store, view: str, mount_root: str) -> str:
     if view == "pools":
         from daccore.inventory import summarize
         from daccore.units import format_size
-        return _cray_table(["pool", "units", "quantity", "free", "gran"], [
-            [s.name, "bytes", format_size(s.total * s.granularity),
-             format_size(s.free * s.granularity), format_size(s.granularity)]
-            for s in summarize(store.summary_inventory())], "no pools")
+
+        return _cray_table(
+            ["pool", "units", "quantity", "free", "gran"],
+            [
+                [
+                    s.name,
+                    "bytes",
+                    format_size(s.total * s.granularity),
+                    format_size(s.free * s.granularity),
+                    format_size(s.granularity),
+                ]
+                for s in summarize(store.summary_inventory())
+            ],
+            "no pools",
+        )
     from daccore.dws import sessions
+
     found = sessions(store.buffer_docs(), store.all_status_docs())
     if view == "sessions":
         return _cray_table(
             ["sess", "state", "token", "creator", "owner", "created", "expiration", "nodes"],
-            [[s.name, s.state, s.name, "-" if s.persistent else "SLURM", s.owner,
-              _time(s.created), "never", len(s.compute_nodes)] for s in found], "no sessions")
+            [
+                [
+                    s.name,
+                    s.state,
+                    s.name,
+                    "-" if s.persistent else "SLURM",
+                    s.owner,
+                    _time(s.created),
+                    "never",
+                    len(s.compute_nodes),
+                ]
+                for s in found
+            ],
+            "no sessions",
+        )
     if view == "instances":
         from daccore.units import format_size
+
         alive = store.alive() if found else set()
         return _cray_table(
-            ["inst", "state", "sess", "bytes", "nodes", "created", "expiration", "intact",
-             "label", "public", "confs"],
-            [[s.name, s.state, s.name, format_size(s.size), len(s.storage_hosts),
-              _time(s.created), "never", _bool(set(s.storage_hosts) <= alive),
-              s.name if s.persistent else f"I{s.name}-0", "false", 1] for s in found],
-            "no instances")
+            [
+                "inst",
+                "state",
+                "sess",
+                "bytes",
+                "nodes",
+                "created",
+                "expiration",
+                "intact",
+                "label",
+                "public",
+                "confs",
+            ],
+            [
+                [
+                    s.name,
+                    s.state,
+                    s.name,
+                    format_size(s.size),
+                    len(s.storage_hosts),
+                    _time(s.created),
+                    "never",
+                    _bool(set(s.storage_hosts) <= alive),
+                    s.name if s.persistent else f"I{s.name}-0",
+                    "false",
+                    1,
+                ]
+                for s in found
+            ],
+            "no instances",
+        )
     if view == "configurations":
-        return _cray_table(["conf", "state", "inst", "type", "activs"],
-                           [[s.name, s.state, s.name, s.type, len(s.attachments)]
-                            for s in found], "no scratch, cache, swap configurations")
+        return _cray_table(
+            ["conf", "state", "inst", "type", "activs"],
+            [[s.name, s.state, s.name, s.type, len(s.attachments)] for s in found],
+            "no scratch, cache, swap configurations",
+        )
     from daccore.layout import mount_path
-    return _cray_table(["activ", "state", "sess", "conf", "nodes", "mount"], [
-        [f"{s.name}:{job}", s.state, s.name, s.name, len(nodes),
-         mount_path(mount_root, job, s.name, s.persistent,
-                    "striped" if "striped" in s.access else "private")]
-        for s in found for job, nodes in sorted(s.attachments.items())], "no activations")
+
+    return _cray_table(
+        ["activ", "state", "sess", "conf", "nodes", "mount"],
+        [
+            [
+                f"{s.name}:{job}",
+                s.state,
+                s.name,
+                s.name,
+                len(nodes),
+                mount_path(
+                    mount_root,
+                    job,
+                    s.name,
+                    s.persistent,
+                    "striped" if "striped" in s.access else "private",
+                ),
+            ]
+            for s in found
+            for job, nodes in sorted(s.attachments.items())
+        ],
+        "no activations",
+    )
 
 
 def _cray_table(headers: list[str], rows: list[list[object]], empty: str) -> str:
     if not rows:
         return empty
     from daccore.escape import printable
+
     cells = [headers] + [[printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join(" ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
-                     for r in cells)
+    return "\n".join(" ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
 
 
 def _time(created: int) -> str:
@@ -129,12 +207,14 @@ def _bool(value: bool) -> str:
 
 def full_line(v: dict) -> str:
     from daccore.status_view import summary_line
+
     return summary_line(v)
 
 
 def public_line(v: dict) -> str:
     """The line without anything of the owner's: no error text, no host names."""
     from daccore.status_view import summary_line
+
     failed = any(h["error"] for h in v["hosts"])
     line = summary_line({**v, "hosts": [{**h, "error": None} for h in v["hosts"]]})
     return line + (", failed (its owner sees why with dacctl status)" if failed else "")
@@ -149,5 +229,6 @@ def _caller(value: str) -> tuple[int, int] | None:
 
 def _may_see(caller: tuple[int, int], buf: dict, admin_group: str) -> bool:
     from daccore.rights import groups_of, rights
+
     uid, gid = caller
     return uid == buf.get("owner_uid") or rights(uid, groups_of(uid, gid), admin_group) == 0

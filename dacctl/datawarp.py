@@ -35,9 +35,22 @@ HOT_TIMEOUT = 2.0
 PERSISTENT_WAIT = 30.0
 HOT = ("job_process", "pools", "paths")
 
-FUNCTIONS = ("pools", "show_instances", "show_sessions", "show_configurations", "job_process",
-             "setup", "real_size", "data_in", "paths", "pre_run", "post_run", "data_out",
-             "teardown", "create_persistent")
+FUNCTIONS = (
+    "pools",
+    "show_instances",
+    "show_sessions",
+    "show_configurations",
+    "job_process",
+    "setup",
+    "real_size",
+    "data_in",
+    "paths",
+    "pre_run",
+    "post_run",
+    "data_out",
+    "teardown",
+    "create_persistent",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
 def run(argv: list[str]) -> int:
     debug = "--debug" in argv
     from dacctl.slurm_args import Refused
+
     try:
         settings = _settings_for_caller()
         args = _parser().parse_args(argv)
@@ -93,8 +107,10 @@ def run(argv: list[str]) -> int:
         return 1
     except Exception as e:  # noqa: BLE001 - the one place every error becomes one line
         from daccore.errors import DacError
+
         if debug:
             import traceback
+
             traceback.print_exc()
         if isinstance(e, DacError):
             print(_one_line(str(e)))
@@ -111,6 +127,7 @@ def _settings_for_caller() -> dict:
 
     from daccore.config_cache import load_settings
     from dacctl.slurm_args import require_slurm
+
     try:
         settings = load_settings()
     except Exception:  # noqa: BLE001 - unreadable config: only root may go on, to be told why
@@ -128,13 +145,17 @@ _NAMED = ("create_persistent", "teardown")
 def _check_args(args, settings: dict) -> None:
     """Every argument Slurm passes, checked before any is used (dacctl/slurm_args.py)."""
     from dacctl import slurm_args as sa
+
     trusted, minimum = settings["trusted_uids"], settings["min_owner_uid"]
     if args.token is not None:
         if args.function == "create_persistent":
             from daccore.directives import PERSISTENT_NAME
+
             if not PERSISTENT_NAME.fullmatch(args.token):
-                raise sa.Refused(f"create_persistent: name {args.token!r} must start with a "
-                                 "letter and contain only letters, digits, _ . -")
+                raise sa.Refused(
+                    f"create_persistent: name {args.token!r} must start with a "
+                    "letter and contain only letters, digits, _ . -"
+                )
         else:
             sa.token(args.token, args.function in _NAMED)
     for name in ("user", "groupid"):
@@ -150,20 +171,25 @@ def _check_args(args, settings: dict) -> None:
         path = getattr(args, name)
         if path is not None:
             job = sa.job_id(args.token or "", "--token")
-            setattr(args, name, sa.open_read(path, f"the node file (--{name})", trusted, job,
-                                             ("client_nids",)))
+            setattr(
+                args,
+                name,
+                sa.open_read(path, f"the node file (--{name})", trusted, job, ("client_nids",)),
+            )
     if args.pathfile is not None:
         if args.function != "paths":
             raise sa.Refused(f"--pathfile is for --function paths only, not {args.function}")
         job = sa.job_id(args.token or "", "--token")
-        args.pathfile = sa.open_write(args.pathfile, "the path file", trusted, job,
-                                      ("path", "pathfile"))
+        args.pathfile = sa.open_write(
+            args.pathfile, "the path file", trusted, job, ("path", "pathfile")
+        )
 
 
 def _one_line(text: str) -> str:
     """Slurm shows stdout as the message: never more than one line of it, and no control
     character (it reaches sbatch's terminal and the job's Reason)."""
     from daccore.escape import printable
+
     return printable(" ".join(text.split("\n")).strip())[:1000]
 
 
@@ -180,27 +206,29 @@ def _script_fd(args) -> int:
     scontrol's, asked only outside slurmctld (a hook inside it holds the job lock scontrol
     needs)."""
     from dacctl import slurm_args as sa
+
     if args.job_fd is None:
         try:
-            args.job_fd = sa.open_read(args.job, "the job script", args.trusted, None,
-                                       ("script",))
+            args.job_fd = sa.open_read(args.job, "the job script", args.trusted, None, ("script",))
         except sa.Missing:
             if args.token is None or (args.function in HOT and args.array_job is None):
                 raise
-            args.job_fd = sa.link_task_script(args.job, args.token,
-                                              lambda: args.array_job or _array_of(args.token),
-                                              args.trusted)
+            args.job_fd = sa.link_task_script(
+                args.job, args.token, lambda: args.array_job or _array_of(args.token), args.trusted
+            )
     return args.job_fd
 
 
 def _array_of(job: str) -> str | None:
     from dacctl.slurmjob import array_job_id
+
     return array_job_id(job)
 
 
 def _script(args, lua_directive: str):
     from daccore.directives import parse_script
     from daccore.errors import AdminError
+
     fd = _script_fd(args)
     try:  # read from the start each time: a call run again after etcd came back reads it anew
         os.lseek(fd, 0, os.SEEK_SET)
@@ -229,8 +257,11 @@ def _dispatch(args, settings: dict) -> str:
 
 
 def _slurmscriptd(args, settings: dict) -> str:
-    if args.function in ("data_in", "data_out") and args.token and \
-            _nothing_to_stage(args, settings):
+    if (
+        args.function in ("data_in", "data_out")
+        and args.token
+        and _nothing_to_stage(args, settings)
+    ):
         return ""
     return _full(args, settings)
 
@@ -241,6 +272,7 @@ def _riding_out_etcd(call, grace: float) -> str:
     import time
 
     from daccore.errors import StoreUnavailable
+
     began, first = time.monotonic(), None
     while True:
         try:
@@ -251,8 +283,9 @@ def _riding_out_etcd(call, grace: float) -> str:
             if grace <= 0:
                 raise  # restart_grace 0: fail at once, as before the grace existed
             if now - first >= grace:
-                raise StoreUnavailable(e.endpoints, f"still after restart_grace, {grace:.0f}s",
-                                       now - began) from None
+                raise StoreUnavailable(
+                    e.endpoints, f"still after restart_grace, {grace:.0f}s", now - began
+                ) from None
             time.sleep(min(1.0, grace - (now - first)))
 
 
@@ -263,6 +296,7 @@ def _nothing_to_stage(args, settings: dict) -> bool:
     down is the full path's to report."""
     from daccore import buffer_doc
     from daccore.store import Store
+
     store = Store.from_dict(settings["etcd"], transport="http")
     buffer = store.buffer_json(args.token)
     if buffer is None:
@@ -276,18 +310,33 @@ def _hot(args, settings: dict) -> str:
     """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc; and pools
     no more than its read (slurmctld calls it every scheduling pass)."""
     from daccore.store import Store
+
     f = args.function
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
     if f == "pools":
         from daccore.inventory import summarize
-        return json.dumps({"pools": [
-            {"id": s.name, "units": "bytes", "granularity": s.granularity, "quantity": s.total,
-             "free": s.free} for s in summarize(store.summary_inventory())]})
+
+        return json.dumps(
+            {
+                "pools": [
+                    {
+                        "id": s.name,
+                        "units": "bytes",
+                        "granularity": s.granularity,
+                        "quantity": s.total,
+                        "free": s.free,
+                    }
+                    for s in summarize(store.summary_inventory())
+                ]
+            }
+        )
     from daccore import jobs
+
     if f == "job_process":
         _need(args, "job")
-        jobs.validate(store, _script(args, settings["lua_directive"]), settings["default_pool"],
-                      args.user)
+        jobs.validate(
+            store, _script(args, settings["lua_directive"]), settings["default_pool"], args.user
+        )
         return ""
     _need(args, "token", "pathfile")
     buffer = store.buffer_json(args.token)
@@ -323,31 +372,55 @@ def _full(args, settings: dict) -> str:
     from daccore.states import State
     from daccore.store import Store
     from daccore.trust import check_owner
+
     f = args.function
     config = _Settings(settings)
     store = Store.from_dict(settings["etcd"], transport="http")
     if f in ("show_instances", "show_sessions", "show_configurations"):
         from daccore.dws import sessions  # what `scontrol show dwstat` shows too (bbstat.py)
+
         found = sessions(store.buffer_docs())
         if f == "show_instances":
-            return json.dumps({"instances": [
-                {"id": s.name, "capacity": {"bytes": s.size, "nodes": 0},
-                 "links": {"session": s.name}} for s in found]})
+            return json.dumps(
+                {
+                    "instances": [
+                        {
+                            "id": s.name,
+                            "capacity": {"bytes": s.size, "nodes": 0},
+                            "links": {"session": s.name},
+                        }
+                        for s in found
+                    ]
+                }
+            )
         if f == "show_sessions":
-            return json.dumps({"sessions": [
-                {"id": s.name, "created": s.created, "owner": s.owner, "token": s.name}
-                for s in found]})
-        return json.dumps({"configurations": [
-            {"id": s.name, "links": {"instance": s.name}} for s in found]})
+            return json.dumps(
+                {
+                    "sessions": [
+                        {"id": s.name, "created": s.created, "owner": s.owner, "token": s.name}
+                        for s in found
+                    ]
+                }
+            )
+        return json.dumps(
+            {"configurations": [{"id": s.name, "links": {"instance": s.name}} for s in found]}
+        )
     if f == "setup":
         _need(args, "token", "user", "groupid", "job")
         check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))
         directives = _script(args, config.lua_directive)
-        jobs.await_persistent(store, directives, min(config.step_timeout, PERSISTENT_WAIT),
-                              args.token)
-        if jobs.create_job_buffer(_allocating(settings, store), int(args.token), args.user,
-                                  args.groupid, directives, config.default_pool,
-                                  config.own_mgs_pools()):
+        jobs.await_persistent(
+            store, directives, min(config.step_timeout, PERSISTENT_WAIT), args.token
+        )
+        if jobs.create_job_buffer(
+            _allocating(settings, store),
+            int(args.token),
+            args.user,
+            args.groupid,
+            directives,
+            config.default_pool,
+            config.own_mgs_pools(),
+        ):
             jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
         return ""
     if f == "real_size":
@@ -378,9 +451,12 @@ def _full(args, settings: dict) -> str:
     from daccore.directives import PERSISTENT_NAME
     from daccore.errors import UserError
     from daccore.units import parse_size
+
     if not PERSISTENT_NAME.match(args.token):
-        raise UserError(f"create_persistent: name '{args.token}' must start with a letter and "
-                        "contain only letters, digits, _ . -")
+        raise UserError(
+            f"create_persistent: name '{args.token}' must start with a letter and "
+            "contain only letters, digits, _ . -"
+        )
     access, type_ = args.access or "striped", args.type or "scratch"
     if type_ != "scratch":  # the access mode is jobs.create_persistent's to judge
         raise UserError(f"create_persistent: type '{type_}' must be scratch")
@@ -389,12 +465,25 @@ def _full(args, settings: dict) -> str:
         capacity = parse_size(size)
     except ValueError as e:
         raise UserError(f"create_persistent: capacity {e}") from None
-    gid = args.groupid if args.groupid is not None else \
-        _primary_gid(args.user, settings["min_owner_uid"])
+    gid = (
+        args.groupid
+        if args.groupid is not None
+        else _primary_gid(args.user, settings["min_owner_uid"])
+    )
     check_owner(args.user, gid, settings["min_owner_uid"])
-    jobs.create_persistent(_allocating(settings, store), args.token, args.user, gid, capacity,
-                           pool or None, access, type_, config.default_pool,
-                           config.own_mgs_pools(), settings.get("persistent_caps"))
+    jobs.create_persistent(
+        _allocating(settings, store),
+        args.token,
+        args.user,
+        gid,
+        capacity,
+        pool or None,
+        access,
+        type_,
+        config.default_pool,
+        config.own_mgs_pools(),
+        settings.get("persistent_caps"),
+    )
     jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
     return f"created {args.token}"
 
@@ -406,6 +495,7 @@ def _allocating(settings: dict, store):
     fraction of (bench/scale.py): etcd is shared by every call, the ~150 ms of importing gRPC
     is this process's alone."""
     from daccore.store import Store
+
     if settings["etcd"]["transport"] == "http":
         return store
     return Store.from_dict(settings["etcd"])
@@ -416,6 +506,7 @@ def _primary_gid(uid: int, minimum: int) -> int:
     import pwd
 
     from dacctl.slurm_args import Refused, owner_id
+
     try:
         gid = pwd.getpwuid(uid).pw_gid
     except KeyError:
@@ -430,17 +521,23 @@ def _pre_run(store, config, args) -> None:
     from daccore.states import State
     from daccore.units import format_size
     from dacctl.slurmjob import job_nodes
+
     job = args.token
     buf = store.buffer_json(job)
-    persistent = buf["request"].get("persistent", []) if buf else \
-        (_script(args, config.lua_directive).persistent if args.job else [])
+    persistent = (
+        buf["request"].get("persistent", [])
+        if buf
+        else (_script(args, config.lua_directive).persistent if args.job else [])
+    )
     if buf is None and not persistent:
         return  # nothing of dac's in this job
     nodes = job_nodes(job, args.nodehostnamefile, args.nodes)
     swap = buf["request"].get("swap", 0) if buf else 0
     if buf is not None and swap * len(nodes) > buffer_doc.size(buf):
-        raise UserError(f"swap: {len(nodes)} nodes x {format_size(swap)} of swap is more than "
-                        f"the buffer holds ({format_size(buffer_doc.size(buf))})")
+        raise UserError(
+            f"swap: {len(nodes)} nodes x {format_size(swap)} of swap is more than "
+            f"the buffer holds ({format_size(buffer_doc.size(buf))})"
+        )
     jobs.attach(store, job, nodes, persistent)
     if buf is not None:
         jobs.attach(store, job, nodes, [job], State.MOUNTED)
@@ -453,6 +550,7 @@ def _post_run(store, config, job: str) -> None:
     """Unmount the job's buffers from its nodes (the job buffer stays for stage-out)."""
     from daccore import jobs
     from daccore.states import State
+
     persistent = jobs.attached_by(store, job)
     jobs.detach(store, job, persistent)
     if store.buffer_json(job) is not None:
@@ -469,6 +567,7 @@ def _teardown(store, config, token: str, hurry: bool = False) -> None:
     job; `scancel --hurry` then tears it down)."""
     from daccore import jobs
     from daccore.states import State
+
     current = store.buffer_json(token)
     if current is not None and current.get("persistent"):
         jobs.destroy(store, token)

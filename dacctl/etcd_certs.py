@@ -35,13 +35,16 @@ def parse_member(text: str) -> tuple[str, list[str]]:
     name, _, rest = text.partition("=")
     where = [w for w in rest.split(",") if w]
     if not name or not where or not all(c.isalnum() or c in "-_." for c in name):
-        raise UserError(f"--member '{text}': give NAME=ADDRESS[,NAME-OR-ADDRESS...], e.g. "
-                        "etcd1=10.0.0.1,etcd1.example.org")
+        raise UserError(
+            f"--member '{text}': give NAME=ADDRESS[,NAME-OR-ADDRESS...], e.g. "
+            "etcd1=10.0.0.1,etcd1.example.org"
+        )
     return name, where
 
 
 def _san(name: str, where: list[str]):
     from cryptography import x509
+
     out: list = []
     for item in dict.fromkeys([name, *where]):
         try:
@@ -51,8 +54,9 @@ def _san(name: str, where: list[str]):
     return x509.SubjectAlternativeName(out)
 
 
-def make_site_certs(directory: Path, members: dict[str, list[str]],
-                    force: bool = False) -> list[str]:
+def make_site_certs(
+    directory: Path, members: dict[str, list[str]], force: bool = False
+) -> list[str]:
     """Write the CA, one certificate per member and one client certificate per role into
     `directory`; the paths written."""
     from cryptography import x509
@@ -66,15 +70,18 @@ def make_site_certs(directory: Path, members: dict[str, list[str]],
     dir_fd = _own_directory(directory)
     if _exists(dir_fd, "ca.key") and not force:
         os.close(dir_fd)
-        raise AdminError(f"{directory}/ca.key exists: its certificates are in use; pass --force "
-                         "to make a new CA (every member and client then needs the new files)")
+        raise AdminError(
+            f"{directory}/ca.key exists: its certificates are in use; pass --force "
+            "to make a new CA (every member and client then needs the new files)"
+        )
     now = datetime.datetime.now(datetime.timezone.utc)
     until = now + datetime.timedelta(days=365 * YEARS)
     written: list[str] = []
 
     def write(name: str, data: bytes, mode: int) -> None:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode,
-                     dir_fd=dir_fd)
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode, dir_fd=dir_fd
+        )
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode)
             f.write(data)
@@ -82,19 +89,33 @@ def make_site_certs(directory: Path, members: dict[str, list[str]],
 
     def save(name: str, key, cert) -> None:
         write(f"{name}.pem", cert.public_bytes(serialization.Encoding.PEM), 0o644)
-        write(f"{name}.key", key.private_bytes(serialization.Encoding.PEM,
-                                               serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()), 0o600)
+        write(
+            f"{name}.key",
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+            0o600,
+        )
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dac etcd CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now).not_valid_after(until)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
-                                       False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     try:
         save("ca", ca_key, ca)
         _leaves(save, ca_key, ca_name, now, until, members)
@@ -111,10 +132,16 @@ def _leaves(save, ca_key, ca_name, now, until, members: dict[str, list[str]]) ->
 
     def leaf(name: str, subject: list, usages: list, san=None) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
-        b = (x509.CertificateBuilder().subject_name(x509.Name(subject)).issuer_name(ca_name)
-             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-             .not_valid_before(now).not_valid_after(until)
-             .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(subject))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(until)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        )
         if san is not None:
             b = b.add_extension(san, critical=False)
         save(name, key, b.sign(ca_key, hashes.SHA256()))
@@ -123,12 +150,18 @@ def _leaves(save, ca_key, ca_name, now, until, members: dict[str, list[str]]) ->
     both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     for name, where in members.items():
         # no CN either: etcd's gateway dials etcd with it, and a CN would be an etcd login
-        leaf(f"member-{name}", [org, x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME,
-                                                        name)], both, _san(name, where))
+        leaf(
+            f"member-{name}",
+            [org, x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, name)],
+            both,
+            _san(name, where),
+        )
     for role in ROLES:  # no CN (module docstring); the unit says whose it is
-        leaf(f"client-{role}", [org, x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME,
-                                                        role)],
-             [ExtendedKeyUsageOID.CLIENT_AUTH])
+        leaf(
+            f"client-{role}",
+            [org, x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role)],
+            [ExtendedKeyUsageOID.CLIENT_AUTH],
+        )
 
 
 def _own_directory(directory: Path) -> int:
@@ -142,8 +175,9 @@ def _own_directory(directory: Path) -> int:
     st = os.fstat(fd)
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         os.close(fd)
-        raise AdminError(f"{directory}: must be yours and writable by you alone (it holds "
-                         "the etcd CA's key)")
+        raise AdminError(
+            f"{directory}: must be yours and writable by you alone (it holds the etcd CA's key)"
+        )
     return fd
 
 

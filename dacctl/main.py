@@ -16,8 +16,9 @@ def _unblock_termination() -> None:
     crashed or stopped slurmctld SIGTERMs what is left in its cgroup and, past TimeoutStopSec
     (90 s), SIGKILLs it: the restart waited that long. Unblocked, the call ends at once; what
     it asked of dac stays in etcd and Slurm asks again after its restart."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
-                                                signal.SIGQUIT})
+    signal.pthread_sigmask(
+        signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,18 +28,25 @@ def main(argv: list[str] | None = None) -> int:
     # only (dacctl/slurm_args.py); "--function=x" and argparse's abbreviations go there too
     if any(a.startswith("--fu") for a in argv):
         from dacctl.datawarp import run
+
         return run(argv)
     debug = "--debug" in argv
     from daccore.errors import DacError
 
     try:
         from dacctl.cli import cli
-        return cli.main(args=[a for a in argv if a != "--debug"], prog_name="dacctl",
-                        standalone_mode=False) or 0
+
+        return (
+            cli.main(
+                args=[a for a in argv if a != "--debug"], prog_name="dacctl", standalone_mode=False
+            )
+            or 0
+        )
     except DacError as e:
         if debug:
             raise
         from daccore.escape import printable
+
         print(printable(f"dacctl: {e.kind.value} error: {e}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
@@ -46,12 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except _click_errors() as e:
         import click
+
         if isinstance(e, click.UsageError):  # click's own is four lines: usage, hint, error
             from daccore.escape import printable
+
             where = e.ctx.command_path if e.ctx else "dacctl"
             message = e.format_message().rstrip(".")
-            print(printable(f"{where}: usage error: {message} (see {where} --help)"),
-                  file=sys.stderr)
+            print(
+                printable(f"{where}: usage error: {message} (see {where} --help)"), file=sys.stderr
+            )
             return e.exit_code
         if isinstance(e, click.ClickException):
             e.show()
@@ -62,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _click_errors() -> tuple[type[BaseException], ...]:
     import click
+
     return (click.ClickException, click.exceptions.Abort)
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -35,8 +35,17 @@ import re
 import stat
 from collections.abc import Callable  # not typing's: typing costs the hooks ~3 ms to import
 
-__all__ = ["Refused", "Missing", "require_slurm", "job_id", "token", "owner_id", "open_read",
-           "open_write", "link_task_script"]
+__all__ = [
+    "Refused",
+    "Missing",
+    "require_slurm",
+    "job_id",
+    "token",
+    "owner_id",
+    "open_read",
+    "open_write",
+    "link_task_script",
+]
 
 #: A job id as Slurm prints one (uint32): decimal, bounded.
 JOB_ID = re.compile(r"[1-9][0-9]{0,9}")  # fullmatch: "$" would let a newline through
@@ -59,13 +68,16 @@ def require_slurm(slurm_user: str | None) -> frozenset[int]:
     trusted = {0}
     if slurm_user:
         import pwd
+
         try:
             trusted.add(pwd.getpwnam(slurm_user).pw_uid)
         except KeyError:
             pass
     if uid not in trusted or os.geteuid() not in trusted:
-        raise Refused("dacctl --function is for Slurm only (root or SlurmUser "
-                      f"'{slurm_user or 'root'}'); see your buffers with `dacctl status <job>`")
+        raise Refused(
+            "dacctl --function is for Slurm only (root or SlurmUser "
+            f"'{slurm_user or 'root'}'); see your buffers with `dacctl status <job>`"
+        )
     return frozenset(trusted)
 
 
@@ -82,6 +94,7 @@ def token(value: str, persistent_ok: bool) -> str:
         return value
     if persistent_ok:
         from daccore.directives import PERSISTENT_NAME
+
         if PERSISTENT_NAME.fullmatch(value):
             return value
         raise Refused(f"--token {value!r}: neither a job id nor a persistent buffer's name")
@@ -91,13 +104,19 @@ def token(value: str, persistent_ok: bool) -> str:
 def owner_id(value: int, what: str, minimum: int) -> int:
     """A uid or gid a buffer may belong to: at or above the config's min_owner_uid."""
     if value < 0 or value > 0xFFFFFFFE or value < minimum:
-        raise Refused(f"{what} {value} is below min_owner_uid {minimum}: dac makes no buffer "
-                      "for that account")
+        raise Refused(
+            f"{what} {value} is below min_owner_uid {minimum}: dac makes no buffer for that account"
+        )
     return value
 
 
-def open_read(path: str, what: str, trusted: frozenset[int], token: str | None = None,
-              names: tuple[str, ...] = ()) -> int:
+def open_read(
+    path: str,
+    what: str,
+    trusted: frozenset[int],
+    token: str | None = None,
+    names: tuple[str, ...] = (),
+) -> int:
     """A read-only fd of a file Slurm wrote for us (the job script, the node list)."""
     m = _MEMFD.fullmatch(path)
     if m:  # slurmctld's memfd: a magic link, which only its own process may hand out
@@ -113,16 +132,18 @@ def open_read(path: str, what: str, trusted: frozenset[int], token: str | None =
     _check_name(path, what, token, names)
     parent, name = _parent(path, what, trusted)
     try:
-        fd = _open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, what,
-                   parent, path)
+        fd = _open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, what, parent, path
+        )
     finally:
         os.close(parent)
     _check_file(fd, path, what, trusted, links_ok=True)
     return fd
 
 
-def link_task_script(path: str, token: str, array_job: Callable[[], str | None],
-                     trusted: frozenset[int]) -> int:
+def link_task_script(
+    path: str, token: str, array_job: Callable[[], str | None], trusted: frozenset[int]
+) -> int:
     """A read-only fd of job array task `token`'s script at `path`, Slurm's
     `<state>/hash.<token % 10>/job.<token>/script`, once linked from the array's own
     `job.<array_job()>/script` as Slurm 22.05 links it (the module's docstring says why 24.11+
@@ -137,9 +158,14 @@ def link_task_script(path: str, token: str, array_job: Callable[[], str | None],
     array = array_job()
     if array is None or array == token or not JOB_ID.fullmatch(array):
         raise missing
-    state = path[:m.start()]
-    source = open_read(f"{state}/hash.{int(array) % 10}/job.{array}/script",
-                       "the job array's script", trusted, array, ("script",))
+    state = path[: m.start()]
+    source = open_read(
+        f"{state}/hash.{int(array) % 10}/job.{array}/script",
+        "the job array's script",
+        trusted,
+        array,
+        ("script",),
+    )
     try:
         _make_job_dir(path, "the job script", trusted)
         task_dir, name = _parent(path, "the job script", trusted)
@@ -149,8 +175,7 @@ def link_task_script(path: str, token: str, array_job: Callable[[], str | None],
         except FileExistsError:
             pass  # made meanwhile (a second call for the task, or Slurm): checked below
         except OSError as e:
-            raise Refused(f"cannot link the job array's script to {path}: {e.strerror}") \
-                from None
+            raise Refused(f"cannot link the job array's script to {path}: {e.strerror}") from None
         finally:
             os.close(task_dir)
     finally:
@@ -158,8 +183,9 @@ def link_task_script(path: str, token: str, array_job: Callable[[], str | None],
     return open_read(path, "the job script", trusted, token, ("script",))
 
 
-def open_write(path: str, what: str, trusted: frozenset[int], token: str,
-               names: tuple[str, ...]) -> int:
+def open_write(
+    path: str, what: str, trusted: frozenset[int], token: str, names: tuple[str, ...]
+) -> int:
     """A write fd of the file Slurm asked us to fill (the path file), created or emptied
     inside Slurm's own job directory, never through a link."""
     _check_name(path, what, token, names)
@@ -171,8 +197,14 @@ def open_write(path: str, what: str, trusted: frozenset[int], token: str,
         _make_job_dir(path, what, trusted)  # a job array's task on 24.11+ (module docstring)
         parent, name = _parent(path, what, trusted)
     try:
-        fd = _open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                   | os.O_CLOEXEC, what, parent, path, 0o644)
+        fd = _open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            what,
+            parent,
+            path,
+            0o644,
+        )
     finally:
         os.close(parent)
     _check_file(fd, path, what, trusted, links_ok=False)
@@ -203,10 +235,10 @@ def _check_name(path: str, what: str, token: str | None, names: tuple[str, ...])
     if m is None:
         return
     hash_, job, name = m.groups()
-    if int(job) % 10 != int(hash_) or name not in names or \
-            (token is not None and job != token):
-        raise Refused(f"{what} {path}: not this job's {' or '.join(names)} in Slurm's job "
-                      "directories")
+    if int(job) % 10 != int(hash_) or name not in names or (token is not None and job != token):
+        raise Refused(
+            f"{what} {path}: not this job's {' or '.join(names)} in Slurm's job directories"
+        )
 
 
 def _parent(path: str, what: str, trusted: frozenset[int]) -> tuple[int, str]:
@@ -214,16 +246,16 @@ def _parent(path: str, what: str, trusted: frozenset[int]) -> tuple[int, str]:
     following links, each directory owned by root or SlurmUser and, but for the last, either
     unwritable by others or sticky; the last must be writable by nobody else at all."""
     parts = path.split("/")
-    if not path.startswith("/") or "\0" in path or any(p in ("", ".", "..")
-                                                       for p in parts[1:]):
+    if not path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts[1:]):
         raise Refused(f"{what} {path!r} must be an absolute path without '.', '..' or '//'")
     fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts[1:-1]:
             st = os.fstat(fd)
             _trusted_dir(st, path, what, trusted, last=False)
-            nfd = _open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, what,
-                        fd, path)
+            nfd = _open(
+                name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, what, fd, path
+            )
             os.close(fd)
             fd = nfd
         _trusted_dir(os.fstat(fd), path, what, trusted, last=True)
@@ -233,40 +265,55 @@ def _parent(path: str, what: str, trusted: frozenset[int]) -> tuple[int, str]:
     return fd, parts[-1]
 
 
-def _trusted_dir(st: os.stat_result, path: str, what: str, trusted: frozenset[int],
-                 last: bool) -> None:
+def _trusted_dir(
+    st: os.stat_result, path: str, what: str, trusted: frozenset[int], last: bool
+) -> None:
     writable = st.st_mode & 0o022
     if st.st_uid not in trusted or (writable and (last or not st.st_mode & stat.S_ISVTX)):
-        raise Refused(f"{what} {path}: a directory on the way is not root's or SlurmUser's "
-                      "alone, so another user could change it")
+        raise Refused(
+            f"{what} {path}: a directory on the way is not root's or SlurmUser's "
+            "alone, so another user could change it"
+        )
 
 
-def _open(name: str, flags: int, what: str, dir_fd: int | None = None, path: str = "",
-          mode: int = 0o600) -> int:
+def _open(
+    name: str, flags: int, what: str, dir_fd: int | None = None, path: str = "", mode: int = 0o600
+) -> int:
     try:
         return os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as e:
         import errno
+
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Refused(f"{what} {path or name}: a symbolic link on the way, refused") \
-                from None
+            raise Refused(f"{what} {path or name}: a symbolic link on the way, refused") from None
         verb = "write" if flags & os.O_WRONLY else "read"
         error = Missing if e.errno == errno.ENOENT else Refused
         raise error(f"cannot {verb} {what} {path or name}: {e.strerror}") from None
 
 
-def _check_file(fd: int, path: str, what: str, trusted: frozenset[int], links_ok: bool = False,
-                memfd: bool = False) -> None:
+def _check_file(
+    fd: int,
+    path: str,
+    what: str,
+    trusted: frozenset[int],
+    links_ok: bool = False,
+    memfd: bool = False,
+) -> None:
     """A regular file of root's or SlurmUser's, which no one else can write to (a memfd only
     its process can reach: its mode says nothing); one with several names (a job array's
     script, linked by Slurm) only where `links_ok`."""
     st = os.fstat(fd)
-    why = ("not a regular file" if not stat.S_ISREG(st.st_mode) else
-           f"owned by uid {st.st_uid}, not root or SlurmUser" if st.st_uid not in trusted else
-           f"writable by others (mode {st.st_mode & 0o7777:04o})"
-           if st.st_mode & 0o022 and not memfd else
-           f"has {st.st_nlink} names (hard links), so root writes to no file of this name"
-           if st.st_nlink > 1 and not links_ok else "")
+    why = (
+        "not a regular file"
+        if not stat.S_ISREG(st.st_mode)
+        else f"owned by uid {st.st_uid}, not root or SlurmUser"
+        if st.st_uid not in trusted
+        else f"writable by others (mode {st.st_mode & 0o7777:04o})"
+        if st.st_mode & 0o022 and not memfd
+        else f"has {st.st_nlink} names (hard links), so root writes to no file of this name"
+        if st.st_nlink > 1 and not links_ok
+        else ""
+    )
     if why:
         os.close(fd)
         raise Refused(f"{what} {path}: {why}")

@@ -34,8 +34,11 @@ def write_slurm_files(directory: str, force: bool = False) -> list[tuple[str, st
     try:
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as e:
-        why = "a link, or not a directory (give the directory itself)" if e.errno in (
-            errno.ENOTDIR, errno.ELOOP) else e.strerror
+        why = (
+            "a link, or not a directory (give the directory itself)"
+            if e.errno in (errno.ENOTDIR, errno.ELOOP)
+            else e.strerror
+        )
         raise AdminError(f"slurm-files: {directory}: {why}") from None
     try:
         wanted = {name: asset("slurm", name).read_bytes() for name in SLURM_FILES}
@@ -46,8 +49,10 @@ def write_slurm_files(directory: str, force: bool = False) -> list[tuple[str, st
                 done.append((name, "same"))
                 continue
             if have is not None and not force:
-                raise UserError(f"slurm-files: {directory}/{name} exists and differs from this "
-                                "dac's; compare them, then run again with --force to replace it")
+                raise UserError(
+                    f"slurm-files: {directory}/{name} exists and differs from this "
+                    "dac's; compare them, then run again with --force to replace it"
+                )
             _replace(dfd, name, data)
             done.append((name, "written"))
         return done
@@ -75,8 +80,7 @@ def _read(dfd: int, name: str) -> bytes | None:
 def _replace(dfd: int, name: str, data: bytes) -> None:
     tmp = f".{name}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
-                     dir_fd=dfd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             os.fchmod(f.fileno(), 0o644)  # whatever the umask: slurmctld's user reads them

@@ -72,8 +72,9 @@ def _numbers(ranges: str, hostlist: str) -> list[str]:
     return out
 
 
-def job_nodes(job_id: str, hostfile: str | int | None = None,
-              hostlist: str | None = None) -> list[str]:
+def job_nodes(
+    job_id: str, hostfile: str | int | None = None, hostlist: str | None = None
+) -> list[str]:
     if hostlist:
         names = expand_hostlist(hostlist)
     elif hostfile is not None:

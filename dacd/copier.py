@@ -79,6 +79,7 @@ def _fail(path: str, e: OSError) -> CopyError:
 
 # -- checking the pairs ---------------------------------------------------------------------------
 
+
 def _inside(path: str, root: str) -> bool:
     """`path` resolves inside `root`: its deepest existing ancestor's real path does."""
     probe = path
@@ -143,16 +144,21 @@ def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
             raise _fail(src, e) from None
         kind = pair["type"]
         if kind == "list":
-            todo += _read_list(src, pair, root if buffer_side == "source" else
-                               os.path.normpath(inside), buffer_side)[::-1]
+            todo += _read_list(
+                src,
+                pair,
+                root if buffer_side == "source" else os.path.normpath(inside),
+                buffer_side,
+            )[::-1]
             if len(todo) > LIST_ENTRIES:
                 raise CopyError(f"{src}: more than {LIST_ENTRIES} entries to stage")
             continue
         if kind == "directory" and not stat.S_ISDIR(st.st_mode):
             raise CopyError(f"{src}: not a directory")
         if kind != "directory" and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-            raise CopyError(f"{src}: not a regular file (FIFOs, devices and sockets are not "
-                            "staged)")
+            raise CopyError(
+                f"{src}: not a regular file (FIFOs, devices and sockets are not staged)"
+            )
         dst = os.path.normpath(dst)  # "$DW_JOB_STRIPED" alone ends in a slash
         out.append((kind, src, _dst_anchor(dst, os.path.normpath(inside), buffer_side), st))
     return out
@@ -166,7 +172,7 @@ def _buffer_side(path: str, inside: str) -> str:
     """`path` with a leading $DW_JOB_STRIPED made the buffer's directory `inside`."""
     for var in _STRIPED:
         if path == var or path.startswith(var + "/"):
-            return inside + path[len(var):]
+            return inside + path[len(var) :]
     return path
 
 
@@ -212,8 +218,9 @@ def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dic
             kind = "directory" if stat.S_ISDIR(os.lstat(src).st_mode) else "file"
         except OSError as e:
             raise _fail(src, e) from None
-        out.append({"type": kind, "source": src,
-                    "destination": os.path.join(pair["destination"], dst)})
+        out.append(
+            {"type": kind, "source": src, "destination": os.path.join(pair["destination"], dst)}
+        )
     return out
 
 
@@ -241,7 +248,7 @@ def _open_beneath(path: str, make: bool) -> int:
     root, fd = _root_of(path)
     fd, at = os.dup(fd), root.rstrip("/")
     try:
-        for name in path[len(root):].split("/"):
+        for name in path[len(root) :].split("/"):
             if not name:
                 continue
             at += "/" + name
@@ -260,8 +267,9 @@ def _open_beneath(path: str, make: bool) -> int:
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise CopyError(f"{at}: a link or not a directory (staging follows no link in a "
-                            "destination)") from None
+            raise CopyError(
+                f"{at}: a link or not a directory (staging follows no link in a destination)"
+            ) from None
         raise _fail(at, e) from None
     return fd
 
@@ -283,8 +291,11 @@ def _replaced(dfd: int) -> dict[str, int]:
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dfd)
     try:
         with os.scandir(fd) as it:
-            return {e.name: e.stat(follow_symlinks=False).st_blocks * 512 for e in it
-                    if e.is_file(follow_symlinks=False)}
+            return {
+                e.name: e.stat(follow_symlinks=False).st_blocks * 512
+                for e in it
+                if e.is_file(follow_symlinks=False)
+            }
     finally:
         os.close(fd)
 
@@ -329,8 +340,7 @@ def _open_source(path: str) -> int:
         raise _fail(path, e) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise CopyError(f"{path}: not a regular file (FIFOs, devices and sockets are not "
-                        "staged)")
+        raise CopyError(f"{path}: not a regular file (FIFOs, devices and sockets are not staged)")
     return fd
 
 
@@ -355,7 +365,7 @@ def _move(src_fd: int, dst_fd: int, count: int, off: int) -> int:
             if e.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
                 raise
             _KERNEL_COPY[0] = False
-    n = os.preadv(src_fd, [_BUFFER[:min(count, len(_BUFFER))]], off)
+    n = os.preadv(src_fd, [_BUFFER[: min(count, len(_BUFFER))]], off)
     written = 0
     while written < n:
         written += os.pwrite(dst_fd, _BUFFER[written:n], off + written)
@@ -469,12 +479,14 @@ def copy_chunk(item: tuple, part=None) -> int:
         if told[1] >= PART:
             part(told[1])
             told[0], told[1] = told[0] + told[1], 0
+
     sfd = _open_source(src)
     try:
         pfd, name = _parent(dst)
         try:
-            dfd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                          dir_fd=pfd)
+            dfd = os.open(
+                name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=pfd
+            )
             if not stat.S_ISREG(os.fstat(dfd).st_mode):  # swapped since the walk made it
                 os.close(dfd)
                 raise OSError(errno.EINVAL, "no longer a regular file")
@@ -493,11 +505,12 @@ def copy_chunk(item: tuple, part=None) -> int:
 
 # -- the workers ----------------------------------------------------------------------------------
 
+
 def _send(fd: int, message) -> None:
     data = marshal.dumps(message)
     data = struct.pack("<I", len(data)) + data
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _recv(fd: int):
@@ -617,6 +630,7 @@ class Workers:
 
 # -- the walk (in the main process) ---------------------------------------------------------------
 
+
 def _size(n: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
@@ -630,8 +644,15 @@ def _finish(path: str, st: os.stat_result, directory: bool) -> None:
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=_root_of(path)[1])
     else:
         pfd, name = _parent(path)
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC |
-                     (os.O_DIRECTORY if directory else 0), dir_fd=pfd)
+        fd = os.open(
+            name,
+            os.O_RDONLY
+            | os.O_NOFOLLOW
+            | os.O_NONBLOCK
+            | os.O_CLOEXEC
+            | (os.O_DIRECTORY if directory else 0),
+            dir_fd=pfd,
+        )
     try:
         os.fchmod(fd, stat.S_IMODE(st.st_mode))
         os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -701,8 +722,10 @@ class Copy:
         self.left = self.free[self.dev]
 
     def _full(self) -> CopyError:
-        return CopyError(f"{self.anchor}: not enough space for the data to stage "
-                         f"({_size(self.free[self.dev])} free)")
+        return CopyError(
+            f"{self.anchor}: not enough space for the data to stage "
+            f"({_size(self.free[self.dev])} free)"
+        )
 
     def run(self, pairs: list[tuple]) -> None:
         for kind, _src, dst, st in pairs:  # named files: all counted before anything is copied
@@ -724,8 +747,9 @@ class Copy:
         self.counting = False
         self.workers.drain(self._done)
         # deepest first: a time set is a change above
-        for (dst, st), directory in [(b, False) for b in self.big] + \
-                [(d, True) for d in self.dirs[::-1]]:
+        for (dst, st), directory in [(b, False) for b in self.big] + [
+            (d, True) for d in self.dirs[::-1]
+        ]:
             try:
                 _finish(dst, st, directory)
             except OSError as e:
@@ -759,12 +783,20 @@ class Copy:
                 mode, size = est.st_mode, est.st_size
                 if stat.S_ISREG(mode) and size <= chunk:
                     sparse = est.st_blocks * 512 < size
-                    self.left -= (est.st_blocks * 512 if sparse else size) - \
-                        old.get(entry.name, 0)
+                    self.left -= (est.st_blocks * 512 if sparse else size) - old.get(entry.name, 0)
                     if self.left < 0:
                         raise self._full()
-                    batch.append((entry.path, prefix + entry.name, size, mode & 0o7777,
-                                  est.st_atime_ns, est.st_mtime_ns, sparse))
+                    batch.append(
+                        (
+                            entry.path,
+                            prefix + entry.name,
+                            size,
+                            mode & 0o7777,
+                            est.st_atime_ns,
+                            est.st_mtime_ns,
+                            sparse,
+                        )
+                    )
                     self.files_total += 1
                     self.bytes_total += size
                     self.batch_bytes += size
@@ -816,8 +848,11 @@ class Copy:
         finally:
             os.close(fd)
         self.big.append((dst, st))
-        ranges = (_data_chunks(src, size, self.chunk) if sparse else
-                  [(start, min(start + self.chunk, size)) for start in range(0, size, self.chunk)])
+        ranges = (
+            _data_chunks(src, size, self.chunk)
+            if sparse
+            else [(start, min(start + self.chunk, size)) for start in range(0, size, self.chunk)]
+        )
         self.bytes_done += size - sum(end - start for start, end in ranges)  # the holes: done
         for start, end in ranges:
             self.workers.send(("chunk", item + (start, end)), self._done)
@@ -836,8 +871,9 @@ class Copy:
 PLAN = b"dac-copier-plan/1"
 
 
-def encode_plan(pairs: list[dict], inside: str, buffer_side: str, workers: int,
-                chunk: int = CHUNK) -> bytes:
+def encode_plan(
+    pairs: list[dict], inside: str, buffer_side: str, workers: int, chunk: int = CHUNK
+) -> bytes:
     """The plan as dacd writes it to the copier's stdin: fields separated by NUL, which no path
     holds. Not JSON: importing json (and re, enum, functools with it) cost the copier 10-15 ms
     at every start, against 0.55 s for 10,000 small files (docs/performance.md)."""
@@ -855,17 +891,21 @@ def decode_plan(data: bytes) -> tuple[list[dict], str, str, int, int]:
     if fields[0] != PLAN or len(fields) < 5 or (len(fields) - 5) % 3:
         raise CopyError("copier failed: stdin holds no plan")
     f = [os.fsdecode(x) for x in fields]
-    pairs = [{"type": t, "source": s, "destination": d}
-             for t, s, d in zip(f[5::3], f[6::3], f[7::3], strict=False)]
+    pairs = [
+        {"type": t, "source": s, "destination": d}
+        for t, s, d in zip(f[5::3], f[6::3], f[7::3], strict=False)
+    ]
     return pairs, f[1], f[2], int(f[3]), int(f[4])
 
 
 def _progress_line(c: Copy, rate: int, eta: float | None) -> str:
     """A JSON line built by hand: numbers and booleans only (see encode_plan for why)."""
-    return (f'{{"bytes_done": {c.bytes_done}, "bytes_total": {c.bytes_total}, '
-            f'"files_done": {c.files_done}, "files_total": {c.files_total}, "rate": {rate}, '
-            f'"eta": {"null" if eta is None else eta}, '
-            f'"counting": {"true" if c.counting else "false"}}}\n')
+    return (
+        f'{{"bytes_done": {c.bytes_done}, "bytes_total": {c.bytes_total}, '
+        f'"files_done": {c.files_done}, "files_total": {c.files_total}, "rate": {rate}, '
+        f'"eta": {"null" if eta is None else eta}, '
+        f'"counting": {"true" if c.counting else "false"}}}\n'
+    )
 
 
 def main() -> int:
@@ -875,8 +915,10 @@ def main() -> int:
 
     def fail(message: str) -> int:
         import json  # only on the way out: a failed stage can spend the 10-15 ms
+
         emit(json.dumps({"error": message}) + "\n")
         return 1
+
     os.umask(0)  # files are created with their source's mode; directories get theirs at the end
     started = last = time.monotonic()
 
@@ -889,9 +931,15 @@ def main() -> int:
             last = now
             rate = c.bytes_done / max(now - started, 1e-3)
             left = c.bytes_total - c.bytes_done
-            eta = (None if c.counting or (left and not rate)
-                   else round(left / rate, 1) if left else 0.0)
+            eta = (
+                None
+                if c.counting or (left and not rate)
+                else round(left / rate, 1)
+                if left
+                else 0.0
+            )
             emit(_progress_line(c, round(rate), eta))
+
     workers = None
     try:
         pairs, inside, buffer_side, n, chunk = decode_plan(sys.stdin.buffer.read())

@@ -40,8 +40,9 @@ class Daemon:
     def start(self) -> None:
         check_devices(self.host, self.settings, self.config)
         if self.config.metrics_address:  # before registering: a taken port stops dacd first
-            self.metrics = metrics.serve(self.config.metrics_address, self.store, self.host,
-                                         self.config)
+            self.metrics = metrics.serve(
+                self.config.metrics_address, self.store, self.host, self.config
+            )
         for pool in pool_records(self.config):
             self.store.ensure_pool(pool)
         warnings = exposure(self.settings)
@@ -52,14 +53,21 @@ class Daemon:
         if rolled_back := self.store.recover_intents(unreadable=unreadable):
             log.info("rolled back the allocations of %s, cut short", ", ".join(rolled_back))
         for key in unreadable:
-            log.error("skipping %s: not a buffer spec dac wrote, so no claim of it can be "
-                      "released; an admin must delete it", shown(key, 200))
+            log.error(
+                "skipping %s: not a buffer spec dac wrote, so no claim of it can be "
+                "released; an admin must delete it",
+                shown(key, 200),
+            )
         # fenced: after a lapse (dacd frozen, or cut off from etcd) no step runs and no status
         # is written until a new lease is bound; then every buffer is looked at again
-        self._lease = self.store.keep_alive(self.host, self.config.lease_ttl,
-                                            on_bound=self._relist)
-        log.info("host %s registered: %d bricks, drained=%s, lease ttl %ss", self.host,
-                 len(record.bricks), record.drained, self.config.lease_ttl)
+        self._lease = self.store.keep_alive(self.host, self.config.lease_ttl, on_bound=self._relist)
+        log.info(
+            "host %s registered: %d bricks, drained=%s, lease ttl %ss",
+            self.host,
+            len(record.bricks),
+            record.drained,
+            self.config.lease_ttl,
+        )
         if swept := runner.sweep_stale_runs(self.host):
             log.info("removed %d playbook run directories a killed dacd left", swept)
         run_step = None

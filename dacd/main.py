@@ -16,16 +16,25 @@ from daccore.errors import DacError
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dacd", description="dac storage-server daemon")
     p.add_argument("--config", help=f"config file (default: $DAC_CONFIG or {DEFAULT_PATH})")
-    p.add_argument("--host", default=socket.gethostname(),
-                   help="this server's name in the config (default: the hostname)")
-    p.add_argument("--metrics-address", metavar="HOST:PORT",
-                   help="serve Prometheus /metrics here; wins over metrics_address in the "
-                        "config ('' turns it off)")
+    p.add_argument(
+        "--host",
+        default=socket.gethostname(),
+        help="this server's name in the config (default: the hostname)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here; wins over metrics_address in the "
+        "config ('' turns it off)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s dacd[%(process)d] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s dacd[%(process)d] %(name)s: %(message)s",
+    )
     from dacd.daemon import Daemon  # after logging is set up
 
     try:

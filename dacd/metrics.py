@@ -44,32 +44,51 @@ from daccore.models import State
 
 log = logging.getLogger(__name__)
 
-__all__ = ["serve", "MetricsServer", "split_address", "buffer_seen", "buffer_gone",
-           "step_finished", "etcd_error", "StageMeter", "buffer_state_label"]
+__all__ = [
+    "serve",
+    "MetricsServer",
+    "split_address",
+    "buffer_seen",
+    "buffer_gone",
+    "step_finished",
+    "etcd_error",
+    "StageMeter",
+    "buffer_state_label",
+]
 
 disable_created_metrics()  # no *_created series: they would double what a scrape carries
 
 _STEP_SECONDS = Histogram(
-    "dac_step_duration_seconds", "Wall time of a lifecycle step on this dacd, failed or not",
-    ["step", "backend"], buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
+    "dac_step_duration_seconds",
+    "Wall time of a lifecycle step on this dacd, failed or not",
+    ["step", "backend"],
+    buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
 _STEP_FAILURES = Counter(
-    "dac_step_failures", "Lifecycle steps that failed, by who must act (category)",
-    ["step", "backend", "category"])
+    "dac_step_failures",
+    "Lifecycle steps that failed, by who must act (category)",
+    ["step", "backend", "category"],
+)
 _PLAYBOOK_FAILURES = Counter(
-    "dac_playbook_failures", "Lifecycle steps whose playbook failed (PlaybookFailed)",
-    ["step", "backend"])
-_STAGE_BYTES = Counter("dac_stage_bytes", "Bytes copied by stage_in / stage_out",
-                       ["direction"])
-_STAGE_FILES = Counter("dac_stage_files", "Files and links copied by stage_in / stage_out",
-                       ["direction"])
+    "dac_playbook_failures",
+    "Lifecycle steps whose playbook failed (PlaybookFailed)",
+    ["step", "backend"],
+)
+_STAGE_BYTES = Counter("dac_stage_bytes", "Bytes copied by stage_in / stage_out", ["direction"])
+_STAGE_FILES = Counter(
+    "dac_stage_files", "Files and links copied by stage_in / stage_out", ["direction"]
+)
 _STAGE_THROUGHPUT = Gauge(
     "dac_stage_last_bytes_per_second",
     "Bytes per second of the last stage that completed (its bytes over its wall time)",
-    ["direction"])
+    ["direction"],
+)
 _ETCD_ERRORS = Counter(
-    "dac_etcd_errors", "etcd unreachable (StoreUnavailable) or a bad answer or record "
+    "dac_etcd_errors",
+    "etcd unreachable (StoreUnavailable) or a bad answer or record "
     "(InternalError), seen by the buffer watch, a reconcile pass, a step or a scrape",
-    ["error", "where"])
+    ["error", "where"],
+)
 
 #: buffer name -> state label, for the buffers whose primary host is this dacd's
 _buffers: dict[str, str] = {}
@@ -77,11 +96,14 @@ _buffers_lock = threading.Lock()
 BUFFER_STATES = ("new", *(s.value for s in State), "failed")
 
 #: host:port, or [IPv6]:port; the config's metrics_address has the same pattern
-_ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*))"
-                      r":(?P<port>[0-9]{1,5})$")
+_ADDRESS = re.compile(
+    r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*))"
+    r":(?P<port>[0-9]{1,5})$"
+)
 
 
 # -- what the reconciler and staging call -----------------------------------------------------
+
 
 def buffer_state_label(status) -> str:
     """'failed' when the last step failed, else the state reached, 'new' before any."""
@@ -148,6 +170,7 @@ class StageMeter:
 
 # -- scrape-time collectors -------------------------------------------------------------------
 
+
 class _Bricks(Collector):
     """This host's share of each pool it has bricks in, from one etcd read per scrape; summing
     over hosts gives `dacctl pools` (a host whose lease is gone counts 0, as there)."""
@@ -160,16 +183,31 @@ class _Bricks(Collector):
 
     def _families(self):
         labels = ["pool", "host"]
-        return (GaugeMetricFamily("dac_pool_bricks", "Bricks of this host in the pool's total "
-                                  "(0 while its lease is gone)", labels=labels),
-                GaugeMetricFamily("dac_pool_bricks_free", "Unclaimed bricks of this host that "
-                                  "placement may use (0 when drained or down)", labels=labels),
-                GaugeMetricFamily("dac_pool_bricks_used", "Claimed bricks of this host "
-                                  "(0 while its lease is gone)", labels=labels),
-                GaugeMetricFamily("dac_host_alive", "1 while this host's alive key exists in "
-                                  "etcd (its dacd's lease)", labels=["host"]),
-                GaugeMetricFamily("dac_host_drained", "1 when an admin drained this host",
-                                  labels=["host"]))
+        return (
+            GaugeMetricFamily(
+                "dac_pool_bricks",
+                "Bricks of this host in the pool's total (0 while its lease is gone)",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "dac_pool_bricks_free",
+                "Unclaimed bricks of this host that placement may use (0 when drained or down)",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "dac_pool_bricks_used",
+                "Claimed bricks of this host (0 while its lease is gone)",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "dac_host_alive",
+                "1 while this host's alive key exists in etcd (its dacd's lease)",
+                labels=["host"],
+            ),
+            GaugeMetricFamily(
+                "dac_host_drained", "1 when an admin drained this host", labels=["host"]
+            ),
+        )
 
     def collect(self):
         try:
@@ -196,8 +234,11 @@ class _Buffers(Collector):
 
     def collect(self):
         family = GaugeMetricFamily(
-            "dac_buffers", "Buffers whose primary host is this one, by the state it reached "
-            "('new' before the first, 'failed' after a failed step)", labels=["host", "state"])
+            "dac_buffers",
+            "Buffers whose primary host is this one, by the state it reached "
+            "('new' before the first, 'failed' after a failed step)",
+            labels=["host", "state"],
+        )
         with _buffers_lock:
             states = list(_buffers.values())
         for state in BUFFER_STATES:
@@ -207,13 +248,16 @@ class _Buffers(Collector):
 
 # -- the HTTP server --------------------------------------------------------------------------
 
+
 def split_address(address: str) -> tuple[str, int]:
     """'127.0.0.1:9560' -> ('127.0.0.1', 9560); '[::1]:9560' -> ('::1', 9560)."""
     m = _ADDRESS.match(address)
     port = int(m.group("port")) if m else 0
     if not 0 < port < 65536:
-        raise AdminError(f"metrics address '{address}': must be host:port with a port from 1 "
-                         "to 65535, e.g. 127.0.0.1:9560")
+        raise AdminError(
+            f"metrics address '{address}': must be host:port with a port from 1 "
+            "to 65535, e.g. 127.0.0.1:9560"
+        )
     assert m is not None  # a non-match raised above
     return m.group("v6") or m.group("host"), port
 
@@ -222,8 +266,12 @@ class MetricsServer:
     """The /metrics endpoint of one dacd; `stop` closes it and unregisters its collectors."""
 
     def __init__(self, address: str, httpd, thread: threading.Thread, collectors: list):
-        self.address, self._httpd, self._thread, self._collectors = \
-            address, httpd, thread, collectors
+        self.address, self._httpd, self._thread, self._collectors = (
+            address,
+            httpd,
+            thread,
+            collectors,
+        )
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -242,8 +290,7 @@ def serve(address: str, store, host: str, config) -> MetricsServer:
     try:
         httpd, thread = start_http_server(port, addr)
     except OSError as e:
-        raise AdminError(f"metrics address '{address}': cannot listen: "
-                         f"{e.strerror or e}") from e
+        raise AdminError(f"metrics address '{address}': cannot listen: {e.strerror or e}") from e
     collectors = [_Bricks(store, host, pools), _Buffers(host)]
     for c in collectors:
         REGISTRY.register(c)

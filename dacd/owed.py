@@ -44,24 +44,45 @@ def leave_owed(store, config, host: str, buf, backend, attached: dict, error: Ex
         servers.add(lustre.mgs.host)
     if servers & set(error.hosts):
         return False  # a server's bricks may still hold the filesystem
-    clients = backend.inventory(buf, "delete", attached).get("all", {}).get(
-        "children", {}).get("clients", {}).get("hosts", {})
+    clients = (
+        backend.inventory(buf, "delete", attached)
+        .get("all", {})
+        .get("children", {})
+        .get("clients", {})
+        .get("hosts", {})
+    )
     extravars = backend.variables(buf, "unmount", attached)
     for node in error.hosts:
         mine = clients.get(node, {})
-        store.put_owed(Owed(node=node, buffer=buf.name, by_host=host, pool=buf.request.pool,
-                            unmounts=list(mine.get("unmounts", [])),
-                            prune=list(mine.get("prune", [])), extravars=extravars,
-                            since=time.time()))
-        log.warning("buffer %s (job %s): %s did not answer at teardown; the filesystem is gone "
-                    "from every server, so its bricks are released; %s owes %d unmounts, done "
-                    "when it answers (dacctl owed; dacctl forget-node %s if gone for good)",
-                    buf.name, buf.job_id, node, node, len(mine.get("unmounts", [])), node)
+        store.put_owed(
+            Owed(
+                node=node,
+                buffer=buf.name,
+                by_host=host,
+                pool=buf.request.pool,
+                unmounts=list(mine.get("unmounts", [])),
+                prune=list(mine.get("prune", [])),
+                extravars=extravars,
+                since=time.time(),
+            )
+        )
+        log.warning(
+            "buffer %s (job %s): %s did not answer at teardown; the filesystem is gone "
+            "from every server, so its bricks are released; %s owes %d unmounts, done "
+            "when it answers (dacctl owed; dacctl forget-node %s if gone for good)",
+            buf.name,
+            buf.job_id,
+            node,
+            node,
+            len(mine.get("unmounts", [])),
+            node,
+        )
     return True
 
 
-def retry_owed(stopping: threading.Event, store, config, host: str, run_step: Callable,
-               every: float = RETRY) -> None:
+def retry_owed(
+    stopping: threading.Event, store, config, host: str, run_step: Callable, every: float = RETRY
+) -> None:
     """Until `stopping`: every `every` seconds, try what the nodes this host recorded owe."""
     while not stopping.wait(every):
         try:
@@ -79,26 +100,52 @@ def _try(store, config, host: str, run_step: Callable, owed: Owed) -> None:
     root = os.path.normpath(config.node_mount_root(owed.node))
     paths = [*owed.unmounts, *owed.prune]
     if owed.pool not in config.pools or any(
-            not os.path.normpath(p).startswith(root + os.sep) for p in paths):
+        not os.path.normpath(p).startswith(root + os.sep) for p in paths
+    ):
         # dacd trusts nothing it reads: only paths below the node's mount root are touched
-        log.error("skipping %s: names a path outside %s on %s, or an unknown pool; an admin "
-                  "must check it (dacctl forget-node %s drops it)",
-                  printable(store.keys.owed(owed.node, owed.buffer)), root, owed.node,
-                  owed.node)
+        log.error(
+            "skipping %s: names a path outside %s on %s, or an unknown pool; an admin "
+            "must check it (dacctl forget-node %s drops it)",
+            printable(store.keys.owed(owed.node, owed.buffer)),
+            root,
+            owed.node,
+            owed.node,
+        )
         return
     backend = get_backend(config.pools[owed.pool].backend.value, config, host)
-    inventory = {"all": {"children": {"clients": {"hosts": {owed.node: {
-        **templated(config.node_ansible_vars), "mounts": [], "unmounts": owed.unmounts,
-        "prune": owed.prune}}}}}}
+    inventory = {
+        "all": {
+            "children": {
+                "clients": {
+                    "hosts": {
+                        owed.node: {
+                            **templated(config.node_ansible_vars),
+                            "mounts": [],
+                            "unmounts": owed.unmounts,
+                            "prune": owed.prune,
+                        }
+                    }
+                }
+            }
+        }
+    }
     try:
-        run_step(backend.name, "unmount", host, owed.extravars, None, inventory=inventory,
-                 forks=1, ssh=config.ssh)
+        run_step(
+            backend.name,
+            "unmount",
+            host,
+            owed.extravars,
+            None,
+            inventory=inventory,
+            forks=1,
+            ssh=config.ssh,
+        )
     except HostsUnreachable:
         return  # still away: the next round tries again
     except DacError as e:
-        log.warning("buffer %s: %s's unmounts failed: %s", owed.buffer, owed.node,
-                    printable(str(e)))
+        log.warning(
+            "buffer %s: %s's unmounts failed: %s", owed.buffer, owed.node, printable(str(e))
+        )
         return
     store.drop_owed(owed.node, owed.buffer)
-    log.info("buffer %s: %s answered again and its mounts of it are gone", owed.buffer,
-             owed.node)
+    log.info("buffer %s: %s answered again and its mounts of it are gone", owed.buffer, owed.node)

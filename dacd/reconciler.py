@@ -76,9 +76,17 @@ RESYNC = 600.0
 
 
 class Reconciler:
-    def __init__(self, store, config, host: str, run_step: Callable | None = None,
-                 resync: float = RESYNC, owed_retry: float = OWED_RETRY):
+    def __init__(
+        self,
+        store,
+        config,
+        host: str,
+        run_step: Callable | None = None,
+        resync: float = RESYNC,
+        owed_retry: float = OWED_RETRY,
+    ):
         from dacd.runner import run_step as default_run
+
         self.store, self.config, self.host = store, config, host
         self._run_step = run_step or default_run
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="reconcile")
@@ -94,13 +102,15 @@ class Reconciler:
         self._refused: dict[str, tuple[str, int]] = {}
         self._refusal = f"refused by {host}: "  # how a refusal's status message starts
         #: the pools this host has bricks in, and its claims there: claim key -> buffer name
-        self._pools = sorted({b.pool for b in config.hosts[host].bricks}) \
-            if host in config.hosts else []
+        self._pools = (
+            sorted({b.pool for b in config.hosts[host].bricks}) if host in config.hosts else []
+        )
         self._claims: dict[str, str] = {}
         self._held: dict[str, int] = {}  # buffer name -> claim keys it holds on this host
         #: pools whose backend runs each step once, on the buffer's primary, for all its hosts
-        self._together = {p for p in self._pools
-                          if runs_once_for_all_hosts(config.pools[p].backend.value)}
+        self._together = {
+            p for p in self._pools if runs_once_for_all_hosts(config.pools[p].backend.value)
+        }
         self._watches: list = []
         self._threads: list[threading.Thread] = []
         self._resync, self._owed_retry = resync, owed_retry
@@ -110,18 +120,35 @@ class Reconciler:
 
     def start(self) -> None:
         revision = self._list_all()
-        self._threads = [threading.Thread(target=self._follow, args=(revision,),
-                                          name="watch-work", daemon=True)]
-        self._threads += [threading.Thread(target=self._follow_claims, args=(pool, revision),
-                                           name=f"watch-claims-{pool}", daemon=True)
-                          for pool in self._pools]
-        self._threads.append(threading.Thread(target=self._resync_loop, name="resync",
-                                              daemon=True))
+        self._threads = [
+            threading.Thread(target=self._follow, args=(revision,), name="watch-work", daemon=True)
+        ]
+        self._threads += [
+            threading.Thread(
+                target=self._follow_claims,
+                args=(pool, revision),
+                name=f"watch-claims-{pool}",
+                daemon=True,
+            )
+            for pool in self._pools
+        ]
+        self._threads.append(threading.Thread(target=self._resync_loop, name="resync", daemon=True))
         if self._together:  # what nodes dead at a teardown owe (only these reach nodes)
-            self._threads.append(threading.Thread(
-                target=retry_owed, args=(self._stopping, self.store, self.config, self.host,
-                                         self._run_step, self._owed_retry),
-                name="owed", daemon=True))
+            self._threads.append(
+                threading.Thread(
+                    target=retry_owed,
+                    args=(
+                        self._stopping,
+                        self.store,
+                        self.config,
+                        self.host,
+                        self._run_step,
+                        self._owed_retry,
+                    ),
+                    name="owed",
+                    daemon=True,
+                )
+            )
         self._thread = self._threads[0]
         for t in self._threads:
             t.start()
@@ -146,8 +173,11 @@ class Reconciler:
         found, revision = self.store.host_claims(self.host, self._pools)
         for key in sorted(k for k, claim in found.items() if claim is None):
             self._log_once(key, f"{printable(key)}: not a brick claim")
-        claims = {key: name for key, claim in found.items()
-                  if claim is not None and (name := self._works_on(key, claim)) is not None}
+        claims = {
+            key: name
+            for key, claim in found.items()
+            if claim is not None and (name := self._works_on(key, claim)) is not None
+        }
         with self._lock:
             self._claims, self._held = claims, {}
             for name in claims.values():
@@ -156,8 +186,10 @@ class Reconciler:
             self.schedule(name)
         dropped = self.store.drop_stray_work(self.host, self._pools)
         if dropped:
-            log.info("dropped work keys of buffers holding no brick here: %s",
-                     ", ".join(printable(n) for n in dropped[:10]))
+            log.info(
+                "dropped work keys of buffers holding no brick here: %s",
+                ", ".join(printable(n) for n in dropped[:10]),
+            )
         return revision
 
     def _works_on(self, key: str, claim: tuple[str, str | None]) -> str | None:
@@ -166,8 +198,11 @@ class Reconciler:
         primary (a 2,048-brick lustre buffer is 1,000 hosts' claims: 999 dacds would read
         its 160 KB spec at every change only to leave it)."""
         name, primary = claim
-        if primary is not None and primary != self.host and \
-                self.store.keys.parse_claim(key)[0] in self._together:
+        if (
+            primary is not None
+            and primary != self.host
+            and self.store.keys.parse_claim(key)[0] in self._together
+        ):
             return None
         return name
 
@@ -180,8 +215,10 @@ class Reconciler:
             self._list_all()
             log.info("registered again with a new lease: looking at every buffer again")
         except DacError as e:
-            log.warning("could not list this host's buffers after a new lease (%s); the "
-                        "watches bring them", e)
+            log.warning(
+                "could not list this host's buffers after a new lease (%s); the watches bring them",
+                e,
+            )
 
     def _holds(self, name: str) -> bool:
         with self._lock:
@@ -237,8 +274,7 @@ class Reconciler:
                 for change in changes:
                     revision = change.revision
                     if change.bad:  # it holds no brick for any buffer: counted as used only
-                        self._log_once(change.name, f"{printable(change.name)}: not a brick "
-                                                    "claim")
+                        self._log_once(change.name, f"{printable(change.name)}: not a brick claim")
                     elif change.record is None:
                         self._refused.pop(change.name, None)
                     with self._lock:
@@ -247,8 +283,11 @@ class Reconciler:
                             self._held[old] -= 1
                             if not self._held[old]:
                                 del self._held[old]
-                        new = None if change.record is None else \
-                            self._works_on(change.name, change.record)
+                        new = (
+                            None
+                            if change.record is None
+                            else self._works_on(change.name, change.record)
+                        )
                         if new is not None:
                             self._claims[change.name] = new
                             self._held[new] = self._held.get(new, 0) + 1
@@ -343,18 +382,31 @@ class Reconciler:
             metrics.buffer_seen(buf, self.host, mine)
             failed = mine.generation if mine and mine.error else None
             attached = mine.attached if mine else {}
-            nxt = next_step(buf.desired_state, mine.state if mine else None, failed,
-                            buf.generation, mounts_match=attached == buf.attachments)
+            nxt = next_step(
+                buf.desired_state,
+                mine.state if mine else None,
+                failed,
+                buf.generation,
+                mounts_match=attached == buf.attachments,
+            )
             if nxt is None:
                 self._reap_if_gone(buf, mod_revision, statuses, hosts)
                 return
             step, target = nxt
             if step in ("stage_in", "stage_out") and self.host == buf.allocation.primary_host:
-                self._hand_off(buf, incarnation, mine, step, target, backend,
-                               hosts if together else [self.host])
+                self._hand_off(
+                    buf,
+                    incarnation,
+                    mine,
+                    step,
+                    target,
+                    backend,
+                    hosts if together else [self.host],
+                )
                 return
-            self._step(buf, incarnation, mine, step, target, backend,
-                       hosts if together else [self.host])
+            self._step(
+                buf, incarnation, mine, step, target, backend, hosts if together else [self.host]
+            )
 
     def _statuses(self, name: str) -> dict[str, Status]:
         """The buffer's statuses, each checked: another host's bad one counts as absent (it
@@ -384,30 +436,43 @@ class Reconciler:
         self._refused[key] = (why, generation)
         return last != (why, generation)
 
-    def _refuse(self, name: str, why: str, text: bytes | str | None,
-                incarnation: int) -> None:
+    def _refuse(self, name: str, why: str, text: bytes | str | None, incarnation: int) -> None:
         """Log once and skip; tell the waiting Slurm call why, in this host's status, when
         the record (`text`: the spec) names this host under a sane buffer name. This host's
         own status, when that is what is bad, is left for an admin to look at."""
         generation = _generation(text) if text is not None else 0
-        if not self._log_once(name, why, generation) or text is None or \
-                not re.match(BUFFER_NAME, name) or self.host not in _named_hosts(text):
+        if (
+            not self._log_once(name, why, generation)
+            or text is None
+            or not re.match(BUFFER_NAME, name)
+            or self.host not in _named_hosts(text)
+        ):
             return
         try:
             mine = self._statuses(name).get(self.host)
         except Untrusted:
             return
-        fields = mine.model_dump(exclude={"error", "generation", "updated_at"}) if mine else \
-            {"buffer": name, "host": self.host}
-        self.store.put_status(Status(**fields, generation=generation, updated_at=time.time(),
-                                     error=StatusError(category=Kind.ADMIN,
-                                                       message=f"{self._refusal}{why}")),
-                              incarnation)
+        fields = (
+            mine.model_dump(exclude={"error", "generation", "updated_at"})
+            if mine
+            else {"buffer": name, "host": self.host}
+        )
+        self.store.put_status(
+            Status(
+                **fields,
+                generation=generation,
+                updated_at=time.time(),
+                error=StatusError(category=Kind.ADMIN, message=f"{self._refusal}{why}"),
+            ),
+            incarnation,
+        )
 
-    def _hand_off(self, buf, incarnation: int, mine, step: str, target: State, backend: str,
-                  hosts: list[str]) -> None:
+    def _hand_off(
+        self, buf, incarnation: int, mine, step: str, target: State, backend: str, hosts: list[str]
+    ) -> None:
         """The stage to the stage pool; the buffer is looked at again when it ends."""
         from dacd.staging import Run
+
         run = Run()
         with self._lock:
             self._staging[buf.name] = run
@@ -423,14 +488,24 @@ class Reconciler:
                 with self._lock:
                     del self._staging[buf.name]
                 self.schedule(buf.name)
+
         try:
             self._stages.submit(stage)
         except RuntimeError:  # shutting down
             with self._lock:
                 del self._staging[buf.name]
 
-    def _step(self, buf, incarnation: int, mine: Status | None, step: str, target: State,
-              backend_name: str, hosts: list[str], run=None) -> None:
+    def _step(
+        self,
+        buf,
+        incarnation: int,
+        mine: Status | None,
+        step: str,
+        target: State,
+        backend_name: str,
+        hosts: list[str],
+        run=None,
+    ) -> None:
         """Run `step`, recording its progress and outcome in the status of each of `hosts`,
         of this incarnation of the buffer only (Superseded ends the step otherwise)."""
         name, reached = buf.name, mine.state if mine else None
@@ -439,15 +514,24 @@ class Reconciler:
         progress = [mine.progress if mine else None]  # the last staging progress stays shown
 
         def status(**fields) -> None:
-            values = dict(buffer=name, state=reached, generation=buf.generation,
-                          step=step, attached=attached, attempt=attempt, progress=progress[0],
-                          updated_at=time.time())
+            values = dict(
+                buffer=name,
+                state=reached,
+                generation=buf.generation,
+                step=step,
+                attached=attached,
+                attempt=attempt,
+                progress=progress[0],
+                updated_at=time.time(),
+            )
             values.update(fields)
             if len(hosts) == 1:
                 self.store.put_status(Status(host=hosts[0], **values), incarnation)
             else:
-                self.store.put_statuses([Status(host=host, **values) for host in hosts],
-                                        incarnation)
+                self.store.put_statuses(
+                    [Status(host=host, **values) for host in hosts], incarnation
+                )
+
         status()
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         started, backend = time.monotonic(), None
@@ -455,16 +539,23 @@ class Reconciler:
             backend = get_backend(backend_name, self.config, self.host)
             if step in ("stage_in", "stage_out"):
                 if self.host == buf.allocation.primary_host:
+
                     def on_progress(p: dict) -> None:
                         progress[0] = Progress(**p)
                         status()
+
                     self._stage(buf, step, backend, on_progress, run)
             else:
-                self._run_step(backend.name, step, self.host,
-                               backend.variables(buf, step, attached),
-                               lambda task: status(step=f"{step}: {task}"),
-                               inventory=backend.inventory(buf, step, attached),
-                               forks=self.config.ansible_forks, ssh=self.config.ssh)
+                self._run_step(
+                    backend.name,
+                    step,
+                    self.host,
+                    backend.variables(buf, step, attached),
+                    lambda task: status(step=f"{step}: {task}"),
+                    inventory=backend.inventory(buf, step, attached),
+                    forks=self.config.ansible_forks,
+                    ssh=self.config.ssh,
+                )
         except (Fenced, Superseded):
             raise  # nothing may be written: the next lease's pass runs the step again, and
             # a buffer deleted or created anew is looked at afresh
@@ -475,8 +566,11 @@ class Reconciler:
             message = printable(str(e))  # a path in it may hold any byte (daccore/escape.py)
             log.error("buffer %s (job %s): %s", name, buf.job_id, message)
             metrics.step_finished(step, backend, started, e)
-            if step == "delete" and backend is not None and \
-                    leave_owed(self.store, self.config, self.host, buf, backend, attached, e):
+            if (
+                step == "delete"
+                and backend is not None
+                and leave_owed(self.store, self.config, self.host, buf, backend, attached, e)
+            ):
                 status(state=target, step="", error=None, attached={})  # the nodes owe the rest
                 return
             if step in ("mount", "unmount", "delete"):
@@ -484,8 +578,11 @@ class Reconciler:
                 attached = may_be_attached(attached, buf.attachments, e)
             elif step == "create" and backend is not None and backend.one_run_for_all_hosts:
                 self._undo_create(buf, backend)
-            status(error=StatusError(category=e.kind, message=message,
-                                     detail=getattr(e, "output", "")[-8000:]))
+            status(
+                error=StatusError(
+                    category=e.kind, message=message, detail=getattr(e, "output", "")[-8000:]
+                )
+            )
             return
         metrics.step_finished(step, backend, started)
         # mount and unmount make the mounts match the spec; delete removes every one
@@ -500,33 +597,59 @@ class Reconciler:
         others built is taken down at once, not left for Slurm's teardown (which runs delete
         again: it is idempotent)."""
         try:
-            self._run_step(backend.name, "delete", self.host, backend.variables(buf, "delete"),
-                           None, inventory=backend.inventory(buf, "delete", {}),
-                           forks=self.config.ansible_forks, ssh=self.config.ssh)
-            log.info("buffer %s (job %s): what the failed create built is removed", buf.name,
-                     buf.job_id)
+            self._run_step(
+                backend.name,
+                "delete",
+                self.host,
+                backend.variables(buf, "delete"),
+                None,
+                inventory=backend.inventory(buf, "delete", {}),
+                forks=self.config.ansible_forks,
+                ssh=self.config.ssh,
+            )
+            log.info(
+                "buffer %s (job %s): what the failed create built is removed", buf.name, buf.job_id
+            )
         except (Fenced, Superseded):
             raise
         except Exception as e:  # noqa: BLE001 - teardown runs delete again
-            log.error("buffer %s (job %s): removing what the failed create built: %s",
-                      buf.name, buf.job_id, printable(str(e)))
+            log.error(
+                "buffer %s (job %s): removing what the failed create built: %s",
+                buf.name,
+                buf.job_id,
+                printable(str(e)),
+            )
 
     def _stage(self, buf, step: str, backend, on_progress, run) -> None:
         """Staging runs on the primary host, which has the filesystem mounted; progress goes
         to the status at most once a second (the copier's own pace)."""
         from dacd.staging import stage, time_limit
+
         fs_path = backend.variables(buf, step)["fs_path"]
-        stage(buf, step.removeprefix("stage_"), fs_path, self.config.stage_workers, on_progress,
-              time_limit(self.config.stage_timeout), run)
+        stage(
+            buf,
+            step.removeprefix("stage_"),
+            fs_path,
+            self.config.stage_workers,
+            on_progress,
+            time_limit(self.config.stage_timeout),
+            run,
+        )
 
     def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:
         everywhere = all(statuses.get(h) and statuses[h].state is State.DELETED for h in hosts)
-        if buf.desired_state is State.DELETED and everywhere and \
-                self.host != buf.allocation.primary_host:
+        if (
+            buf.desired_state is State.DELETED
+            and everywhere
+            and self.host != buf.allocation.primary_host
+        ):
             self.store.wake(buf.allocation.primary_host, buf.name)  # done last: the primary reaps
             return
-        if buf.desired_state is State.DELETED and everywhere and \
-                self.host == buf.allocation.primary_host:
+        if (
+            buf.desired_state is State.DELETED
+            and everywhere
+            and self.host == buf.allocation.primary_host
+        ):
             try:
                 self.store.delete_buffer(buf.name, mod_revision)
                 log.info("buffer %s (job %s): deleted, bricks released", buf.name, buf.job_id)
@@ -534,8 +657,9 @@ class Reconciler:
                 self.schedule(buf.name)  # the spec moved on meanwhile: look again
 
 
-def may_be_attached(attached: dict[str, list[str]], wanted: dict[str, list[str]],
-                    error: Exception) -> dict[str, list[str]]:
+def may_be_attached(
+    attached: dict[str, list[str]], wanted: dict[str, list[str]], error: Exception
+) -> dict[str, list[str]]:
     """What a failed mount, unmount or delete may have left mounted: what was mounted before,
     and every node the spec attaches, except nodes that never answered in the step (they ran
     none of its tasks). Recorded as attached, so the next step unmounts them."""

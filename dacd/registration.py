@@ -18,8 +18,10 @@ def host_settings(config: DacConfig, name: str, source: str) -> HostSettings:
         return config.hosts[name]
     except KeyError:
         known = ", ".join(sorted(config.hosts)) or "none"
-        raise ConfigError(source, f"hosts.{name}: this host is not in the config "
-                                  f"(hosts: {known}); pass --host or add it") from None
+        raise ConfigError(
+            source,
+            f"hosts.{name}: this host is not in the config (hosts: {known}); pass --host or add it",
+        ) from None
 
 
 def check_devices(name: str, settings: HostSettings, config: DacConfig) -> None:
@@ -53,9 +55,11 @@ def exposure(settings: HostSettings) -> list[str]:
         except OSError:
             continue  # DAOS names bricks by PCI address; a missing device is check_devices'
         if st.st_mode & 0o006:
-            lines.append(f"brick {b.brick_name}: device {b.device} is open to every user (mode "
-                         f"{st.st_mode & 0o777:04o}): make it 0600 or 0660 to a group no user "
-                         "is in")
+            lines.append(
+                f"brick {b.brick_name}: device {b.device} is open to every user (mode "
+                f"{st.st_mode & 0o777:04o}): make it 0600 or 0660 to a group no user "
+                "is in"
+            )
     root = settings.fs_root
     if not os.path.lexists(root):
         os.makedirs(os.path.dirname(root) or "/", exist_ok=True)
@@ -69,22 +73,45 @@ def exposure(settings: HostSettings) -> list[str]:
     except OSError as e:
         return [*lines, f"fs_root {root}: {e.strerror}"]
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
-        lines.append(f"fs_root {root} is not a directory of root's (owner uid {st.st_uid}): "
-                     "buffers are mounted there as root")
+        lines.append(
+            f"fs_root {root} is not a directory of root's (owner uid {st.st_uid}): "
+            "buffers are mounted there as root"
+        )
     elif st.st_mode & 0o006:
-        lines.append(f"fs_root {root} can be listed or changed by every user (mode "
-                     f"{st.st_mode & 0o777:04o}): chmod 0711 it")
+        lines.append(
+            f"fs_root {root} can be listed or changed by every user (mode "
+            f"{st.st_mode & 0o777:04o}): chmod 0711 it"
+        )
     return lines
 
 
-def host_record(name: str, settings: HostSettings,
-                warnings: list[str] | None = None) -> Host:
-    return Host(name=name, versions={"dacd": dacd.__version__}, warnings=warnings or [], bricks=[
-        Brick(name=b.brick_name, device=b.device, capacity=b.capacity, pool=b.pool,
-              socket=b.socket, pcie_switch=b.pcie_switch) for b in settings.bricks])
+def host_record(name: str, settings: HostSettings, warnings: list[str] | None = None) -> Host:
+    return Host(
+        name=name,
+        versions={"dacd": dacd.__version__},
+        warnings=warnings or [],
+        bricks=[
+            Brick(
+                name=b.brick_name,
+                device=b.device,
+                capacity=b.capacity,
+                pool=b.pool,
+                socket=b.socket,
+                pcie_switch=b.pcie_switch,
+            )
+            for b in settings.bricks
+        ],
+    )
 
 
 def pool_records(config: DacConfig) -> list[Pool]:
-    return [Pool(name=n, granularity=p.granularity, backend=p.backend,
-                 placement=p.effective_placement, swap=p.swap)
-            for n, p in sorted(config.pools.items())]
+    return [
+        Pool(
+            name=n,
+            granularity=p.granularity,
+            backend=p.backend,
+            placement=p.effective_placement,
+            swap=p.swap,
+        )
+        for n, p in sorted(config.pools.items())
+    ]

@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 __all__ = ["playbooks", "run_step", "ssh_environment", "sweep_stale_runs"]
 
 
-
 def playbooks() -> Path:
     """The installed playbooks/ directory (tests point it at their own)."""
     return asset("playbooks", directory=True)
@@ -46,6 +45,7 @@ def _no_nap_after_exit() -> None:
     tenth of a warm step, measured (docs/performance.md). Skip the nap when the process is
     known to be gone; a live one is still given it."""
     import ptyprocess
+
     close = ptyprocess.PtyProcess.close
     if getattr(close, "dac_no_nap", False):
         return
@@ -54,28 +54,39 @@ def _no_nap_after_exit() -> None:
         if not self.isalive():
             self.delayafterclose = 0
         return close(self, force)
+
     setattr(close_without_nap, "dac_no_nap", True)  # noqa: B010  (a function has no such slot)
     ptyprocess.PtyProcess.close = close_without_nap
 
 
-def run_step(backend: str, step: str, host: str, extravars: dict,
-             on_task: Callable[[str], None] | None = None, inventory: dict | None = None,
-             forks: int = 20, warm: WarmAnsible | None = None,
-             ssh: SshSettings | None = None) -> None:
+def run_step(
+    backend: str,
+    step: str,
+    host: str,
+    extravars: dict,
+    on_task: Callable[[str], None] | None = None,
+    inventory: dict | None = None,
+    forks: int = 20,
+    warm: WarmAnsible | None = None,
+    ssh: SshSettings | None = None,
+) -> None:
     """Run playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory`
     (default: this machine), through `warm`'s server when given, reaching other hosts as
     `ssh` says (default: daccore.config's defaults); PlaybookFailed, naming the host whose
     task failed, or HostsUnreachable, naming those that did not answer, on failure."""
     from daccore.config import SshSettings
+
     ssh = ssh or SshSettings()
     import ansible_runner  # ~100 ms: only dacd pays it
+
     _no_nap_after_exit()
 
     project = playbooks() / backend
     if not (project / f"{step}.yml").is_file():
         # every backend has every step: a missing one is a broken install, never a success
-        raise InternalError(f"playbook {backend}/{step}.yml is missing from {project.parent}; "
-                            "reinstall dac")
+        raise InternalError(
+            f"playbook {backend}/{step}.yml is missing from {project.parent}; reinstall dac"
+        )
     failed: dict = {}
     unreachable: dict[str, str] = {}  # host -> why
     touched: set[str] = set()  # hosts that ran a task of this step (it may have done something)
@@ -86,24 +97,33 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
         kind = ev.get("event")
         if kind == "playbook_on_task_start" and on_task:
             on_task(data.get("task", ""))
-        if kind in _TOUCHED and data.get("host") and \
-                not data.get("res", {}).get("unreachable"):  # a loop's items fail unreachable
+        if (
+            kind in _TOUCHED and data.get("host") and not data.get("res", {}).get("unreachable")
+        ):  # a loop's items fail unreachable
             touched.add(data["host"])
         if kind == "runner_on_unreachable" and data.get("host"):
             res = data.get("res", {})  # a loop's reason is its first unreachable item's
             res = next((i for i in res.get("results") or [] if i.get("unreachable")), res)
             unreachable.setdefault(data["host"], str(res.get("msg", "")) or "no answer")
-            log.warning("%s: %s unreachable at task '%s': %s", step, data["host"],
-                        data.get("task", "?"), unreachable[data["host"]])
+            log.warning(
+                "%s: %s unreachable at task '%s': %s",
+                step,
+                data["host"],
+                data.get("task", "?"),
+                unreachable[data["host"]],
+            )
         if kind == "runner_on_failed" and not failed:
             res = data.get("res", {})
             # a loop's failure is its first failed item's
             res = next((i for i in res.get("results") or [] if i.get("failed")), res)
-            failed.update(task=data.get("task", "?"), host=data.get("host", host),
-                          rc=res.get("rc", -1),
-                          output="\n".join(filter(None, [res.get("stdout", ""),
-                                                         res.get("stderr", ""),
-                                                         _reason(res)])))
+            failed.update(
+                task=data.get("task", "?"),
+                host=data.get("host", host),
+                rc=res.get("rc", -1),
+                output="\n".join(
+                    filter(None, [res.get("stdout", ""), res.get("stderr", ""), _reason(res)])
+                ),
+            )
         return True
 
     workdir = tempfile.mkdtemp(prefix=f"{_run_prefix(host)}{step}-")
@@ -111,56 +131,91 @@ def run_step(backend: str, step: str, host: str, extravars: dict,
     dacd = os.getpid()
     try:
         bindir = os.path.dirname(sys.executable)
-        envvars = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
-                   "ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit",
-                   **ssh_environment(ssh)}
+        envvars = {
+            "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/bin')}",
+            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_GATHERING": "explicit",
+            **ssh_environment(ssh),
+        }
         if warm is not None:  # first: it may move the client
             envvars["DAC_WARM_ANSIBLE"] = warm.ensure()
         # runner runs a `binary` as given: the playbook goes on its command line
-        how = {"playbook": f"{step}.yml"} if warm is None else {
-            "binary": warm.client, "cmdline": f"{step}.yml"}
-        inventory_file = _write_unsafe(workdir, "inventory/hosts.yml", _with_interpreter(
-            inventory or {"all": {"hosts": {host: {"ansible_connection": "local"}}}}))
+        how = (
+            {"playbook": f"{step}.yml"}
+            if warm is None
+            else {"binary": warm.client, "cmdline": f"{step}.yml"}
+        )
+        inventory_file = _write_unsafe(
+            workdir,
+            "inventory/hosts.yml",
+            _with_interpreter(
+                inventory or {"all": {"hosts": {host: {"ansible_connection": "local"}}}}
+            ),
+        )
         # runner passes an existing env/extravars as `-e @file`, and nothing else
         _write_unsafe(workdir, "env/extravars", extravars)
         r = ansible_runner.run(
-            private_data_dir=workdir, project_dir=str(project), **how,
-            inventory=inventory_file, event_handler=event, quiet=True, forks=forks,
-            envvars=envvars, settings={"pexpect_timeout": 1},
+            private_data_dir=workdir,
+            project_dir=str(project),
+            **how,
+            inventory=inventory_file,
+            event_handler=event,
+            quiet=True,
+            forks=forks,
+            envvars=envvars,
+            settings={"pexpect_timeout": 1},
             # a host found unreachable ends the step once it has run unreachable_timeout: the
             # other hosts have had their time, and the waiting Slurm call hears which host.
             # Never a delete: the live hosts must finish it for the bricks to be released
             # (dacd/owed.py); task_timeout bounds each of their tasks.
-            cancel_callback=lambda: step != "delete" and bool(unreachable) and
-            time.monotonic() - started > ssh.unreachable_timeout)
+            cancel_callback=lambda: (
+                step != "delete"
+                and bool(unreachable)
+                and time.monotonic() - started > ssh.unreachable_timeout
+            ),
+        )
         if (r.status != "successful" or r.rc != 0) and not failed:
             output = _stdout_tail(r)  # no task failed: ansible itself did (syntax, start-up)
     finally:
         _exit_if_forked(dacd)
         shutil.rmtree(workdir, ignore_errors=True)
     if unreachable and (r.status != "successful" or r.rc != 0):
-        raise HostsUnreachable(step, host, unreachable, ssh.known_hosts, frozenset(touched),
-                               rest_done=not failed and r.status == "failed",
-                               servers=_hosts(inventory, clients=False))
+        raise HostsUnreachable(
+            step,
+            host,
+            unreachable,
+            ssh.known_hosts,
+            frozenset(touched),
+            rest_done=not failed and r.status == "failed",
+            servers=_hosts(inventory, clients=False),
+        )
     if r.status != "successful" or r.rc != 0:
         where = failed.get("host", host)
-        raise PlaybookFailed(step, failed.get("task", "(before any task)"), where,
-                             failed.get("rc", r.rc if r.rc is not None else -1),
-                             failed.get("output") or output or
-                             f"ansible-runner ended with status {r.status}",
-                             node=where in _hosts(inventory, clients=True))
+        raise PlaybookFailed(
+            step,
+            failed.get("task", "(before any task)"),
+            where,
+            failed.get("rc", r.rc if r.rc is not None else -1),
+            failed.get("output") or output or f"ansible-runner ended with status {r.status}",
+            node=where in _hosts(inventory, clients=True),
+        )
 
 
 def _hosts(inventory: dict | None, clients: bool) -> frozenset[str]:
     """The inventory's compute nodes (its `clients` group), or its other hosts (servers)."""
     groups = (inventory or {}).get("all", {}).get("children", {})
-    return frozenset(h for name, group in groups.items() if (name == "clients") == clients
-                     for h in (group.get("hosts") or {}))
+    return frozenset(
+        h
+        for name, group in groups.items()
+        if (name == "clients") == clients
+        for h in (group.get("hosts") or {})
+    )
 
 
 #: runner events of a host that ran a task (its connection worked, so it may have done it)
-_TOUCHED = frozenset({"runner_on_ok", "runner_on_failed", "runner_item_on_ok",
-                      "runner_item_on_failed"})
+_TOUCHED = frozenset(
+    {"runner_on_ok", "runner_on_failed", "runner_item_on_ok", "runner_item_on_failed"}
+)
 
 
 def ssh_environment(ssh: SshSettings) -> dict[str, str]:
@@ -169,16 +224,31 @@ def ssh_environment(ssh: SshSettings) -> dict[str, str]:
     given for an option, and Ansible puts ssh_args first. The same for every run of a dacd,
     so the warm server's imported settings stay valid (dacd/warm_ansible.py)."""
     strict = "yes" if ssh.strict_host_keys else "no"
-    args = ["-C", "-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
-            "-o", f"StrictHostKeyChecking={strict}",
-            "-o", f"UserKnownHostsFile={ssh.known_hosts}",
-            "-o", f"ServerAliveInterval={ssh.alive_interval}",
-            "-o", f"ServerAliveCountMax={ssh.alive_count}",
-            "-o", f"ConnectTimeout={ssh.connect_timeout}", "-o", "BatchMode=yes"]
-    return {"ANSIBLE_HOST_KEY_CHECKING": str(ssh.strict_host_keys),
-            "ANSIBLE_SSH_ARGS": " ".join(args),
-            "ANSIBLE_TIMEOUT": str(ssh.connect_timeout),
-            "ANSIBLE_TASK_TIMEOUT": str(ssh.task_timeout)}
+    args = [
+        "-C",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        "ControlPersist=60s",
+        "-o",
+        f"StrictHostKeyChecking={strict}",
+        "-o",
+        f"UserKnownHostsFile={ssh.known_hosts}",
+        "-o",
+        f"ServerAliveInterval={ssh.alive_interval}",
+        "-o",
+        f"ServerAliveCountMax={ssh.alive_count}",
+        "-o",
+        f"ConnectTimeout={ssh.connect_timeout}",
+        "-o",
+        "BatchMode=yes",
+    ]
+    return {
+        "ANSIBLE_HOST_KEY_CHECKING": str(ssh.strict_host_keys),
+        "ANSIBLE_SSH_ARGS": " ".join(args),
+        "ANSIBLE_TIMEOUT": str(ssh.connect_timeout),
+        "ANSIBLE_TASK_TIMEOUT": str(ssh.task_timeout),
+    }
 
 
 def _exit_if_forked(dacd: int) -> None:
@@ -203,8 +273,9 @@ def sweep_stale_runs(host: str) -> int:
     swept = 0
     for entry in os.scandir(tempfile.gettempdir()):
         pid, _, rest = entry.name.removeprefix("dac-run-").partition("+")
-        if not (entry.name.startswith("dac-run-") and pid.isdigit() and
-                rest.startswith(f"{host}+")):
+        if not (
+            entry.name.startswith("dac-run-") and pid.isdigit() and rest.startswith(f"{host}+")
+        ):
             continue
         if int(pid) != os.getpid() and _running_dacd(pid):
             continue
@@ -246,6 +317,7 @@ def _write_unsafe(workdir: str, name: str, data: dict) -> str:
     Only admin-written config vars (daccore.backends.Templated) stay plain. Mapping keys are
     never templated by Ansible (measured with ansible-core 2.19), and are strict names."""
     import yaml
+
     path = os.path.join(workdir, name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -259,6 +331,7 @@ def _unsafe_dumper():
     import yaml
 
     from daccore.backends import Templated
+
     base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
     class UnsafeDumper(base):  # type: ignore[misc, valid-type]
@@ -282,16 +355,17 @@ def _unsafe_dumper():
     return UnsafeDumper
 
 
-
 def _with_interpreter(inventory: dict) -> dict:
     """Hosts reached over the local connection run modules with this interpreter (the venv's,
     which has what dac's modules import), unless the inventory says otherwise."""
+
     def walk(group: dict) -> None:
         for hostvars in (group.get("hosts") or {}).values():
             if hostvars.get("ansible_connection") == "local":
                 hostvars.setdefault("ansible_python_interpreter", sys.executable)
         for child in (group.get("children") or {}).values():
             walk(child)
+
     for group in inventory.values():
         walk(group)
     return inventory

@@ -88,7 +88,6 @@ class Run:
                 pass
 
 
-
 def _buffer_path(path: str, fs_path: str, direction: str) -> str:
     m = BUFFER_PATH.match(path)
     if m is None:
@@ -115,8 +114,12 @@ def _groups(uid: int, gid: int) -> list[int]:
 
 
 def _limits(seconds: float) -> list[tuple[int, int]]:
-    return [(resource.RLIMIT_AS, STAGE_MEMORY), (resource.RLIMIT_NOFILE, STAGE_FILES),
-            (resource.RLIMIT_NPROC, STAGE_PROCESSES), (resource.RLIMIT_CPU, math.ceil(seconds))]
+    return [
+        (resource.RLIMIT_AS, STAGE_MEMORY),
+        (resource.RLIMIT_NOFILE, STAGE_FILES),
+        (resource.RLIMIT_NPROC, STAGE_PROCESSES),
+        (resource.RLIMIT_CPU, math.ceil(seconds)),
+    ]
 
 
 def _set_limits(limits: list[tuple[int, int]]) -> None:
@@ -129,32 +132,55 @@ def _set_limits(limits: list[tuple[int, int]]) -> None:
         resource.setrlimit(what, (value, value))
 
 
-def stage(buffer, direction: str, fs_path: str, workers: int,
-          on_progress: Callable[[dict], None], timeout: float = 3600.0,
-          run: Run | None = None) -> None:
+def stage(
+    buffer,
+    direction: str,
+    fs_path: str,
+    workers: int,
+    on_progress: Callable[[dict], None],
+    timeout: float = 3600.0,
+    run: Run | None = None,
+) -> None:
     """Copy every stage_<direction> line of the buffer; UserError naming the path on failure,
     or saying the stage was stopped (`run.cancel`) or ran out of `timeout` seconds."""
     requests = buffer.request.stage_in if direction == "in" else buffer.request.stage_out
     if not requests:
         return
     run = run or Run()
-    pairs = [{"type": r.type.value,
-              "source": _buffer_path(r.source, fs_path, direction),
-              "destination": _buffer_path(r.destination, fs_path, direction)} for r in requests]
-    plan = encode_plan(pairs, os.path.join(fs_path, "striped"),
-                       "destination" if direction == "in" else "source", workers)
+    pairs = [
+        {
+            "type": r.type.value,
+            "source": _buffer_path(r.source, fs_path, direction),
+            "destination": _buffer_path(r.destination, fs_path, direction),
+        }
+        for r in requests
+    ]
+    plan = encode_plan(
+        pairs,
+        os.path.join(fs_path, "striped"),
+        "destination" if direction == "in" else "source",
+        workers,
+    )
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
     # The copier's file is opened here, as root, and run as /dev/fd/N: dac may be installed
     # where the user cannot go (a clone under /root, 0700), and a file the user opens through
     # its own open descriptor needs only the file's own read permission.
     with open(COPIER, "rb") as source:
         proc = subprocess.Popen(
-            [_python(), "-I", "-S", f"/dev/fd/{source.fileno()}"], pass_fds=(source.fileno(),),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd="/", env=env, user=buffer.owner_uid, group=buffer.owner_gid,
+            [_python(), "-I", "-S", f"/dev/fd/{source.fileno()}"],
+            pass_fds=(source.fileno(),),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=env,
+            user=buffer.owner_uid,
+            group=buffer.owner_gid,
             extra_groups=_groups(buffer.owner_uid, buffer.owner_gid),
             start_new_session=True,  # its own process group: killed as one
-            preexec_fn=functools.partial(_set_limits, _limits(timeout)))
+            preexec_fn=functools.partial(_set_limits, _limits(timeout)),
+        )
     run.started(proc.pid)
     timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
     timer.daemon = True
@@ -179,8 +205,10 @@ def stage(buffer, direction: str, fs_path: str, workers: int,
     if "error" in result:
         raise UserError(f"stage_{direction} failed: {escape(result['error'])}")
     if rc != 0 or not result.get("done"):
-        raise InternalError(f"stage_{direction}: the copier ended with exit {rc}: "
-                            f"{escape((stderr.strip().splitlines() or ['no output'])[-1])}")
+        raise InternalError(
+            f"stage_{direction}: the copier ended with exit {rc}: "
+            f"{escape((stderr.strip().splitlines() or ['no output'])[-1])}"
+        )
 
 
 def _wait_gone(pgid: int, timeout: float = 30.0) -> None:

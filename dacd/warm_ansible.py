@@ -38,17 +38,35 @@ PER_RUN = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": "CACHE_PLUGIN_CONNECTION"}
 #: What a request may carry: argv, environment and paths are small; 1 MiB is generous.
 MAX_REQUEST = 1 << 20
 #: Modules every playbook run of dac's loads: imported once, in the server.
-PRELOAD = ("ansible.cli.playbook", "ansible.executor.playbook_executor",
-           "ansible.executor.task_queue_manager", "ansible.executor.task_executor",
-           "ansible.executor.process.worker", "ansible.executor.module_common",
-           "ansible.inventory.manager", "ansible.vars.manager", "ansible.playbook.play",
-           "ansible.template", "ansible.parsing.dataloader")
+PRELOAD = (
+    "ansible.cli.playbook",
+    "ansible.executor.playbook_executor",
+    "ansible.executor.task_queue_manager",
+    "ansible.executor.task_executor",
+    "ansible.executor.process.worker",
+    "ansible.executor.module_common",
+    "ansible.inventory.manager",
+    "ansible.vars.manager",
+    "ansible.playbook.play",
+    "ansible.template",
+    "ansible.parsing.dataloader",
+)
 #: Plugin loaders whose plugins (and their YAML documentation, which Ansible parses to learn
 #: their options: 0.3 s a run) the server loads once. Not callbacks: runner's callback reads the
 #: run's environment when it is imported, so each run imports it itself.
-WARM_LOADERS = ("connection_loader", "shell_loader", "strategy_loader", "inventory_loader",
-                "cache_loader", "vars_loader", "become_loader", "filter_loader", "test_loader",
-                "action_loader", "lookup_loader")
+WARM_LOADERS = (
+    "connection_loader",
+    "shell_loader",
+    "strategy_loader",
+    "inventory_loader",
+    "cache_loader",
+    "vars_loader",
+    "become_loader",
+    "filter_loader",
+    "test_loader",
+    "action_loader",
+    "lookup_loader",
+)
 ALREADY_CONFIGURED = "AnsibleCollectionFinder has already been configured"
 
 log = logging.getLogger("dacd.warm_ansible")
@@ -69,7 +87,7 @@ def recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
     msg, anc, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * fds.itemsize))
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
     if len(msg) != 4:
         raise ValueError("short request")
     size, body = struct.unpack("!I", msg)[0], b""
@@ -87,8 +105,9 @@ class WarmAnsible:
     """dacd's handle on its server: started with dacd, restarted if it dies, gone with dacd (it
     reads its stdin, a pipe from dacd, and leaves at end of file, even after a kill -9)."""
 
-    CLIENT_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                 "warm_ansible_client.py")
+    CLIENT_SOURCE = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "warm_ansible_client.py"
+    )
 
     def __init__(self, log=None):
         self._log = log  # where the server logs (default: dacd's stderr)
@@ -125,8 +144,10 @@ class WarmAnsible:
                     os.unlink(self.socket)
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", "dacd.warm_ansible", self.socket],
-                    stdin=subprocess.PIPE, stderr=self._log,
-                    cwd=os.path.dirname(os.path.dirname(self.CLIENT_SOURCE)))
+                    stdin=subprocess.PIPE,
+                    stderr=self._log,
+                    cwd=os.path.dirname(os.path.dirname(self.CLIENT_SOURCE)),
+                )
         return self.socket
 
     def stop(self) -> None:
@@ -171,8 +192,9 @@ class Server:
         conn, _ = self.sock.accept()
         fds: list[int] = []
         try:
-            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                      struct.calcsize("3i")))[1]
+            uid = struct.unpack(
+                "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            )[1]
             if uid != os.getuid():
                 raise PermissionError(f"uid {uid} may not run playbooks here")
             request, fds = recv_request(conn)
@@ -182,11 +204,11 @@ class Server:
                 try:
                     self._import_ansible(request)
                 except Exception as e:  # noqa: BLE001 - then every run is a fresh one
-                    log.warning("cannot import Ansible (%s: %s): every run goes cold",
-                                type(e).__name__, e)
+                    log.warning(
+                        "cannot import Ansible (%s: %s): every run goes cold", type(e).__name__, e
+                    )
                     self.cold = True
-            warm = self.key is not None and ansible_key(request["env"], request["cwd"]) == \
-                self.key
+            warm = self.key is not None and ansible_key(request["env"], request["cwd"]) == self.key
             pid = os.fork()
             if pid == 0:
                 self.sel.close()
@@ -195,8 +217,13 @@ class Server:
                 _child(conn, request, fds, warm)
             self.sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, conn))
             # one line per run in dacd's log: a run that goes cold says so
-            log.info("run %d %s: %s in %s", pid, "warm" if warm else "cold",
-                     " ".join(request["argv"][1:2]), request["cwd"])
+            log.info(
+                "run %d %s: %s in %s",
+                pid,
+                "warm" if warm else "cold",
+                " ".join(request["argv"][1:2]),
+                request["cwd"],
+            )
             try:
                 conn.sendall(f"pid {pid}\n".encode())
             except OSError:
@@ -225,18 +252,21 @@ class Server:
         """Import Ansible under the first request's environment (it reads its settings at
         import); every later request that would read the same settings runs warm."""
         import importlib
+
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         for name in PRELOAD:
             importlib.import_module(name)
         from ansible.plugins import loader
+
         loader.init_plugin_loader([])  # the collection finder, with ansible.builtin's routing
         for name in WARM_LOADERS:
             for _ in getattr(loader, name).all(class_only=True):
                 pass
         from ansible import constants as C
         from ansible.config.manager import cleanup_tmp_file
+
         # Ansible made its local temp dir at import and removes it at exit: each child makes
         # its own instead (below), so one child's exit cannot remove another's
         atexit.unregister(cleanup_tmp_file)
@@ -264,6 +294,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], warm: bool) -> No
         warnings.filterwarnings("ignore", message=ALREADY_CONFIGURED)
         threading.Thread(target=_end_with_client, args=(conn,), daemon=True).start()
         from ansible import constants as C
+
         for env, name in PER_RUN.items():
             if env in request["env"]:
                 setattr(C, name, request["env"][env])
@@ -271,6 +302,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], warm: bool) -> No
         # get_config_value("DEFAULT_LOCAL_TMP") does not template '{{ ANSIBLE_HOME }}': it
         # made a literal '{{ ANSIBLE_HOME ~ "/tmp" }}' directory in the playbooks' folder)
         from ansible.config.manager import cleanup_tmp_file
+
         base = os.path.dirname(C.DEFAULT_LOCAL_TMP)  # the server's, templated at its import
         os.makedirs(base, mode=0o700, exist_ok=True)
         C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}", dir=base)
@@ -282,6 +314,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], warm: bool) -> No
                 stream.reconfigure(line_buffering=True, write_through=True)
         sys.argv = ["ansible-playbook", *argv[1:]]
         from ansible.cli.playbook import main
+
         try:
             main()
             rc = 0
@@ -315,9 +348,11 @@ def main() -> int:
     if len(sys.argv) != 2:
         print("usage: python -m dacd.warm_ansible SOCKET", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,  # dacd's log, dacd's format
-                        format="%(asctime)s %(levelname)s dac-ansible[%(process)d] %(name)s: "
-                               "%(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,  # dacd's log, dacd's format
+        format="%(asctime)s %(levelname)s dac-ansible[%(process)d] %(name)s: %(message)s",
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         Server(sys.argv[1]).serve()

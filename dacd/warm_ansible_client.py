@@ -19,8 +19,10 @@ def main() -> int:
     try:
         conn.connect(path)
         body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
-        conn.sendmsg([struct.pack("!I", len(body))],
-                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+        conn.sendmsg(
+            [struct.pack("!I", len(body))],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))],
+        )
         conn.sendall(body)
         replies = conn.makefile("r")
         first = replies.readline().split(" ", 1)

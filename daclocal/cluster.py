@@ -89,16 +89,20 @@ class LocalState:
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-                raise AdminError(f"{workdir}/state.json is not root's alone (owner uid "
-                                 f"{st.st_uid}, mode {st.st_mode & 0o777:04o}); refused: "
-                                 "the local DAC acts as root on what it says")
+                raise AdminError(
+                    f"{workdir}/state.json is not root's alone (owner uid "
+                    f"{st.st_uid}, mode {st.st_mode & 0o777:04o}); refused: "
+                    "the local DAC acts as root on what it says"
+                )
             try:
                 data = json.loads(f.read(1 << 20))
                 return cls(**{**data, "workdir": str(workdir)})
             except (ValueError, TypeError) as e:  # not JSON, not UTF-8, not a state's fields
-                raise AdminError(f"{workdir}/state.json is not a state `dacctl local up` wrote "
-                                 f"({type(e).__name__}: {e}); refused: stop what it started by "
-                                 "hand, then remove it") from None
+                raise AdminError(
+                    f"{workdir}/state.json is not a state `dacctl local up` wrote "
+                    f"({type(e).__name__}: {e}); refused: stop what it started by "
+                    "hand, then remove it"
+                ) from None
 
 
 def _trusted_workdir(workdir: Path) -> None:
@@ -111,15 +115,25 @@ def _trusted_workdir(workdir: Path) -> None:
             continue  # `up` makes it, root-owned
         writable = st.st_mode & 0o022 and (d == workdir or not st.st_mode & stat.S_ISVTX)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or writable:
-            raise AdminError(f"{d} is not a directory of root's alone (owner uid {st.st_uid}, "
-                             f"mode {st.st_mode & 0o7777:04o}); refused: use a --workdir "
-                             "only root can change")
+            raise AdminError(
+                f"{d} is not a directory of root's alone (owner uid {st.st_uid}, "
+                f"mode {st.st_mode & 0o7777:04o}); refused: use a --workdir "
+                "only root can change"
+            )
 
 
-def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: int = 1 << 30,
-       timeout: float = 30.0, slurm_nodes: int = 0, slurm_plugin: str = "lua",
-       slurm_release: str = releases.HOST_RELEASE, etcd_release: str = "3.4",
-       etcd_members: int = 1) -> LocalState:
+def up(
+    workdir: Path,
+    servers: int = 2,
+    bricks_per_server: int = 4,
+    brick_size: int = 1 << 30,
+    timeout: float = 30.0,
+    slurm_nodes: int = 0,
+    slurm_plugin: str = "lua",
+    slurm_release: str = releases.HOST_RELEASE,
+    etcd_release: str = "3.4",
+    etcd_members: int = 1,
+) -> LocalState:
     """Start etcd, make the loop-file bricks, start one dacd per server and, with
     `slurm_nodes`, a Slurm (`slurm_release`: the host's own, or one from a cached Debian
     chroot) of that many nodes wired to dac; return when every server shows in the pools and
@@ -130,19 +144,24 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
     if servers < 1 or bricks_per_server < 1:
         raise AdminError("the local DAC needs at least one server with one brick")
     if etcd_members < 1 or etcd_members % 2 == 0:
-        raise AdminError(f"--etcd-members {etcd_members}: give an odd number (1, 3, 5): an "
-                         "even one tolerates no more failures than the odd one below it")
+        raise AdminError(
+            f"--etcd-members {etcd_members}: give an odd number (1, 3, 5): an "
+            "even one tolerates no more failures than the odd one below it"
+        )
     rel = releases.release(slurm_release)
     if slurm_nodes and not rel.host:
         check_chroot_reachable(rel)
         releases.ensure_chroot(rel)  # before anything starts: a failed build leaves nothing
     from daclocal.etcd_releases import etcd_binary
+
     etcd_bin = etcd_binary(etcd_release)
     _reachable_by_jobs(workdir)
     existing = LocalState.load(workdir)
     if existing is not None:
-        raise AdminError(f"a local DAC already runs in {workdir}: run "
-                         f"`dacctl local down --workdir {workdir}` first")
+        raise AdminError(
+            f"a local DAC already runs in {workdir}: run "
+            f"`dacctl local down --workdir {workdir}` first"
+        )
     _lay_out(workdir)
     state = LocalState(str(workdir))
     # SlurmUser (Debian 13's slurm) runs the hooks: it holds the slurm role's credential and
@@ -151,6 +170,7 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
     owners = None
     if slurm_user != "root":
         import pwd
+
         pw = pwd.getpwnam(slurm_user)
         owners = {"slurm": (pw.pw_uid, pw.pw_gid)}
     try:
@@ -164,11 +184,21 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
         try:
             etcd.start()
         finally:  # started or not, down must find every member that ran
-            state.etcd = {"pid": members[0].pid, "client_port": members[0].client_port,
-                          "peer_port": members[0].peer_port, "release": etcd_release,
-                          "members": [{"name": m.name, "pid": m.pid,
-                                       "client_port": m.client_port,
-                                       "peer_port": m.peer_port} for m in members]}
+            state.etcd = {
+                "pid": members[0].pid,
+                "client_port": members[0].client_port,
+                "peer_port": members[0].peer_port,
+                "release": etcd_release,
+                "members": [
+                    {
+                        "name": m.name,
+                        "pid": m.pid,
+                        "client_port": m.client_port,
+                        "peer_port": m.peer_port,
+                    }
+                    for m in members
+                ],
+            }
             state.save()
         if owners:
             os.chown(etcd.pki_dir / "client.key", *owners["slurm"])
@@ -182,46 +212,79 @@ def up(workdir: Path, servers: int = 2, bricks_per_server: int = 4, brick_size: 
                 state.bricks.append({"host": host, "file": str(path), "device": device})
                 state.save()
                 # Alternate two PCIe switches so placement's topology spreading is exercised.
-                bricks.append({"device": device, "capacity": brick_size, "pool": POOL,
-                               "name": f"brick{b}", "pcie_switch": str(b % 2)})
+                bricks.append(
+                    {
+                        "device": device,
+                        "capacity": brick_size,
+                        "pool": POOL,
+                        "name": f"brick{b}",
+                        "pcie_switch": str(b % 2),
+                    }
+                )
             fs_root = workdir / "fs" / host
             fs_root.mkdir(exist_ok=True)
             fs_root.chmod(0o711)
             hosts[host] = {"bricks": bricks, "fs_root": str(fs_root)}
         node_views(workdir)
         # TLS with client certificates and RBAC, as a site's etcd must be (docs/security.md)
-        config: dict[str, Any] = {"etcd": {**etcd.settings(), "timeout": 5},
-                  "pools": {POOL: {"granularity": brick_size, "backend": "local", "swap": True}},
-                  "hosts": hosts, "lease_ttl": 5,
-                  "mount_root": str(workdir / MOUNT_ROOT),
-                  "node_root": str(workdir / NODE_ROOTS / "{node}"),
-                  "user_service": f"127.0.0.1:{free_port()}",
-                  "munge_socket": str(munge_socket(workdir)), "slurm_user": slurm_user,
-                  # Slurm's rules for persistent buffers hold for users' dacctl too
-                  "burst_buffer_conf": str(workdir / "slurm" / "etc" / "burst_buffer.conf")
-                  if slurm_nodes else ""}
+        config: dict[str, Any] = {
+            "etcd": {**etcd.settings(), "timeout": 5},
+            "pools": {POOL: {"granularity": brick_size, "backend": "local", "swap": True}},
+            "hosts": hosts,
+            "lease_ttl": 5,
+            "mount_root": str(workdir / MOUNT_ROOT),
+            "node_root": str(workdir / NODE_ROOTS / "{node}"),
+            "user_service": f"127.0.0.1:{free_port()}",
+            "munge_socket": str(munge_socket(workdir)),
+            "slurm_user": slurm_user,
+            # Slurm's rules for persistent buffers hold for users' dacctl too
+            "burst_buffer_conf": str(workdir / "slurm" / "etc" / "burst_buffer.conf")
+            if slurm_nodes
+            else "",
+        }
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         for host in hosts:  # one config for all; each dacd serves /metrics on its own port
             metrics = f"127.0.0.1:{free_port()}"
-            proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
-                          "--host", host, "--metrics-address", metrics],
-                         workdir / "logs" / f"dacd-{host}.log",
-                         child_env(DAC_CONFIG=str(state.config_path)))
+            proc = spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "dacd.main",
+                    "--config",
+                    str(state.config_path),
+                    "--host",
+                    host,
+                    "--metrics-address",
+                    metrics,
+                ],
+                workdir / "logs" / f"dacd-{host}.log",
+                child_env(DAC_CONFIG=str(state.config_path)),
+            )
             state.dacd.append({"host": host, "pid": proc.pid, "metrics": metrics})
             state.save()
         _wait_until_registered(state, servers, timeout)
-        _start_user_service(state, config["user_service"], timeout,
-                            rel if slurm_nodes else None)
+        _start_user_service(state, config["user_service"], timeout, rel if slurm_nodes else None)
         if slurm_nodes:
-            state.slurm = {"nodes": slurm_nodes, "plugin": slurm_plugin, "release": rel.name,
-                           "pids": {}}
-            cluster = SlurmCluster(workdir, slurm_nodes, slurm_plugin, str(state.config_path),
-                                   mount_root=str(workdir / MOUNT_ROOT),
-                                   node_roots=str(workdir / NODE_ROOTS), release=rel.name)
+            state.slurm = {
+                "nodes": slurm_nodes,
+                "plugin": slurm_plugin,
+                "release": rel.name,
+                "pids": {},
+            }
+            cluster = SlurmCluster(
+                workdir,
+                slurm_nodes,
+                slurm_plugin,
+                str(state.config_path),
+                mount_root=str(workdir / MOUNT_ROOT),
+                node_roots=str(workdir / NODE_ROOTS),
+                release=rel.name,
+            )
 
             def record(name: str, pid: int) -> None:
                 state.slurm["pids"][name] = pid
                 state.save()
+
             cluster.start(timeout, on_started=record, munged=False)  # ours, started above
         return state
     except BaseException:
@@ -241,8 +304,9 @@ def _lay_out(workdir: Path) -> None:
         (workdir / sub).chmod(mode)
 
 
-def _start_user_service(state: LocalState, address: str, timeout: float,
-                        rel: releases.Release | None = None) -> None:
+def _start_user_service(
+    state: LocalState, address: str, timeout: float, rel: releases.Release | None = None
+) -> None:
     """The local DAC's one munged (Slurm's too: `rel`'s own) and dac's user service, through
     which users' dacctl commands reach etcd; returns once the service listens."""
     workdir = Path(state.workdir)
@@ -252,8 +316,11 @@ def _start_user_service(state: LocalState, address: str, timeout: float,
     state.users["munged"] = start_munged(workdir, timeout, rel).pid
     state.save()
     log = workdir / "logs" / "user-service.log"
-    proc = spawn([sys.executable, "-m", "dacctl.main", "user-service"], log,
-                 child_env(DAC_CONFIG=str(state.config_path)))
+    proc = spawn(
+        [sys.executable, "-m", "dacctl.main", "user-service"],
+        log,
+        child_env(DAC_CONFIG=str(state.config_path)),
+    )
     state.users["service"] = proc.pid
     state.save()
     host, port = address.rsplit(":", 1)
@@ -267,8 +334,10 @@ def _start_user_service(state: LocalState, address: str, timeout: float,
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise AdminError(f"the user service did not listen on {address} within "
-                                 f"{timeout:.0f}s (log: {log})") from None
+                raise AdminError(
+                    f"the user service did not listen on {address} within "
+                    f"{timeout:.0f}s (log: {log})"
+                ) from None
             time.sleep(0.05)
 
 
@@ -277,9 +346,11 @@ def _reachable_by_jobs(workdir: Path) -> None:
     must let other users through."""
     for d in [workdir, *workdir.parents]:
         if d.exists() and not d.stat().st_mode & 0o001:
-            raise AdminError(f"jobs could not reach their buffers: {d} is not searchable by "
-                             f"other users (mode {d.stat().st_mode & 0o777:04o}); use a "
-                             "--workdir under directories they can enter")
+            raise AdminError(
+                f"jobs could not reach their buffers: {d} is not searchable by "
+                f"other users (mode {d.stat().st_mode & 0o777:04o}); use a "
+                "--workdir under directories they can enter"
+            )
 
 
 def node_views(workdir: Path) -> None:
@@ -293,8 +364,10 @@ def node_views(workdir: Path) -> None:
     for d in (workdir / MOUNT_ROOT, roots):
         d.chmod(0o711)
     if str(roots) not in _mounts():
-        for argv in (["mount", "--bind", str(roots), str(roots)],
-                     ["mount", "--make-shared", str(roots)]):
+        for argv in (
+            ["mount", "--bind", str(roots), str(roots)],
+            ["mount", "--make-shared", str(roots)],
+        ):
             r = subprocess.run(argv, capture_output=True, text=True)
             if r.returncode != 0:
                 raise AdminError(f"{' '.join(argv)}: {r.stderr.strip()}")
@@ -317,8 +390,10 @@ def _wait_until_registered(state: LocalState, servers: int, timeout: float) -> N
         if POOL in pools and pools[POOL].hosts_up == servers:
             return
         if time.monotonic() > deadline:
-            raise AdminError(f"the local DAC's {servers} servers did not register within "
-                             f"{timeout:.0f}s (logs: {state.workdir}/logs)")
+            raise AdminError(
+                f"the local DAC's {servers} servers did not register within "
+                f"{timeout:.0f}s (logs: {state.workdir}/logs)"
+            )
         time.sleep(0.05)
 
 
@@ -361,11 +436,19 @@ def down(workdir: Path) -> list[str]:
     for m in state.etcd.get("members", []):
         if re.fullmatch(r"dac-local-[0-9]{1,2}", str(m.get("name"))):
             shutil.rmtree(workdir / "etcd" / f"{m['name']}-data", ignore_errors=True)
-    for leftover in (workdir / "etcd" / "etcd-data", workdir / "etcd" / "credentials",
-                     workdir / "etcd" / "pki", workdir / "bricks", workdir / "slurm" / "state",
-                     workdir / "slurm" / "spool", workdir / "slurm" / "munge",
-                     workdir / "slurm" / "bin", workdir / "fs", workdir / NODE_ROOTS,
-                     workdir / MOUNT_ROOT):
+    for leftover in (
+        workdir / "etcd" / "etcd-data",
+        workdir / "etcd" / "credentials",
+        workdir / "etcd" / "pki",
+        workdir / "bricks",
+        workdir / "slurm" / "state",
+        workdir / "slurm" / "spool",
+        workdir / "slurm" / "munge",
+        workdir / "slurm" / "bin",
+        workdir / "fs",
+        workdir / NODE_ROOTS,
+        workdir / MOUNT_ROOT,
+    ):
         shutil.rmtree(leftover, ignore_errors=True)
     state.config_path.unlink(missing_ok=True)
     (workdir / "state.json").unlink()
@@ -409,8 +492,10 @@ def _store(state: LocalState) -> Store:
 
 def env_lines(workdir: Path) -> list[str]:
     state = _require(workdir)
-    lines = [f"export DAC_CONFIG={state.config_path}",
-             f"export DAC_ETCD_ENDPOINTS={','.join(state.endpoints)}"]
+    lines = [
+        f"export DAC_CONFIG={state.config_path}",
+        f"export DAC_ETCD_ENDPOINTS={','.join(state.endpoints)}",
+    ]
     if state.slurm:
         cluster = _cluster(state)
         lines.append(f"export SLURM_CONF={cluster.conf}")
@@ -422,10 +507,16 @@ def env_lines(workdir: Path) -> list[str]:
 def _cluster(state: LocalState) -> SlurmCluster:
     s = state.slurm
     workdir = Path(state.workdir)
-    return SlurmCluster(workdir, s["nodes"], s["plugin"], str(state.config_path),
-                        pids=s["pids"], mount_root=str(workdir / MOUNT_ROOT),
-                        node_roots=str(workdir / NODE_ROOTS),
-                        release=s.get("release", releases.HOST_RELEASE))
+    return SlurmCluster(
+        workdir,
+        s["nodes"],
+        s["plugin"],
+        str(state.config_path),
+        pids=s["pids"],
+        mount_root=str(workdir / MOUNT_ROOT),
+        node_roots=str(workdir / NODE_ROOTS),
+        release=s.get("release", releases.HOST_RELEASE),
+    )
 
 
 def restart_slurmctld(workdir: Path, timeout: float = 30.0) -> int:
@@ -434,9 +525,11 @@ def restart_slurmctld(workdir: Path, timeout: float = 30.0) -> int:
     state = _require(workdir.resolve())
     if not state.slurm:
         raise AdminError(f"the local DAC in {state.workdir} runs no Slurm")
+
     def record(pid: int) -> None:
         state.slurm["pids"]["slurmctld"] = pid
         state.save()
+
     return _cluster(state).restart_slurmctld(timeout, on_started=record)
 
 
@@ -445,25 +538,46 @@ def status(workdir: Path) -> dict:
     state = _require(workdir)
     report = {
         "workdir": state.workdir,
-        "etcd": {"endpoint": state.endpoint, "pid": state.etcd["pid"],
-                 "release": state.etcd.get("release", "3.4"),
-                 "running": is_running(state.etcd["pid"], state.workdir),
-                 "members": [{"name": m.get("name", "dac-local"), "pid": m["pid"],
-                              "endpoint": f"https://127.0.0.1:{m['client_port']}",
-                              "running": is_running(m["pid"], state.workdir)}
-                             for m in state.etcd.get("members") or [state.etcd]]},
-        "slurm_release": state.slurm.get("release", releases.HOST_RELEASE)
-        if state.slurm else None,
-        "dacd": [{"host": d["host"], "pid": d["pid"], "metrics": d.get("metrics"),
-                  "running": is_running(d["pid"], state.workdir)} for d in state.dacd],
-        "slurm": [{"process": name, "pid": pid, "running": is_running(pid, name.split("-")[0])}
-                  for name, pid in state.slurm.get("pids", {}).items()],
+        "etcd": {
+            "endpoint": state.endpoint,
+            "pid": state.etcd["pid"],
+            "release": state.etcd.get("release", "3.4"),
+            "running": is_running(state.etcd["pid"], state.workdir),
+            "members": [
+                {
+                    "name": m.get("name", "dac-local"),
+                    "pid": m["pid"],
+                    "endpoint": f"https://127.0.0.1:{m['client_port']}",
+                    "running": is_running(m["pid"], state.workdir),
+                }
+                for m in state.etcd.get("members") or [state.etcd]
+            ],
+        },
+        "slurm_release": state.slurm.get("release", releases.HOST_RELEASE) if state.slurm else None,
+        "dacd": [
+            {
+                "host": d["host"],
+                "pid": d["pid"],
+                "metrics": d.get("metrics"),
+                "running": is_running(d["pid"], state.workdir),
+            }
+            for d in state.dacd
+        ],
+        "slurm": [
+            {"process": name, "pid": pid, "running": is_running(pid, name.split("-")[0])}
+            for name, pid in state.slurm.get("pids", {}).items()
+        ],
         "users": _user_rows(state),
         # users' own dacctl (DIR/bin/dacctl), or the line saying why they have none
         "users_dacctl": state.users.get("dacctl"),
-        "bricks": [{"host": b["host"], "device": b["device"],
-                    "attached": loopdev.backing_file(b["device"]) == b["file"]}
-                   for b in state.bricks],
+        "bricks": [
+            {
+                "host": b["host"],
+                "device": b["device"],
+                "attached": loopdev.backing_file(b["device"]) == b["file"],
+            }
+            for b in state.bricks
+        ],
     }
     try:
         report["pools"] = [p.as_dict() for p in summarize(_store(state).summary_inventory())]
@@ -475,17 +589,35 @@ def status(workdir: Path) -> dict:
 def _user_rows(state: LocalState) -> list[dict]:
     """munged and the user service: pid, whether it runs, where users reach it."""
     u, sock = state.users, str(munge_socket(Path(state.workdir)))
-    rows = [{"process": "munged", "pid": u["munged"], "address": sock,
-             "running": is_running(u["munged"], "munged")}] if u.get("munged") else []
+    rows = (
+        [
+            {
+                "process": "munged",
+                "pid": u["munged"],
+                "address": sock,
+                "running": is_running(u["munged"], "munged"),
+            }
+        ]
+        if u.get("munged")
+        else []
+    )
     if u.get("service"):
-        rows.append({"process": "user-service", "pid": u["service"], "address": u["address"],
-                     "running": is_running(u["service"], "user-service")})
+        rows.append(
+            {
+                "process": "user-service",
+                "pid": u["service"],
+                "address": u["address"],
+                "running": is_running(u["service"], "user-service"),
+            }
+        )
     return rows
 
 
 def _require(workdir: Path) -> LocalState:
     state = LocalState.load(workdir.resolve())
     if state is None:
-        raise AdminError(f"no local DAC in {workdir.resolve()}: start one with "
-                         f"`dacctl local up --workdir {workdir}`")
+        raise AdminError(
+            f"no local DAC in {workdir.resolve()}: start one with "
+            f"`dacctl local up --workdir {workdir}`"
+        )
     return state

@@ -44,6 +44,7 @@ func main() { etcdmain.Main(os.Args) }
 def etcd_binary(release: str | None) -> str:
     """The etcd binary of `release` (None: the host's), built or fetched now if not cached."""
     from daclocal.etcd_server import find_etcd
+
     name = release or HOST_ETCD
     if name not in ETCD_RELEASES:
         raise AdminError(f"unknown etcd release '{name}' (choose {', '.join(ETCD_RELEASES)})")
@@ -62,8 +63,9 @@ def etcd_binary(release: str | None) -> str:
             log = releases.cache_dir() / f"etcd-{name}.log"
             log.write_text("")
             (_from_trixie if name == "3.5" else _from_module_proxy)(d, log)
-            (d / ".ok").write_text(f"{etcd_version(str(d / 'etcd'))} in "
-                                   f"{time.monotonic() - started:.0f}s\n")
+            (d / ".ok").write_text(
+                f"{etcd_version(str(d / 'etcd'))} in {time.monotonic() - started:.0f}s\n"
+            )
     return str(d / "etcd")
 
 
@@ -86,10 +88,19 @@ def _from_trixie(d: Path, log: Path) -> None:
     shutil.rmtree(root / inside.lstrip("/"), ignore_errors=True)
     (root / inside.lstrip("/")).mkdir(mode=0o700)
     try:
-        releases._run(["chroot", str(root), "sh", "-c",
-                       f"cd {inside} && apt-get -q -o Acquire::Check-Valid-Until=false update "
-                       "&& apt-get -q download etcd-server"], "apt-get download etcd-server",
-                      log, 600)
+        releases._run(
+            [
+                "chroot",
+                str(root),
+                "sh",
+                "-c",
+                f"cd {inside} && apt-get -q -o Acquire::Check-Valid-Until=false update "
+                "&& apt-get -q download etcd-server",
+            ],
+            "apt-get download etcd-server",
+            log,
+            600,
+        )
         debs = list((root / inside.lstrip("/")).glob("etcd-server_*.deb"))
         if not debs:
             raise AdminError(f"Debian 13 has no etcd-server package (log: {log})")
@@ -106,6 +117,7 @@ def _from_trixie(d: Path, log: Path) -> None:
 def _host_go() -> str | None:
     """The host's go, if it is 1.23 or later (what etcd 3.6 needs)."""
     import re
+
     go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
     if not go:
         return None
@@ -121,10 +133,20 @@ def _from_module_proxy(d: Path, log: Path) -> None:
     go = _host_go()
     if go is None:
         root = releases.ensure_chroot(releases.release("24.11"))
-        releases._run(["chroot", str(root), "sh", "-c", "command -v go >/dev/null || "
-                       "DEBIAN_FRONTEND=noninteractive apt-get -q install -y "
-                       "--no-install-recommends golang-go ca-certificates"],
-                      "apt-get install golang-go (Debian 13's Go)", log, 900)
+        releases._run(
+            [
+                "chroot",
+                str(root),
+                "sh",
+                "-c",
+                "command -v go >/dev/null || "
+                "DEBIAN_FRONTEND=noninteractive apt-get -q install -y "
+                "--no-install-recommends golang-go ca-certificates",
+            ],
+            "apt-get install golang-go (Debian 13's Go)",
+            log,
+            900,
+        )
         # the build happens in the chroot's root-only /root, caches and all
         inside = Path("/root/dac-etcd-build")
         shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)
@@ -133,16 +155,31 @@ def _from_module_proxy(d: Path, log: Path) -> None:
         # host reaches it, through a TLS-re-signing proxy too
         bundle = fetching.ca_bundle()
         if bundle is None:
-            raise AdminError("building etcd: no CA bundle to reach the Go module proxy with: "
-                             "install ca-certificates or set SSL_CERT_FILE")
+            raise AdminError(
+                "building etcd: no CA bundle to reach the Go module proxy with: "
+                "install ca-certificates or set SSL_CERT_FILE"
+            )
         (root / inside.relative_to("/")).mkdir(mode=0o700, parents=True)
         shutil.copy(bundle, root / inside.relative_to("/") / "ca.crt")
         # go finds its GOROOT through /proc/self/exe: a /proc of its own, in a namespace
-        prefix = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                  'r=$1; shift; mount -t proc proc "$r/proc" && exec chroot "$r" "$@"', "sh",
-                  str(root), "env", "HOME=/root", "PATH=/usr/bin:/bin",
-                  f"SSL_CERT_FILE={inside}/ca.crt",
-                  f"GOPATH={gocache}/path", f"GOCACHE={gocache}/build"]
+        prefix = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            'r=$1; shift; mount -t proc proc "$r/proc" && exec chroot "$r" "$@"',
+            "sh",
+            str(root),
+            "env",
+            "HOME=/root",
+            "PATH=/usr/bin:/bin",
+            f"SSL_CERT_FILE={inside}/ca.crt",
+            f"GOPATH={gocache}/path",
+            f"GOCACHE={gocache}/build",
+        ]
         cwd_args = ["-C", str(inside / "src")]
     else:
         src, out, prefix, cwd_args = d / "src", d / "etcd", [], []
@@ -151,17 +188,26 @@ def _from_module_proxy(d: Path, log: Path) -> None:
     (src / "main.go").write_text(_WRAPPER)
     # fetching.env: the site's proxies in both spellings, SSL_CERT_FILE for the host's Go (the
     # chroot's is given its copy above)
-    env = {**fetching.env(), "GOPATH": str(gocache / "path"), "GOCACHE": str(gocache / "build"),
-           "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0", "GOTOOLCHAIN": "auto"}
+    env = {
+        **fetching.env(),
+        "GOPATH": str(gocache / "path"),
+        "GOCACHE": str(gocache / "build"),
+        "GOFLAGS": "-mod=mod -buildvcs=false",
+        "CGO_ENABLED": "0",
+        "GOTOOLCHAIN": "auto",
+    }
     gobin = go or "go"
-    steps = (([gobin, "mod", "init", "dacetcd"], "go mod init"),
-             ([gobin, "get", f"go.etcd.io/etcd/server/v3@{ETCD_36}"], "go get"),
-             ([gobin, "build", "-trimpath", "-o", str(out), "."], "go build"))
+    steps = (
+        ([gobin, "mod", "init", "dacetcd"], "go mod init"),
+        ([gobin, "get", f"go.etcd.io/etcd/server/v3@{ETCD_36}"], "go get"),
+        ([gobin, "build", "-trimpath", "-o", str(out), "."], "go build"),
+    )
     for argv, what in steps:
         with open(log, "ab") as f:
             argv = [argv[0], *cwd_args, *argv[1:]] if cwd_args else argv
-            r = subprocess.run(prefix + argv, cwd=src, env=env, stdout=f,
-                               stderr=subprocess.STDOUT, timeout=1800)
+            r = subprocess.run(
+                prefix + argv, cwd=src, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=1800
+            )
         if r.returncode:
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
             raise AdminError(f"building etcd {ETCD_36}: {what} failed: {tail[0]} (log: {log})")

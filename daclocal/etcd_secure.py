@@ -33,8 +33,11 @@ class Pki(NamedTuple):
     client_key: str
 
 
-def make_pki(directory: Path, addresses: tuple[str, ...] = ("127.0.0.1",),
-             names: tuple[str, ...] = ("localhost",)) -> Pki:
+def make_pki(
+    directory: Path,
+    addresses: tuple[str, ...] = ("127.0.0.1",),
+    names: tuple[str, ...] = ("localhost",),
+) -> Pki:
     """A CA, a server certificate for `addresses` and `names` (every address etcd listens on
     and every name clients dial it by: the TLS check compares them) and a CN-less client
     certificate. Keys are 0600 (root reads them here: etcd, dacd and the Slurm hooks all run
@@ -57,39 +60,69 @@ def make_pki(directory: Path, addresses: tuple[str, ...] = ("127.0.0.1",),
         return str(path)
 
     def save(name: str, key, cert) -> tuple[str, str]:
-        return (write(f"{name}.pem", cert.public_bytes(serialization.Encoding.PEM), 0o644),
-                write(f"{name}.key", key.private_bytes(
-                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                    serialization.NoEncryption()), 0o600))
+        return (
+            write(f"{name}.pem", cert.public_bytes(serialization.Encoding.PEM), 0o644),
+            write(
+                f"{name}.key",
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                ),
+                0o600,
+            ),
+        )
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dac local etcd CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now).not_valid_after(now + days)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
-                                       False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + days)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     cacert, _ = save("ca", ca_key, ca)
 
     def leaf(name: str, usages: list, san: bool) -> tuple[str, str]:
         key = ec.generate_private_key(ec.SECP256R1())
-        b = (x509.CertificateBuilder()
-             .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "dac")]))
-             .issuer_name(ca_name).public_key(key.public_key())
-             .serial_number(x509.random_serial_number())
-             .not_valid_before(now).not_valid_after(now + days)
-             .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "dac")]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + days)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        )
         if san:
-            b = b.add_extension(x509.SubjectAlternativeName(
-                [*(x509.IPAddress(ipaddress.ip_address(a)) for a in dict.fromkeys(addresses)),
-                 *(x509.DNSName(n) for n in dict.fromkeys(names))]), critical=False)
+            b = b.add_extension(
+                x509.SubjectAlternativeName(
+                    [
+                        *(
+                            x509.IPAddress(ipaddress.ip_address(a))
+                            for a in dict.fromkeys(addresses)
+                        ),
+                        *(x509.DNSName(n) for n in dict.fromkeys(names)),
+                    ]
+                ),
+                critical=False,
+            )
         return save(name, key, b.sign(ca_key, hashes.SHA256()))
 
     # etcd's gateway dials etcd's own gRPC port with the server certificate: it needs both uses
-    cert, key = leaf("server", [ExtendedKeyUsageOID.SERVER_AUTH,
-                                ExtendedKeyUsageOID.CLIENT_AUTH], san=True)
+    cert, key = leaf(
+        "server", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], san=True
+    )
     client_cert, client_key = leaf("client", [ExtendedKeyUsageOID.CLIENT_AUTH], san=False)
     return Pki(cacert, cert, key, client_cert, client_key)
 
@@ -112,10 +145,29 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
     Reading covers txn compares, which etcd checks as reads.
     """
     p = prefix
-    dacd_writes = ["pools/", "hosts/", "capacity/", "alive/", "status/", "buffers/", "claims/",
-                   "mgs/", "intents/", "intent-leases/", "work/", "owed/"]
-    slurm_writes = ["buffers/", "claims/", "mgs/", "intents/", "intent-leases/", "work/",
-                    "owner-locks/"]
+    dacd_writes = [
+        "pools/",
+        "hosts/",
+        "capacity/",
+        "alive/",
+        "status/",
+        "buffers/",
+        "claims/",
+        "mgs/",
+        "intents/",
+        "intent-leases/",
+        "work/",
+        "owed/",
+    ]
+    slurm_writes = [
+        "buffers/",
+        "claims/",
+        "mgs/",
+        "intents/",
+        "intent-leases/",
+        "work/",
+        "owner-locks/",
+    ]
     return {
         "dacd": [("read", p)] + [("readwrite", p + k) for k in dacd_writes],
         "slurm": [("read", p)] + [("readwrite", p + k) for k in slurm_writes],
@@ -124,14 +176,24 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
 
 
 def etcdctl_env(endpoint: str, pki: Pki) -> dict[str, str]:
-    return {"ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": endpoint, "ETCDCTL_CACERT": pki.cacert,
-            "ETCDCTL_CERT": pki.client_cert, "ETCDCTL_KEY": pki.client_key,
-            "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    return {
+        "ETCDCTL_API": "3",
+        "ETCDCTL_ENDPOINTS": endpoint,
+        "ETCDCTL_CACERT": pki.cacert,
+        "ETCDCTL_CERT": pki.client_cert,
+        "ETCDCTL_KEY": pki.client_key,
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
 
 
-def enable_rbac(endpoint: str, pki: Pki, credentials_dir: Path, prefix: str,
-                owners: dict[str, tuple[int, int]] | None = None,
-                extra_grants: dict[str, list[tuple[str, str]]] | None = None) -> None:
+def enable_rbac(
+    endpoint: str,
+    pki: Pki,
+    credentials_dir: Path,
+    prefix: str,
+    owners: dict[str, tuple[int, int]] | None = None,
+    extra_grants: dict[str, list[tuple[str, str]]] | None = None,
+) -> None:
     """Create root and the three role users with random passwords, grant each role its
     prefixes, turn authentication on, and write `<credentials_dir>/<role>` (0600, owned by
     `owners[role]`, root by default) plus `root` for etcdctl."""
@@ -140,8 +202,10 @@ def enable_rbac(endpoint: str, pki: Pki, credentials_dir: Path, prefix: str,
     def etcdctl(*args: str) -> None:
         r = subprocess.run(["etcdctl", *args], env=env, capture_output=True, text=True)
         if r.returncode:
-            raise AdminError(f"etcdctl {args[0]} {args[1]} failed: "
-                             f"{(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+            raise AdminError(
+                f"etcdctl {args[0]} {args[1]} failed: "
+                f"{(r.stderr or r.stdout).strip().splitlines()[-1:]}"
+            )
 
     credentials_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
     passwords = {name: secrets.token_urlsafe(24) for name in ("root", *ROLES)}

@@ -31,12 +31,21 @@ def find_etcd() -> str:
 class EtcdServer:
     """One etcd process with its data in `workdir`. Fast election flags: healthy in ~0.1 s."""
 
-    def __init__(self, workdir: Path, client_port: int = 0, peer_port: int = 0,
-                 pid: int = 0, tls: tuple[str, str, str] | None = None, secure: bool = True,
-                 owners: dict[str, tuple[int, int]] | None = None,
-                 extra_grants: dict[str, list[tuple[str, str]]] | None = None,
-                 flags: tuple[str, ...] = (), binary: str | None = None,
-                 name: str = "dac-local", address: str = "127.0.0.1"):
+    def __init__(
+        self,
+        workdir: Path,
+        client_port: int = 0,
+        peer_port: int = 0,
+        pid: int = 0,
+        tls: tuple[str, str, str] | None = None,
+        secure: bool = True,
+        owners: dict[str, tuple[int, int]] | None = None,
+        extra_grants: dict[str, list[tuple[str, str]]] | None = None,
+        flags: tuple[str, ...] = (),
+        binary: str | None = None,
+        name: str = "dac-local",
+        address: str = "127.0.0.1",
+    ):
         """`tls` = (cacert, cert, key): serve https and require client certificates signed by
         the CA; the same cert and key serve as the health check's client identity. Without
         `tls`, `secure` makes a CA and certificates in `workdir/pki`, serves https with client
@@ -54,8 +63,11 @@ class EtcdServer:
         self.tls = tls
         self.name = name  # a member's name; one member per workdir unless in an EtcdCluster
         if self.secure:
-            self.tls = (str(self.pki_dir / "ca.pem"), str(self.pki_dir / "server.pem"),
-                        str(self.pki_dir / "server.key"))
+            self.tls = (
+                str(self.pki_dir / "ca.pem"),
+                str(self.pki_dir / "server.pem"),
+                str(self.pki_dir / "server.key"),
+            )
 
     @property
     def pki_dir(self) -> Path:
@@ -70,8 +82,12 @@ class EtcdServer:
         etcd: dict = {"endpoints": [self.endpoint]}
         if self.secure:
             pki = self.pki_dir
-            etcd.update(cacert=str(pki / "ca.pem"), cert=str(pki / "client.pem"),
-                        key=str(pki / "client.key"), credentials_dir=str(self.credentials_dir))
+            etcd.update(
+                cacert=str(pki / "ca.pem"),
+                cert=str(pki / "client.pem"),
+                key=str(pki / "client.key"),
+                credentials_dir=str(self.credentials_dir),
+            )
         elif self.tls:
             etcd.update(cacert=self.tls[0], cert=self.tls[1], key=self.tls[2])
         return etcd
@@ -87,8 +103,7 @@ class EtcdServer:
 
     @property
     def data_dir(self) -> Path:
-        return self.workdir / ("etcd-data" if self.name == "dac-local" else
-                               f"{self.name}-data")
+        return self.workdir / ("etcd-data" if self.name == "dac-local" else f"{self.name}-data")
 
     @property
     def peer_url(self) -> str:
@@ -98,6 +113,7 @@ class EtcdServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.secure:
             from daclocal.etcd_secure import make_pki
+
             make_pki(self.pki_dir, addresses=(self.address, "127.0.0.1"))
         for _ in range(5):  # a free port can be taken between probing and binding
             self.client_port, self.peer_port = free_port(), free_port()
@@ -114,33 +130,84 @@ class EtcdServer:
         """Start this member of `initial_cluster` (name=peer URL,…) with `timing` =
         (heartbeat, election timeout) in ms; returns the process, not waiting for health."""
         client = self.endpoint
-        proc = spawn([self.binary or find_etcd(), "--name", self.name,
-                      "--data-dir", str(self.data_dir),
-                      "--listen-client-urls", client, "--advertise-client-urls", client,
-                      "--listen-peer-urls", self.peer_url,
-                      "--initial-advertise-peer-urls", self.peer_url,
-                      "--initial-cluster", initial_cluster,
-                      "--initial-cluster-state", "new",
-                      "--heartbeat-interval", timing[0], "--election-timeout", timing[1],
-                      "--log-level", "warn", *self._tls_flags(), *self.flags], self.log)
+        proc = spawn(
+            [
+                self.binary or find_etcd(),
+                "--name",
+                self.name,
+                "--data-dir",
+                str(self.data_dir),
+                "--listen-client-urls",
+                client,
+                "--advertise-client-urls",
+                client,
+                "--listen-peer-urls",
+                self.peer_url,
+                "--initial-advertise-peer-urls",
+                self.peer_url,
+                "--initial-cluster",
+                initial_cluster,
+                "--initial-cluster-state",
+                "new",
+                "--heartbeat-interval",
+                timing[0],
+                "--election-timeout",
+                timing[1],
+                "--log-level",
+                "warn",
+                *self._tls_flags(),
+                *self.flags,
+            ],
+            self.log,
+        )
         self.pid = proc.pid
         return proc
 
     def _enable_rbac(self) -> None:
         from daclocal.etcd_secure import Pki, enable_rbac
+
         pki = self.pki_dir
-        enable_rbac(self.endpoint, Pki(*(str(pki / f) for f in (
-            "ca.pem", "server.pem", "server.key", "client.pem", "client.key"))),
-            self.credentials_dir, PREFIX, self.owners, self.extra_grants)
+        enable_rbac(
+            self.endpoint,
+            Pki(
+                *(
+                    str(pki / f)
+                    for f in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")
+                )
+            ),
+            self.credentials_dir,
+            PREFIX,
+            self.owners,
+            self.extra_grants,
+        )
 
     def _tls_flags(self) -> list[str]:
         if not self.tls:
             return []
         cacert, cert, key = self.tls
-        peer = ["--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file",
-                cacert, "--peer-client-cert-auth"] if self.secure else []
-        return ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", cacert,
-                "--client-cert-auth", *peer]
+        peer = (
+            [
+                "--peer-cert-file",
+                cert,
+                "--peer-key-file",
+                key,
+                "--peer-trusted-ca-file",
+                cacert,
+                "--peer-client-cert-auth",
+            ]
+            if self.secure
+            else []
+        )
+        return [
+            "--cert-file",
+            cert,
+            "--key-file",
+            key,
+            "--trusted-ca-file",
+            cacert,
+            "--client-cert-auth",
+            *peer,
+        ]
 
     def _wait_healthy(self, proc, timeout: float) -> bool:
         context = None
@@ -152,8 +219,9 @@ class EtcdServer:
             if proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(self.endpoint + "/health", timeout=0.5,
-                                            context=context) as r:
+                with urllib.request.urlopen(
+                    self.endpoint + "/health", timeout=0.5, context=context
+                ) as r:
                     if json.load(r).get("health") == "true":
                         return True
             except OSError:
@@ -179,11 +247,18 @@ class EtcdCluster:
 
     TIMING = ("100", "1000")
 
-    def __init__(self, workdir: Path, size: int = 3,
-                 owners: dict[str, tuple[int, int]] | None = None, binary: str | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        size: int = 3,
+        owners: dict[str, tuple[int, int]] | None = None,
+        binary: str | None = None,
+    ):
         self.workdir = Path(workdir)
-        self.members = [EtcdServer(workdir, owners=owners, binary=binary,
-                                   name=f"dac-local-{i}") for i in range(1, size + 1)]
+        self.members = [
+            EtcdServer(workdir, owners=owners, binary=binary, name=f"dac-local-{i}")
+            for i in range(1, size + 1)
+        ]
 
     @property
     def pki_dir(self) -> Path:
@@ -198,6 +273,7 @@ class EtcdCluster:
 
     def start(self, timeout: float = 30.0) -> EtcdCluster:
         from daclocal.etcd_secure import make_pki
+
         self.workdir.mkdir(parents=True, exist_ok=True)
         make_pki(self.pki_dir)
         for _ in range(5):  # a free port can be taken between probing and binding
@@ -211,10 +287,13 @@ class EtcdCluster:
             self.stop()
             for m in self.members:
                 shutil.rmtree(m.data_dir, ignore_errors=True)
-        tail = self.members[0].log.read_text(errors="replace").strip().splitlines()[-1:] or \
-            ["(no log)"]
-        raise AdminError(f"etcd's {len(self.members)} members did not start in {timeout:.0f}s: "
-                         f"{tail[0]} (logs: {self.workdir})")
+        tail = self.members[0].log.read_text(errors="replace").strip().splitlines()[-1:] or [
+            "(no log)"
+        ]
+        raise AdminError(
+            f"etcd's {len(self.members)} members did not start in {timeout:.0f}s: "
+            f"{tail[0]} (logs: {self.workdir})"
+        )
 
     def stop(self) -> None:
         for m in self.members:

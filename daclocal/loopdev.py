@@ -17,8 +17,7 @@ __all__ = ["attach", "detach", "backing_file"]
 def attach(path: Path, size: int) -> str:
     """Create a sparse file of `size` bytes, root's and 0600, and attach it; returns /dev/loopN,
     made root's and 0600 too (udev's default is 0660 root:disk)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.fchown(fd, 0, 0)
         os.fchmod(fd, 0o600)  # whatever the umask, and a file left by an older up
@@ -27,8 +26,10 @@ def attach(path: Path, size: int) -> str:
         os.close(fd)
     r = subprocess.run(["losetup", "--find", "--show", str(path)], capture_output=True, text=True)
     if r.returncode != 0:
-        raise AdminError(f"cannot attach loop device for {path}: {r.stderr.strip()} "
-                         "(the local DAC needs root and free loop devices)")
+        raise AdminError(
+            f"cannot attach loop device for {path}: {r.stderr.strip()} "
+            "(the local DAC needs root and free loop devices)"
+        )
     device = r.stdout.strip()
     fd = os.open(device, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:  # through the fd: chmod(2) on a path would follow a link planted at it

@@ -12,8 +12,15 @@ from pathlib import Path
 __all__ = ["free_port", "spawn", "is_running", "stop_pid", "child_env"]
 
 #: Variables that would point a child at some other DAC (they win over the config file).
-_FOREIGN = ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT",
-            "ETCDCTL_KEY", "DAC_CONFIG", "SLURM_CONF")
+_FOREIGN = (
+    "DAC_ETCD_ENDPOINTS",
+    "ETCDCTL_ENDPOINTS",
+    "ETCDCTL_CACERT",
+    "ETCDCTL_CERT",
+    "ETCDCTL_KEY",
+    "DAC_CONFIG",
+    "SLURM_CONF",
+)
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -43,13 +50,18 @@ def free_port() -> int:
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start a daemon in its own session, so it outlives the command that started it. Its log
     is root's and 0600: daemons log other users' paths, buffer names and errors."""
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "ab") as out:
         os.fchmod(fd, 0o600)  # whatever the umask, and a log an older up left 0644
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env=env, close_fds=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            close_fds=True,
+        )
 
 
 #: /proc/<pid>/stat's flag for a kernel thread, which has no command line either

@@ -33,8 +33,17 @@ from pathlib import Path
 from daccore.errors import AdminError
 from daclocal import fetching
 
-__all__ = ["Release", "RELEASES", "HOST_RELEASE", "release", "cache_dir", "ensure_chroot",
-           "daemon_argv", "write_client_wrappers", "CLIENTS"]
+__all__ = [
+    "Release",
+    "RELEASES",
+    "HOST_RELEASE",
+    "release",
+    "cache_dir",
+    "ensure_chroot",
+    "daemon_argv",
+    "write_client_wrappers",
+    "CLIENTS",
+]
 
 
 @dataclass(frozen=True)
@@ -63,12 +72,37 @@ RELEASES = {
 
 #: what the chroot gets besides debootstrap's minbase: Slurm and munge, and the shared
 #: libraries the host's Python needs to run dacctl from the hooks (ssl, ctypes, sqlite, ...)
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libffi8", "libsqlite3-0",
-            "libssl3t64", "libexpat1", "libbz2-1.0", "liblzma5", "zlib1g", "libuuid1",
-            "libcrypt1")
+PACKAGES = (
+    "slurmctld",
+    "slurmd",
+    "slurm-client",
+    "munge",
+    "libffi8",
+    "libsqlite3-0",
+    "libssl3t64",
+    "libexpat1",
+    "libbz2-1.0",
+    "liblzma5",
+    "zlib1g",
+    "libuuid1",
+    "libcrypt1",
+)
 #: the client commands `dacctl local env` puts first on PATH
-CLIENTS = ("sbatch", "srun", "salloc", "scontrol", "squeue", "scancel", "sinfo", "sacct",
-           "sprio", "sstat", "sshare", "sattach", "sbcast")
+CLIENTS = (
+    "sbatch",
+    "srun",
+    "salloc",
+    "scontrol",
+    "squeue",
+    "scancel",
+    "sinfo",
+    "sacct",
+    "sprio",
+    "sstat",
+    "sshare",
+    "sattach",
+    "sbcast",
+)
 _LIB = "usr/lib/x86_64-linux-gnu"
 #: the host's CA bundle (daclocal.fetching.ca_bundle), copied into each chroot for its downloads
 CHROOT_CA = "/etc/ssl/certs/dac-local-ca.crt"
@@ -98,17 +132,23 @@ def _root_only_dir(d: Path) -> None:
     d.mkdir(mode=0o755, parents=True, exist_ok=True)
     for p in [d, *d.parents]:
         st = os.lstat(p)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or \
-                (st.st_mode & 0o022 and not (p != d and st.st_mode & stat.S_ISVTX)):
-            raise AdminError(f"{p} is not a directory of root's alone (owner uid {st.st_uid}, "
-                             f"mode {st.st_mode & 0o7777:04o}); refused as the Slurm chroot "
-                             "cache: set DAC_LOCAL_CACHE to a directory only root can change")
+        if (
+            not stat.S_ISDIR(st.st_mode)
+            or st.st_uid != 0
+            or (st.st_mode & 0o022 and not (p != d and st.st_mode & stat.S_ISVTX))
+        ):
+            raise AdminError(
+                f"{p} is not a directory of root's alone (owner uid {st.st_uid}, "
+                f"mode {st.st_mode & 0o7777:04o}); refused as the Slurm chroot "
+                "cache: set DAC_LOCAL_CACHE to a directory only root can change"
+            )
 
 
 def _mirror() -> str:
     """The Debian archive this machine's apt uses (the chroots come from the same source)."""
-    for f in sorted(Path("/etc/apt").glob("sources.list.d/*.sources")) + \
-            [Path("/etc/apt/sources.list")]:
+    for f in sorted(Path("/etc/apt").glob("sources.list.d/*.sources")) + [
+        Path("/etc/apt/sources.list")
+    ]:
         try:
             text = f.read_text()
         except OSError:
@@ -122,23 +162,32 @@ def _mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def _run(argv: list[str], what: str, log: Path, timeout: float,
-         extra_env: dict[str, str] | None = None) -> None:
+def _run(
+    argv: list[str], what: str, log: Path, timeout: float, extra_env: dict[str, str] | None = None
+) -> None:
     """`argv`, its output to `log`, with the site's proxy and CA settings (daclocal.fetching):
     what runs here downloads."""
     with open(log, "ab") as out:
         out.write(f"\n$ {shlex.join(argv)}\n".encode())
         out.flush()
         try:
-            r = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-                               stdin=subprocess.DEVNULL,
-                               env={**fetching.env(), **(extra_env or {})})
+            r = subprocess.run(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                env={**fetching.env(), **(extra_env or {})},
+            )
         except subprocess.TimeoutExpired:
-            raise AdminError(f"building the Slurm chroot: {what} took over {timeout:.0f}s "
-                             f"(log: {log})") from None
+            raise AdminError(
+                f"building the Slurm chroot: {what} took over {timeout:.0f}s (log: {log})"
+            ) from None
         except FileNotFoundError:
-            raise AdminError(f"building the Slurm chroot: {argv[0]} is not installed: run "
-                             "`make deps` (installs debootstrap)") from None
+            raise AdminError(
+                f"building the Slurm chroot: {argv[0]} is not installed: run "
+                "`make deps` (installs debootstrap)"
+            ) from None
     if r.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
         raise AdminError(f"building the Slurm chroot: {what} failed: {tail[0]} (log: {log})")
@@ -158,16 +207,20 @@ def ensure_chroot(rel: Release, log=None) -> Path:
         try:
             return _build_chroot(rel, root, cache, log)
         except OSError as e:  # one line for the admin, never a traceback
-            raise AdminError(f"building the Slurm {rel.name} chroot: {e} "
-                             f"(log: {cache / f'slurm-{rel.name}.log'})") from e
+            raise AdminError(
+                f"building the Slurm {rel.name} chroot: {e} "
+                f"(log: {cache / f'slurm-{rel.name}.log'})"
+            ) from e
 
 
 def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
     """debootstrap, then Slurm and the libraries the host's Python needs, in `cache`'s
     `slurm-<release>.build`, renamed to `root` once whole."""
     if log:
-        log(f"building the Slurm {rel.name} chroot (Debian {rel.suite}) in {root}: "
-            "about a minute, once")
+        log(
+            f"building the Slurm {rel.name} chroot (Debian {rel.suite}) in {root}: "
+            "about a minute, once"
+        )
     started = time.monotonic()
     build = cache / f"slurm-{rel.name}.build"
     blog = cache / f"slurm-{rel.name}.log"
@@ -175,8 +228,13 @@ def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
     shutil.rmtree(build, ignore_errors=True)
     shutil.rmtree(root, ignore_errors=True)
     script = f"/usr/share/debootstrap/scripts/{rel.script}"
-    _run(["debootstrap", "--variant=minbase", rel.suite, str(build), _mirror(), script],
-         "debootstrap", blog, 900, fetching.wgetrc(cache))
+    _run(
+        ["debootstrap", "--variant=minbase", rel.suite, str(build), _mirror(), script],
+        "debootstrap",
+        blog,
+        900,
+        fetching.wgetrc(cache),
+    )
     # no daemon may start inside while packages install; names resolve as on the host
     policy = build / "usr/sbin/policy-rc.d"
     policy.write_text("#!/bin/sh\nexit 101\n")
@@ -193,27 +251,51 @@ def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
     for f in ("etc/resolv.conf", "etc/hosts"):
         (build / f).unlink(missing_ok=True)
         shutil.copy(f"/{f}", build / f)
-    apt = ("DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install "
-           "-y --no-install-recommends " + " ".join(PACKAGES) + " && apt-get clean")
-    _run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-          'mount -t proc proc "$1/proc" && exec chroot "$1" sh -c "$2"', "sh", str(build),
-          "apt-get update -q && " + apt], "apt-get install", blog, 900)
-    version = subprocess.run(["chroot", str(build), "dpkg-query", "-W", "-f",
-                              "${Version}", "slurmctld"], capture_output=True, text=True)
+    apt = (
+        "DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install "
+        "-y --no-install-recommends " + " ".join(PACKAGES) + " && apt-get clean"
+    )
+    _run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            'mount -t proc proc "$1/proc" && exec chroot "$1" sh -c "$2"',
+            "sh",
+            str(build),
+            "apt-get update -q && " + apt,
+        ],
+        "apt-get install",
+        blog,
+        900,
+    )
+    version = subprocess.run(
+        ["chroot", str(build), "dpkg-query", "-W", "-f", "${Version}", "slurmctld"],
+        capture_output=True,
+        text=True,
+    )
     if not version.stdout.startswith(rel.name):
-        raise AdminError(f"building the Slurm chroot: Debian {rel.suite} has slurmctld "
-                         f"{version.stdout or '(none)'}, not {rel.name} (log: {blog})")
+        raise AdminError(
+            f"building the Slurm chroot: Debian {rel.suite} has slurmctld "
+            f"{version.stdout or '(none)'}, not {rel.name} (log: {blog})"
+        )
     build.rename(root)
-    (root / ".ok").write_text(f"slurmctld {version.stdout} built in "
-                              f"{time.monotonic() - started:.0f}s\n")
+    (root / ".ok").write_text(
+        f"slurmctld {version.stdout} built in {time.monotonic() - started:.0f}s\n"
+    )
     return root
 
 
 def version(rel: Release) -> str:
     """The release's Slurm package version, e.g. 24.11.5-4."""
     if rel.host:
-        r = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "slurmctld"],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "slurmctld"], capture_output=True, text=True
+        )
         return r.stdout.strip()
     words = (chroot_dir(rel) / ".ok").read_text().split()
     return words[1] if len(words) > 1 else "?"
@@ -228,9 +310,15 @@ def _host_python_paths() -> tuple[list[str], list[str]]:
     paths: the interpreter by every name the venv reaches it (files), its standard library, and
     Debian's /etc/pythonX.Y (the stdlib's sitecustomize links there)."""
     import daccore
+
     exe = Path(sys.executable)
-    found = {sys.base_prefix, sys.prefix, str(exe.resolve().parent.parent),
-             str(Path(daccore.__file__).resolve().parent.parent), *sys.path}
+    found = {
+        sys.base_prefix,
+        sys.prefix,
+        str(exe.resolve().parent.parent),
+        str(Path(daccore.__file__).resolve().parent.parent),
+        *sys.path,
+    }
     dirs = {os.path.realpath(p) for p in found if p and os.path.isdir(p)}
     files: list[str] = []
     if dirs & _SYSTEM_PREFIXES:
@@ -290,18 +378,23 @@ exec chroot {userspec} "$R" "$@"
 """
 
 
-def daemon_argv(rel: Release, workdir: Path, argv: list[str], user: str = "root",
-                node_view: tuple[str, str] | None = None) -> list[str]:
+def daemon_argv(
+    rel: Release,
+    workdir: Path,
+    argv: list[str],
+    user: str = "root",
+    node_view: tuple[str, str] | None = None,
+) -> list[str]:
     """`argv` (a path inside the chroot and its arguments) run as `user` in the release's
     chroot; `node_view` = (a node's root, the mount root): the node sees its own root there,
     with dacd's later mounts propagated (daclocal.slurm)."""
     root = str(chroot_dir(rel))
     q = shlex.quote
-    shared = _outermost([d for d in ("/tmp", "/home", str(Path(workdir).resolve()))
-                         if os.path.isdir(d)])
+    shared = _outermost(
+        [d for d in ("/tmp", "/home", str(Path(workdir).resolve())) if os.path.isdir(d)]
+    )
     python_dirs, python_files = _host_python_paths()
-    readonly = [p for p in python_dirs
-                if not any(p == s or p.startswith(s + "/") for s in shared)]
+    readonly = [p for p in python_dirs if not any(p == s or p.startswith(s + "/") for s in shared)]
     # the chroot at its own path too: slurm.conf's PluginDir names the chroot's plugins
     readonly = _outermost(readonly + [root])
     node = ""
@@ -313,12 +406,16 @@ def daemon_argv(rel: Release, workdir: Path, argv: list[str], user: str = "root"
     if any(p.startswith("/root/") for p in readonly):
         private_root = 'mount -t tmpfs -o mode=0711 tmpfs "$R/root"'
     userspec = "" if user == "root" else f"--userspec={q(user)}:{q(user)}"
-    script = _MOUNT.format(root=q(root), node=node, shared=" ".join(q(d) for d in shared),
-                           readonly=" ".join(q(d) for d in readonly),
-                           readonly_files=" ".join(q(f) for f in python_files),
-                           private_root=private_root, userspec=userspec)
-    return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh",
-            *argv]
+    script = _MOUNT.format(
+        root=q(root),
+        node=node,
+        shared=" ".join(q(d) for d in shared),
+        readonly=" ".join(q(d) for d in readonly),
+        readonly_files=" ".join(q(f) for f in python_files),
+        private_root=private_root,
+        userspec=userspec,
+    )
+    return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh", *argv]
 
 
 def plugin_dir(rel: Release) -> str:
@@ -342,8 +439,13 @@ def write_client_wrappers(rel: Release, bindir: Path) -> None:
         if not binary.exists():
             continue
         path = bindir / name
-        path.write_text(_WRAPPER.format(release=rel.name, name=name,
-                                        loader=shlex.quote(str(root / _LOADER)),
-                                        libs=shlex.quote(libs),
-                                        binary=shlex.quote(str(binary))))
+        path.write_text(
+            _WRAPPER.format(
+                release=rel.name,
+                name=name,
+                loader=shlex.quote(str(root / _LOADER)),
+                libs=shlex.quote(libs),
+                binary=shlex.quote(str(binary)),
+            )
+        )
         path.chmod(0o755)

@@ -25,8 +25,14 @@ from daccore.share import asset
 from daclocal import releases
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 
-__all__ = ["SlurmCluster", "SUBMIT_USER", "PLUGINS", "start_munged", "munge_socket",
-           "check_chroot_reachable"]
+__all__ = [
+    "SlurmCluster",
+    "SUBMIT_USER",
+    "PLUGINS",
+    "start_munged",
+    "munge_socket",
+    "check_chroot_reachable",
+]
 
 #: Slurm refuses burst buffers to root's jobs; demo and tests submit as this user.
 SUBMIT_USER = "dacuser"
@@ -102,8 +108,10 @@ def _binary(name: str, rel: releases.Release | None = None) -> str:
         return f"/usr/sbin/{name}"  # inside the chroot
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
     if not path:
-        raise AdminError(f"{name} is not installed: run `make deps` (installs Debian's slurmctld, "
-                         "slurmd, slurm-client and munge)")
+        raise AdminError(
+            f"{name} is not installed: run `make deps` (installs Debian's slurmctld, "
+            "slurmd, slurm-client and munge)"
+        )
     return path
 
 
@@ -122,20 +130,26 @@ def check_chroot_reachable(rel: releases.Release) -> None:
             continue  # made 0755 when the chroot is built (releases._root_only_dir)
         if not mode & 0o001:
             where = "the chroot cache" if p == cache else f"the chroot cache {cache}'s parent"
-            raise AdminError(f"Slurm {rel.name} runs as {rel.slurm_user}, who cannot enter "
-                             f"{where} {p} (mode {mode & 0o7777:04o}): chmod o+x {p}, or set "
-                             "DAC_LOCAL_CACHE to a directory every user may enter")
+            raise AdminError(
+                f"Slurm {rel.name} runs as {rel.slurm_user}, who cannot enter "
+                f"{where} {p} (mode {mode & 0o7777:04o}): chmod o+x {p}, or set "
+                "DAC_LOCAL_CACHE to a directory every user may enter"
+            )
 
 
 def ensure_submit_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(SUBMIT_USER)
     except KeyError:
-        r = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", SUBMIT_USER],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["useradd", "--create-home", "--shell", "/bin/bash", SUBMIT_USER],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
-            raise AdminError(f"cannot create the submit user {SUBMIT_USER}: "
-                             f"{r.stderr.strip()}") from None
+            raise AdminError(
+                f"cannot create the submit user {SUBMIT_USER}: {r.stderr.strip()}"
+            ) from None
         return pwd.getpwnam(SUBMIT_USER)
 
 
@@ -144,8 +158,9 @@ def munge_socket(workdir: Path) -> Path:
     return Path(workdir).resolve() / "slurm" / "munge" / "munge.socket"
 
 
-def start_munged(workdir: Path, timeout: float = 30.0,
-                 rel: releases.Release | None = None) -> subprocess.Popen:
+def start_munged(
+    workdir: Path, timeout: float = 30.0, rel: releases.Release | None = None
+) -> subprocess.Popen:
     """Start the local DAC's munged (the release's own, for a chroot release), with a key of
     its own, on `munge_socket(workdir)`; returns once the socket answers. Every user may use
     it, as on a Slurm node."""
@@ -160,9 +175,16 @@ def start_munged(workdir: Path, timeout: float = 30.0,
     if not key.exists():
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
-    argv = [_binary("munged", rel), "--foreground", "--force", f"--socket={m}/munge.socket",
-            f"--key-file={key}", f"--pid-file={base}/run/munged.pid",
-            f"--log-file={base}/log/munged.log", f"--seed-file={m}/munged.seed"]
+    argv = [
+        _binary("munged", rel),
+        "--foreground",
+        "--force",
+        f"--socket={m}/munge.socket",
+        f"--key-file={key}",
+        f"--pid-file={base}/run/munged.pid",
+        f"--log-file={base}/log/munged.log",
+        f"--seed-file={m}/munged.seed",
+    ]
     if rel is not None and not rel.host:
         argv = releases.daemon_argv(rel, workdir, argv)
     proc = spawn(argv, base / "log" / "munged.out")
@@ -186,6 +208,7 @@ def _write_env_file(path: Path, env: dict[str, str]) -> None:
 def _terminate_session(sid: int) -> None:
     """SIGTERM every process still in session `sid` (a daemon `spawn` started leads its
     own), then SIGKILL what is left after 10 s, as systemd's KillMode=control-group does."""
+
     def members() -> list[int]:
         pids = []
         for d in Path("/proc").iterdir():
@@ -196,6 +219,7 @@ def _terminate_session(sid: int) -> None:
             if int(fields[3]) == sid and fields[0] != b"Z":
                 pids.append(int(d.name))
         return pids
+
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         for pid in members():
             try:
@@ -224,9 +248,17 @@ def _marker(name: str) -> str:
 class SlurmCluster:
     """`start()` returns once every node is idle; `stop()` stops what start started."""
 
-    def __init__(self, workdir: Path, nodes: int = 2, plugin: str = "lua",
-                 dac_config: str = "", pids: dict | None = None, mount_root: str = "",
-                 node_roots: str = "", release: str = releases.HOST_RELEASE):
+    def __init__(
+        self,
+        workdir: Path,
+        nodes: int = 2,
+        plugin: str = "lua",
+        dac_config: str = "",
+        pids: dict | None = None,
+        mount_root: str = "",
+        node_roots: str = "",
+        release: str = releases.HOST_RELEASE,
+    ):
         if plugin not in PLUGINS:
             raise AdminError(f"unknown burst buffer plugin '{plugin}' (choose lua or datawarp)")
         self.release = releases.release(release)
@@ -280,14 +312,17 @@ class SlurmCluster:
             self.procs[name] = proc
             if on_started:
                 on_started(name, proc.pid)
+
         if munged:
             started("munged", start_munged(self.base.parent, timeout, rel))
         env = self._daemon_env()
         started("slurmctld", self._spawn_slurmctld(clean=True))
         self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
         for node in self.node_names:
-            started(f"slurmd-{node}", spawn(self._slurmd_argv(node),
-                                            self.base / "log" / f"slurmd-{node}.out", env))
+            started(
+                f"slurmd-{node}",
+                spawn(self._slurmd_argv(node), self.base / "log" / f"slurmd-{node}.out", env),
+            )
         self._wait(self._nodes_idle, timeout, "slurmd")
         return self
 
@@ -329,9 +364,13 @@ class SlurmCluster:
         """What burst_buffer.lua's hooks need to find dac: given to slurmctld, and written
         beside burst_buffer.lua for releases that strip it (24.11.0 and 24.11.1)."""
         bin_ = Path(sys.executable).parent
-        return {"DAC_CONFIG": self.dac_config, "SLURM_CONF": str(self.conf),
-                "DACCTL": str(bin_ / "dacctl"), "DAC_BBSTAT": str(bin_ / "dac-bbstat"),
-                "DAC_SLURM_LOG": str(self.base / "log" / "dacctl.log")}
+        return {
+            "DAC_CONFIG": self.dac_config,
+            "SLURM_CONF": str(self.conf),
+            "DACCTL": str(bin_ / "dacctl"),
+            "DAC_BBSTAT": str(bin_ / "dac-bbstat"),
+            "DAC_SLURM_LOG": str(self.base / "log" / "dacctl.log"),
+        }
 
     def _slurmd_argv(self, node: str) -> list[str]:
         argv = [_binary("slurmd", self.release), "-D", "-N", node]
@@ -368,19 +407,38 @@ class SlurmCluster:
             return []
         root = os.path.join(self.node_roots, node)
         _node_root(root)
-        return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c",
-                'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", root, self.mount_root]
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "slave",
+            "--",
+            "sh",
+            "-c",
+            'mount --bind "$1" "$2" && shift 2 && exec "$@"',
+            "sh",
+            root,
+            self.mount_root,
+        ]
 
     def _write_configs(self) -> None:
         nodes = "\n".join(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()} "
-            f"CPUs={os.cpu_count() or 1} RealMemory=1000 State=UNKNOWN" for n in self.node_names)
+            f"CPUs={os.cpu_count() or 1} RealMemory=1000 State=UNKNOWN"
+            for n in self.node_names
+        )
         rel = self.release
         plugin_dir = "" if rel.host else f"PluginDir={releases.plugin_dir(rel)}\n"
-        self.conf.write_text(_SLURM_CONF.format(base=self.base, ctld_port=free_port(),
-                                                plugin=self.plugin, nodes=nodes,
-                                                slurm_user=rel.slurm_user,
-                                                plugin_dir=plugin_dir))
+        self.conf.write_text(
+            _SLURM_CONF.format(
+                base=self.base,
+                ctld_port=free_port(),
+                plugin=self.plugin,
+                nodes=nodes,
+                slurm_user=rel.slurm_user,
+                plugin_dir=plugin_dir,
+            )
+        )
         if rel.at_least_24_05:
             (self.base / "etc" / "cgroup.conf").write_text(_CGROUP_CONF)
         else:  # 22.05 knows no `disabled` plugin: a newer release's, left by `down`, must go
@@ -398,8 +456,13 @@ class SlurmCluster:
         """scontrol's answer; "" when it hangs (slurmctld not answering yet, or a name it
         cannot resolve), which the waits treat as not ready."""
         try:
-            r = subprocess.run([self.client("scontrol"), *args], capture_output=True, text=True,
-                               env=child_env(SLURM_CONF=str(self.conf)), timeout=10)
+            r = subprocess.run(
+                [self.client("scontrol"), *args],
+                capture_output=True,
+                text=True,
+                env=child_env(SLURM_CONF=str(self.conf)),
+                timeout=10,
+            )
         except subprocess.TimeoutExpired:
             return ""
         return r.stdout + r.stderr
@@ -413,8 +476,11 @@ class SlurmCluster:
         while not ready():
             dead = [n for n, pid in self.pids.items() if not is_running(pid, _marker(n))]
             if dead or time.monotonic() > deadline:
-                why = (", ".join(f"{n} {self._how_ended(n)}" for n in dead) if dead
-                       else f"{what} not ready in {timeout:.0f}s")
+                why = (
+                    ", ".join(f"{n} {self._how_ended(n)}" for n in dead)
+                    if dead
+                    else f"{what} not ready in {timeout:.0f}s"
+                )
                 raise AdminError(f"Slurm did not start: {why} (logs: {self.base}/log)")
             time.sleep(0.05)
 

@@ -31,10 +31,12 @@ __all__ = ["SYSTEM_PYTHON", "write_launcher", "launcher"]
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: the launcher's program: its first argument counts the import directories that follow it
-_BOOT = ("import site, sys; n = int(sys.argv[1]); dirs = sys.argv[2:2 + n]; "
-         "[sys.path.insert(0, d) for d in reversed(dirs[:1])]; "
-         "[site.addsitedir(d) for d in dirs[1:]]; "
-         "from dacctl.main import main; sys.exit(main(sys.argv[2 + n:]))")
+_BOOT = (
+    "import site, sys; n = int(sys.argv[1]); dirs = sys.argv[2:2 + n]; "
+    "[sys.path.insert(0, d) for d in reversed(dirs[:1])]; "
+    "[site.addsitedir(d) for d in dirs[1:]]; "
+    "from dacctl.main import main; sys.exit(main(sys.argv[2 + n:]))"
+)
 
 
 def launcher(workdir: Path) -> Path:
@@ -62,7 +64,8 @@ def _interpreter() -> str | None:
     if open_to_all(real, execute=True) and open_to_all(stdlib):
         return real
     if os.path.exists(SYSTEM_PYTHON) and os.path.realpath(SYSTEM_PYTHON).endswith(
-            f"python{sys.version_info[0]}.{sys.version_info[1]}"):
+        f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    ):
         return os.path.realpath(SYSTEM_PYTHON)
     return None
 
@@ -78,14 +81,22 @@ def write_launcher(workdir: Path) -> str | None:
     """Write `DIR/bin/dacctl` (root's, 0755) for users; returns None, or one line saying why
     users cannot run dacctl here (no interpreter of theirs can load this dac)."""
     import daccore
+
     python = _interpreter()
     if python is None:
-        return (f"users cannot run dacctl in this local DAC: {sys.executable} is root's alone "
-                f"and {SYSTEM_PYTHON} is not Python {sys.version_info[0]}."
-                f"{sys.version_info[1]}; install dac into a venv of {SYSTEM_PYTHON}")
+        return (
+            f"users cannot run dacctl in this local DAC: {sys.executable} is root's alone "
+            f"and {SYSTEM_PYTHON} is not Python {sys.version_info[0]}."
+            f"{sys.version_info[1]}; install dac into a venv of {SYSTEM_PYTHON}"
+        )
     top = str(Path(daccore.__file__).resolve().parent.parent)  # dac's packages (editable too)
-    sites = sorted({p for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
-                    if os.path.isdir(p)})  # a system install's may not exist
+    sites = sorted(
+        {
+            p
+            for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
+            if os.path.isdir(p)
+        }
+    )  # a system install's may not exist
     lib = workdir / "lib"
     shutil.rmtree(lib, ignore_errors=True)
     dirs = []
@@ -99,8 +110,12 @@ def write_launcher(workdir: Path) -> str | None:
             dst.mkdir(mode=0o755)
             for pkg in ("daccore", "dacctl", "dacd", "daclocal"):
                 if (Path(top) / pkg).is_dir():
-                    shutil.copytree(Path(top) / pkg, dst / pkg, copy_function=_link_or_copy,
-                                    ignore=shutil.ignore_patterns("__pycache__"))
+                    shutil.copytree(
+                        Path(top) / pkg,
+                        dst / pkg,
+                        copy_function=_link_or_copy,
+                        ignore=shutil.ignore_patterns("__pycache__"),
+                    )
         else:
             shutil.copytree(src, dst, copy_function=_link_or_copy, symlinks=True)
         _open_dirs(dst)
@@ -109,9 +124,11 @@ def write_launcher(workdir: Path) -> str | None:
     path.parent.mkdir(mode=0o755, exist_ok=True)
     # -I: no PYTHONPATH or user site; -S: no system site-packages either (Debian's
     # dist-packages may hold older click or pydantic), only the directories named here
-    path.write_text("#!/bin/sh\n# dacctl for this local DAC's users (daclocal/userbin.py)\n"
-                    f"exec {shlex.quote(python)} -I -S -c {shlex.quote(_BOOT)} {len(dirs)} "
-                    f"{' '.join(shlex.quote(d) for d in dirs)} \"$@\"\n")
+    path.write_text(
+        "#!/bin/sh\n# dacctl for this local DAC's users (daclocal/userbin.py)\n"
+        f"exec {shlex.quote(python)} -I -S -c {shlex.quote(_BOOT)} {len(dirs)} "
+        f'{" ".join(shlex.quote(d) for d in dirs)} "$@"\n'
+    )
     path.chmod(0o755)
     return None
 

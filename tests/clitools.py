@@ -14,11 +14,13 @@ BIN = Path(sys.executable).parent
 def run(tool, *args, env=None, check=True, timeout=60):
     """Run an installed entry point (dacctl, dacd); raise with its stderr when check fails."""
     full_env = {**os.environ, **(env or {})}
-    r = subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=full_env,
-                       timeout=timeout)
+    r = subprocess.run(
+        [str(BIN / tool), *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
     if check and r.returncode != 0:
-        raise AssertionError(f"{tool} {' '.join(args)} failed ({r.returncode}): "
-                             f"{r.stdout}{r.stderr}")
+        raise AssertionError(
+            f"{tool} {' '.join(args)} failed ({r.returncode}): {r.stdout}{r.stderr}"
+        )
     return r
 
 
@@ -31,17 +33,32 @@ def pools(env):
 def setup(env, tmp_path, job, capacity, *lines, uid=1234, gid=4321):
     """Slurm's setup call for a job asking for a striped,private buffer (plus `lines`)."""
     script = tmp_path / f"job{job}.sh"
-    script.write_text(f"#!/bin/sh\n#DW jobdw capacity={capacity} access_mode=striped,private "
-                      "pool=default\n" + "".join(line + "\n" for line in lines))
-    run("dacctl", "--function", "setup", "--token", str(job), "--caller", "SLURM", "--user",
-        str(uid), "--groupid", str(gid), "--job", str(script), env=env)
+    script.write_text(
+        f"#!/bin/sh\n#DW jobdw capacity={capacity} access_mode=striped,private "
+        "pool=default\n" + "".join(line + "\n" for line in lines)
+    )
+    run(
+        "dacctl",
+        "--function",
+        "setup",
+        "--token",
+        str(job),
+        "--caller",
+        "SLURM",
+        "--user",
+        str(uid),
+        "--groupid",
+        str(gid),
+        "--job",
+        str(script),
+        env=env,
+    )
     return script
 
 
 def slurm(env, function, token, *args, check=True):
     """A Slurm function call as burst_buffer/datawarp makes it."""
-    return run("dacctl", "--function", function, "--token", str(token), *args, env=env,
-               check=check)
+    return run("dacctl", "--function", function, "--token", str(token), *args, env=env, check=check)
 
 
 def wait_for(check, timeout=120, what="condition", every=0.2):
@@ -76,12 +93,14 @@ def step_started(store, name, host, step, since, call=None, timeout=120):
                     where.append(r.host)
                     started.set()
                     return
+
     threading.Thread(target=follow, daemon=True).start()
     try:
         deadline = time.monotonic() + timeout
         while not started.wait(0.1):
-            assert call is None or call.poll() is None, \
+            assert call is None or call.poll() is None, (
                 f"the call ended before {step} started: {call.stdout.read()}"
+            )
             assert time.monotonic() < deadline, f"{step} never started; steps seen: {seen}"
     finally:
         watch.close()
@@ -94,4 +113,5 @@ def reached(store, name, state):
         for s in statuses.values():
             assert s.error is None, s.error
         return statuses and all(s.state is state for s in statuses.values()) and statuses
+
     return check

@@ -23,13 +23,21 @@ _prefixes = itertools.count()
 
 #: what each suite needs, as markers: `pytest -m "not root"` runs the quick part (unit tests,
 #: and the store's against a real etcd) without loop devices, Slurm or namespaces
-_NEEDS = {"unit": (), "store": ("etcd",), "system": ("etcd", "root"),
-          "site": ("etcd", "root"), "security": ("etcd", "root", "slurm"),
-          "e2e": ("etcd", "root", "slurm"), "slurm_suite": ("etcd", "root", "slurm"),
-          "multihost": ("etcd", "root")}
-_MARKERS = {"etcd": "talks to a real etcd (fetched by make test)",
-            "root": "runs as root: loop devices, mounts, users, namespaces, dacd",
-            "slurm": "may start a real Slurm (the host's 22.05, or a release's chroot)"}
+_NEEDS = {
+    "unit": (),
+    "store": ("etcd",),
+    "system": ("etcd", "root"),
+    "site": ("etcd", "root"),
+    "security": ("etcd", "root", "slurm"),
+    "e2e": ("etcd", "root", "slurm"),
+    "slurm_suite": ("etcd", "root", "slurm"),
+    "multihost": ("etcd", "root"),
+}
+_MARKERS = {
+    "etcd": "talks to a real etcd (fetched by make test)",
+    "root": "runs as root: loop devices, mounts, users, namespaces, dacd",
+    "slurm": "may start a real Slurm (the host's 22.05, or a release's chroot)",
+}
 
 
 def pytest_configure(config):
@@ -56,23 +64,42 @@ def etcd_server(tmp_path_factory):
     # DAC_TEST_ETCD=3.5|3.6 runs the session on that etcd release (make test runs tests/store
     # on each; daclocal/etcd_releases.py fetches or builds it on first use)
     from daclocal.etcd_releases import etcd_binary
+
     binary = etcd_binary(os.environ.get("DAC_TEST_ETCD"))
     # Store tests use prefixes of their own (/test<pid>-<n>/, /c/...): admin may write them.
     # System tests that run dacd and the hooks here use /site<pid>-<n>/: every role may.
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"), extra_grants={
-        "admin": [("readwrite", "/")], "dacd": [("readwrite", "/site")],
-        "slurm": [("readwrite", "/site")]}, binary=binary).start()
+    server = EtcdServer(
+        tmp_path_factory.mktemp("etcd"),
+        extra_grants={
+            "admin": [("readwrite", "/")],
+            "dacd": [("readwrite", "/site")],
+            "slurm": [("readwrite", "/site")],
+        },
+        binary=binary,
+    ).start()
     yield server
     server.stop()
 
 
-def client_of(server: EtcdServer, role: str | None = "admin", transport: str = "grpc",
-              timeout: float = 3.0, endpoints: list[str] | None = None) -> EtcdClient:
+def client_of(
+    server: EtcdServer,
+    role: str | None = "admin",
+    transport: str = "grpc",
+    timeout: float = 3.0,
+    endpoints: list[str] | None = None,
+) -> EtcdClient:
     """A client of `server` with its TLS files, acting as `role` (None: no credential)."""
     s = server.settings()
     credential = Credential(f"{s['credentials_dir']}/{role}", role) if role else None
-    return EtcdClient(endpoints or s["endpoints"], cacert=s["cacert"], cert=s["cert"],
-                      key=s["key"], timeout=timeout, transport=transport, credential=credential)
+    return EtcdClient(
+        endpoints or s["endpoints"],
+        cacert=s["cacert"],
+        cert=s["cert"],
+        key=s["key"],
+        timeout=timeout,
+        transport=transport,
+        credential=credential,
+    )
 
 
 @pytest.fixture
@@ -83,6 +110,7 @@ def etcd_client():
     def make(*args, **kw):
         made.append(client_of(*args, **kw))
         return made[-1]
+
     yield make
     for c in made:
         c.close()

@@ -22,38 +22,175 @@ def seed() -> int:
 
 # -- job scripts ---------------------------------------------------------------------------------
 
-GOOD_SIZES = ["1GiB", "512MiB", "600MiB", "1TiB", "100MB", "2GB", "1048576", "1KiB", "1G",
-              "1gib", "2048MiB", "1PB"]
-BAD_SIZES = ["0", "00", "-1GiB", "1.5GiB", ".5GiB", "1.GiB", "1Gi", "10N", "2nodes", "GiB", "1e9",
-             "0x10", "１GiB", "١٢GiB", "1 GiB", "9" * 30, "9" * 5000, "0" * 5000 + "1GiB",
-             "18446744073709551616", "18446744073709551616GiB", "1GiB,", "1GiB;id", "$(id)GiB",
-             "{{7*7}}GiB", "1025PiB", "1EiB", "nan", "inf", "1_000GiB", "+1GiB", "1GiBGiB",
-             "1ＧiB", "1GiB\u200b"]
-NAMES = ["proj1", "p", "a" * 64, "a" * 65, "9lives", "-x", "proj/../x", "{{x}}", "$(id)", "näme",
-         "proj1;id", "x.y_z-1", "_x", "P" * 300]
-POOLS = ["default", "fast", "a" * 128, "a" * 129, "../etc", "{{pool}}", "dëfault", ":x", "-",
-         "default/x"]
-ACCESS = ["striped", "private", "striped,private", "private,striped", "striped,striped",
-          "cache", "STRIPED", "striped,", ",", "striped,private,striped"]
+GOOD_SIZES = [
+    "1GiB",
+    "512MiB",
+    "600MiB",
+    "1TiB",
+    "100MB",
+    "2GB",
+    "1048576",
+    "1KiB",
+    "1G",
+    "1gib",
+    "2048MiB",
+    "1PB",
+]
+BAD_SIZES = [
+    "0",
+    "00",
+    "-1GiB",
+    "1.5GiB",
+    ".5GiB",
+    "1.GiB",
+    "1Gi",
+    "10N",
+    "2nodes",
+    "GiB",
+    "1e9",
+    "0x10",
+    "１GiB",
+    "١٢GiB",
+    "1 GiB",
+    "9" * 30,
+    "9" * 5000,
+    "0" * 5000 + "1GiB",
+    "18446744073709551616",
+    "18446744073709551616GiB",
+    "1GiB,",
+    "1GiB;id",
+    "$(id)GiB",
+    "{{7*7}}GiB",
+    "1025PiB",
+    "1EiB",
+    "nan",
+    "inf",
+    "1_000GiB",
+    "+1GiB",
+    "1GiBGiB",
+    "1ＧiB",
+    "1GiB\u200b",
+]
+NAMES = [
+    "proj1",
+    "p",
+    "a" * 64,
+    "a" * 65,
+    "9lives",
+    "-x",
+    "proj/../x",
+    "{{x}}",
+    "$(id)",
+    "näme",
+    "proj1;id",
+    "x.y_z-1",
+    "_x",
+    "P" * 300,
+]
+POOLS = [
+    "default",
+    "fast",
+    "a" * 128,
+    "a" * 129,
+    "../etc",
+    "{{pool}}",
+    "dëfault",
+    ":x",
+    "-",
+    "default/x",
+]
+ACCESS = [
+    "striped",
+    "private",
+    "striped,private",
+    "private,striped",
+    "striped,striped",
+    "cache",
+    "STRIPED",
+    "striped,",
+    ",",
+    "striped,private,striped",
+]
 TYPES = ["scratch", "cache", "swap", "SCRATCH", "file", "directory", "list", "dir"]
-PATHS = ["/home/u/in", "/home/u/in/f", "$DW_JOB_STRIPED/in", "${DW_JOB_STRIPED}/x",
-         "$DW_JOB_STRIPED", "$DW_JOB_PRIVATE/x", "$DW_PERSISTENT_STRIPED_proj1/x", "$DW_OTHER/x",
-         "${DW_JOB_STRIPED", "${}/x", "relative/x", "/a/../b", "$DW_JOB_STRIPED/../../etc",
-         "/x/$(rm -rf /)", "/x/{{lookup('pipe','id')}}", "/x/capacity=1GiB", "/" + "a" * 5000,
-         "$", "/tmp/ünï", "//", "/", "$DW_JOB_STRIPED/a=b"]
-HOSTILE = ["\x00", "\x1b]0;pwned\x07", "\r", "\t", "\x7f", "\u2028", "\u00a0", "\u202e", "'",
-           '"', "`", "\\", "$(id)", "{{ 7*7 }}", "{% x %}", ";", "|", "&&", "\x85", "\x0b",
-           "\x0c", "\ufeff", "\udcff", "=", "==", " = ", "#DW"]
-RAW = [b"\xff", b"\xfe\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\x00", b"\xe2\x80\xa8",
-       b"\r\n", b"\n#DW ", b"\\\n"]
+PATHS = [
+    "/home/u/in",
+    "/home/u/in/f",
+    "$DW_JOB_STRIPED/in",
+    "${DW_JOB_STRIPED}/x",
+    "$DW_JOB_STRIPED",
+    "$DW_JOB_PRIVATE/x",
+    "$DW_PERSISTENT_STRIPED_proj1/x",
+    "$DW_OTHER/x",
+    "${DW_JOB_STRIPED",
+    "${}/x",
+    "relative/x",
+    "/a/../b",
+    "$DW_JOB_STRIPED/../../etc",
+    "/x/$(rm -rf /)",
+    "/x/{{lookup('pipe','id')}}",
+    "/x/capacity=1GiB",
+    "/" + "a" * 5000,
+    "$",
+    "/tmp/ünï",
+    "//",
+    "/",
+    "$DW_JOB_STRIPED/a=b",
+]
+HOSTILE = [
+    "\x00",
+    "\x1b]0;pwned\x07",
+    "\r",
+    "\t",
+    "\x7f",
+    "\u2028",
+    "\u00a0",
+    "\u202e",
+    "'",
+    '"',
+    "`",
+    "\\",
+    "$(id)",
+    "{{ 7*7 }}",
+    "{% x %}",
+    ";",
+    "|",
+    "&&",
+    "\x85",
+    "\x0b",
+    "\x0c",
+    "\ufeff",
+    "\udcff",
+    "=",
+    "==",
+    " = ",
+    "#DW",
+]
+RAW = [
+    b"\xff",
+    b"\xfe\xff",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b"\xc0\xaf",
+    b"\x00",
+    b"\xe2\x80\xa8",
+    b"\r\n",
+    b"\n#DW ",
+    b"\\\n",
+]
 PREFIXES = ["#DW", "#BB", "#BB_LUA", "#dw", "# DW", "#DW\t", "##DW", "#BB_LUA:", "#SBATCH", "#"]
 KEYS = {
     "jobdw": {"capacity": GOOD_SIZES, "access_mode": ACCESS, "type": TYPES, "pool": POOLS},
     "persistentdw": {"name": NAMES},
     "stage_in": {"type": TYPES, "source": PATHS, "destination": PATHS},
     "stage_out": {"type": TYPES, "source": PATHS, "destination": PATHS},
-    "create_persistent": {"name": NAMES, "capacity": GOOD_SIZES, "access_mode": ACCESS,
-                          "access": ACCESS, "type": TYPES, "pool": POOLS},
+    "create_persistent": {
+        "name": NAMES,
+        "capacity": GOOD_SIZES,
+        "access_mode": ACCESS,
+        "access": ACCESS,
+        "type": TYPES,
+        "pool": POOLS,
+    },
     "destroy_persistent": {"name": NAMES},
 }
 VALID_LINES = [
@@ -77,9 +214,21 @@ def _line(rng: random.Random) -> str:
     if roll < 0.30:
         return rng.choice(VALID_LINES)
     if roll < 0.38:
-        return rng.choice(["#SBATCH -N 1", "# a comment", "#", "#!/bin/sh", "#DW", "#BB ",
-                           "#DW unknown x=y", "#DW " + rng.choice(list(KEYS)), "#DW swap",
-                           "#DW swap " + rng.choice(GOOD_SIZES + BAD_SIZES), "#DW swap 1 2"])
+        return rng.choice(
+            [
+                "#SBATCH -N 1",
+                "# a comment",
+                "#",
+                "#!/bin/sh",
+                "#DW",
+                "#BB ",
+                "#DW unknown x=y",
+                "#DW " + rng.choice(list(KEYS)),
+                "#DW swap",
+                "#DW swap " + rng.choice(GOOD_SIZES + BAD_SIZES),
+                "#DW swap 1 2",
+            ]
+        )
     directive = rng.choice(list(KEYS) + ["bare"])
     keys = KEYS["jobdw"] if directive == "bare" else KEYS[directive]
     args = []
@@ -88,8 +237,21 @@ def _line(rng: random.Random) -> str:
             value = rng.choice(values + BAD_SIZES if key == "capacity" else values)
             args.append(f"{key}={value}")
     if rng.random() < 0.1:
-        args.append(rng.choice(["bogus=1", "capacity=1GiB", "hurry", "name", "=x", "pool=",
-                                "x" * 200 + "=1", "access=striped", "name=a=b"]))
+        args.append(
+            rng.choice(
+                [
+                    "bogus=1",
+                    "capacity=1GiB",
+                    "hurry",
+                    "name",
+                    "=x",
+                    "pool=",
+                    "x" * 200 + "=1",
+                    "access=striped",
+                    "name=a=b",
+                ]
+            )
+        )
     rng.shuffle(args)
     words = args if directive == "bare" else [directive, *args]
     return rng.choice(PREFIXES[:3] + PREFIXES) + " " + " ".join(words)
@@ -128,7 +290,13 @@ def job_script(rng: random.Random) -> bytes:
 
 #: Scripts every run tries, whatever the seed: the extremes the generator rarely reaches.
 EDGE_SCRIPTS = [
-    b"", b"#!/bin/sh\n", b"\x00" * 64, b"\xff" * 100, b"#DW", b"#DW\n", b"\n#DW jobdw\n",
+    b"",
+    b"#!/bin/sh\n",
+    b"\x00" * 64,
+    b"\xff" * 100,
+    b"#DW",
+    b"#DW\n",
+    b"\n#DW jobdw\n",
     b"#!/bin/sh\n#DW jobdw capacity=1GiB " + b"x" * (5 << 20) + b"\n",
     b"#!/bin/sh\n" + b"#SBATCH -N 1\n" * 20000 + b"#DW jobdw capacity=1GiB\n",
     b"#!/bin/sh\n" + b"#DW persistentdw name=p1\n" * 2000,
@@ -173,34 +341,99 @@ def job_process_fault(script: bytes, rc: int, out: str, err: str) -> str | None:
 
 # -- dacctl arguments ----------------------------------------------------------------------------
 
-WORDS = ["", "-", "--", "x", "1", "0", "-1", "4294967296", "99999999999999999999", "default",
-         "dac-server-1x", "proj1", "../..", "/etc/shadow", "--json", "--help", "--line",
-         "--bogus", "-x", "=", "{{x}}", "$(id)", "\x1b]0;t\x07", "ünï", "\udcff",
-         "a" * 5000, "1GiB", "1.5GiB", "-5GiB", "25%", "1e9", "nan", " ", "\t", "\n", "a\nb",
-         "--user", "--state", "--pool", "new", "error", "mounted", "root", "nobody"]
+WORDS = [
+    "",
+    "-",
+    "--",
+    "x",
+    "1",
+    "0",
+    "-1",
+    "4294967296",
+    "99999999999999999999",
+    "default",
+    "dac-server-1x",
+    "proj1",
+    "../..",
+    "/etc/shadow",
+    "--json",
+    "--help",
+    "--line",
+    "--bogus",
+    "-x",
+    "=",
+    "{{x}}",
+    "$(id)",
+    "\x1b]0;t\x07",
+    "ünï",
+    "\udcff",
+    "a" * 5000,
+    "1GiB",
+    "1.5GiB",
+    "-5GiB",
+    "25%",
+    "1e9",
+    "nan",
+    " ",
+    "\t",
+    "\n",
+    "a\nb",
+    "--user",
+    "--state",
+    "--pool",
+    "new",
+    "error",
+    "mounted",
+    "root",
+    "nobody",
+]
 #: verb -> options it takes (None: a flag); the positional arguments come from WORDS
 VERBS = {
     "pools": {"--json": None},
     "status": {"--json": None, "--line": None},
     "hosts": {"--json": None},
-    "buffers": {"--user": WORDS, "--state": ["new", "created", "error", "x", ""],
-                "--pool": WORDS, "--json": None},
+    "buffers": {
+        "--user": WORDS,
+        "--state": ["new", "created", "error", "x", ""],
+        "--pool": WORDS,
+        "--json": None,
+    },
     "show": {"--json": None},
-    "drain": {}, "undrain": {}, "forget": {}, "destroy-persistent": {"--hurry": None},
-    "create-persistent": {"--name": NAMES + WORDS, "--capacity": BAD_SIZES + ["1PiB", "64TiB"],
-                          "--pool": POOLS, "--access": ACCESS, "--type": TYPES,
-                          "--user": WORDS, "--group": WORDS},
-    "estimate": {"--margin": ["0.25", "25%", "-1", "x", "1e999", "nan", "200%", ""],
-                 "--output": BAD_SIZES + GOOD_SIZES, "--json": None},
+    "drain": {},
+    "undrain": {},
+    "forget": {},
+    "destroy-persistent": {"--hurry": None},
+    "create-persistent": {
+        "--name": NAMES + WORDS,
+        "--capacity": BAD_SIZES + ["1PiB", "64TiB"],
+        "--pool": POOLS,
+        "--access": ACCESS,
+        "--type": TYPES,
+        "--user": WORDS,
+        "--group": WORDS,
+    },
+    "estimate": {
+        "--margin": ["0.25", "25%", "-1", "x", "1e999", "nan", "200%", ""],
+        "--output": BAD_SIZES + GOOD_SIZES,
+        "--json": None,
+    },
     "slurm-files": {"--force": None},
     "local": {},
 }
 LOCAL = {"env": {}, "status": {"--json": None}, "down": {}}
 #: `local up` only with an argument it refuses before starting anything
-LOCAL_UP_BAD = [["--servers", "0"], ["--servers", "65"], ["--servers", "x"],
-                ["--bricks-per-server", "-1"], ["--brick-size", "1.5.5GiB"],
-                ["--slurm-plugin", "cray"], ["--slurm-release", "21.08"],
-                ["--etcd-release", "3.3"], ["--etcd-members", "0"], ["--bogus"]]
+LOCAL_UP_BAD = [
+    ["--servers", "0"],
+    ["--servers", "65"],
+    ["--servers", "x"],
+    ["--bricks-per-server", "-1"],
+    ["--brick-size", "1.5.5GiB"],
+    ["--slurm-plugin", "cray"],
+    ["--slurm-release", "21.08"],
+    ["--etcd-release", "3.3"],
+    ["--etcd-members", "0"],
+    ["--bogus"],
+]
 
 
 def cli_args(rng: random.Random, scratch: str, hosts: set[str]) -> list[str]:
@@ -214,23 +447,48 @@ def cli_args(rng: random.Random, scratch: str, hosts: set[str]) -> list[str]:
         sub = rng.choice(list(LOCAL) + ["up", "bogus"])
         if sub == "up":
             return ["local", "up", *rng.choice(LOCAL_UP_BAD)]
-        return ["local", sub, "--workdir", _workdir(rng, scratch)] + \
-            (["--json"] if sub == "status" and rng.random() < 0.5 else [])
+        return ["local", sub, "--workdir", _workdir(rng, scratch)] + (
+            ["--json"] if sub == "status" and rng.random() < 0.5 else []
+        )
     args = [verb]
     for option, values in VERBS[verb].items():
         if rng.random() < 0.4:
             args += [option] if values is None else [option, rng.choice(values)]
-    positional = {"status": 1, "show": 1, "drain": 1, "undrain": 1, "forget": 1,
-                  "destroy-persistent": 1, "estimate": 1, "slurm-files": 1}.get(verb, 0)
+    positional = {
+        "status": 1,
+        "show": 1,
+        "drain": 1,
+        "undrain": 1,
+        "forget": 1,
+        "destroy-persistent": 1,
+        "estimate": 1,
+        "slurm-files": 1,
+    }.get(verb, 0)
     if rng.random() < 0.1:
         positional += rng.choice((-1, 1))
     for _ in range(max(0, positional)):
         if verb == "estimate":
-            args.append(rng.choice([f"{scratch}/script-{rng.randrange(4)}", scratch, "",
-                                    "/nonexistent", f"{scratch}/\udcff"]))
+            args.append(
+                rng.choice(
+                    [
+                        f"{scratch}/script-{rng.randrange(4)}",
+                        scratch,
+                        "",
+                        "/nonexistent",
+                        f"{scratch}/\udcff",
+                    ]
+                )
+            )
         elif verb == "slurm-files":
-            args.append(rng.choice([f"{scratch}/slurm-{rng.randrange(3)}",
-                                    f"{scratch}/script-0", f"{scratch}/no/such/dir"]))
+            args.append(
+                rng.choice(
+                    [
+                        f"{scratch}/slurm-{rng.randrange(3)}",
+                        f"{scratch}/script-0",
+                        f"{scratch}/no/such/dir",
+                    ]
+                )
+            )
         else:
             args.append(rng.choice(WORDS + NAMES))
     if verb in ("drain", "undrain") and hosts & set(args):
@@ -241,8 +499,15 @@ def cli_args(rng: random.Random, scratch: str, hosts: set[str]) -> list[str]:
 
 
 def _workdir(rng: random.Random, scratch: str) -> str:
-    return rng.choice([f"{scratch}/none", f"{scratch}/script-0", f"{scratch}/workdir-junk",
-                       f"{scratch}/workdir-list", "/nonexistent/x"])
+    return rng.choice(
+        [
+            f"{scratch}/none",
+            f"{scratch}/script-0",
+            f"{scratch}/workdir-junk",
+            f"{scratch}/workdir-list",
+            "/nonexistent/x",
+        ]
+    )
 
 
 def scratch_files(scratch: str) -> dict[str, bytes]:
@@ -251,12 +516,15 @@ def scratch_files(scratch: str) -> dict[str, bytes]:
     nobody's `up` wrote (junk only, never a pid: `down` stops the pids a state names)."""
     return {
         "in/data": b"42\n",
-        "script-0": (f"#!/bin/sh\n#DW jobdw capacity=1PiB access_mode=striped\n#DW stage_in "
-                     f"type=directory source={scratch}/in destination=$DW_JOB_STRIPED/in\n"
-                     ).encode(),
+        "script-0": (
+            f"#!/bin/sh\n#DW jobdw capacity=1PiB access_mode=striped\n#DW stage_in "
+            f"type=directory source={scratch}/in destination=$DW_JOB_STRIPED/in\n"
+        ).encode(),
         "script-1": b"#!/bin/sh\n#DW jobdw capacity=\xff\x00 \x1b]0;t\x07\n",
-        "script-2": (b"#!/bin/sh\n#DW jobdw capacity=1PiB\n#DW persistentdw name=proj9\n"
-                     b"#DW stage_in type=list source=/nonexistent destination=$DW_JOB_STRIPED/x\n"),
+        "script-2": (
+            b"#!/bin/sh\n#DW jobdw capacity=1PiB\n#DW persistentdw name=proj9\n"
+            b"#DW stage_in type=list source=/nonexistent destination=$DW_JOB_STRIPED/x\n"
+        ),
         "script-3/x": b"",  # script-3: a directory
         "nodes": b"node1\nnode\xff\n{{x}}\n" + b"n" * 3000 + b"\n",
         "workdir-junk/state.json": b"\xff{not json",
@@ -264,17 +532,57 @@ def scratch_files(scratch: str) -> dict[str, bytes]:
         "slurm-0/.keep": b"",
     }
 
-FUNCTIONS = ["pools", "show_instances", "show_sessions", "show_configurations", "job_process",
-             "setup", "real_size", "data_in", "paths", "pre_run", "post_run", "data_out",
-             "teardown", "create_persistent", "bogus", ""]
-FUNCTION_OPTIONS = {"--token": ["77001", "0", "-1", "x", "77001\n", "4294967296", "a" * 70,
-                                "proj9", "9proj", "../77001", ""],
-                    "--user": ["1000", "0", "-1", "x", "999", "4294967295", "1e3"],
-                    "--groupid": ["1000", "0", "x"], "--caller": ["SLURM", "CLI", ""],
-                    "--capacity": ["default:1PiB", "default:x", ":1GiB", "x", "fast:1GiB",
-                                   "default:-1", "default:1.5GiB"],
-                    "--access": ACCESS, "--type": TYPES, "--nodes": ["n1", "n[1-2]", "", "$(id)"],
-                    "--hurry": None, "--bogus": None}
+
+FUNCTIONS = [
+    "pools",
+    "show_instances",
+    "show_sessions",
+    "show_configurations",
+    "job_process",
+    "setup",
+    "real_size",
+    "data_in",
+    "paths",
+    "pre_run",
+    "post_run",
+    "data_out",
+    "teardown",
+    "create_persistent",
+    "bogus",
+    "",
+]
+FUNCTION_OPTIONS = {
+    "--token": [
+        "77001",
+        "0",
+        "-1",
+        "x",
+        "77001\n",
+        "4294967296",
+        "a" * 70,
+        "proj9",
+        "9proj",
+        "../77001",
+        "",
+    ],
+    "--user": ["1000", "0", "-1", "x", "999", "4294967295", "1e3"],
+    "--groupid": ["1000", "0", "x"],
+    "--caller": ["SLURM", "CLI", ""],
+    "--capacity": [
+        "default:1PiB",
+        "default:x",
+        ":1GiB",
+        "x",
+        "fast:1GiB",
+        "default:-1",
+        "default:1.5GiB",
+    ],
+    "--access": ACCESS,
+    "--type": TYPES,
+    "--nodes": ["n1", "n[1-2]", "", "$(id)"],
+    "--hurry": None,
+    "--bogus": None,
+}
 FILE_OPTIONS = ["--job", "--nodehostnamefile", "--pathfile"]
 
 
@@ -287,9 +595,21 @@ def function_args(rng: random.Random, scratch: str) -> list[str]:
             args += [option] if values is None else [option, rng.choice(values)]
     for option in FILE_OPTIONS:
         if rng.random() < 0.3:
-            args += [option, rng.choice([f"{scratch}/script-{rng.randrange(4)}",
-                                         f"{scratch}/nodes", f"{scratch}/missing", scratch,
-                                         "relative", "/proc/999999999/fd/0", "/dev/zero", ""])]
+            args += [
+                option,
+                rng.choice(
+                    [
+                        f"{scratch}/script-{rng.randrange(4)}",
+                        f"{scratch}/nodes",
+                        f"{scratch}/missing",
+                        scratch,
+                        "relative",
+                        "/proc/999999999/fd/0",
+                        "/dev/zero",
+                        "",
+                    ]
+                ),
+            ]
     return args
 
 
@@ -313,13 +633,40 @@ def cli_fault(args: list[str], rc: int, out: str, err: str) -> str | None:
 
 # -- etcd records --------------------------------------------------------------------------------
 
+
 def bad_values(rng: random.Random, good: dict) -> list[bytes]:
     """Malformed and wrongly typed versions of the record `good`: not JSON, not UTF-8, not an
     object, each field missing, of another type, huge, or holding hostile text."""
-    out = [b"", b"{", b"\xff\xfe", b"null", b"[]", b"7", b'"x"', b"{}", b'{"a": NaN}',
-           json.dumps(good).encode()[:-1], b"\x00" * 10, b"[" * 10000 + b"]" * 10000]
-    odd = [None, True, -1, 1 << 70, 1.5, "", "x" * 100000, [], {}, ["x"], {"x": 1}, "\udcff",
-           "{{ lookup('pipe','id') }}", "../../etc"]
+    out = [
+        b"",
+        b"{",
+        b"\xff\xfe",
+        b"null",
+        b"[]",
+        b"7",
+        b'"x"',
+        b"{}",
+        b'{"a": NaN}',
+        json.dumps(good).encode()[:-1],
+        b"\x00" * 10,
+        b"[" * 10000 + b"]" * 10000,
+    ]
+    odd = [
+        None,
+        True,
+        -1,
+        1 << 70,
+        1.5,
+        "",
+        "x" * 100000,
+        [],
+        {},
+        ["x"],
+        {"x": 1},
+        "\udcff",
+        "{{ lookup('pipe','id') }}",
+        "../../etc",
+    ]
     for key in good:
         doc = dict(good)
         del doc[key]
@@ -341,4 +688,5 @@ def summary(faults: list[str], examples: int = 3) -> str:
         kinds.setdefault(f.split(":", 1)[0][:60], []).append(f)
     return f"{len(faults)} faults:\n" + "\n".join(
         f"- {len(v)} x {k}:\n  " + "\n  ".join(x[:600] for x in v[:examples])
-        for k, v in kinds.items())
+        for k, v in kinds.items()
+    )

@@ -18,6 +18,7 @@ def in_process(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     hands `--function` to dacctl.datawarp.run), its output captured. An exception that gets
     out of it would have been a traceback: it is returned as one on stderr."""
     from dacctl.main import main
+
     out, err = io.StringIO(), io.StringIO()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -29,6 +30,7 @@ def in_process(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
                 rc = e.code if isinstance(e.code, int) else 1
             except BaseException:  # noqa: BLE001 - what escapes is the finding
                 import traceback
+
                 traceback.print_exc()
                 rc = 99
     finally:
@@ -42,10 +44,17 @@ def in_process(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
 
 def as_process(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
     """`dacctl argv` as the installed command; bytes that are not UTF-8 shown escaped."""
-    r = subprocess.run([str(BIN / "dacctl"), *argv], capture_output=True,
-                       env={**os.environ, **env}, timeout=timeout)
-    return (r.returncode, r.stdout.decode("utf-8", "backslashreplace"),
-            r.stderr.decode("utf-8", "backslashreplace"))
+    r = subprocess.run(
+        [str(BIN / "dacctl"), *argv],
+        capture_output=True,
+        env={**os.environ, **env},
+        timeout=timeout,
+    )
+    return (
+        r.returncode,
+        r.stdout.decode("utf-8", "backslashreplace"),
+        r.stderr.decode("utf-8", "backslashreplace"),
+    )
 
 
 @contextlib.contextmanager
@@ -54,12 +63,23 @@ def local_dac(bricks_per_server: int = 2):
     can enter; yields (workdir, env for dacctl); always torn down."""
     import shutil
     import tempfile
+
     top = Path(tempfile.mkdtemp(prefix="dac-fuzz-"))
     top.chmod(0o755)
     workdir = top / "dac"
     try:
-        _dacctl("local", "up", "--workdir", str(workdir), "--servers", "2",
-                "--bricks-per-server", str(bricks_per_server), "--brick-size", "512MiB")
+        _dacctl(
+            "local",
+            "up",
+            "--workdir",
+            str(workdir),
+            "--servers",
+            "2",
+            "--bricks-per-server",
+            str(bricks_per_server),
+            "--brick-size",
+            "512MiB",
+        )
         yield workdir, {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
     finally:
         _dacctl("local", "down", "--workdir", str(workdir), check=False)
@@ -67,17 +87,22 @@ def local_dac(bricks_per_server: int = 2):
 
 
 def _dacctl(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
-    r = subprocess.run([str(BIN / "dacctl"), *args], capture_output=True, text=True,
-                       env={**os.environ, **(env or {})}, timeout=120)
+    r = subprocess.run(
+        [str(BIN / "dacctl"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
     if check and r.returncode:
-        raise RuntimeError(f"dacctl {' '.join(args)} failed ({r.returncode}): "
-                           f"{r.stdout}{r.stderr}")
+        raise RuntimeError(f"dacctl {' '.join(args)} failed ({r.returncode}): {r.stdout}{r.stderr}")
     return r.stdout
 
 
 def make_scratch(directory: Path) -> str:
     """Fill `directory` with fuzzgen.scratch_files; returns its path."""
     from fuzzgen import scratch_files
+
     for name, data in scratch_files(str(directory)).items():
         path = directory / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -75,8 +75,19 @@ class Host:
         (self.root / "ansible").mkdir()
         (self.root / "hosts").write_text(self.site.etc_hosts())
         sh("ip", "netns", "add", self.netns)
-        sh("ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0",
-           "netns", self.netns)
+        sh(
+            "ip",
+            "link",
+            "add",
+            self.veth,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            self.netns,
+        )
         sh("ip", "link", "set", self.veth, "master", self.site.bridge, "up")
         sh("ip", "-n", self.netns, "addr", "add", f"{self.address}/24", "dev", "eth0")
         sh("ip", "-n", self.netns, "link", "set", "eth0", "up")
@@ -85,20 +96,37 @@ class Host:
         # the host's own mount and UTS namespaces, held by a sleeping process: its hostname,
         # /etc/hosts, and /root/.ansible (Ansible's ssh ControlMaster sockets: shared between
         # hosts, they would cross-connect)
-        script = (f"hostname {self.name} && mount --bind {self.root}/hosts /etc/hosts && "
-                  f"mount --bind {self.root}/ansible /root/.ansible && touch {ready} && "
-                  "exec sleep infinity")
+        script = (
+            f"hostname {self.name} && mount --bind {self.root}/hosts /etc/hosts && "
+            f"mount --bind {self.root}/ansible /root/.ansible && touch {ready} && "
+            "exec sleep infinity"
+        )
         Path("/root/.ansible").mkdir(exist_ok=True)
-        self.holder = subprocess.Popen(["ip", "netns", "exec", self.netns, "unshare", "--mount",
-                                        "--uts", "--propagation", "private", "sh", "-c", script])
+        self.holder = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.netns,
+                "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+            ]
+        )
         deadline = time.monotonic() + 10
         while not ready.exists():
             assert self.holder.poll() is None, f"host {self.name} did not boot"
             assert time.monotonic() < deadline, f"host {self.name} not ready within 10 s"
             time.sleep(0.05)
         # `ip netns exec`, unshare and sh each exec the next: the holder's pid is the sleep's
-        self.sshd = Sshd(self.root / "sshd", Path(f"{self.site.key}.pub"), self.address, 22,
-                         prefix=self.enter).start()
+        self.sshd = Sshd(
+            self.root / "sshd", Path(f"{self.site.key}.pub"), self.address, 22, prefix=self.enter
+        ).start()
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
         return sh(*self.enter, *argv, check=check)
@@ -109,8 +137,12 @@ class Host:
 
     def spawn(self, argv: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
         out = open(log, "ab")
-        return subprocess.Popen([*self.enter, *argv], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})})
+        return subprocess.Popen(
+            [*self.enter, *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
 
     def destroy(self) -> None:
         if self.sshd is not None:
@@ -147,8 +179,9 @@ class Site:
         self.etcd = None
 
     def etc_hosts(self) -> str:
-        return "127.0.0.1 localhost\n" + "".join(f"{h.address} {h.name}\n"
-                                                for h in self.hosts.values())
+        return "127.0.0.1 localhost\n" + "".join(
+            f"{h.address} {h.name}\n" for h in self.hosts.values()
+        )
 
     def boot(self) -> Site:
         sh("ip", "link", "add", self.bridge, "type", "bridge")
@@ -160,15 +193,20 @@ class Site:
         for host in self.hosts.values():
             host.boot()
         # the admin's known_hosts, from each host's own key file (docs/admin.md, "Host keys")
-        self.known_hosts.write_text("".join(
-            f"{h.name},{h.address} {h.sshd.public_key()}\n" for h in self.hosts.values()
-            if h.sshd is not None))
+        self.known_hosts.write_text(
+            "".join(
+                f"{h.name},{h.address} {h.sshd.public_key()}\n"
+                for h in self.hosts.values()
+                if h.sshd is not None
+            )
+        )
         return self
 
     def _site_facts(self) -> None:
         facts = json.loads((self.recorded.root / "site.json").read_text())
-        facts["hosts"] = {h.name: {"nid": f"{h.address}@tcp", "ranks": []}
-                          for h in self.hosts.values()}
+        facts["hosts"] = {
+            h.name: {"nid": f"{h.address}@tcp", "ranks": []} for h in self.hosts.values()
+        }
         (self.recorded.root / "site.json").write_text(json.dumps(facts))
         for h in self.servers:
             device = self.device(h.name)
@@ -200,28 +238,55 @@ class Site:
 
     def config(self, etcd: dict) -> dict:
         env = {"PATH": f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin"}
-        reach = {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
-                 "ansible_python_interpreter": "/usr/bin/python3", "dac_environment": env}
+        reach = {
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.key),
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "dac_environment": env,
+        }
         return {
             "etcd": {**etcd, "timeout": 5},
             "lease_ttl": 5,
-            "pools": {"p": {"granularity": "100GiB", "backend": "lustre", "lustre": {
-                "mgs": "per_buffer", "mdt_size": "10GiB", "release": "2.16",
-                "target_root": str(self.recorded.root / "targets")}}},
-            "hosts": {h.name: {"fs_root": str(self.recorded.root / h.name / "fs"),
-                               "lnet_nid": f"{h.address}@tcp",
-                               "ansible_vars": {"ansible_host": h.address, **reach},
-                               "bricks": [{"device": self.device(h.name),
-                                           "capacity": "100GiB", "pool": "p",
-                                           "name": "nvme0n1"}]}
-                      for h in self.servers},
+            "pools": {
+                "p": {
+                    "granularity": "100GiB",
+                    "backend": "lustre",
+                    "lustre": {
+                        "mgs": "per_buffer",
+                        "mdt_size": "10GiB",
+                        "release": "2.16",
+                        "target_root": str(self.recorded.root / "targets"),
+                    },
+                }
+            },
+            "hosts": {
+                h.name: {
+                    "fs_root": str(self.recorded.root / h.name / "fs"),
+                    "lnet_nid": f"{h.address}@tcp",
+                    "ansible_vars": {"ansible_host": h.address, **reach},
+                    "bricks": [
+                        {
+                            "device": self.device(h.name),
+                            "capacity": "100GiB",
+                            "pool": "p",
+                            "name": "nvme0n1",
+                        }
+                    ],
+                }
+                for h in self.servers
+            },
             "mount_root": "/mnt/dac",
             "node_root": str(self.recorded.root / "nodes" / "{node}"),
             "node_ansible_vars": reach,  # nodes by name: each server's /etc/hosts has them
             # quicker than the defaults (10 s, 5 x 3 s, 60 s: tests/system/test_ssh.py), so the
             # faults cost the suite less; the issue's bound, 60 s, is asserted all the same
-            "ssh": {"known_hosts": str(self.known_hosts), "connect_timeout": 5,
-                    "alive_interval": 2, "alive_count": 3, "unreachable_timeout": 20},
+            "ssh": {
+                "known_hosts": str(self.known_hosts),
+                "connect_timeout": 5,
+                "alive_interval": 2,
+                "alive_count": 3,
+                "unreachable_timeout": 20,
+            },
         }
 
     def write_config(self, name: str, config: dict) -> Path:
@@ -235,7 +300,9 @@ class Site:
         hostname (its UTS namespace's)."""
         self.dacds[server.name] = server.spawn(
             [sys.executable, "-m", "dacd.main", "--config", str(config)],
-            self.root / f"dacd-{server.name}.log", env={"DAC_CONFIG": str(config)})
+            self.root / f"dacd-{server.name}.log",
+            env={"DAC_CONFIG": str(config)},
+        )
 
     def destroy(self) -> None:
         for proc in self.dacds.values():
@@ -268,8 +335,11 @@ def booted(settings=None):
             site.start_dacd(server, site.write_config(server.name, config))
         path = site.write_config("controller", config)
         env = {"DAC_CONFIG": str(path), "DAC_ETCD_ENDPOINTS": ""}
-        wait_for(lambda: pools(env).get("p", {}).get("total_bricks") == len(site.servers), 60,
-                 "every server's dacd registered")
+        wait_for(
+            lambda: pools(env).get("p", {}).get("total_bricks") == len(site.servers),
+            60,
+            "every server's dacd registered",
+        )
         yield site, env, Store.from_settings(load_config(str(path), env={}).etcd)
     finally:
         site.destroy()

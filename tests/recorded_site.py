@@ -32,19 +32,31 @@ class RecordedSite:
     `by_id`: bricks named by udev's persistent links (<host>/dev/disk/by-id/nvme-DAC_<n>);
     `daos`: extra DAOS facts per host (targets, scm_bytes, nvme_bytes: daos_tools.py)."""
 
-    def __init__(self, root: Path, hosts: int, bricks_per_host: int = 2, release: str = "2.15",
-                 by_id: bool = False, daos: dict | None = None, brick: int = 100 * GiB,
-                 granularity: int = 100 * GiB):
+    def __init__(
+        self,
+        root: Path,
+        hosts: int,
+        bricks_per_host: int = 2,
+        release: str = "2.15",
+        by_id: bool = False,
+        daos: dict | None = None,
+        brick: int = 100 * GiB,
+        granularity: int = 100 * GiB,
+    ):
         self.root, self.release, self.by_id = root, release, by_id
         self.brick, self.granularity = brick, granularity
         self.hosts = [f"dac{i}" for i in range(1, hosts + 1)]
         self.bricks_per_host = bricks_per_host
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o777)  # the stand-ins also run as the job's user (setpriv)
-        facts = {"hosts": {h: {"nid": f"10.0.0.{i}@tcp", "ranks": [2 * i - 2, 2 * i - 1],
-                               **(daos or {})}
-                           for i, h in enumerate(self.hosts, 1)},
-                 "lustre": {"release": release}, "daos": {"release": "2.6"}}
+        facts = {
+            "hosts": {
+                h: {"nid": f"10.0.0.{i}@tcp", "ranks": [2 * i - 2, 2 * i - 1], **(daos or {})}
+                for i, h in enumerate(self.hosts, 1)
+            },
+            "lustre": {"release": release},
+            "daos": {"release": "2.6"},
+        }
         facts["hosts"]["mgs1"] = {"nid": "10.0.0.100@tcp", "ranks": []}
         (root / "site.json").write_text(json.dumps(facts))
         for h in self.hosts:
@@ -59,8 +71,11 @@ class RecordedSite:
             (root / "state.json").write_text("{}")
 
     def env(self, host: str) -> dict:
-        return {"PATH": f"{SITE_BIN}:{os.environ['PATH']}", "DAC_SITE_DIR": str(self.root),
-                "DAC_SITE_HOST": host}
+        return {
+            "PATH": f"{SITE_BIN}:{os.environ['PATH']}",
+            "DAC_SITE_DIR": str(self.root),
+            "DAC_SITE_HOST": host,
+        }
 
     def device(self, host: str, brick: int) -> str:
         if self.by_id:
@@ -71,29 +86,54 @@ class RecordedSite:
         """A dac config (as data) with one pool `p` of this backend over every brick."""
         pool = {"granularity": self.granularity, "backend": backend}
         if backend == "lustre":
-            pool["lustre"] = {"mgs": "per_buffer", "mdt_size": "10GiB", "release": self.release,
-                              "target_root": str(self.root / "targets"), **settings}
+            pool["lustre"] = {
+                "mgs": "per_buffer",
+                "mdt_size": "10GiB",
+                "release": self.release,
+                "target_root": str(self.root / "targets"),
+                **settings,
+            }
         else:
             pool["daos"] = {"provider": "ofi+tcp", **settings}
-        hosts = {h: {"fs_root": str(self.root / h / "fs"), "lnet_nid": f"10.0.0.{i}@tcp",
-                     "daos_ranks": {0: 2 * i - 2},
-                     "ansible_vars": {"ansible_connection": "local",
-                                      "dac_environment": self.env(h)},
-                     "bricks": [{"device": self.device(h, b), "capacity": self.brick, "pool": "p",
-                                 "name": f"nvme{b}n1"}
-                                for b in range(self.bricks_per_host)]}
-                 for i, h in enumerate(self.hosts, 1)}
+        hosts = {
+            h: {
+                "fs_root": str(self.root / h / "fs"),
+                "lnet_nid": f"10.0.0.{i}@tcp",
+                "daos_ranks": {0: 2 * i - 2},
+                "ansible_vars": {"ansible_connection": "local", "dac_environment": self.env(h)},
+                "bricks": [
+                    {
+                        "device": self.device(h, b),
+                        "capacity": self.brick,
+                        "pool": "p",
+                        "name": f"nvme{b}n1",
+                    }
+                    for b in range(self.bricks_per_host)
+                ],
+            }
+            for i, h in enumerate(self.hosts, 1)
+        }
         mgs = pool.get("lustre", {}).get("mgs")
         if isinstance(mgs, dict):
-            mgs.setdefault("ansible_vars", {"ansible_connection": "local",
-                                            "dac_environment": self.env("mgs1")})
-        config = {"pools": {"p": pool}, "hosts": hosts, "ansible_forks": 1,
-                  "mount_root": "/mnt/dac", "node_root": str(self.root / "nodes" / "{node}"),
-                  "node_ansible_vars": {"ansible_connection": "local",
-                                        "dac_environment": self.env("{{ inventory_hostname }}")}}
+            mgs.setdefault(
+                "ansible_vars", {"ansible_connection": "local", "dac_environment": self.env("mgs1")}
+            )
+        config = {
+            "pools": {"p": pool},
+            "hosts": hosts,
+            "ansible_forks": 1,
+            "mount_root": "/mnt/dac",
+            "node_root": str(self.root / "nodes" / "{node}"),
+            "node_ansible_vars": {
+                "ansible_connection": "local",
+                "dac_environment": self.env("{{ inventory_hostname }}"),
+            },
+        }
         if etcd:  # an endpoint, or the `etcd` settings of a secure server (TLS files, roles)
-            config["etcd"] = {**(etcd if isinstance(etcd, dict) else {"endpoints": [etcd]}),
-                              "timeout": 5}
+            config["etcd"] = {
+                **(etcd if isinstance(etcd, dict) else {"endpoints": [etcd]}),
+                "timeout": 5,
+            }
             config["lease_ttl"] = 5
         return config
 
@@ -102,23 +142,50 @@ class RecordedSite:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
 
-    def buffer(self, bricks: list[tuple[str, int]], access="striped", uid=1000, gid=1000,
-               attachments=None, name="42", capacity: int | None = None) -> Buffer:
+    def buffer(
+        self,
+        bricks: list[tuple[str, int]],
+        access="striped",
+        uid=1000,
+        gid=1000,
+        attachments=None,
+        name="42",
+        capacity: int | None = None,
+    ) -> Buffer:
         """A buffer on these bricks; by default it asks for a granularity per brick."""
         capacity = capacity or self.granularity * len(bricks)
-        return Buffer(name=name, owner_uid=uid, owner_gid=gid, created_at=1.0,
-                      request=BufferRequest(capacity=capacity, pool="p", access=access),
-                      attachments=attachments or {},
-                      allocation=Allocation(primary_host=bricks[0][0], bricks=[
-                          BrickRef(host=h, brick=f"nvme{b}n1", device=self.device(h, b),
-                                   capacity=self.brick) for h, b in bricks]))
+        return Buffer(
+            name=name,
+            owner_uid=uid,
+            owner_gid=gid,
+            created_at=1.0,
+            request=BufferRequest(capacity=capacity, pool="p", access=access),
+            attachments=attachments or {},
+            allocation=Allocation(
+                primary_host=bricks[0][0],
+                bricks=[
+                    BrickRef(
+                        host=h, brick=f"nvme{b}n1", device=self.device(h, b), capacity=self.brick
+                    )
+                    for h, b in bricks
+                ],
+            ),
+        )
 
-    def run(self, config: dict, backend: str, buf: Buffer, step: str, attached=None,
-            on_task=None) -> None:
+    def run(
+        self, config: dict, backend: str, buf: Buffer, step: str, attached=None, on_task=None
+    ) -> None:
         """One lifecycle step, as the buffer's primary dacd runs it."""
         b = get(backend, DacConfig.model_validate(config), buf.allocation.primary_host)
-        run_step(backend, step, buf.allocation.primary_host, b.variables(buf, step, attached),
-                 on_task, inventory=b.inventory(buf, step, attached), forks=1)
+        run_step(
+            backend,
+            step,
+            buf.allocation.primary_host,
+            b.variables(buf, step, attached),
+            on_task,
+            inventory=b.inventory(buf, step, attached),
+            forks=1,
+        )
 
     def commands(self, clear: bool = True) -> list[tuple]:
         """(host, argv...) of every call since the last look; site paths shown as <site>."""
@@ -138,18 +205,33 @@ class RecordedSite:
     def state(self) -> dict:
         return json.loads((self.root / "state.json").read_text())
 
-    def fail(self, tool: str, contains: list[str], host: str | None = None,
-             stderr: str = "injected failure", rc: int = 1) -> None:
-        fault = {"tool": tool, "contains": contains, "rc": rc, "stderr": stderr,
-                 **({"host": host} if host else {})}
+    def fail(
+        self,
+        tool: str,
+        contains: list[str],
+        host: str | None = None,
+        stderr: str = "injected failure",
+        rc: int = 1,
+    ) -> None:
+        fault = {
+            "tool": tool,
+            "contains": contains,
+            "rc": rc,
+            "stderr": stderr,
+            **({"host": host} if host else {}),
+        }
         path = self.root / "faults.json"
         path.write_text(json.dumps([fault]))
         path.chmod(0o666)  # a stand-in running as the job's user takes the fault
 
     def tool(self, host: str, *argv: str) -> None:
         """Run a stand-in by hand on `host`, as a site's admin would run the real tool."""
-        subprocess.run([str(SITE_BIN / argv[0]), *argv[1:]], check=True, capture_output=True,
-                       env={**os.environ, **self.env(host)})
+        subprocess.run(
+            [str(SITE_BIN / argv[0]), *argv[1:]],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **self.env(host)},
+        )
 
     def start_shared_mgs(self, host: str) -> None:
         """The site's long-lived MGS, formatted and started once by its admin."""
@@ -163,6 +245,9 @@ class RecordedSite:
 
     def start_dacd(self, config_path: Path, host: str) -> subprocess.Popen:
         log = open(self.root / f"dacd-{host}.log", "ab")
-        return subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", str(config_path),
-                                 "--host", host], stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "DAC_CONFIG": str(config_path)})
+        return subprocess.Popen(
+            [sys.executable, "-m", "dacd.main", "--config", str(config_path), "--host", host],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "DAC_CONFIG": str(config_path)},
+        )

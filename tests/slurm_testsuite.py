@@ -39,8 +39,7 @@ PYTHON_TEST = {
     "22.05": "python/tests/parameters/slurm/BurstBufferType/datawarp/test_datawarp.py",
     "24.11": "python/tests/test_125_1.py",
 }
-EXPECT_TESTS = ("test17.45", "test35.1", "test35.2", "test35.3", "test35.4", "test35.5",
-                "test35.6")
+EXPECT_TESTS = ("test17.45", "test35.1", "test35.2", "test35.3", "test35.4", "test35.5", "test35.6")
 
 
 def tests_release(release: str) -> str:
@@ -51,11 +50,13 @@ def tests_release(release: str) -> str:
 def _opener() -> urllib.request.OpenerDirector:
     """urllib with the site's proxies and CA bundle (daclocal.fetching)."""
     env = fetching.env()
-    proxies = {scheme: env[f"{scheme}_proxy"] for scheme in ("http", "https")
-               if env.get(f"{scheme}_proxy")}
+    proxies = {
+        scheme: env[f"{scheme}_proxy"] for scheme in ("http", "https") if env.get(f"{scheme}_proxy")
+    }
     context = ssl.create_default_context(cafile=fetching.ca_bundle())
-    return urllib.request.build_opener(urllib.request.ProxyHandler(proxies),
-                                       urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler(proxies), urllib.request.HTTPSHandler(context=context)
+    )
 
 
 def _get(url: str, to: Path) -> None:
@@ -81,8 +82,10 @@ def _source(mirror: str, suite: str, work: Path) -> tuple[str, str, str]:
         sha = re.search(r"^ ([0-9a-f]{64}) \d+ (slurm-wlm_\S+\.orig\.tar\.gz)$", stanza, re.M)
         if version and directory and sha:
             return version.group(1), f"{directory.group(1)}/{sha.group(2)}", sha.group(1)
-    raise AdminError(f"fetching Slurm's tests: Debian {suite} lists no slurm-wlm source "
-                     f"with an .orig.tar.gz ({mirror})")
+    raise AdminError(
+        f"fetching Slurm's tests: Debian {suite} lists no slurm-wlm source "
+        f"with an .orig.tar.gz ({mirror})"
+    )
 
 
 def testsuite(release: str) -> Path:
@@ -109,20 +112,28 @@ def _fetch(rel: str, cache: Path) -> Path:
     mirror = releases._mirror().rstrip("/")
     version, pool_path, sha = _source(mirror, SUITES[rel], build)
     if not version.startswith(rel + "."):
-        raise AdminError(f"fetching Slurm's tests: Debian {SUITES[rel]} has slurm-wlm "
-                         f"{version}, not {rel}")
+        raise AdminError(
+            f"fetching Slurm's tests: Debian {SUITES[rel]} has slurm-wlm {version}, not {rel}"
+        )
     tarball = build / pool_path.rsplit("/", 1)[1]
     _get(f"{mirror}/{pool_path}", tarball)
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
     if digest != sha:
-        raise AdminError(f"fetching Slurm's tests: {tarball.name} has SHA-256 {digest}, "
-                         f"Debian's index says {sha}")
+        raise AdminError(
+            f"fetching Slurm's tests: {tarball.name} has SHA-256 {digest}, "
+            f"Debian's index says {sha}"
+        )
     with tarfile.open(tarball) as tar:
         # files and directories only, none outside the tree (Debian 12's Python 3.11.2 has no
         # extraction filters)
-        members = [m for m in tar.getmembers()
-                   if m.name.split("/")[1:2] == ["testsuite"] and (m.isfile() or m.isdir())
-                   and not m.name.startswith("/") and ".." not in m.name.split("/")]
+        members = [
+            m
+            for m in tar.getmembers()
+            if m.name.split("/")[1:2] == ["testsuite"]
+            and (m.isfile() or m.isdir())
+            and not m.name.startswith("/")
+            and ".." not in m.name.split("/")
+        ]
         tar.extractall(build, members=members)
     tarball.unlink()
     (top,) = [p for p in build.iterdir() if p.is_dir()]
@@ -137,8 +148,9 @@ def _fetch(rel: str, cache: Path) -> Path:
     final = cache / f"slurm-testsuite-{upstream}"
     shutil.rmtree(final, ignore_errors=True)
     build.rename(final)
-    (final / ".ok").write_text(f"slurm-wlm {version} ({pool_path}, sha256 {sha}) in "
-                               f"{time.monotonic() - started:.0f}s\n")
+    (final / ".ok").write_text(
+        f"slurm-wlm {version} ({pool_path}, sha256 {sha}) in {time.monotonic() - started:.0f}s\n"
+    )
     return final / "testsuite"
 
 
@@ -151,6 +163,7 @@ def version_of(suite: Path) -> str:
 class Edit:
     """One change to a fetched test: `old` (which must be there; a regular expression when
     `regex`) becomes `new`."""
+
     old: str
     new: str
     why: str
@@ -160,41 +173,54 @@ class Edit:
 #: The changes made to Slurm's tests before they run against dac, by plugin and file
 #: ("python" is the datawarp python test). Each says why; docs/slurm.md names them.
 _EMULATE = Edit(
-    "if [check_bb_emulate] {", "if 0 {",
+    "if [check_bb_emulate] {",
+    "if 0 {",
     "dac stages for real under Flags=EmulateCray too (the flag only tells Slurm that "
     "GetSysState is not Cray's own dw_wlm_cli): the test's real-DataWarp branch applies, "
-    "not the one expecting no stage-out")
+    "not the one expecting no stage-out",
+)
 _LUA = Edit(
     '[param_contains [get_config_param "BurstBufferType"] "*datawarp"]',
     '[param_contains [get_config_param "BurstBufferType"] "*lua"]',
     "the test's lua-applicable checks, under burst_buffer/lua (Directive=DW: the same #DW "
-    "lines reach dac)")
+    "lines reach dac)",
+)
 _POOL = Edit(
-    "capacity=1GiB access_mode", "capacity=1GiB pool=default access_mode",
-    "burst_buffer/lua requires pool= beside capacity= (it ignores burst_buffer.conf's "
-    "DefaultPool)")
+    "capacity=1GiB access_mode",
+    "capacity=1GiB pool=default access_mode",
+    "burst_buffer/lua requires pool= beside capacity= (it ignores burst_buffer.conf's DefaultPool)",
+)
 _TEARDOWNS = Edit(
-    "# Wait for stage-out completion\nsleep 5\n", "# Wait for stage-out completion\nsleep 20\n",
+    "# Wait for stage-out completion\nsleep 5\n",
+    "# Wait for stage-out completion\nsleep 20\n",
     "the three tasks' stage-outs and teardowns are given 5 s where test35.2 gives its one 10 s; "
     "each of dac's is a real unmount, zeroing and Ansible run: seen, two of three still in "
-    "teardown after 5 s at load 7 on 2 cores (Cray's emulator has nothing to tear down)")
+    "teardown after 5 s at load 7 on 2 cores (Cray's emulator has nothing to tear down)",
+)
 EDITS: dict[str, dict[str, tuple[Edit, ...]]] = {
     "datawarp": {
         "test35.2": (_EMULATE,),
         "test35.3": (_EMULATE, _TEARDOWNS),
         "python": (
-            Edit('dw_wlm_cli_client = f"{atf.properties[\'slurm-sbin-dir\']}/dw_wlm_cli"',
-                 "dw_wlm_cli_client = os.environ['DAC_DACCTL']",
-                 "dac's dw_wlm_cli is dacctl (GetSysState names it), not a file called "
-                 "dw_wlm_cli in Slurm's sbin"),
-            Edit('dwstat_client = f"{atf.properties[\'slurm-sbin-dir\']}/dwstat"',
-                 "dwstat_client = os.environ['DAC_BBSTAT']",
-                 "dac's dwstat is dac-bbstat (GetSysStatus names it)"),
-            Edit("import atf\n", "import atf\nimport os\n",
-                 "for the two paths above"),
-            Edit(r"""atf\.require_config_parameter\(\s*["']AllowUsers["'][^)]*\)""", "pass",
-                 "the local DAC's burst_buffer.conf has no AllowUsers line (every user may "
-                 "have buffers), which lets the test's user too", regex=True),
+            Edit(
+                "dw_wlm_cli_client = f\"{atf.properties['slurm-sbin-dir']}/dw_wlm_cli\"",
+                "dw_wlm_cli_client = os.environ['DAC_DACCTL']",
+                "dac's dw_wlm_cli is dacctl (GetSysState names it), not a file called "
+                "dw_wlm_cli in Slurm's sbin",
+            ),
+            Edit(
+                "dwstat_client = f\"{atf.properties['slurm-sbin-dir']}/dwstat\"",
+                "dwstat_client = os.environ['DAC_BBSTAT']",
+                "dac's dwstat is dac-bbstat (GetSysStatus names it)",
+            ),
+            Edit("import atf\n", "import atf\nimport os\n", "for the two paths above"),
+            Edit(
+                r"""atf\.require_config_parameter\(\s*["']AllowUsers["'][^)]*\)""",
+                "pass",
+                "the local DAC's burst_buffer.conf has no AllowUsers line (every user may "
+                "have buffers), which lets the test's user too",
+                regex=True,
+            ),
         ),
     },
     "lua": {
@@ -205,21 +231,39 @@ EDITS: dict[str, dict[str, tuple[Edit, ...]]] = {
 }
 #: atf (the python tests' library) runs a command "as" SlurmUser through `sudo -u`, and skips
 #: without sudo rights; the local DAC's config files are readable by the test's user
-ATF_EDIT = Edit(r"""if user is not None and user != properties\[["']test-user["']\]:""",
-                "if False:  # dac: no sudo",
-                "atf reads Slurm's config files and checks dacctl as SlurmUser through sudo; "
-                "the test's user reads them itself (no sudo rights are given to it)", regex=True)
+ATF_EDIT = Edit(
+    r"""if user is not None and user != properties\[["']test-user["']\]:""",
+    "if False:  # dac: no sudo",
+    "atf reads Slurm's config files and checks dacctl as SlurmUser through sudo; "
+    "the test's user reads them itself (no sudo rights are given to it)",
+    regex=True,
+)
 #: atf's further edits, by the release of the tests
-ATF_EDITS = {"24.11": (Edit(
-    r"(?m)^import requests$", "requests = None  # dac: only slurmrestd's tests use it",
-    "atf imports requests for slurmrestd's tests alone; the burst-buffer test never uses it, "
-    "and dac's test venv does not install it", regex=True),)}
+ATF_EDITS = {
+    "24.11": (
+        Edit(
+            r"(?m)^import requests$",
+            "requests = None  # dac: only slurmrestd's tests use it",
+            "atf imports requests for slurmrestd's tests alone; the burst-buffer test never "
+            "uses it, "
+            "and dac's test venv does not install it",
+            regex=True,
+        ),
+    )
+}
 
 #: the python tests' conftest, by the release of the tests
-CONFTEST_EDITS = {"22.05": (Edit(
-    "from py.io import TerminalWriter", "from _pytest._io import TerminalWriter",
-    "pytest 7.2 and later no longer ship the py library; its TerminalWriter is pytest's own "
-    "(24.11's conftest no longer imports it)"),)}
+CONFTEST_EDITS = {
+    "22.05": (
+        Edit(
+            "from py.io import TerminalWriter",
+            "from _pytest._io import TerminalWriter",
+            "pytest 7.2 and later no longer ship the py library; its TerminalWriter is "
+            "pytest's own "
+            "(24.11's conftest no longer imports it)",
+        ),
+    )
+}
 
 
 def apply(text: str, edits: tuple[Edit, ...], name: str) -> str:
@@ -230,8 +274,9 @@ def apply(text: str, edits: tuple[Edit, ...], name: str) -> str:
             n = text.count(e.old)
             text = text.replace(e.old, e.new)
         if n < 1:
-            raise AssertionError(f"{name}: the edit '{e.why}' no longer applies: "
-                                 f"{e.old!r} is not in the test")
+            raise AssertionError(
+                f"{name}: the edit '{e.why}' no longer applies: {e.old!r} is not in the test"
+            )
     return text
 
 
@@ -247,11 +292,13 @@ def prepare(suite: Path, release: str, plugin: str, work: Path) -> None:
     (py / "lib").mkdir(parents=True)
     (py / "tests").mkdir()
     conftest = (suite / "python" / "conftest.py").read_text()
-    (py / "conftest.py").write_text(apply(conftest, CONFTEST_EDITS.get(tests_release(release),
-                                                                      ()), "conftest.py"))
+    (py / "conftest.py").write_text(
+        apply(conftest, CONFTEST_EDITS.get(tests_release(release), ()), "conftest.py")
+    )
     atf = (suite / "python" / "lib" / "atf.py").read_text()
     (py / "lib" / "atf.py").write_text(
-        apply(atf, (ATF_EDIT, *ATF_EDITS.get(tests_release(release), ())), "atf.py"))
+        apply(atf, (ATF_EDIT, *ATF_EDITS.get(tests_release(release), ())), "atf.py")
+    )
     if plugin == "datawarp":
         src = suite / PYTHON_TEST[tests_release(release)]
         text = src.read_text()

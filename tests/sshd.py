@@ -22,8 +22,9 @@ SSHD = "/usr/sbin/sshd"
 
 def keygen(path: Path, comment: str = "dac-test") -> Path:
     """An ed25519 key pair at `path` (and `path`.pub)."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f",
-                    str(path)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True
+    )
     return path
 
 
@@ -36,8 +37,14 @@ def free_port(address: str = "127.0.0.1") -> int:
 class Sshd:
     """One sshd. `prefix`: a command line to start it in (`ip netns exec …`, nsenter)."""
 
-    def __init__(self, root: Path, authorized: Path, address: str = "127.0.0.1",
-                 port: int | None = None, prefix: list[str] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        authorized: Path,
+        address: str = "127.0.0.1",
+        port: int | None = None,
+        prefix: list[str] | None = None,
+    ):
         assert os.path.exists(SSHD), f"{SSHD} is missing: install openssh-server (make deps)"
         self.root, self.address = root, address
         self.port = port or free_port(address)
@@ -52,7 +59,8 @@ class Sshd:
             f"PidFile {self.pidfile}\nAuthorizedKeysFile {root}/authorized_keys\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-            "LogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n")
+            "LogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
+        )
         self.proc: subprocess.Popen | None = None
 
     def public_key(self) -> str:
@@ -68,13 +76,16 @@ class Sshd:
         self.pidfile.unlink(missing_ok=True)  # a stopped one's: not this one's answer
         log = open(self.root / "sshd.log", "ab")
         # -D: stays in the foreground, so the test holds its pid; -e: errors to the log
-        self.proc = subprocess.Popen([*self.prefix, SSHD, "-D", "-e", "-f", str(self.config)],
-                                     stdout=log, stderr=log)
+        self.proc = subprocess.Popen(
+            [*self.prefix, SSHD, "-D", "-e", "-f", str(self.config)], stdout=log, stderr=log
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"sshd exited with {self.proc.returncode}: "
-                                     f"{(self.root / 'sshd.log').read_text()[-500:]}")
+                raise AssertionError(
+                    f"sshd exited with {self.proc.returncode}: "
+                    f"{(self.root / 'sshd.log').read_text()[-500:]}"
+                )
             if self._answers():
                 return self
             time.sleep(0.05)

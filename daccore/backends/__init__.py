@@ -27,12 +27,21 @@ from daccore.errors import ConfigError
 if TYPE_CHECKING:
     from daccore.config import DacConfig
 
-__all__ = ["Backend", "Templated", "templated", "get", "runs_once_for_all_hosts", "unservable",
-           "node_mounts", "prune_list"]
+__all__ = [
+    "Backend",
+    "Templated",
+    "templated",
+    "get",
+    "runs_once_for_all_hosts",
+    "unservable",
+    "node_mounts",
+    "prune_list",
+]
 
 
 def _registry() -> dict[str, type[Backend]]:
     from daccore.backends import daos, local, lustre  # noqa: F401  (each registers itself)
+
     return REGISTRY
 
 
@@ -45,5 +54,6 @@ def get(name: str, config: DacConfig, host: str, source: str = "config") -> Back
     try:
         return _registry()[name](config, host)
     except KeyError:
-        raise ConfigError(source, f"no such backend: '{name}' (choose "
-                                  f"{', '.join(sorted(REGISTRY))})") from None
+        raise ConfigError(
+            source, f"no such backend: '{name}' (choose {', '.join(sorted(REGISTRY))})"
+        ) from None

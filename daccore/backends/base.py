@@ -15,8 +15,16 @@ if TYPE_CHECKING:
     from daccore.config import BrickSettings, DacConfig
     from daccore.models import BrickRef, Buffer
 
-__all__ = ["Backend", "Templated", "templated", "register", "REGISTRY", "unservable",
-           "node_mounts", "prune_list"]
+__all__ = [
+    "Backend",
+    "Templated",
+    "templated",
+    "register",
+    "REGISTRY",
+    "unservable",
+    "node_mounts",
+    "prune_list",
+]
 
 REGISTRY: dict[str, type[Backend]] = {}
 
@@ -30,13 +38,15 @@ class Backend(ABC):
     def __init__(self, config: DacConfig, host: str):
         self.config, self.host = config, host
 
-    def inventory(self, buffer: Buffer, step: str,
-                  attached: dict[str, list[str]] | None = None) -> dict:
+    def inventory(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
+    ) -> dict:
         """The Ansible inventory of a step: by default this host, over the local connection."""
         return {"all": {"hosts": {self.host: self.host_vars(self.host)}}}
 
-    def client_changes(self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None,
-                       access: list[str]) -> tuple[dict, dict]:
+    def client_changes(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None, access: list[str]
+    ) -> tuple[dict, dict]:
         """For backends that mount on compute nodes themselves: (the parts the spec wants
         mounted, node -> {mount point: part}; per node touched, its inventory variables:
         `mounts` (new mount point -> part), `unmounts` and `prune` (daccore.backends.prune_list)).
@@ -51,9 +61,12 @@ class Backend(ABC):
         for node in sorted({*want, *have}):
             mine, had = want.get(node, {}), have.get(node, {})
             gone = sorted(t for t in had if t not in mine)
-            clients[node] = {**templated(self.config.node_ansible_vars),
-                             "mounts": {t: p for t, p in sorted(mine.items()) if t not in had},
-                             "unmounts": gone, "prune": prune_list(gone, root(node))}
+            clients[node] = {
+                **templated(self.config.node_ansible_vars),
+                "mounts": {t: p for t, p in sorted(mine.items()) if t not in had},
+                "unmounts": gone,
+                "prune": prune_list(gone, root(node)),
+            }
         return want, clients
 
     def host_vars(self, host: str) -> dict:
@@ -65,19 +78,21 @@ class Backend(ABC):
         """A brick of the allocation as the config has it: its device comes from there, never
         from the record (daccore.trust)."""
         host = self.config.hosts.get(ref.host)
-        brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) \
-            if host else None
+        brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) if host else None
         if brick is None:
-            raise AdminError(f"buffer {buffer.name}: brick {ref.host}:{ref.brick} is not in "
-                             "this server's config; give every dacd the same config")
+            raise AdminError(
+                f"buffer {buffer.name}: brick {ref.host}:{ref.brick} is not in "
+                "this server's config; give every dacd the same config"
+            )
         return brick
 
     def device(self, buffer: Buffer, ref: BrickRef) -> str:
         return self.brick(buffer, ref).device
 
     @abstractmethod
-    def variables(self, buffer: Buffer, step: str,
-                  attached: dict[str, list[str]] | None = None) -> dict:
+    def variables(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
+    ) -> dict:
         """The extravars of `playbooks/<name>/<step>.yml` for this buffer on this
         host; `attached` is what this host has mounted on compute nodes so far (job -> nodes)."""
 
@@ -104,11 +119,16 @@ def register(name: str) -> Callable[[type[Backend]], type[Backend]]:
         cls.name = name
         REGISTRY[name] = cls
         return cls
+
     return add
 
 
-def node_mounts(buffer: Buffer, attachments: dict[str, list[str]], node_root: Callable[[str], str],
-                access: list[str]) -> dict[str, dict[str, str]]:
+def node_mounts(
+    buffer: Buffer,
+    attachments: dict[str, list[str]],
+    node_root: Callable[[str], str],
+    access: list[str],
+) -> dict[str, dict[str, str]]:
     """What each compute node mounts for these attachments: node -> {mount point: the part of
     the buffer seen there}, the part being `striped` or `private/<node>` (daccore.layout says
     where, for every backend)."""
@@ -119,7 +139,8 @@ def node_mounts(buffer: Buffer, attachments: dict[str, list[str]], node_root: Ca
             for kind in access:
                 part = os.path.join(kind, node) if kind == "private" else kind
                 out.setdefault(node, {})[
-                    mount_path(root, job, buffer.name, buffer.persistent, kind)] = part
+                    mount_path(root, job, buffer.name, buffer.persistent, kind)
+                ] = part
     return out
 
 
@@ -140,11 +161,15 @@ def unservable(backend: str, bricks: int, swap: int, access: str = "striped") ->
     """Why a pool's backend cannot serve a request, or None. Plain data in, so job_process
     (inside slurmctld) can ask without loading any backend."""
     if backend == "daos" and "private" in access.split(","):
-        return ("the daos backend has no private mode (a POSIX container is one namespace "
-                "shared by the job's nodes): use access_mode=striped")
+        return (
+            "the daos backend has no private mode (a POSIX container is one namespace "
+            "shared by the job's nodes): use access_mode=striped"
+        )
     if swap and backend != "local":
         return f"the {backend} backend offers no swap"
     if backend == "local" and swap and bricks > 1:
-        return ("the local backend holds swap files only in a one-brick buffer (xfs): btrfs "
-                "cannot put a swap file across devices")
+        return (
+            "the local backend holds swap files only in a one-brick buffer (xfs): btrfs "
+            "cannot put a swap file across devices"
+        )
     return None

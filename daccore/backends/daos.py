@@ -70,7 +70,8 @@ class DaosBackend(Backend):
                 f"its bricks lie unevenly on {len(per_rank)} ranks ({counts}): the pool would "
                 f"hold {format_size(nvme * len(per_rank))} of the "
                 f"{format_size(buffer.request.capacity)} asked; ask for a multiple of "
-                "the granularity that fills whole ranks, or give the pool more engines")
+                "the granularity that fills whole ranks, or give the pool more engines"
+            )
         settings = self.config.pools[buffer.request.pool].daos
         assert settings is not None  # a daos pool has its settings (validated at load)
         return settings.scm_for(nvme), nvme
@@ -78,8 +79,9 @@ class DaosBackend(Backend):
     def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
         user, group = _names(buffer.owner_uid, buffer.owner_gid, self.host)
         scm, nvme = self.tier_bytes(buffer) if step == "create" else (0, 0)
-        fs_path = os.path.join(self.config.hosts[buffer.allocation.primary_host].fs_root,
-                               buffer.name)
+        fs_path = os.path.join(
+            self.config.hosts[buffer.allocation.primary_host].fs_root, buffer.name
+        )
         return {
             "buffer": buffer.name,
             "pool": pool_label(buffer),
@@ -91,8 +93,12 @@ class DaosBackend(Backend):
             "owner_group": group,
             "owner_uid": buffer.owner_uid,
             "owner_gid": buffer.owner_gid,
-            "as_user": ["setpriv", f"--reuid={buffer.owner_uid}",
-                        f"--regid={buffer.owner_gid}", "--init-groups"],
+            "as_user": [
+                "setpriv",
+                f"--reuid={buffer.owner_uid}",
+                f"--regid={buffer.owner_gid}",
+                "--init-groups",
+            ],
             "fs_path": fs_path,
             "staging_mount": os.path.join(fs_path, "striped"),
         }
@@ -102,8 +108,14 @@ class DaosBackend(Backend):
         _, clients = self.client_changes(buffer, step, attached, ["striped"])
         for node in clients.values():  # dfuse mounts the container: the mount points suffice
             node["mounts"] = list(node["mounts"])
-        return {"all": {"children": {"primary": {"hosts": {primary: self.host_vars(primary)}},
-                                     "clients": {"hosts": clients}}}}
+        return {
+            "all": {
+                "children": {
+                    "primary": {"hosts": {primary: self.host_vars(primary)}},
+                    "clients": {"hosts": clients},
+                }
+            }
+        }
 
 
 def _names(uid: int, gid: int, host: str) -> tuple[str, str]:
@@ -112,6 +124,8 @@ def _names(uid: int, gid: int, host: str) -> tuple[str, str]:
         user = pwd.getpwuid(uid).pw_name
         group = grp.getgrgid(gid).gr_name
     except KeyError:
-        raise AdminError(f"uid {uid} or gid {gid} has no name on {host}: DAOS pools name their "
-                         "owner; give the storage servers the site's users (LDAP, sssd)") from None
+        raise AdminError(
+            f"uid {uid} or gid {gid} has no name on {host}: DAOS pools name their "
+            "owner; give the storage servers the site's users (LDAP, sssd)"
+        ) from None
     return user, group

@@ -29,8 +29,18 @@ class LocalBackend(Backend):
             mkfs = ["mkfs.xfs", "-f", "-q", "-L", _label(buffer.name), devices[0]]
             mount_options = "nodev,nosuid"
         else:
-            mkfs = ["mkfs.btrfs", "-f", "-q", "-L", _label(buffer.name), "-d", "raid0",
-                    "-m", "raid1", *devices]
+            mkfs = [
+                "mkfs.btrfs",
+                "-f",
+                "-q",
+                "-L",
+                _label(buffer.name),
+                "-d",
+                "raid0",
+                "-m",
+                "raid1",
+                *devices,
+            ]
             # name every member, so the mount works even before a `btrfs device scan`
             mount_options = ",".join(["nodev", "nosuid"] + [f"device={d}" for d in devices])
         access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
@@ -52,17 +62,23 @@ class LocalBackend(Backend):
             "attach": {
                 "fs_path": fs_path,  # the root-owned anchor of every path inside the buffer
                 "dirs": [{"path": p, **user} for p in sorted(want["dirs"])],
-                "binds": [{"source": s, "target": t, "root": r}
-                          for t, (s, r) in sorted(want["binds"].items())],
-                "unbinds": [{"target": t, "root": r} for t, (_, r) in sorted(have["binds"].items())
-                            if t not in want["binds"]],
+                "binds": [
+                    {"source": s, "target": t, "root": r}
+                    for t, (s, r) in sorted(want["binds"].items())
+                ],
+                "unbinds": [
+                    {"target": t, "root": r}
+                    for t, (_, r) in sorted(have["binds"].items())
+                    if t not in want["binds"]
+                ],
                 "swaps": [{"path": p, "size": n} for p, n in sorted(want["swaps"].items())],
                 "unswaps": [p for p in sorted(have["swaps"]) if p not in want["swaps"]],
             },
         }
 
-    def _mounts(self, buffer, fs_path: str, access: list[str],
-                attachments: dict[str, list[str]]) -> dict:
+    def _mounts(
+        self, buffer, fs_path: str, access: list[str], attachments: dict[str, list[str]]
+    ) -> dict:
         binds: dict[str, tuple[str, str]] = {}  # target -> (source, node root)
         swaps: dict[str, int] = {}
         dirs: dict[str, None] = {}

@@ -74,8 +74,10 @@ def partition(disk: str, number: int) -> str:
     udev links it when the disk is named by a persistent link: /dev/disk/by-id/nvme-X ->
     /dev/disk/by-id/nvme-X-part1."""
     parent = os.path.dirname(disk)
-    if os.path.basename(parent) in PERSISTENT_LINKS and \
-            os.path.basename(os.path.dirname(parent)) == "disk":
+    if (
+        os.path.basename(parent) in PERSISTENT_LINKS
+        and os.path.basename(os.path.dirname(parent)) == "disk"
+    ):
         return f"{disk}-part{number}"
     return f"{disk}{'p' if disk[-1].isdigit() else ''}{number}"
 
@@ -112,23 +114,53 @@ class LustreBackend(Backend):
                 with_mdt = i < s.max_mdts_per_host and mdts < s.max_mdts
                 parted = ["parted", "--script", device, "mklabel", "gpt"]
                 if with_mdt:
-                    parted += ["mkpart", "mdt", "1MiB", f"{mdt_end}MiB",
-                               "mkpart", "ost", f"{mdt_end}MiB", "100%"]
+                    parted += [
+                        "mkpart",
+                        "mdt",
+                        "1MiB",
+                        f"{mdt_end}MiB",
+                        "mkpart",
+                        "ost",
+                        f"{mdt_end}MiB",
+                        "100%",
+                    ]
                     mgs = per_buffer_mgs and mdts == 0
-                    targets.append(_target(fs, "mdt", mdts, partition(device, 1),
-                                           None if mgs else nid, s.target_root, mgs))
+                    targets.append(
+                        _target(
+                            fs,
+                            "mdt",
+                            mdts,
+                            partition(device, 1),
+                            None if mgs else nid,
+                            s.target_root,
+                            mgs,
+                        )
+                    )
                     mdts += 1
                 else:
                     parted += ["mkpart", "ost", "1MiB", "100%"]
-                disks.append({"device": device, "parted": parted,
-                              "partitions": [partition(device, n)
-                                             for n in range(1, 3 if with_mdt else 2)]})
-                targets.append(_target(fs, "ost", osts, partition(device, 2 if with_mdt else 1),
-                                       nid, s.target_root))
+                disks.append(
+                    {
+                        "device": device,
+                        "parted": parted,
+                        "partitions": [
+                            partition(device, n) for n in range(1, 3 if with_mdt else 2)
+                        ],
+                    }
+                )
+                targets.append(
+                    _target(
+                        fs, "ost", osts, partition(device, 2 if with_mdt else 1), nid, s.target_root
+                    )
+                )
                 osts += 1
-            out[host] = {"disks": disks, "targets": targets,
-                         "server_tuning": self.tuning(buffer, "server", any(
-                             t["kind"] != "ost" for t in targets))}
+            out[host] = {
+                "disks": disks,
+                "targets": targets,
+                "server_tuning": self.tuning(
+                    buffer, "server", any(t["kind"] != "ost" for t in targets)
+                ),
+            }
         return out
 
     def tuning(self, buffer, side: str, has_mdt: bool = False) -> list[str]:
@@ -138,10 +170,16 @@ class LustreBackend(Backend):
         if s.tuning == "none":
             return []
         fs = fsname(buffer)
-        mod_rpcs = IO500_MOD_RPCS if s.release != "2.15" else \
-            min(IO500_MOD_RPCS, s.max_mod_rpcs_per_client)
-        words = [f"{name.format(fs=fs)}={value.format(mod_rpcs=mod_rpcs)}"
-                 for where, name, value in IO500_TUNING if where == side]
+        mod_rpcs = (
+            IO500_MOD_RPCS
+            if s.release != "2.15"
+            else min(IO500_MOD_RPCS, s.max_mod_rpcs_per_client)
+        )
+        words = [
+            f"{name.format(fs=fs)}={value.format(mod_rpcs=mod_rpcs)}"
+            for where, name, value in IO500_TUNING
+            if where == side
+        ]
         if side == "server" and has_mdt and s.release != "2.15":
             words.insert(0, f"{MDT_MOD_RPCS.format(fs=fs)}={IO500_MOD_RPCS}")
         return words
@@ -161,8 +199,9 @@ class LustreBackend(Backend):
             "target_dir": os.path.join(s.target_root, fs),
             "owner_uid": buffer.owner_uid,
             "owner_gid": buffer.owner_gid,
-            "job_dirs": ["striped"] if buffer.persistent else
-            buffer.request.access.value.split(","),
+            "job_dirs": ["striped"]
+            if buffer.persistent
+            else buffer.request.access.value.split(","),
             "client_tuning": self.tuning(buffer, "client"),
         }
 
@@ -172,26 +211,45 @@ class LustreBackend(Backend):
         access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
         want, clients = self.client_changes(buffer, step, attached, access)
         for node in clients.values():  # a Lustre subdirectory mount of the node's part
-            node["mounts"] = [{"target": t, "source": f"{nid}:/{fs}/{p}"}
-                              for t, p in node["mounts"].items()]
+            node["mounts"] = [
+                {"target": t, "source": f"{nid}:/{fs}/{p}"} for t, p in node["mounts"].items()
+            ]
         servers = {h: {**self.host_vars(h), **t} for h, t in self.targets(buffer).items()}
         # the primary makes each node's private directory before that node mounts it
         servers[primary]["private_dirs"] = sorted(
-            {part for parts in want.values() for part in parts.values() if part != "striped"})
-        groups = {"servers": {"hosts": servers}, "primary": {"hosts": {primary: {}}},
-                  "clients": {"hosts": clients}}
+            {part for parts in want.values() for part in parts.values() if part != "striped"}
+        )
+        groups = {
+            "servers": {"hosts": servers},
+            "primary": {"hosts": {primary: {}}},
+            "clients": {"hosts": clients},
+        }
         if s.mgs != "per_buffer":
             groups["mgs"] = {"hosts": {s.mgs.host: templated(dict(s.mgs.ansible_vars))}}
         return {"all": {"children": groups}}
 
 
-def _target(fs: str, kind: str, index: int, device: str, mgsnode: str | None, root: str,
-            mgs: bool = False) -> dict:
-    argv = ["mkfs.lustre", *(["--mgs"] if mgs else []), f"--{kind}", "--reformat",
-            f"--fsname={fs}", f"--index={index}", *([f"--mgsnode={mgsnode}"] if mgsnode else []),
-            device]
+def _target(
+    fs: str, kind: str, index: int, device: str, mgsnode: str | None, root: str, mgs: bool = False
+) -> dict:
+    argv = [
+        "mkfs.lustre",
+        *(["--mgs"] if mgs else []),
+        f"--{kind}",
+        "--reformat",
+        f"--fsname={fs}",
+        f"--index={index}",
+        *([f"--mgsnode={mgsnode}"] if mgsnode else []),
+        device,
+    ]
     # role: the order Lustre starts them in (mdt0 with the MGS, the other MDTs, the OSTs);
     # they stop in the manual's order: the MDTs, MDT0 and the MGS, then the OSTs
     role = "ost" if kind == "ost" else "mdt0" if index == 0 else "mdt"
-    return {"kind": "mgs" if mgs else kind, "role": role, "index": index, "device": device,
-            "mkfs": argv, "mount_point": os.path.join(root, fs, f"{kind}{index}")}
+    return {
+        "kind": "mgs" if mgs else kind,
+        "role": role,
+        "index": index,
+        "device": device,
+        "mkfs": argv,
+        "mount_point": os.path.join(root, fs, f"{kind}{index}"),
+    }

@@ -27,11 +27,17 @@ from daccore.etcd.types import EtcdRequestError, Unreachable
 
 #: What etcd answers a login it cannot serve now (no leader, a raft proposal timed out), as
 #: its gateway reports it with code 2 (Unknown) rather than as unavailable.
-_CANNOT_SERVE = ("deadline exceeded", "timed out", "no leader", "leader changed",
-                 "too many requests")
+_CANNOT_SERVE = (
+    "deadline exceeded",
+    "timed out",
+    "no leader",
+    "leader changed",
+    "too many requests",
+)
 
 if TYPE_CHECKING:
     from typing import Callable, TypeVar
+
     T = TypeVar("T")
 
 __all__ = ["ROLES", "Credential", "token_rejected"]
@@ -57,8 +63,9 @@ class Credential:
         self._tokens: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def call(self, endpoint: str, authenticate: Callable[[str, str], str],
-             fn: Callable[[str], T]) -> T:
+    def call(
+        self, endpoint: str, authenticate: Callable[[str, str], str], fn: Callable[[str], T]
+    ) -> T:
         """`fn(token)`; once more with a fresh token if etcd rejected the token."""
         token = self._token(endpoint, authenticate)
         try:
@@ -110,9 +117,11 @@ class Credential:
                 # a member that cannot reach its leader (quorum lost) times the login out:
                 # etcd out of reach, for the client to fail over and back off, not a refusal
                 raise Unreachable(e.reason) from None
-            raise AdminError(f"etcd at {endpoint} refused user '{user}' of {self.path}: "
-                             f"{e.reason}; an admin must make the file match that etcd user "
-                             "(docs/security.md)") from None
+            raise AdminError(
+                f"etcd at {endpoint} refused user '{user}' of {self.path}: "
+                f"{e.reason}; an admin must make the file match that etcd user "
+                "(docs/security.md)"
+            ) from None
         if self.cache:
             self._write_cache(endpoint, token)
         return token
@@ -133,6 +142,7 @@ class Credential:
         import hashlib
 
         from daccore.config_cache import cache_dir
+
         d = cache_dir()
         if d is None:
             return None
@@ -163,8 +173,11 @@ class Credential:
         if not isinstance(tokens, dict):
             return {}
         # a token goes into an HTTP header as it is: nothing that could end the line
-        return {e: t for e, t in tokens.items() if isinstance(t, str) and t.isprintable()
-                and " " not in t}
+        return {
+            e: t
+            for e, t in tokens.items()
+            if isinstance(t, str) and t.isprintable() and " " not in t
+        }
 
     def _write_cache(self, endpoint: str, token: str) -> None:
         cache = self._cache_file()
@@ -172,4 +185,5 @@ class Credential:
             return
         tokens = {**self._read_cache(), endpoint: token}
         from daccore.config_cache import write_private_json
+
         write_private_json(cache, {"credential": self._identity(), "tokens": tokens})

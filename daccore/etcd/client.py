@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from daccore.etcd.auth import Credential
     from daccore.etcd.stream import Watch
     from daccore.etcd.types import Compare, Op, Transport
+
     T = TypeVar("T")
 
 __all__ = ["EtcdClient"]
@@ -39,9 +40,17 @@ __all__ = ["EtcdClient"]
 class EtcdClient:
     """Thread-safe. Constructing one does no I/O and imports no transport yet."""
 
-    def __init__(self, endpoints: list[str], *, cacert: str | None = None,
-                 cert: str | None = None, key: str | None = None, timeout: float = 5.0,
-                 transport: str = "grpc", credential: Credential | None = None):
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        cacert: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
+        timeout: float = 5.0,
+        transport: str = "grpc",
+        credential: Credential | None = None,
+    ):
         """`credential`: the etcd user to act as (daccore.etcd.auth); None on an etcd
         without RBAC."""
         if transport not in TRANSPORTS:
@@ -62,8 +71,10 @@ class EtcdClient:
                     from daccore.etcd.grpc_transport import GrpcTransport as cls
                 else:
                     from daccore.etcd.http_transport import HttpTransport as cls  # type: ignore[assignment]
-                self._transports = [cls(e, *self._tls, timeout=self.timeout,
-                                        credential=self.credential) for e in self.endpoints]
+                self._transports = [
+                    cls(e, *self._tls, timeout=self.timeout, credential=self.credential)
+                    for e in self.endpoints
+                ]
             return self._transports
 
     def _call(self, fn: Callable[[Transport], T]) -> T:
@@ -96,8 +107,9 @@ class EtcdClient:
 
     # -- KV ----------------------------------------------------------------------------------
 
-    def range(self, key: str, range_end: str | None = None, *, keys_only: bool = False,
-              revision: int = 0) -> tuple[list[KV], int]:
+    def range(
+        self, key: str, range_end: str | None = None, *, keys_only: bool = False, revision: int = 0
+    ) -> tuple[list[KV], int]:
         """(kvs, revision of the read)."""
         return self._call(lambda t: t.range(key, range_end, keys_only, revision))
 
@@ -112,8 +124,9 @@ class EtcdClient:
     def delete(self, key: str, range_end: str | None = None) -> int:
         return self._call(lambda t: t.delete(key, range_end))
 
-    def txn(self, compare: list[Compare], success: list[Op],
-            failure: list[Op] | None = None) -> TxnResult:
+    def txn(
+        self, compare: list[Compare], success: list[Op], failure: list[Op] | None = None
+    ) -> TxnResult:
         # Retrying a txn whose reply was lost is safe here: every writing txn dac sends is
         # guarded by compares, so a repeat fails its compare instead of applying twice.
         return self._call(lambda t: t.txn(compare, success, failure or []))
@@ -143,6 +156,5 @@ class EtcdClient:
 
     def watch(self, key: str, range_end: str | None = None, start_revision: int = 0) -> Watch:
         from daccore.etcd.stream import Watch
+
         return Watch(self, key, range_end, start_revision)
-
-

@@ -105,8 +105,14 @@ def _describe(e: BaseException) -> str:
 class _Connection:
     """One keep-alive HTTP/1.1 connection; raises OSError or ValueError on any fault."""
 
-    def __init__(self, host: str, port: int, connect_timeout: float, timeout: float,
-                 context: ssl.SSLContext | None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        connect_timeout: float,
+        timeout: float,
+        context: ssl.SSLContext | None,
+    ):
         sock = socket.create_connection((host, port), timeout=connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -119,12 +125,16 @@ class _Connection:
         self.sock, self.host = sock, host
         self.rfile = sock.makefile("rb")
 
-    def request(self, path: str, body: bytes,
-                token: str | None = None) -> tuple[int, dict[str, str]]:
+    def request(
+        self, path: str, body: bytes, token: str | None = None
+    ) -> tuple[int, dict[str, str]]:
         auth = f"Authorization: {token}\r\n" if token else ""
-        self.sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-                          f"Content-Type: application/json\r\n{auth}"
-                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self.sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Content-Type: application/json\r\n{auth}"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         status = self.rfile.readline(65537).split(None, 2)
         if len(status) < 2 or not status[0].startswith(b"HTTP/"):
             raise ValueError(f"not an HTTP reply: {status!r}")
@@ -179,9 +189,16 @@ def _gateway_error(status: int, data: bytes) -> tuple[int | None, str]:
 class HttpTransport:
     """One endpoint; each thread keeps its own keep-alive connection."""
 
-    def __init__(self, endpoint: str, cacert: str | None = None, cert: str | None = None,
-                 key: str | None = None, *, timeout: float = 5.0,
-                 credential: Credential | None = None):
+    def __init__(
+        self,
+        endpoint: str,
+        cacert: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
+        *,
+        timeout: float = 5.0,
+        credential: Credential | None = None,
+    ):
         self.endpoint = endpoint
         self.timeout = timeout
         self.credential = credential
@@ -193,6 +210,7 @@ class HttpTransport:
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             import ssl
+
             cacert, cert, key = self._tls_files
             try:
                 if cacert:  # what create_default_context does, in a third of its 2 ms
@@ -203,17 +221,24 @@ class HttpTransport:
                 if cert:
                     ctx.load_cert_chain(cert, key)
             except (OSError, ssl.SSLError) as e:
-                raise AdminError(f"cannot load etcd TLS files {cacert}, {cert}, {key}: {e} "
-                                 "(only the accounts dac runs as may read them: root, "
-                                 "SlurmUser; see docs/security.md)") from e
+                raise AdminError(
+                    f"cannot load etcd TLS files {cacert}, {cert}, {key}: {e} "
+                    "(only the accounts dac runs as may read them: root, "
+                    "SlurmUser; see docs/security.md)"
+                ) from e
             self._ssl = ctx
         return self._ssl
 
     def connect(self, connect_timeout: float = 1.0) -> _Connection:
         context = self._ssl_context() if self._url.scheme == "https" else None
         try:
-            return _Connection(self._url.hostname or "127.0.0.1", self._url.port or 2379,
-                               connect_timeout, self.timeout, context)
+            return _Connection(
+                self._url.hostname or "127.0.0.1",
+                self._url.port or 2379,
+                connect_timeout,
+                self.timeout,
+                context,
+            )
         except (OSError, ValueError) as e:
             raise Unreachable(_describe(e)) from e
 
@@ -221,8 +246,9 @@ class HttpTransport:
         payload = json.dumps(body).encode()
         if self.credential is None:
             return self._post(path, payload, None)
-        return self.credential.call(self.endpoint, self.authenticate,
-                                    lambda token: self._post(path, payload, token))
+        return self.credential.call(
+            self.endpoint, self.authenticate, lambda token: self._post(path, payload, token)
+        )
 
     def authenticate(self, user: str, password: str) -> str:
         body = json.dumps({"name": user, "password": password}).encode()
@@ -257,8 +283,9 @@ class HttpTransport:
             conn.close()
             self._local.conn = None
 
-    def range(self, key: str, range_end: str | None, keys_only: bool,
-              revision: int) -> tuple[list[KV], int]:
+    def range(
+        self, key: str, range_end: str | None, keys_only: bool, revision: int
+    ) -> tuple[list[KV], int]:
         body = _op(Op("range", key, range_end, keys_only=keys_only))["request_range"]
         if revision:
             body["revision"] = str(revision)
@@ -270,19 +297,29 @@ class HttpTransport:
         return int(r["header"]["revision"])
 
     def delete(self, key: str, range_end: str | None) -> int:
-        r = self.call("/v3/kv/deleterange", _op(Op("delete", key, range_end))
-                      ["request_delete_range"])
+        r = self.call(
+            "/v3/kv/deleterange", _op(Op("delete", key, range_end))["request_delete_range"]
+        )
         return int(r.get("deleted", 0))
 
     def txn(self, compare: list[Compare], success: list[Op], failure: list[Op]) -> TxnResult:
-        r = self.call("/v3/kv/txn", {"compare": [_compare(c) for c in compare],
-                                     "success": [_op(o) for o in success],
-                                     "failure": [_op(o) for o in failure]})
-        found = [resp["response_range"] for resp in r.get("responses", ())
-                 if "response_range" in resp]
-        return TxnResult(bool(r.get("succeeded", False)), int(r["header"]["revision"]),
-                         [[_kv(d) for d in f.get("kvs", ())] for f in found],
-                         [int(f.get("count", 0)) for f in found])
+        r = self.call(
+            "/v3/kv/txn",
+            {
+                "compare": [_compare(c) for c in compare],
+                "success": [_op(o) for o in success],
+                "failure": [_op(o) for o in failure],
+            },
+        )
+        found = [
+            resp["response_range"] for resp in r.get("responses", ()) if "response_range" in resp
+        ]
+        return TxnResult(
+            bool(r.get("succeeded", False)),
+            int(r["header"]["revision"]),
+            [[_kv(d) for d in f.get("kvs", ())] for f in found],
+            [int(f.get("count", 0)) for f in found],
+        )
 
     def compact(self, revision: int) -> None:
         self.call("/v3/kv/compaction", {"revision": str(revision)})
@@ -310,8 +347,9 @@ class HttpTransport:
         request = json.dumps({"create_request": create}).encode()
         if self.credential is None:
             return _HttpWatch(self, request, None)
-        return self.credential.call(self.endpoint, self.authenticate,
-                                    lambda token: _HttpWatch(self, request, token))
+        return self.credential.call(
+            self.endpoint, self.authenticate, lambda token: _HttpWatch(self, request, token)
+        )
 
 
 class _HttpWatch:
@@ -368,12 +406,15 @@ class _HttpWatch:
                 _renew_if_rejected(self._transport, self._token, r.get("cancel_reason", ""))
             yield WatchMessage(
                 revision=int(r.get("header", {}).get("revision", 0)),
-                events=[Event("delete" if ev.get("type") == "DELETE" else "put", _kv(ev["kv"]))
-                        for ev in r.get("events", ())],
+                events=[
+                    Event("delete" if ev.get("type") == "DELETE" else "put", _kv(ev["kv"]))
+                    for ev in r.get("events", ())
+                ],
                 created=bool(r.get("created")),
                 compact_revision=int(r.get("compact_revision", 0)),
                 canceled=bool(r.get("canceled")),
-                reason=r.get("cancel_reason", ""))
+                reason=r.get("cancel_reason", ""),
+            )
 
     def close(self) -> None:
         """Safe from another thread: shutting the socket down wakes the reader, which closes
@@ -393,6 +434,7 @@ def _renew_if_rejected(transport: HttpTransport, token: str | None, reason: str)
     """A watch etcd cancels for its token (expired since the last request): renew it and
     break the stream, so the resuming Watch opens a new one with the fresh token."""
     from daccore.etcd.auth import token_rejected
+
     if transport.credential is not None and token and token_rejected(None, reason):
         transport.credential.renew(transport.endpoint, token, transport.authenticate)
         raise Unreachable("etcd token expired; renewed")

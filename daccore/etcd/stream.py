@@ -69,11 +69,16 @@ class Watch:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self._client.timeout:
-                    raise StoreUnavailable(self._client.endpoints, str(e),
-                                           now - failing_since) from e
+                    raise StoreUnavailable(
+                        self._client.endpoints, str(e), now - failing_since
+                    ) from e
                 self._client._preferred += 1  # try the next endpoint, if there is one
-                log.debug("watch on %s broke (%s); resuming from revision %s", self._key, e,
-                          self.next_revision)
+                log.debug(
+                    "watch on %s broke (%s); resuming from revision %s",
+                    self._key,
+                    e,
+                    self.next_revision,
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
             finally:
@@ -102,8 +107,9 @@ class LeaseKeeper:
     which deletes the bound keys at once instead of after the TTL.
     """
 
-    def __init__(self, client: EtcdClient, ttl: int, bind: Callable[[int], None],
-                 name: str = "lease"):
+    def __init__(
+        self, client: EtcdClient, ttl: int, bind: Callable[[int], None], name: str = "lease"
+    ):
         self._client, self.ttl, self._bind = client, ttl, bind
         self.lease = 0
         self._stop = threading.Event()
@@ -148,6 +154,7 @@ class LeaseKeeper:
             try:
                 self._client.lease_revoke(self.lease)
             except (StoreUnavailable, EtcdRequestError) as e:
-                log.warning("could not revoke lease %x (it expires in %ss): %s",
-                            self.lease, self.ttl, e)
+                log.warning(
+                    "could not revoke lease %x (it expires in %ss): %s", self.lease, self.ttl, e
+                )
             self.lease = 0

@@ -12,9 +12,25 @@ from daccore.errors import InternalError
 if TYPE_CHECKING:
     from typing import Iterator, Protocol
 
-__all__ = ["KV", "Event", "TxnResult", "Compare", "Op", "WatchCompacted", "WatchMessage",
-           "EtcdRequestError", "Unreachable", "absent", "mod_is", "put_op", "delete_op",
-           "range_op", "TRANSPORTS", "key_bytes", "key_text"]
+__all__ = [
+    "KV",
+    "Event",
+    "TxnResult",
+    "Compare",
+    "Op",
+    "WatchCompacted",
+    "WatchMessage",
+    "EtcdRequestError",
+    "Unreachable",
+    "absent",
+    "mod_is",
+    "put_op",
+    "delete_op",
+    "range_op",
+    "TRANSPORTS",
+    "key_bytes",
+    "key_text",
+]
 
 TRANSPORTS = ("grpc", "http")
 
@@ -62,8 +78,11 @@ Event = namedtuple("Event", "type kv")
 Compare = namedtuple("Compare", "key target revision")
 #: A txn op: kind is "put", "delete" or "range"; revision reads a range as of that revision;
 #: min_mod_revision keeps only the keys changed at or after it.
-Op = namedtuple("Op", "kind key range_end value lease keys_only count_only revision "
-                "min_mod_revision", defaults=(None, b"", 0, False, False, 0, 0))
+Op = namedtuple(
+    "Op",
+    "kind key range_end value lease keys_only count_only revision min_mod_revision",
+    defaults=(None, b"", 0, False, False, 0, 0),
+)
 #: ranges: the kvs of each range op of the branch that ran; counts: their counts, in order.
 TxnResult = namedtuple("TxnResult", "succeeded revision ranges counts", defaults=((), ()))
 
@@ -86,10 +105,23 @@ def delete_op(key: str, range_end: str | None = None) -> Op:
     return Op("delete", key, range_end)
 
 
-def range_op(key: str, range_end: str | None = None, keys_only: bool = False,
-             count_only: bool = False, revision: int = 0, min_mod_revision: int = 0) -> Op:
-    return Op("range", key, range_end, keys_only=keys_only, count_only=count_only,
-              revision=revision, min_mod_revision=min_mod_revision)
+def range_op(
+    key: str,
+    range_end: str | None = None,
+    keys_only: bool = False,
+    count_only: bool = False,
+    revision: int = 0,
+    min_mod_revision: int = 0,
+) -> Op:
+    return Op(
+        "range",
+        key,
+        range_end,
+        keys_only=keys_only,
+        count_only=count_only,
+        revision=revision,
+        min_mod_revision=min_mod_revision,
+    )
 
 
 class WatchMessage:
@@ -97,13 +129,21 @@ class WatchMessage:
 
     __slots__ = ("revision", "events", "created", "compact_revision", "canceled", "reason")
 
-    def __init__(self, revision: int, events: list, created: bool = False,
-                 compact_revision: int = 0, canceled: bool = False, reason: str = ""):
+    def __init__(
+        self,
+        revision: int,
+        events: list,
+        created: bool = False,
+        compact_revision: int = 0,
+        canceled: bool = False,
+        reason: str = "",
+    ):
         self.revision, self.events, self.created = revision, events, created
         self.compact_revision, self.canceled, self.reason = compact_revision, canceled, reason
 
 
 if TYPE_CHECKING:
+
     class WatchStream(Protocol):
         def __iter__(self) -> Iterator[WatchMessage]: ...
         def close(self) -> None: ...
@@ -113,17 +153,18 @@ if TYPE_CHECKING:
 
         endpoint: str
 
-        def range(self, key: str, range_end: str | None, keys_only: bool,
-                  revision: int) -> tuple[list[KV], int]: ...
+        def range(
+            self, key: str, range_end: str | None, keys_only: bool, revision: int
+        ) -> tuple[list[KV], int]: ...
         def put(self, key: str, value: bytes, lease: int) -> int: ...
         def delete(self, key: str, range_end: str | None) -> int: ...
-        def txn(self, compare: list[Compare], success: list[Op],
-                failure: list[Op]) -> TxnResult: ...
+        def txn(
+            self, compare: list[Compare], success: list[Op], failure: list[Op]
+        ) -> TxnResult: ...
         def compact(self, revision: int) -> None: ...
         def lease_grant(self, ttl: int) -> int: ...
         def lease_keepalive(self, lease: int) -> int: ...
         def lease_revoke(self, lease: int) -> None: ...
         def lease_time_to_live(self, lease: int) -> tuple[int, int]: ...
-        def watch(self, key: str, range_end: str | None,
-                  start_revision: int) -> WatchStream: ...
+        def watch(self, key: str, range_end: str | None, start_revision: int) -> WatchStream: ...
         def close(self) -> None: ...

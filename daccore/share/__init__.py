@@ -23,8 +23,12 @@ from daccore.errors import InternalError
 __all__ = ["asset", "SLURM_FILES"]
 
 #: what `dacctl slurm-files DIR` copies out for a site's Slurm configuration directory
-SLURM_FILES = ("burst_buffer.lua", "burst_buffer.env", "burst_buffer.conf.lua",
-               "burst_buffer.conf.datawarp")
+SLURM_FILES = (
+    "burst_buffer.lua",
+    "burst_buffer.env",
+    "burst_buffer.conf.lua",
+    "burst_buffer.conf.datawarp",
+)
 
 
 #: the asset folders that are packages of their own (mapped from the checkout's top level), and
@@ -43,8 +47,10 @@ def asset(*parts: str, directory: bool = False) -> Path:
         found = files(__name__).joinpath(*parts)
         name = "/".join(("daccore/share",) + parts)
     if not isinstance(found, Path):
-        raise InternalError(f"dac's {name} is not a file on disk; install dac unpacked "
-                            "(pip install the wheel), not as a zip")
+        raise InternalError(
+            f"dac's {name} is not a file on disk; install dac unpacked "
+            "(pip install the wheel), not as a zip"
+        )
     if not (found.is_dir() if directory else found.is_file()):
         raise InternalError(f"dac's {name} is missing from this installation; reinstall dac")
     return found

@@ -27,10 +27,12 @@ from daclocal.slurm import PLUGINS, SUBMIT_USER, ensure_submit_user
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "every_release: run on every Slurm release, not only "
-                                       "the host's own")
-    config.addinivalue_line("markers", "every_etcd: also run on etcd 3.5 and 3.6 (the host's "
-                                       "Slurm, burst_buffer/lua)")
+    config.addinivalue_line(
+        "markers", "every_release: run on every Slurm release, not only the host's own"
+    )
+    config.addinivalue_line(
+        "markers", "every_etcd: also run on etcd 3.5 and 3.6 (the host's Slurm, burst_buffer/lua)"
+    )
 
 
 def pytest_generate_tests(metafunc):
@@ -40,13 +42,16 @@ def pytest_generate_tests(metafunc):
     if "slurm" not in metafunc.fixturenames:
         return
     every = metafunc.definition.get_closest_marker("every_release") is not None
-    params = [(r, p, HOST_ETCD) for r in (RELEASES if every else [HOST_RELEASE])
-              for p in PLUGINS]
+    params = [(r, p, HOST_ETCD) for r in (RELEASES if every else [HOST_RELEASE]) for p in PLUGINS]
     if metafunc.definition.get_closest_marker("every_etcd") is not None:
         params += [(HOST_RELEASE, "lua", e) for e in ETCD_RELEASES if e != HOST_ETCD]
-    metafunc.parametrize("slurm", params, indirect=True, scope="session",
-                         ids=[f"{r}-{p}" + ("" if e == HOST_ETCD else f"-etcd{e}")
-                              for r, p, e in params])
+    metafunc.parametrize(
+        "slurm",
+        params,
+        indirect=True,
+        scope="session",
+        ids=[f"{r}-{p}" + ("" if e == HOST_ETCD else f"-etcd{e}") for r, p, e in params],
+    )
 
 
 class Slurm:
@@ -57,8 +62,9 @@ class Slurm:
         os.chown(self.jobs, user.pw_uid, user.pw_gid)
 
     def _run(self, argv, **kw):
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, **self.env}, **kw)
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, env={**os.environ, **self.env}, **kw
+        )
 
     def sbatch(self, script: str):
         """(job id or None, completed process) for `script` submitted as the submit user."""
@@ -66,16 +72,23 @@ class Slurm:
         with open(path, "w") as f:
             f.write(script.replace("@JOBS@", self.jobs))
         os.chmod(path, 0o644)
-        r = self._run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable", path],
-                      cwd=self.jobs)
+        r = self._run(
+            ["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable", path], cwd=self.jobs
+        )
         return (r.stdout.strip().split(";")[0] or None) if r.returncode == 0 else None, r
 
     def job(self, job_id: str) -> dict:
         out = self._run(["scontrol", "show", "job", job_id]).stdout
         return dict(re.findall(r"(\w+)=(\S*)", out))
 
-    def wait(self, job_id: str, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-             timeout: float = 60, remedy_race: bool = False, log_id: str = "") -> dict:
+    def wait(
+        self,
+        job_id: str,
+        states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+        timeout: float = 60,
+        remedy_race: bool = False,
+        log_id: str = "",
+    ) -> dict:
         """The job once it has ended and its burst buffer is torn down (or none was asked).
         With `remedy_race` (a job cancelled while pending or held): Slurm (22.05 to 26.05) may
         kill the teardown that the cancel or a failed setup started (slurmscriptd_flush_job
@@ -85,12 +98,16 @@ class Slurm:
         such jobs), is applied, and must work within `timeout`. `log_id`: the job's number in
         that line, when `job_id` names a job array's task (`<array>_<index>`)."""
         from daclocal.cluster import restart_slurmctld
+
         race = f"teardown for JobId={log_id or job_id} terminated by slurmctld"
         deadline = time.monotonic() + timeout
         while True:
             job = self.job(job_id)
-            if job.get("JobState") in states and \
-                    job.get("BurstBufferState", "complete") in ("complete", "(null)", ""):
+            if job.get("JobState") in states and job.get("BurstBufferState", "complete") in (
+                "complete",
+                "(null)",
+                "",
+            ):
                 return job
             assert time.monotonic() < deadline, f"job {job_id} stuck: {job}\n{self.logs()}"
             if remedy_race and race in self._slurmctld_log():
@@ -136,10 +153,29 @@ def _local_slurm(release: str, plugin: str, etcd: str, *more: str):
     workdir = tempfile.mkdtemp(prefix=f"dac-e2e-{release}-{plugin}-")
     os.chmod(workdir, 0o755)
     # a first use of a release builds its chroot (~30-60 s), within this timeout
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "4", "--brick-size", "512MiB", "--slurm-nodes", "2",
-        "--slurm-plugin", plugin, "--slurm-release", release, "--etcd-release", etcd, *more,
-        timeout=900)
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "4",
+        "--brick-size",
+        "512MiB",
+        "--slurm-nodes",
+        "2",
+        "--slurm-plugin",
+        plugin,
+        "--slurm-release",
+        release,
+        "--etcd-release",
+        etcd,
+        *more,
+        timeout=900,
+    )
     try:
         lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
         env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
@@ -165,9 +201,12 @@ def _pids(workdir: str) -> list[int]:
     except OSError:
         return []
     members = state["etcd"].get("members") or [state["etcd"]]
-    return [*(m.get("pid", 0) for m in members), *(d["pid"] for d in state["dacd"]),
-            *state["slurm"].get("pids", {}).values(),
-            *(state["users"].get(k, 0) for k in ("munged", "service"))]
+    return [
+        *(m.get("pid", 0) for m in members),
+        *(d["pid"] for d in state["dacd"]),
+        *state["slurm"].get("pids", {}).values(),
+        *(state["users"].get(k, 0) for k in ("munged", "service")),
+    ]
 
 
 def _leftovers(workdir: str, pids: list[int]) -> list[str]:

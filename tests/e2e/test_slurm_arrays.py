@@ -91,8 +91,10 @@ def test_a_cancelled_job_array_leaves_no_buffer_and_no_teardown_going_on(slurm):
     def two_running():
         out = slurm._run(["squeue", "-h", "-r", "-o", "%i %A %T", "-j", array_id]).stdout
         return out if out.count("RUNNING") == 2 else None
-    tasks = [line.split()[:2] for line in wait_for(two_running, 120, "two tasks running")
-             .splitlines()]
+
+    tasks = [
+        line.split()[:2] for line in wait_for(two_running, 120, "two tasks running").splitlines()
+    ]
     assert len(tasks) == 3, tasks
     slurm._run(["scancel", array_id])
     for task, job_id in tasks:

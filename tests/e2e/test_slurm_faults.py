@@ -33,10 +33,21 @@ def restart_dacd(workdir: Path, host: str) -> int:
     state = LocalState.load(workdir)
     assert state is not None
     d = next(d for d in state.dacd if d["host"] == host)
-    proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
-                  "--host", host, "--metrics-address", d["metrics"]],
-                 workdir / "logs" / f"dacd-{host}.log",
-                 child_env(DAC_CONFIG=str(state.config_path)))
+    proc = spawn(
+        [
+            sys.executable,
+            "-m",
+            "dacd.main",
+            "--config",
+            str(state.config_path),
+            "--host",
+            host,
+            "--metrics-address",
+            d["metrics"],
+        ],
+        workdir / "logs" / f"dacd-{host}.log",
+        child_env(DAC_CONFIG=str(state.config_path)),
+    )
     d["pid"] = proc.pid
     state.save()
     return proc.pid
@@ -44,14 +55,18 @@ def restart_dacd(workdir: Path, host: str) -> int:
 
 def test_a_dacd_restarted_during_stage_in_costs_the_job_nothing(slurm):
     from clitools import revision, step_started
+
     data = Path(slurm.jobs) / "data"
     data.mkdir(mode=0o755, exist_ok=True)
     block = os.urandom(8 << 20)
     for i in range(48):  # 384 MiB: the stage outlives the kill
         (data / f"f{i:03}").write_bytes(i.to_bytes(4, "big") + block[4:])
-    expected = hashlib.sha256("".join(
-        f"{hashlib.sha256((data / n).read_bytes()).hexdigest()}  {n}\n"
-        for n in sorted(os.listdir(data))).encode()).hexdigest()
+    expected = hashlib.sha256(
+        "".join(
+            f"{hashlib.sha256((data / n).read_bytes()).hexdigest()}  {n}\n"
+            for n in sorted(os.listdir(data))
+        ).encode()
+    ).hexdigest()
     workdir = Path(slurm.workdir)
     store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
     since = revision(store)
@@ -75,8 +90,10 @@ def test_a_dacd_restarted_during_stage_in_costs_the_job_nothing(slurm):
     log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
     # run again by the restarted dacd (the killed one may die between its status write and
     # its own line, killed as the stage starts)
-    assert f"dacd[{restarted}] dacd.reconciler: buffer {job_id} (job {job_id}): stage_in on " \
-           f"{host}" in log
+    assert (
+        f"dacd[{restarted}] dacd.reconciler: buffer {job_id} (job {job_id}): stage_in on "
+        f"{host}" in log
+    )
     assert store.buffer(job_id) is None
 
 
@@ -85,14 +102,18 @@ def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm
     its Reason; doing what the line says (start dacd, then scancel) tears the buffer down and
     every brick comes back."""
     from clitools import pools
+
     workdir = Path(slurm.workdir)
     config = workdir / "dac.yaml"
     original = config.read_text()
     config.write_text(original + "restart_grace: 3\n")
     store = Store.from_settings(load_config(str(config), env={}).etcd)
     try:
-        job_id, r = slurm.sbatch(STAGED_JOB.replace("@JOBS@/data", "/etc/hostname")
-                                 .replace("type=directory", "type=file"))
+        job_id, r = slurm.sbatch(
+            STAGED_JOB.replace("@JOBS@/data", "/etc/hostname").replace(
+                "type=directory", "type=file"
+            )
+        )
         assert job_id, r.stderr
         deadline = time.monotonic() + 120
         while store.buffer(job_id) is None:
@@ -121,6 +142,7 @@ def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm
 def ping_and_pools_answer_with_etcd_gone(slurm, took: dict) -> None:
     """`scontrol ping` answers UP and `dacctl pools` fails in one line; their times in `took`."""
     from clitools import run
+
     start = time.monotonic()
     ping = slurm._run(["scontrol", "ping"])
     took["scontrol ping"] = time.monotonic() - start
@@ -135,6 +157,7 @@ def ping_and_pools_answer_with_etcd_gone(slurm, took: dict) -> None:
 def seconds_until_pools_answer(slurm, what: str) -> float:
     """How long `dacctl pools` takes to succeed again once etcd is back (at most 60 s)."""
     from clitools import run
+
     start = time.monotonic()
     while run("dacctl", "pools", env=slurm.env, check=False).returncode != 0:
         assert time.monotonic() - start < 60, what
@@ -154,8 +177,10 @@ def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
     os.kill(pid, signal.SIGKILL)
     try:
         start = time.monotonic()
-        job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
-                                 "type=scratch pool=default\ntrue\n")
+        job_id, r = slurm.sbatch(
+            "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+            "type=scratch pool=default\ntrue\n"
+        )
         took = {"sbatch": time.monotonic() - start}
         assert job_id is None and "etcd unreachable" in r.stderr, (job_id, r.stderr)
         ping_and_pools_answer_with_etcd_gone(slurm, took)
@@ -167,12 +192,16 @@ def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
             m["pid"] = proc.pid
         state.save()
     back = seconds_until_pools_answer(slurm, "etcd did not come back")
-    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
-                             "type=scratch pool=default\ntouch $DW_JOB_STRIPED/x\n")
+    job_id, r = slurm.sbatch(
+        "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+        "type=scratch pool=default\ntouch $DW_JOB_STRIPED/x\n"
+    )
     assert job_id, r.stderr
     assert slurm.wait(job_id, timeout=180)["JobState"] == "COMPLETED"
-    print(f"\netcd down: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
-          f"pools answered {back:.1f}s after etcd's restart")
+    print(
+        f"\netcd down: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
+        f"pools answered {back:.1f}s after etcd's restart"
+    )
 
 
 QUORUM_JOB = """#!/bin/bash
@@ -193,6 +222,7 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
     is lost: its post_run rides the outage out. The members started again on their data, both
     jobs complete with every byte staged out and every brick back."""
     from clitools import pools
+
     slurm = slurm_etcd3
     workdir = Path(slurm.workdir)
     data = os.urandom(32 << 20)
@@ -204,8 +234,19 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
     with open(path, "w") as f:
         f.write(QUORUM_JOB.replace("@JOBS@", slurm.jobs).replace("@OUT@", "qout2"))
     os.chmod(path, 0o644)
-    r = slurm._run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable",
-                    f"--dependency=afterok:{first}", path], cwd=slurm.jobs)
+    r = slurm._run(
+        [
+            "runuser",
+            "-u",
+            SUBMIT_USER,
+            "--",
+            "sbatch",
+            "--parsable",
+            f"--dependency=afterok:{first}",
+            path,
+        ],
+        cwd=slurm.jobs,
+    )
     second = r.stdout.strip()
     assert r.returncode == 0 and second, r.stderr
     deadline = time.monotonic() + 120
@@ -215,14 +256,20 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
     state = LocalState.load(workdir)
     assert state is not None
     lost = state.etcd["members"][1:]
-    argvs = {m["name"]: [a.decode() for a in Path(f"/proc/{m['pid']}/cmdline").read_bytes()
-                         .split(b"\0")[:-1]] for m in lost}
+    argvs = {
+        m["name"]: [
+            a.decode() for a in Path(f"/proc/{m['pid']}/cmdline").read_bytes().split(b"\0")[:-1]
+        ]
+        for m in lost
+    }
     for m in lost:
         os.kill(m["pid"], signal.SIGKILL)
     try:
         start = time.monotonic()
-        job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
-                                 "type=scratch pool=default\ntrue\n")
+        job_id, r = slurm.sbatch(
+            "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+            "type=scratch pool=default\ntrue\n"
+        )
         took = {"sbatch": time.monotonic() - start}
         ours = [line for line in r.stderr.splitlines() if "burst_buffer/lua: " in line]
         assert job_id is None and len(ours) == 1 and "etcd unreachable" in ours[0], r.stderr
@@ -235,8 +282,7 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
         (Path(slurm.jobs) / "go").touch()
         deadline = time.monotonic() + 60
         while (job := slurm.job(first)).get("BurstBufferState") != "post-run":
-            assert time.monotonic() < deadline and job["JobState"] in ("RUNNING", "COMPLETING"), \
-                job
+            assert time.monotonic() < deadline and job["JobState"] in ("RUNNING", "COMPLETING"), job
             time.sleep(0.2)
         ended = time.monotonic()
         time.sleep(3)  # post_run waits through 3 s more of the outage, and the job with it
@@ -256,5 +302,7 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
     store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
     assert store.buffer(first) is None and store.buffer(second) is None
     assert pools(slurm.env)["default"]["free_bricks"] == 8
-    print(f"\nquorum lost: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
-          f"pools answered {back:.1f}s after the members' restart")
+    print(
+        f"\nquorum lost: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
+        f"pools answered {back:.1f}s after the members' restart"
+    )

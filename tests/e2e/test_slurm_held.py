@@ -41,8 +41,9 @@ def allocation(slurm, job_id: str) -> list[str]:
     """What `scontrol show burst` sets aside for `job_id`: its allocation line, and every
     pool's UsedSpace other than 0 (the held job is the only one with a buffer here)."""
     out = slurm.scontrol("show", "burst")
-    return [line.strip() for line in out.splitlines() if f"JobID={job_id} " in line] + \
-        [f"UsedSpace={u}" for u in re.findall(r"UsedSpace=(\S+)", out) if u != "0"]
+    return [line.strip() for line in out.splitlines() if f"JobID={job_id} " in line] + [
+        f"UsedSpace={u}" for u in re.findall(r"UsedSpace=(\S+)", out) if u != "0"
+    ]
 
 
 @pytest.mark.every_release
@@ -52,15 +53,20 @@ def test_a_job_held_by_a_failed_stage_in_frees_its_capacity_for_the_next_job(slu
     try:
         held, r = slurm.sbatch(HELD)
         assert held, r.stderr
-        job = wait_for(lambda: (lambda j: j if j.get("Priority") == "0" else None)(
-            slurm.job(held)), 120, f"job {held} held")
+        job = wait_for(
+            lambda: (lambda j: j if j.get("Priority") == "0" else None)(slurm.job(held)),
+            120,
+            f"job {held} held",
+        )
         since = time.monotonic()
         assert "stage_in_failed" in job["Reason"], job["Reason"]
         # Slurm's teardown (Flags=TeardownFailure) gives back Slurm's and dac's share at once
-        wait_for(lambda: not allocation(slurm, held) and
-                 pools(slurm.env)["default"]["free_bricks"] == 4, RELEASED_WITHIN,
-                 f"job {held}'s capacity released: {allocation(slurm, held)}, "
-                 f"{pools(slurm.env)['default']}")
+        wait_for(
+            lambda: not allocation(slurm, held) and pools(slurm.env)["default"]["free_bricks"] == 4,
+            RELEASED_WITHIN,
+            f"job {held}'s capacity released: {allocation(slurm, held)}, "
+            f"{pools(slurm.env)['default']}",
+        )
         released = time.monotonic() - since
         next_job, r = slurm.sbatch(NEXT)
         assert next_job, r.stderr
@@ -70,8 +76,10 @@ def test_a_job_held_by_a_failed_stage_in_frees_its_capacity_for_the_next_job(slu
         job = slurm.job(held)  # still held, with the user's line
         assert (job["JobState"], job["Priority"]) == ("PENDING", "0"), job
         assert "stage_in_failed" in job["Reason"], job["Reason"]
-        print(f"\n{slurm.release} {slurm.plugin}: released {released:.1f} s after the hold, "
-              f"next job done {ran:.1f} s later")
+        print(
+            f"\n{slurm.release} {slurm.plugin}: released {released:.1f} s after the hold, "
+            f"next job done {ran:.1f} s later"
+        )
         # the user puts the missing file in place and the job is released: Slurm runs its
         # setup and stage-in again (before the flag, a released job stayed in staging-in)
         src = Path(slurm.jobs) / "held-in"

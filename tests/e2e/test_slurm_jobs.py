@@ -32,9 +32,11 @@ def test_a_job_writes_its_buffer_as_the_user_on_both_nodes(slurm):
         lines = sorted(f.read().splitlines())
     striped = f"{slurm.workdir}/mnt/{job_id}/striped"
     # each node sees the shared directory at the same path, and a private one of its own
-    assert lines == [f"node1 {striped} private: only-node1",
-                     f"node2 {striped} private: only-node2",
-                     f"striped: node1 {SUBMIT_USER},node2 {SUBMIT_USER}, {SUBMIT_USER}:700"]
+    assert lines == [
+        f"node1 {striped} private: only-node1",
+        f"node2 {striped} private: only-node2",
+        f"striped: node1 {SUBMIT_USER},node2 {SUBMIT_USER}, {SUBMIT_USER}:700",
+    ]
     # teardown: dacd deletes the filesystem and the buffer, and every brick is free again
     deadline = time.monotonic() + 60
     while pools(slurm.env)["default"]["free_bricks"] != 8:
@@ -48,20 +50,23 @@ def test_a_job_writes_its_buffer_as_the_user_on_both_nodes(slurm):
 
 @pytest.mark.every_release
 def test_a_bad_directive_is_refused_by_sbatch_with_our_one_line(slurm):
-    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB pool=default "
-                             "acces_mode=striped\necho never\n")
+    job_id, r = slurm.sbatch(
+        "#!/bin/bash\n#DW jobdw capacity=64MiB pool=default acces_mode=striped\necho never\n"
+    )
     assert job_id is None and r.returncode == 1
-    assert (f"sbatch: error: burst_buffer/{slurm.plugin}: line 2: jobdw: unknown key "
-            "'acces_mode' (expected capacity, access_mode, type, pool)") in r.stderr.splitlines()
+    assert (
+        f"sbatch: error: burst_buffer/{slurm.plugin}: line 2: jobdw: unknown key "
+        "'acces_mode' (expected capacity, access_mode, type, pool)"
+    ) in r.stderr.splitlines()
     assert "Traceback" not in r.stderr
 
 
 def test_a_request_bigger_than_the_pool_is_refused_before_it_queues(slurm):
-    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=1TiB pool=default "
-                             "access_mode=striped\necho never\n")
+    job_id, r = slurm.sbatch(
+        "#!/bin/bash\n#DW jobdw capacity=1TiB pool=default access_mode=striped\necho never\n"
+    )
     assert job_id is None
-    assert ("line 2: jobdw: capacity 1TiB is more than pool 'default' holds (4GiB)"
-            in r.stderr)
+    assert "line 2: jobdw: capacity 1TiB is more than pool 'default' holds (4GiB)" in r.stderr
 
 
 @pytest.mark.every_release
@@ -85,8 +90,10 @@ def test_scontrol_show_bbstat_shows_the_pools(slurm):
     assert rows[0] == ["pool", "units", "quantity", "free", "gran"], out
     assert rows[1][:2] == ["default", "bytes"] and "512MiB" in rows[1], out
     out = slurm.scontrol("show", "bbstat", "hosts")
-    assert out.strip() == "dac-bbstat: usage: scontrol show bbstat [job id | pools | sessions " \
-        "| instances | configurations | activations]", out
+    assert (
+        out.strip() == "dac-bbstat: usage: scontrol show bbstat [job id | pools | sessions "
+        "| instances | configurations | activations]"
+    ), out
 
 
 STAGED_JOB = """#!/bin/bash
@@ -124,8 +131,11 @@ def test_a_job_stages_in_transforms_and_stages_out_as_the_user(slurm):
         assert (st.st_uid, st.st_gid) == (user.pw_uid, user.pw_gid)
     assert os.stat(out).st_uid == user.pw_uid
     # the release's own client commands (first on PATH) work for the user as for root
-    for argv in (["scontrol", "show", "job", job_id], ["squeue", "-h", "-u", SUBMIT_USER],
-                 ["sinfo", "-h"]):
+    for argv in (
+        ["scontrol", "show", "job", job_id],
+        ["squeue", "-h", "-u", SUBMIT_USER],
+        ["sinfo", "-h"],
+    ):
         r = slurm._run(["runuser", "-u", SUBMIT_USER, "--", *argv])
         assert (r.returncode, r.stderr) == (0, ""), (argv, r.stderr)
         assert argv[0] != "scontrol" or "JobState=COMPLETED" in r.stdout
@@ -154,14 +164,27 @@ def test_a_persistent_buffer_keeps_its_data_from_one_job_to_the_next(slurm):
     if slurm.plugin == "datawarp":
         # Slurm's own way, so its datawarp plugin knows the buffer (it learns of buffers made
         # outside it only when slurmctld starts)
-        create = ("#!/bin/bash\n#BB create_persistent name=@NAME@ capacity=512MiB "
-                  "access=striped type=scratch\necho made\n")
+        create = (
+            "#!/bin/bash\n#BB create_persistent name=@NAME@ capacity=512MiB "
+            "access=striped type=scratch\necho made\n"
+        )
         job_id, r = slurm.sbatch(create.replace("@NAME@", name))
         assert job_id, r.stderr
         assert slurm.wait(job_id, timeout=120)["JobState"] == "COMPLETED"
     else:  # root makes it for the user (users' own dacctl: tests/security/test_usersvc_*)
-        run("dacctl", "create-persistent", "--name", name, "--capacity", "512MiB", "--user",
-            str(owner.pw_uid), "--group", str(owner.pw_gid), env=slurm.env)
+        run(
+            "dacctl",
+            "create-persistent",
+            "--name",
+            name,
+            "--capacity",
+            "512MiB",
+            "--user",
+            str(owner.pw_uid),
+            "--group",
+            str(owner.pw_gid),
+            env=slurm.env,
+        )
     outputs = []
     for job_id in (first, None):
         if job_id is None:
@@ -177,34 +200,55 @@ def test_a_persistent_buffer_keeps_its_data_from_one_job_to_the_next(slurm):
         job_id, r = slurm.sbatch(f"#!/bin/bash\n#BB destroy_persistent name={name}\ntrue\n")
         assert job_id, r.stderr
         assert slurm.wait(job_id, timeout=120)["JobState"] == "COMPLETED"
-        wait_for(lambda: name not in run("dacctl", "buffers", env=slurm.env).stdout,
-                 60, f"{name} destroyed")
+        wait_for(
+            lambda: name not in run("dacctl", "buffers", env=slurm.env).stdout,
+            60,
+            f"{name} destroyed",
+        )
     else:
         r = run("dacctl", "destroy-persistent", name, env=slurm.env)
         assert r.stdout.strip() == f"destroyed persistent buffer {name}", r.stderr
     if slurm.plugin == "lua" and slurm.release != "22.05":
         # Slurm passes job_process the submitter's uid (23.02+): a buffer that exists and is
         # another user's is refused at once, in one line (elsewhere setup refuses it)
-        run("dacctl", "create-persistent", "--name", name, "--capacity", "512MiB", "--user",
-            "4242", "--group", "4242", env=slurm.env)
+        run(
+            "dacctl",
+            "create-persistent",
+            "--name",
+            name,
+            "--capacity",
+            "512MiB",
+            "--user",
+            "4242",
+            "--group",
+            "4242",
+            env=slurm.env,
+        )
         try:
             job_id, r = slurm.sbatch(PERSISTENT_JOB.replace("@NAME@", name))
             assert job_id is None
-            assert (f"sbatch: error: burst_buffer/lua: line 4: persistentdw: persistent "
-                    f"buffer '{name}' belongs to another user") in r.stderr.splitlines()
+            assert (
+                f"sbatch: error: burst_buffer/lua: line 4: persistentdw: persistent "
+                f"buffer '{name}' belongs to another user"
+            ) in r.stderr.splitlines()
         finally:
             run("dacctl", "destroy-persistent", name, env=slurm.env)
 
 
 @pytest.mark.every_release
 def test_a_failed_stage_in_holds_the_job_with_our_line_as_its_reason(slurm):
-    job_id, r = slurm.sbatch("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
-                             "type=scratch pool=default\n#DW stage_in type=file "
-                             "source=@JOBS@/missing destination=$DW_JOB_STRIPED/x\necho never\n")
+    job_id, r = slurm.sbatch(
+        "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+        "type=scratch pool=default\n#DW stage_in type=file "
+        "source=@JOBS@/missing destination=$DW_JOB_STRIPED/x\necho never\n"
+    )
     assert job_id, r.stderr
     try:
-        job = wait_for(lambda: (lambda j: j if j.get("Priority") == "0" else None)(
-            slurm.job(job_id)), 60, f"job {job_id} held")
+        job = wait_for(
+            lambda: (lambda j: j if j.get("Priority") == "0" else None)(slurm.job(job_id)),
+            60,
+            f"job {job_id} held",
+        )
         # the user's one line, nothing else (24.11+: a hook's stderr would join it), in the
         # Reason format of each release (25.05 added "JobHeldAdmin: <hook> failed:")
         line = f"buffer {job_id}: stage_in failed: {slurm.jobs}/missing: No such file or directory"

@@ -44,8 +44,11 @@ def _copier_group(workdir: Path, host: str) -> int:
     while True:
         for d in Path("/proc").iterdir():
             try:
-                status = dict(line.split(":\t", 1) for line in
-                              (d / "status").read_text().splitlines() if ":\t" in line)
+                status = dict(
+                    line.split(":\t", 1)
+                    for line in (d / "status").read_text().splitlines()
+                    if ":\t" in line
+                )
                 if status["PPid"].strip() == str(dacd) and status["Uid"].split()[0] == uid:
                     return os.getpgid(int(d.name))
             except (OSError, KeyError):
@@ -64,8 +67,9 @@ def _kill_and_restart_slurmctld(workdir: Path) -> float:
     return time.monotonic() - start
 
 
-def _restart_once_saved(slurm, store, job_id: str, step: str, since: int,
-                        until_torn_down: bool = False) -> tuple[float, float]:
+def _restart_once_saved(
+    slurm, store, job_id: str, step: str, since: int, until_torn_down: bool = False
+) -> tuple[float, float]:
     """As `step` starts, its copier held (SIGSTOP) so the stage outlives the wait: once
     slurmctld's state files hold the job as it is now, slurmctld killed (-9) and started again;
     seconds until it answers, and the time (time.time()) it did. A kill before that save finds
@@ -74,6 +78,7 @@ def _restart_once_saved(slurm, store, job_id: str, step: str, since: int,
     reaches dac (the spec says deleted), so the teardown meets the stage under way: released
     at the restart, a 384 MiB stage finished before 26.05's teardown came, 16 s later (seen)."""
     from clitools import step_started, wait_for
+
     workdir = Path(slurm.workdir)
     host = step_started(store, job_id, None, step, since, timeout=180)
     group = _copier_group(workdir, host)
@@ -83,9 +88,14 @@ def _restart_once_saved(slurm, store, job_id: str, step: str, since: int,
         took = _kill_and_restart_slurmctld(workdir)
         answered = time.time()
         if until_torn_down:
-            wait_for(lambda: (b := store.buffer(job_id)) is None or
-                     b.record.desired_state.value == "deleted", 60,
-                     "Slurm's teardown to reach dac", every=0.1)
+            wait_for(
+                lambda: (
+                    (b := store.buffer(job_id)) is None or b.record.desired_state.value == "deleted"
+                ),
+                60,
+                "Slurm's teardown to reach dac",
+                every=0.1,
+            )
         return took, answered
     finally:
         with contextlib.suppress(ProcessLookupError):  # a teardown may have killed it
@@ -126,8 +136,9 @@ def _wait_until_slurm_saved(slurm, job_id: str) -> None:
     held, r = slurm.sbatch("#!/bin/bash\n#SBATCH --hold\ntrue\n")
     assert held, r.stderr
     deadline = time.monotonic() + 75  # two of lua's saves: a pass comes late under load (seen)
-    while _saved_at(jobs) < since or \
-            (slurm.plugin == "lua" and not _saved_by_slurm(workdir, job_id)):
+    while _saved_at(jobs) < since or (
+        slurm.plugin == "lua" and not _saved_by_slurm(workdir, job_id)
+    ):
         assert time.monotonic() < deadline, "slurmctld never saved its state"
         time.sleep(0.2)
     slurm._run(["scancel", held])
@@ -159,6 +170,7 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
     again; at stage-out it runs post_run and data_out again, which dac finds already under way
     and waits for. The job completes, every staged-out byte is there once, nothing leaks."""
     from clitools import pools, revision
+
     data = Path(slurm.jobs) / "rdata"
     data.mkdir(mode=0o755, exist_ok=True)
     block = os.urandom(8 << 20)
@@ -167,8 +179,9 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
         content = i.to_bytes(4, "big") + block[4:]
         (data / f"f{i:03}").write_bytes(content)
         sums[f"f{i:03}"] = hashlib.sha256(content).hexdigest()
-    expected = hashlib.sha256("".join(f"{v}  {k}\n" for k, v in sorted(sums.items()))
-                              .encode()).hexdigest()
+    expected = hashlib.sha256(
+        "".join(f"{v}  {k}\n" for k, v in sorted(sums.items())).encode()
+    ).hexdigest()
     workdir = Path(slurm.workdir)
     store = Store.from_settings(load_config(str(workdir / "dac.yaml"), env={}).etcd)
     since = revision(store)
@@ -180,7 +193,8 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
         # as for any stage-in longer than Slurm's saves (below)
         # `killed`: when slurmctld answered again, which Slurm's 60 s deferral counts from
         took["restart during stage-in"], killed = _restart_once_saved(
-            slurm, store, job_id, "stage_in", since, until_torn_down=True)
+            slurm, store, job_id, "stage_in", since, until_torn_down=True
+        )
         deadline = time.monotonic() + 60
         while store.buffer(job_id) is not None:  # Slurm's teardown (hurry): dac deletes it
             assert time.monotonic() < deadline, (store.buffer(job_id), slurm.logs())
@@ -193,28 +207,36 @@ def test_slurmctld_restarted_during_stage_in_and_stage_out_loses_nothing(slurm):
         since = revision(store)
         # 2. during the stage-out (the stage-in ran again, on a new buffer), once Slurm has
         # saved the job's end: a kill within 5 s of it left the job RUNNING for good (seen)
-        took["restart during stage-out"], _ = _restart_once_saved(slurm, store, job_id,
-                                                                  "stage_out", since)
+        took["restart during stage-out"], _ = _restart_once_saved(
+            slurm, store, job_id, "stage_out", since
+        )
         job = slurm.wait(job_id, timeout=180)
         assert job["JobState"] == "COMPLETED", (job, slurm.logs(60))
         with open(f"{slurm.jobs}/out-{job_id}.txt") as f:
             assert f.read().split()[0] == expected  # the job saw every byte staged in
         out = Path(slurm.jobs) / "rout"
-        assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in out.iterdir()} == sums  # every byte staged out, nothing partial or extra
+        assert {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()
+        } == sums  # every byte staged out, nothing partial or extra
         dacd_log = "".join(p.read_text(errors="replace") for p in (workdir / "logs").glob("dacd-*"))
-        stages = {s: dacd_log.count(f"buffer {job_id} (job {job_id}): {s} on ")
-                  for s in ("stage_in", "stage_out", "delete")}
+        stages = {
+            s: dacd_log.count(f"buffer {job_id} (job {job_id}): {s} on ")
+            for s in ("stage_in", "stage_out", "delete")
+        }
         # stage-in: cut short by Slurm's teardown, then once on the new buffer; stage-out once
         assert stages == {"stage_in": 2, "stage_out": 1, "delete": 2}, stages
-        assert f"buffer {job_id} (job {job_id}): stage_in stopped: the buffer is being torn " \
-               "down" in dacd_log
+        assert (
+            f"buffer {job_id} (job {job_id}): stage_in stopped: the buffer is being torn "
+            "down" in dacd_log
+        )
         assert store.buffer(job_id) is None
         assert pools(slurm.env)["default"]["free_bricks"] == 8
         mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
         assert not [m for m in mounts if m.startswith(f"{workdir}/") and job_id in Path(m).parts]
-        print(f"\nslurmctld restarts: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
-              f"released {'early' if early else 'by Slurm after its 60 s'}")
+        print(
+            f"\nslurmctld restarts: {', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; "
+            f"released {'early' if early else 'by Slurm after its 60 s'}"
+        )
     except AssertionError as e:  # what Slurm and dac said, since the workdir goes
         raise AssertionError(f"{e}\n{slurm.logs(80)}") from None
     finally:  # a job left behind must not hold the next tests' nodes and bricks

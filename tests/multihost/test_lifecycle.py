@@ -14,20 +14,29 @@ from sshd import Sshd
 
 def job(tmp_path, token, nodes=("node1", "node2")):
     script = tmp_path / f"job{token}.sh"
-    script.write_text("#!/bin/sh\n#DW jobdw capacity=200GiB access_mode=striped,private "
-                      "pool=p\n")
+    script.write_text("#!/bin/sh\n#DW jobdw capacity=200GiB access_mode=striped,private pool=p\n")
     hostfile = tmp_path / f"nodes{token}"
     hostfile.write_text("".join(f"{n}\n" for n in nodes))
     return ["--job", str(script), "--nodehostnamefile", str(hostfile)]
 
 
-def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn_down(
-        mh, tmp_path):
+def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn_down(mh, tmp_path):
     site, env, store = mh
     args = job(tmp_path, 101)
     slurm(env, "job_process", 101, "--job", args[1])
-    slurm(env, "setup", 101, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
-          "--job", args[1])
+    slurm(
+        env,
+        "setup",
+        101,
+        "--caller",
+        "SLURM",
+        "--user",
+        "1001",
+        "--groupid",
+        "1001",
+        "--job",
+        args[1],
+    )
     slurm(env, "pre_run", 101, *args)
     calls = site.recorded.commands()
     buf = store.buffer("101").record
@@ -52,26 +61,42 @@ def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn
 
 def mount_of(site, node: str, token: int, kind: str = "striped") -> str:
     """Where `node` has the job's `kind` mount, as that node's mount table says."""
-    (entry,) = [e for e in site.recorded.state()["mounts"][node]
-                if e["dir"].endswith(f"/{token}/{kind}")]
+    (entry,) = [
+        e for e in site.recorded.state()["mounts"][node] if e["dir"].endswith(f"/{token}/{kind}")
+    ]
     return entry["dir"]
 
 
 def as_user(site, node: str, script: str, uid: int = 1001) -> str:
     """Run `script` on `node` as the job's user; its output."""
-    return site.hosts[node].run("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                                "sh", "-c", script).stdout
+    return (
+        site.hosts[node]
+        .run("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sh", "-c", script)
+        .stdout
+    )
 
 
 def nodes_mounted(site) -> list[str]:
-    return sorted(h for h, m in site.recorded.state().get("mounts", {}).items()
-                  if m and h.startswith("node"))
+    return sorted(
+        h for h, m in site.recorded.state().get("mounts", {}).items() if m and h.startswith("node")
+    )
 
 
 def set_up(env, token, args):
     slurm(env, "job_process", token, "--job", args[1])
-    slurm(env, "setup", token, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
-          "--job", args[1])
+    slurm(
+        env,
+        "setup",
+        token,
+        "--caller",
+        "SLURM",
+        "--user",
+        "1001",
+        "--groupid",
+        "1001",
+        "--job",
+        args[1],
+    )
 
 
 def timed(env, function, token, *args):
@@ -81,7 +106,8 @@ def timed(env, function, token, *args):
 
 
 def test_mh_a_node_unreachable_at_pre_run_is_named_within_60s_and_the_job_ends_cleanly(
-        mh, tmp_path):
+    mh, tmp_path
+):
     site, env, store = mh
     args = job(tmp_path, 102)
     set_up(env, 102, args)
@@ -112,8 +138,13 @@ def test_mh_a_node_lost_while_its_mount_runs_ends_pre_run_within_60s(mh, tmp_pat
     args = job(tmp_path, 103)
     set_up(env, 103, args)
     started = site.slow("node2", "mount", 8)
-    cut = threading.Thread(target=lambda: (wait_for(started.exists, 60, "node2's mount"),
-                                           site.hosts["node2"].link(up=False)), daemon=True)
+    cut = threading.Thread(
+        target=lambda: (
+            wait_for(started.exists, 60, "node2's mount"),
+            site.hosts["node2"].link(up=False),
+        ),
+        daemon=True,
+    )
     cut.start()
     try:
         r, took = timed(env, "pre_run", 103, *args)
@@ -147,8 +178,9 @@ def test_mh_a_node_dead_at_teardown_never_holds_the_bricks_and_owes_its_mounts(m
         r, took = timed(env, "teardown", 105, "--job", args[1])
         assert r.returncode == 0 and took < 60, (took, r.stdout)
         assert store.buffer("105") is None and pools(env)["p"]["free_bricks"] == 2
-        assert not any(m for h, m in site.recorded.state().get("mounts", {}).items()
-                       if h.startswith("srv"))  # the filesystem is gone from every server
+        assert not any(
+            m for h, m in site.recorded.state().get("mounts", {}).items() if h.startswith("srv")
+        )  # the filesystem is gone from every server
         assert nodes_mounted(site) == ["node1"]
         owed = run("dacctl", "owed", "--json", env=env).stdout
         (debt,) = json.loads(owed)["owed"]
@@ -180,7 +212,8 @@ def test_mh_a_node_dead_at_teardown_never_holds_the_bricks_and_owes_its_mounts(m
 
 
 def test_mh_a_node_unreachable_at_post_run_is_named_and_teardown_unmounts_it_once_back(
-        mh, tmp_path):
+    mh, tmp_path
+):
     site, env, store = mh
     args = job(tmp_path, 107)
     set_up(env, 107, args)
@@ -210,14 +243,17 @@ def test_mh_a_node_presenting_another_host_key_is_refused_and_runs_nothing(mh, t
     set_up(env, 108, args)
     assert node2.sshd is not None
     node2.sshd.stop()  # its sessions (and the servers' ssh masters to it) end with it
-    impostor = Sshd(tmp_path / "sshd-new", Path(f"{site.key}.pub"), node2.address, 22,
-                    prefix=node2.enter).start()
+    impostor = Sshd(
+        tmp_path / "sshd-new", Path(f"{site.key}.pub"), node2.address, 22, prefix=node2.enter
+    ).start()
     site.recorded.calls()
     try:
         r = slurm(env, "pre_run", 108, *args, check=False)
         line = r.stdout.strip()
-        assert r.returncode != 0 and "node2 unreachable over ssh (Host key verification " \
-            "failed.)" in line, line
+        assert (
+            r.returncode != 0
+            and "node2 unreachable over ssh (Host key verification failed.)" in line
+        ), line
         assert f"put its current host key in {site.known_hosts}" in line
         assert [c for c in site.recorded.commands() if c[0] == "node2"] == []
     finally:
@@ -229,8 +265,7 @@ def test_mh_a_node_presenting_another_host_key_is_refused_and_runs_nothing(mh, t
     assert nodes_mounted(site) == []
 
 
-def test_mh_a_storage_server_down_at_create_fails_setup_within_60s_and_builds_nothing(
-        mh, tmp_path):
+def test_mh_a_storage_server_down_at_create_fails_setup_within_60s_and_builds_nothing(mh, tmp_path):
     """A server cut off as setup is called, its lease not lapsed yet, so the allocation takes
     its brick: the primary's create finds it unreachable at its first play and stops there
     (any_errors_fatal); setup fails naming it and the remedy, nothing is left built on the
@@ -242,16 +277,33 @@ def test_mh_a_storage_server_down_at_create_fails_setup_within_60s_and_builds_no
     # both dacds held still while setup allocates, so the cut comes before the create begins
     dacds = [site.dacds[s.name].pid for s in site.servers]
     outcome: list = []
-    setup = threading.Thread(target=lambda: outcome.append(timed(
-        env, "setup", 109, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
-        "--job", args[1])))
+    setup = threading.Thread(
+        target=lambda: outcome.append(
+            timed(
+                env,
+                "setup",
+                109,
+                "--caller",
+                "SLURM",
+                "--user",
+                "1001",
+                "--groupid",
+                "1001",
+                "--job",
+                args[1],
+            )
+        )
+    )
     for pid in dacds:
         os.kill(pid, signal.SIGSTOP)
     try:
         setup.start()
         # a stopped dacd's lease lapses 3.3-5 s on (lease_ttl 5, renewed every third of it)
-        wait_for(lambda: store.buffer("109") is not None, 3,
-                 "setup's allocation while the stopped dacds' leases still held")
+        wait_for(
+            lambda: store.buffer("109") is not None,
+            3,
+            "setup's allocation while the stopped dacds' leases still held",
+        )
         primary = store.buffer("109").record.allocation.primary_host
         down = next(s for s in site.servers if s.name != primary)
         down.link(up=False)
@@ -263,17 +315,23 @@ def test_mh_a_storage_server_down_at_create_fails_setup_within_60s_and_builds_no
         ((r, took),) = outcome
         line = r.stdout.strip()
         assert r.returncode != 0 and took < 60, (took, line)
-        assert len(line.splitlines()) == 1 and f"create failed on {primary}: {down.name} " \
-            "unreachable over ssh" in line, line
-        assert f"an admin must bring {down.name} back, or take it out of service (a storage " \
-            f"server: dacctl drain {down.name})" in line, line
+        assert (
+            len(line.splitlines()) == 1
+            and f"create failed on {primary}: {down.name} unreachable over ssh" in line
+        ), line
+        assert (
+            f"an admin must bring {down.name} back, or take it out of service (a storage "
+            f"server: dacctl drain {down.name})" in line
+        ), line
         calls = site.recorded.commands()
         assert not [c for c in calls if c[1] in ("mkfs.lustre", "mount")], calls
         assert not any(site.recorded.state().get("mounts", {}).values())
         # Slurm's teardown while the server is still away: named again, within the bound
         r, took = timed(env, "teardown", 109, "--job", args[1])
-        assert r.returncode != 0 and took < 60 and f"{down.name} unreachable" in r.stdout, \
-            (took, r.stdout)
+        assert r.returncode != 0 and took < 60 and f"{down.name} unreachable" in r.stdout, (
+            took,
+            r.stdout,
+        )
         assert pools(env)["p"]["free_bricks"] == 0
     finally:
         down.link(up=True)
@@ -288,7 +346,8 @@ def test_mh_a_storage_server_down_at_create_fails_setup_within_60s_and_builds_no
 
 
 def test_mh_a_pre_run_that_failed_on_one_node_is_undone_and_the_requeued_job_runs_elsewhere(
-        mh, tmp_path):
+    mh, tmp_path
+):
     """node2's private mount fails after its striped one worked: pre_run fails naming node2,
     both nodes are recorded as attached (node2 holds a mount), post_run and teardown leave
     nothing; Slurm requeues the job (the same buffer name) onto node1 and node3, where
@@ -296,18 +355,28 @@ def test_mh_a_pre_run_that_failed_on_one_node_is_undone_and_the_requeued_job_run
     site, env, store = mh
     args = job(tmp_path, 111)
     set_up(env, 111, args)
-    site.recorded.fail("mount", ["/111/private"], host="node2", rc=5,
-                       stderr="mount.lustre: injected: Input/output error")
+    site.recorded.fail(
+        "mount",
+        ["/111/private"],
+        host="node2",
+        rc=5,
+        stderr="mount.lustre: injected: Input/output error",
+    )
     r, took = timed(env, "pre_run", 111, *args)
     line = r.stdout.strip()
     assert r.returncode != 0 and took < 60 and len(line.splitlines()) == 1, (took, line)
-    assert "mount failed on node2 at task" in line and "Input/output error; an admin must fix " \
-        "node2 or take it out of service (scontrol update nodename=node2 state=down)" in line
+    assert (
+        "mount failed on node2 at task" in line
+        and "Input/output error; an admin must fix "
+        "node2 or take it out of service (scontrol update nodename=node2 state=down)"
+        in line
+    )
     primary = store.buffer("111").record.allocation.primary_host
     assert store.statuses("111")[primary].attached == {"111": ["node1", "node2"]}
     assert nodes_mounted(site) == ["node1", "node2"]
-    assert [e["dir"].rsplit("/", 1)[1] for e in site.recorded.state()["mounts"]["node2"]] == \
-        ["striped"]
+    assert [e["dir"].rsplit("/", 1)[1] for e in site.recorded.state()["mounts"]["node2"]] == [
+        "striped"
+    ]
     slurm(env, "post_run", 111, *args)
     assert nodes_mounted(site) == []
     slurm(env, "teardown", 111, "--job", args[1])
@@ -316,8 +385,19 @@ def test_mh_a_pre_run_that_failed_on_one_node_is_undone_and_the_requeued_job_run
     # the requeue: Slurm stages the job in again and starts it on other nodes
     args = job(tmp_path, "111-requeued", nodes=("node1", "node3"))
     site.recorded.calls()
-    slurm(env, "setup", 111, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
-          "--job", args[1])
+    slurm(
+        env,
+        "setup",
+        111,
+        "--caller",
+        "SLURM",
+        "--user",
+        "1001",
+        "--groupid",
+        "1001",
+        "--job",
+        args[1],
+    )
     slurm(env, "pre_run", 111, *args)
     primary = store.buffer("111").record.allocation.primary_host
     assert store.statuses("111")[primary].attached == {"111": ["node1", "node3"]}

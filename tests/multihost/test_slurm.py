@@ -36,29 +36,43 @@ class SiteSlurm(SlurmCluster):
     node's `node_root` is seen at `mount_root` (the path $DW_JOB_STRIPED names)."""
 
     def __init__(self, site, workdir, plugin: str, dac_config: str, mount_root: str):
-        super().__init__(workdir, nodes=len(site.nodes), plugin=plugin, dac_config=dac_config,
-                         mount_root=mount_root, node_roots=str(site.recorded.root / "nodes"))
+        super().__init__(
+            workdir,
+            nodes=len(site.nodes),
+            plugin=plugin,
+            dac_config=dac_config,
+            mount_root=mount_root,
+            node_roots=str(site.recorded.root / "nodes"),
+        )
         self.site = site
 
     def _write_configs(self) -> None:
         super()._write_configs()
         text = self.conf.read_text().replace(
             "SlurmctldHost=localhost",
-            f"SlurmctldHost={socket.gethostname().split('.')[0]}({self.site.controller})")
+            f"SlurmctldHost={socket.gethostname().split('.')[0]}({self.site.controller})",
+        )
         for host in self.site.nodes:
-            text = re.sub(rf"NodeName={host.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                          r"Port=\d+",
-                          f"NodeName={host.name} NodeHostname={host.name} "
-                          f"NodeAddr={host.address} Port=6818", text)
+            text = re.sub(
+                rf"NodeName={host.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
+                r"Port=\d+",
+                f"NodeName={host.name} NodeHostname={host.name} NodeAddr={host.address} Port=6818",
+                text,
+            )
         self.conf.write_text(text)
 
     def _slurmd_argv(self, node: str) -> list[str]:
         # `ip netns exec` gave the node a sysfs of its network namespace, without the cgroup
         # hierarchies slurmd 22.05 needs (it has no cgroup plugin `disabled`): the machine's
         # mounted there again, as this process sees them
-        return [*self.site.hosts[node].enter, "sh", "-c",
-                f'mountpoint -q /sys/fs/cgroup || {{ {cgroup_mounts()}; }} && exec "$@"', "sh",
-                *super()._slurmd_argv(node)]
+        return [
+            *self.site.hosts[node].enter,
+            "sh",
+            "-c",
+            f'mountpoint -q /sys/fs/cgroup || {{ {cgroup_mounts()}; }} && exec "$@"',
+            "sh",
+            *super()._slurmd_argv(node),
+        ]
 
 
 def cgroup_mounts() -> str:
@@ -68,8 +82,7 @@ def cgroup_mounts() -> str:
     with open("/proc/self/mounts") as f:
         for source, point, fstype, options, *_ in (line.split() for line in f):
             if point == "/sys/fs/cgroup" or point.startswith("/sys/fs/cgroup/"):
-                steps.append(f"mkdir -p {point} && mount -t {fstype} -o {options} {source} "
-                             f"{point}")
+                steps.append(f"mkdir -p {point} && mount -t {fstype} -o {options} {source} {point}")
     return " && ".join(steps) or "true"
 
 
@@ -106,15 +119,22 @@ def slurm_site(request, site_for_slurm):
 
 def logs(cluster, lines: int = 10) -> str:
     """The last lines of each Slurm daemon's log and the hooks' log: what a failure shows."""
-    return "\n".join(f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace")
-                                                     .splitlines()[-lines:])
-                     for p in sorted((cluster.base / "log").iterdir()) if p.is_file())
+    return "\n".join(
+        f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+        for p in sorted((cluster.base / "log").iterdir())
+        if p.is_file()
+    )
 
 
 def slurm_cmd(cluster, *argv: str, user: str | None = None) -> subprocess.CompletedProcess:
     prefix = ["runuser", "-u", user, "--"] if user else []
-    return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **cluster.env()})
+    return subprocess.run(
+        [*prefix, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **cluster.env()},
+    )
 
 
 def wait_job(cluster, job_id: str, timeout: float = 240) -> dict:
@@ -122,8 +142,9 @@ def wait_job(cluster, job_id: str, timeout: float = 240) -> dict:
     while True:
         out = slurm_cmd(cluster, "scontrol", "show", "job", "-o", job_id).stdout
         job = dict(f.split("=", 1) for f in out.split() if "=" in f)
-        if job.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") and \
-                job.get("BurstBufferState", "complete") in ("complete", "teardown-complete"):
+        if job.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") and job.get(
+            "BurstBufferState", "complete"
+        ) in ("complete", "teardown-complete"):
             return job
         assert time.monotonic() < deadline, out
         time.sleep(1)
@@ -151,8 +172,10 @@ def test_mh_slurm_a_staged_2_node_job_writes_on_both_nodes_and_is_staged_out(slu
         assert (staged / node).read_text() == f"{node} {SUBMIT_USER}\n"
         assert (staged / node).stat().st_uid == user.pw_uid
     calls = site.recorded.commands()
-    assert sorted({c[0] for c in calls if c[1] == "mount" and c[0].startswith("node")}) == \
-        ["node1", "node2"]
+    assert sorted({c[0] for c in calls if c[1] == "mount" and c[0].startswith("node")}) == [
+        "node1",
+        "node2",
+    ]
     deadline = time.monotonic() + 60
     while pools(env)["p"]["free_bricks"] != 2 or store.buffer(job_id) is not None:
         assert time.monotonic() < deadline, pools(env)

@@ -20,9 +20,24 @@ def slurm_dac(plugin: str, prefix: str):
     os.chmod(workdir, 0o755)
     jobs = os.path.join(workdir, "jobs")
     try:
-        run("dacctl", "local", "up", "--workdir", workdir, "--servers", "2",
-            "--bricks-per-server", "2", "--brick-size", "512MiB", "--slurm-nodes", "1",
-            "--slurm-plugin", plugin, timeout=120)
+        run(
+            "dacctl",
+            "local",
+            "up",
+            "--workdir",
+            workdir,
+            "--servers",
+            "2",
+            "--bricks-per-server",
+            "2",
+            "--brick-size",
+            "512MiB",
+            "--slurm-nodes",
+            "1",
+            "--slurm-plugin",
+            plugin,
+            timeout=120,
+        )
         lines = run("dacctl", "local", "env", "--workdir", workdir).stdout.splitlines()
         env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
         user = ensure_submit_user()
@@ -45,7 +60,12 @@ def script_file(jobs: str, body: str) -> str:
 
 def sbatch(env, jobs: str, body: str):
     """(job id or None, the completed sbatch) as the submit user."""
-    r = subprocess.run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable",
-                        script_file(jobs, body)], capture_output=True, text=True, timeout=60,
-                       cwd=jobs, env={**os.environ, **env})
+    r = subprocess.run(
+        ["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable", script_file(jobs, body)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=jobs,
+        env={**os.environ, **env},
+    )
     return (r.stdout.strip().split(";")[0] or None) if r.returncode == 0 else None, r

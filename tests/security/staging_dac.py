@@ -48,18 +48,40 @@ def dac(open_dir):
 
 def up(workdir: Path, servers: int = 1, bricks: int = 2, stage_timeout: float = STAGE_TIMEOUT):
     """`dacctl local up`, then each dacd restarted with `stage_timeout` in the config."""
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", str(servers),
-        "--bricks-per-server", str(bricks), "--brick-size", "512MiB")
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        str(servers),
+        "--bricks-per-server",
+        str(bricks),
+        "--brick-size",
+        "512MiB",
+    )
     state = LocalState.load(workdir)
     config = yaml.safe_load(state.config_path.read_text())
     config["stage_timeout"] = stage_timeout
     state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     for d in state.dacd:
         stop_pid(d["pid"], "dacd.main")
-        proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
-                      "--host", d["host"], "--metrics-address", d["metrics"]],
-                     workdir / "logs" / f"dacd-{d['host']}-2.log",
-                     child_env(DAC_CONFIG=str(state.config_path)))
+        proc = spawn(
+            [
+                sys.executable,
+                "-m",
+                "dacd.main",
+                "--config",
+                str(state.config_path),
+                "--host",
+                d["host"],
+                "--metrics-address",
+                d["metrics"],
+            ],
+            workdir / "logs" / f"dacd-{d['host']}-2.log",
+            child_env(DAC_CONFIG=str(state.config_path)),
+        )
         d["pid"] = proc.pid
         state.save()
     _DACDS.clear()
@@ -91,8 +113,15 @@ def write(path, data=b"x", uid=UID, gid=GID, mode=0o644):
 
 def as_user(*argv, uid=UID, gid=GID):
     """A command run as the user, as the user could on a storage server or in the job."""
-    return subprocess.run(list(argv), check=True, capture_output=True, user=uid, group=gid,
-                          extra_groups=[gid], cwd="/")
+    return subprocess.run(
+        list(argv),
+        check=True,
+        capture_output=True,
+        user=uid,
+        group=gid,
+        extra_groups=[gid],
+        cwd="/",
+    )
 
 
 def buffer_fs(workdir: Path, store, job) -> Path:
@@ -168,12 +197,17 @@ def stopping_copiers(uid=UID, gid=GID):
     standing for any stage that never ends: a hung NFS source, a disk that stops answering.
     Every copier this test's dacd starts for `uid` inside the block is stopped as it starts;
     yields `next_stopped(timeout)`, the pid of the next one stopped."""
-    proc = subprocess.Popen([_python(), "-I", "-S", "-c", _STOPPER, *map(str, _DACDS)],
-                            stdout=subprocess.PIPE, text=True, user=uid, group=gid,
-                            extra_groups=[gid], cwd="/")
+    proc = subprocess.Popen(
+        [_python(), "-I", "-S", "-c", _STOPPER, *map(str, _DACDS)],
+        stdout=subprocess.PIPE,
+        text=True,
+        user=uid,
+        group=gid,
+        extra_groups=[gid],
+        cwd="/",
+    )
     lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout],
-                              daemon=True)
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
     reader.start()
 
     def next_stopped(timeout: float = 30) -> int:
@@ -181,6 +215,7 @@ def stopping_copiers(uid=UID, gid=GID):
             return int(lines.get(timeout=timeout))
         except queue.Empty:
             raise AssertionError("no copier started") from None
+
     try:
         assert lines.get(timeout=30) == "ready\n"
         yield next_stopped
@@ -193,16 +228,38 @@ def next_job_runs(workdir: Path, env, store, tmp_path, src_dir: Path, job: int) 
     """The other user's next job: set up, staged in, torn down; its data arrives."""
     src = owned(src_dir / f"next{job}", OTHER_UID, OTHER_GID)
     write(src / "f", b"next job\n", OTHER_UID, OTHER_GID)
-    script = setup(env, tmp_path, job, "512MiB",
-                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
-                   uid=OTHER_UID, gid=OTHER_GID)
+    script = setup(
+        env,
+        tmp_path,
+        job,
+        "512MiB",
+        f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+        uid=OTHER_UID,
+        gid=OTHER_GID,
+    )
     slurm(env, "data_in", job, "--job", str(script))
     assert (buffer_fs(workdir, store, job) / "striped" / "in" / "f").read_bytes() == b"next job\n"
     slurm(env, "teardown", job, "--job", str(script), "--hurry")
     assert store.buffer(str(job)) is None
 
 
-__all__ = ["open_dir", "UID", "GID", "OTHER_UID", "OTHER_GID", "up", "down", "owned", "write",
-           "as_user",
-           "buffer_fs", "snapshot", "copiers", "stopping_copiers", "next_job_runs", "pools",
-           "setup", "slurm"]
+__all__ = [
+    "open_dir",
+    "UID",
+    "GID",
+    "OTHER_UID",
+    "OTHER_GID",
+    "up",
+    "down",
+    "owned",
+    "write",
+    "as_user",
+    "buffer_fs",
+    "snapshot",
+    "copiers",
+    "stopping_copiers",
+    "next_job_runs",
+    "pools",
+    "setup",
+    "slurm",
+]

@@ -67,11 +67,16 @@ def warm(tmp_path):
 
 def run_probe(out, warm=None):
     p = payloads(out)
-    extravars = {"out": str(out), "value": p["value"],
-                 "nested": {"inner": [{"text": p["nested"]}]}, "argv": [p["argv"]],
-                 "admin": templated("{{ 'made by the config' | upper }}")}
-    inventory = {"all": {"hosts": {"localhost": {"ansible_connection": "local",
-                                                 "hostvalue": p["host"]}}}}
+    extravars = {
+        "out": str(out),
+        "value": p["value"],
+        "nested": {"inner": [{"text": p["nested"]}]},
+        "argv": [p["argv"]],
+        "admin": templated("{{ 'made by the config' | upper }}"),
+    }
+    inventory = {
+        "all": {"hosts": {"localhost": {"ansible_connection": "local", "hostvalue": p["host"]}}}
+    }
     runner.run_step("probe", "show", "localhost", extravars, inventory=inventory, warm=warm)
     return p
 

@@ -38,8 +38,19 @@ def dacdtrust_dac():
     top = Path(tempfile.mkdtemp(prefix="dac-test-"))
     top.chmod(0o755)
     workdir = top / "dac"
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "4", "--brick-size", "512MiB")
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "4",
+        "--brick-size",
+        "512MiB",
+    )
     env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
     try:
         yield workdir, env, Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
@@ -56,12 +67,15 @@ def dacd_logs(workdir: Path) -> list[Path]:
 
 def lines_naming(workdir: Path, key: str) -> list[list[str]]:
     """Per dacd, the log lines that name `key` (followed by ':', so job 31 is not job 311)."""
-    return [[line for line in log.read_text(errors="replace").splitlines() if f"{key}:" in line]
-            for log in dacd_logs(workdir)]
+    return [
+        [line for line in log.read_text(errors="replace").splitlines() if f"{key}:" in line]
+        for log in dacd_logs(workdir)
+    ]
 
 
-def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str,
-                        hosts: set[str]) -> None:
+def assert_skipped_once(
+    workdir: Path, store: Store, name: str, reason: str, hosts: set[str]
+) -> None:
     """The dacd of each of `hosts` (those the record's claims name) logs one line naming the
     record's key and `reason`, and no more when the same record is written again (one line,
     not one per event); the other dacd, whose host holds no claim of it, logs nothing."""
@@ -69,9 +83,13 @@ def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str,
     logs = dacd_logs(workdir)
     named = [log.name.removeprefix("dacd-").removesuffix(".log") in hosts for log in logs]
     assert any(named), (hosts, logs)
-    wait_for(lambda: all(lines or not n for lines, n in zip(lines_naming(workdir, key), named,
-                                                        strict=True)),
-             timeout=90, what=f"the dacd of {sorted(hosts)} to log {key}")
+    wait_for(
+        lambda: all(
+            lines or not n for lines, n in zip(lines_naming(workdir, key), named, strict=True)
+        ),
+        timeout=90,
+        what=f"the dacd of {sorted(hosts)} to log {key}",
+    )
     value = store.client.get(key).value
     for _ in range(3):  # three more events of the same bad record
         put_raw(store, name, value)
@@ -87,8 +105,11 @@ def assert_skipped_once(workdir: Path, store: Store, name: str, reason: str,
 def assert_admin_error(store: Store, name: str, host: str, reason: str) -> None:
     """The host the record names says why in its status: a waiting Slurm call fails at once
     with one line, the admin's to act on."""
-    status = wait_for(lambda: (s := store.status_docs(name).get(host)) and s.get("error") and s,
-                      timeout=90, what=f"{host}'s status of {name} to hold an error")
+    status = wait_for(
+        lambda: (s := store.status_docs(name).get(host)) and s.get("error") and s,
+        timeout=90,
+        what=f"{host}'s status of {name} to hold an error",
+    )
     assert status["error"]["category"] == "admin", status
     assert reason in status["error"]["message"], status
 
@@ -102,21 +123,36 @@ def mounted(path: Path) -> bool:
         return any(line.split()[4] == str(path) for line in f)
 
 
-def valid_buffer(store: Store, name: str, uid: int = 1234, gid: int = 4321, capacity=512 * MiB,
-                 job: int | None = None) -> Buffer:
+def valid_buffer(
+    store: Store,
+    name: str,
+    uid: int = 1234,
+    gid: int = 4321,
+    capacity=512 * MiB,
+    job: int | None = None,
+) -> Buffer:
     """A buffer as dacctl would write it, on bricks free now."""
     bricks = place(store.inventory(), capacity, "default")
-    return Buffer(name=name, owner_uid=uid, owner_gid=gid, job_id=job,
-                  request=BufferRequest(capacity=capacity, pool="default"),
-                  allocation=allocation_of(bricks), created_at=time.time())
+    return Buffer(
+        name=name,
+        owner_uid=uid,
+        owner_gid=gid,
+        job_id=job,
+        request=BufferRequest(capacity=capacity, pool="default"),
+        allocation=allocation_of(bricks),
+        created_at=time.time(),
+    )
 
 
 def put_raw(store: Store, name: str, doc) -> None:
     """Write a spec by hand, with the work key of every live host (what a forger would have
     to write for any dacd to look at it; a dacd holding no claim of it still ignores it)."""
     value = doc if isinstance(doc, (bytes, str)) else json.dumps(doc)
-    store.client.txn([], [put_op(store.keys.buffer(name), value)] +
-                     [put_op(store.keys.work(h, name), "") for h in sorted(store.alive())])
+    store.client.txn(
+        [],
+        [put_op(store.keys.buffer(name), value)]
+        + [put_op(store.keys.work(h, name), "") for h in sorted(store.alive())],
+    )
 
 
 def claim(store: Store, name: str, bricks: list[tuple[str, str]]) -> list[str]:
@@ -170,16 +206,22 @@ def test_dacdtrust_device_in_the_record_is_never_used(dacdtrust_dac, other_disk,
     device, marker = other_disk
     buf = valid_buffer(store, "401", job=401)
     ref = buf.allocation.bricks[0]
-    forged = buf.model_copy(update={"allocation": buf.allocation.model_copy(update={
-        "bricks": [ref.model_copy(update={"device": device})]})})
+    forged = buf.model_copy(
+        update={
+            "allocation": buf.allocation.model_copy(
+                update={"bricks": [ref.model_copy(update={"device": device})]}
+            )
+        }
+    )
     store.create_buffer(forged)
     wait_for(reached(store, "401", State.CREATED), what="created")
     config = load_config(env["DAC_CONFIG"], env={})
     brick = next(b for b in config.hosts[ref.host].bricks if b.brick_name == ref.brick)
     fs = fs_of(workdir, ref.host, "401")
     assert mounted(fs)
-    source = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(fs)], capture_output=True,
-                            text=True).stdout.strip()
+    source = subprocess.run(
+        ["findmnt", "-n", "-o", "SOURCE", str(fs)], capture_output=True, text=True
+    ).stdout.strip()
     assert source == brick.device != device
     slurm(env, "teardown", 401)
     wait_for(lambda: store.buffer("401") is None, what="the buffer to be reaped")
@@ -199,8 +241,7 @@ def jinja(tmp: Path, n: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("where", ["job key", "node name"])
 @pytest.mark.parametrize("payload", ["key", "statement", "comment"])
-def test_dacdtrust_attachments_never_reach_jinja(dacdtrust_dac, open_dir_for_pwned, where,
-                                                 payload):
+def test_dacdtrust_attachments_never_reach_jinja(dacdtrust_dac, open_dir_for_pwned, where, payload):
     """Attachment keys and node names ended in Ansible extra-vars, rendered as Jinja
     (`{{ lookup('pipe', ...) }}` ran as root). A record holding one is refused, and nothing
     runs."""
@@ -222,8 +263,12 @@ def test_dacdtrust_attachments_never_reach_jinja(dacdtrust_dac, open_dir_for_pwn
     # a writer putting a sane record back is acted on again: the brick is freed
     doc["attachments"], doc["generation"] = {}, doc["generation"] + 1
     put_raw(store, name, doc)
-    wait_for(lambda: all(s.error is None and s.state is State.CREATED
-                         for s in store.statuses(name).values()), what="created again")
+    wait_for(
+        lambda: all(
+            s.error is None and s.state is State.CREATED for s in store.statuses(name).values()
+        ),
+        what="created again",
+    )
     slurm(env, "teardown", name)
     wait_for(lambda: store.buffer(name) is None, what="the buffer to be reaped")
 
@@ -250,10 +295,24 @@ def test_dacdtrust_unreadable_record_never_stalls_the_watch(dacdtrust_dac, tmp_p
     job = next(_jobs)
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB access_mode=striped pool=default\n")
-    call = subprocess.Popen([str(BIN / "dacctl"), "--function",
-                             "setup", "--token", str(job), "--caller", "SLURM", "--user",
-                             "5678", "--groupid", "8765", "--job", str(script)],
-                            env={**os.environ, **env})
+    call = subprocess.Popen(
+        [
+            str(BIN / "dacctl"),
+            "--function",
+            "setup",
+            "--token",
+            str(job),
+            "--caller",
+            "SLURM",
+            "--user",
+            "5678",
+            "--groupid",
+            "8765",
+            "--job",
+            str(script),
+        ],
+        env={**os.environ, **env},
+    )
     try:
         wait_for(reached(store, str(job), State.CREATED), timeout=60, what="the next buffer")
         assert call.wait(60) == 0
@@ -263,8 +322,9 @@ def test_dacdtrust_unreadable_record_never_stalls_the_watch(dacdtrust_dac, tmp_p
     slurm(env, "teardown", job)
 
 
-@pytest.mark.parametrize("capacity,reason", [(1 << 62, "request.capacity"),
-                                             (1 << 59, "more than its bricks hold")])
+@pytest.mark.parametrize(
+    "capacity,reason", [(1 << 62, "request.capacity"), (1 << 59, "more than its bricks hold")]
+)
 def test_dacdtrust_huge_capacity_is_refused(dacdtrust_dac, capacity, reason):
     """A capacity beyond what the record's bricks hold (or beyond any pool) is refused, not
     built and staged into."""
@@ -281,8 +341,7 @@ def test_dacdtrust_huge_capacity_is_refused(dacdtrust_dac, capacity, reason):
     release(store, held)
 
 
-def test_dacdtrust_valid_buffers_of_two_users_run_beside_the_bad_records(dacdtrust_dac,
-                                                                         tmp_path):
+def test_dacdtrust_valid_buffers_of_two_users_run_beside_the_bad_records(dacdtrust_dac, tmp_path):
     """With every bad record above still in etcd, two users' jobs are built, mounted on their
     nodes, theirs alone, and torn down."""
     workdir, env, store = dacdtrust_dac

@@ -23,15 +23,21 @@ def test_entry_lua_bbstat_of_another_users_buffer_shows_only_the_public_line(lua
             out = lua.bbstat(user, *words).stdout
             assert SECRET not in out, (user, words, out)
         out = lua.bbstat(user, "990012").stdout.strip()
-        assert out == root_line.strip().split(", failed: ")[0] + \
-            ", failed (its owner sees why with dacctl status)", out
+        assert (
+            out
+            == root_line.strip().split(", failed: ")[0]
+            + ", failed (its owner sees why with dacctl status)"
+        ), out
 
 
 def test_entry_lua_bbstat_reaches_nothing_but_the_status(lua):
     victim = victim_file("dac-entry-lua-pathfile")
-    for words in (["--function", "paths", "--token", "1", "--pathfile", str(victim)],
-                  ["drain", "dac-server-1"], ["local", "down", "--workdir", "/tmp"],
-                  ["status", "990012", "--line"]):
+    for words in (
+        ["--function", "paths", "--token", "1", "--pathfile", str(victim)],
+        ["drain", "dac-server-1"],
+        ["local", "down", "--workdir", "/tmp"],
+        ["status", "990012", "--line"],
+    ):
         out = lua.as_user(ALICE, "scontrol", "--", "show", "bbstat", *words).stdout
         assert out.startswith("dac-bbstat: usage: scontrol show bbstat [job id |"), (words, out)
     assert victim.read_text() == "root's own data\n"

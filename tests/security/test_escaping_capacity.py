@@ -24,32 +24,48 @@ def job_process(env, jobs: str, line: str):
     root can write, as Slurm's own copy is (dacctl refuses one a user could swap)."""
     scripts = os.path.join(os.path.dirname(jobs), "scripts")
     os.makedirs(scripts, mode=0o755, exist_ok=True)
-    return run("dacctl", "--function", "job_process", "--job", script_file(scripts, line),
-               env=env, check=False)
+    return run(
+        "dacctl",
+        "--function",
+        "job_process",
+        "--job",
+        script_file(scripts, line),
+        env=env,
+        check=False,
+    )
 
 
 REFUSED = [
-    ("#DW jobdw capacity=1.5GiB pool=default access_mode=striped",
-     "line 2: jobdw: capacity '1.5GiB' has a fraction, which Slurm reads as 1 byte: write "
-     "1536MiB"),
-    ("#DW jobdw capacity=\uff11GiB pool=default access_mode=striped",
-     "line 2: jobdw: capacity '\uff11GiB' must be written in ASCII digits and letters, as in "
-     "10GiB"),
-    ("#DW jobdw capacity=1Gi pool=default access_mode=striped",
-     "line 2: jobdw: capacity '1Gi' has a unit Slurm does not know, so Slurm would read it as "
-     "1 byte: use K, M, G, T, P with iB (powers of 1024) or B (powers of 1000), as in 10GiB or "
-     "500GB"),
-    ("#DW jobdw capacity=2N pool=default access_mode=striped",
-     "line 2: jobdw: capacity '2N' is a count of nodes, which dac does not allocate by: give a "
-     "size, as in 10GiB"),
-    ("#DW jobdw capacity=1GiB\u00a0pool=default access_mode=striped",
-     "line 2: jobdw: contains the space U+00A0; separate words with ASCII spaces"),
+    (
+        "#DW jobdw capacity=1.5GiB pool=default access_mode=striped",
+        "line 2: jobdw: capacity '1.5GiB' has a fraction, which Slurm reads as 1 byte: write "
+        "1536MiB",
+    ),
+    (
+        "#DW jobdw capacity=\uff11GiB pool=default access_mode=striped",
+        "line 2: jobdw: capacity '\uff11GiB' must be written in ASCII digits and letters, as in "
+        "10GiB",
+    ),
+    (
+        "#DW jobdw capacity=1Gi pool=default access_mode=striped",
+        "line 2: jobdw: capacity '1Gi' has a unit Slurm does not know, so Slurm would read it as "
+        "1 byte: use K, M, G, T, P with iB (powers of 1024) or B (powers of 1000), as in 10GiB or "
+        "500GB",
+    ),
+    (
+        "#DW jobdw capacity=2N pool=default access_mode=striped",
+        "line 2: jobdw: capacity '2N' is a count of nodes, which dac does not allocate by: give a "
+        "size, as in 10GiB",
+    ),
+    (
+        "#DW jobdw capacity=1GiB\u00a0pool=default access_mode=striped",
+        "line 2: jobdw: contains the space U+00A0; separate words with ASCII spaces",
+    ),
 ]
 
 
 @pytest.mark.parametrize("line,reason", REFUSED)
-def test_job_process_refuses_a_size_slurm_reads_otherwise_in_one_line(escaping_slurm, line,
-                                                                      reason):
+def test_job_process_refuses_a_size_slurm_reads_otherwise_in_one_line(escaping_slurm, line, reason):
     env, jobs, _ = escaping_slurm
     r = job_process(env, jobs, line)
     assert (r.returncode, r.stdout) == (1, reason + "\n")
@@ -72,17 +88,21 @@ def test_sbatch_refuses_full_width_digits(escaping_slurm):
 
 def test_a_whole_size_means_the_same_to_both_and_the_job_runs(escaping_slurm):
     env, jobs, _ = escaping_slurm
-    job_id, r = sbatch(env, jobs, "#DW jobdw capacity=1024MiB pool=default "
-                                  "access_mode=striped")
+    job_id, r = sbatch(env, jobs, "#DW jobdw capacity=1024MiB pool=default access_mode=striped")
     assert job_id is not None, r.stderr
     deadline = time.monotonic() + 90
     seen = set()
     while time.monotonic() < deadline:
-        burst = subprocess.run(["scontrol", "show", "burst"], capture_output=True, text=True,
-                               env={**os.environ, **env}).stdout
+        burst = subprocess.run(
+            ["scontrol", "show", "burst"], capture_output=True, text=True, env={**os.environ, **env}
+        ).stdout
         seen |= {w for w in burst.split() if w.startswith("Size=")}
-        state = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
-                               text=True, env={**os.environ, **env}).stdout
+        state = subprocess.run(
+            ["scontrol", "show", "job", job_id],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        ).stdout
         if "JobState=COMPLETED" in state and "BurstBufferState=complete" in state:
             break
         time.sleep(0.2)

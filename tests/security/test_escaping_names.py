@@ -20,8 +20,10 @@ from daccore.store import Store
 UID, GID = 1234, 4321
 OTHER_UID, OTHER_GID = 5678, 8765
 SYSTEM_PYTHON = "/usr/bin/python3"
-_BOOT = ("import site, sys; site.addsitedir(sys.argv.pop(1)); from dacctl.main import main; "
-         "sys.exit(main(sys.argv[1:]))")
+_BOOT = (
+    "import site, sys; site.addsitedir(sys.argv.pop(1)); from dacctl.main import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
 #: bytes a terminal must never receive from dac: ESC, BEL, CR, NUL, C1 CSI (UTF-8 and 8-bit)
 RAW = (b"\x1b", b"\x07", b"\r", b"\x00", b"\xc2\x9b", b"\x9b", b"\xff")
 
@@ -33,8 +35,20 @@ def escaping_dac():
     base = Path(tempfile.mkdtemp(prefix="dac-escaping-"))
     base.chmod(0o755)
     workdir = base / "dac"
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "2", "--brick-size", "512MiB", timeout=120)
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "2",
+        "--brick-size",
+        "512MiB",
+        timeout=120,
+    )
     env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
     try:
         yield base, env, Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
@@ -47,11 +61,28 @@ def dacctl_as(env, *args, uid=UID, gid=GID) -> subprocess.CompletedProcess:
     """`dacctl *args` as uid:gid, its output as bytes (the system python3 with the venv's
     site-packages: the venv's interpreter sits where other users cannot go)."""
     if uid == 0:
-        return subprocess.run([str(Path(sys.executable).parent / "dacctl"), *args],
-                              env={**os.environ, **env}, capture_output=True, timeout=120)
-    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                           SYSTEM_PYTHON, "-c", _BOOT, sysconfig.get_paths()["purelib"], *args],
-                          env={**os.environ, **env}, capture_output=True, timeout=120)
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "dacctl"), *args],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=120,
+        )
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            SYSTEM_PYTHON,
+            "-c",
+            _BOOT,
+            sysconfig.get_paths()["purelib"],
+            *args,
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def assert_clean(out: bytes, what: str) -> str:
@@ -76,8 +107,13 @@ def stage_in_job(base, env, tmp_path, job, name: bytes):
     (src / "ok.txt").write_bytes(b"fine\n")
     os.chown(src / "ok.txt", UID, GID)
     unreadable_entry(src, name)
-    script = setup(env, tmp_path, job, "512MiB", f"#DW stage_in type=directory source={src} "
-                                                 "destination=$DW_JOB_STRIPED/in")
+    script = setup(
+        env,
+        tmp_path,
+        job,
+        "512MiB",
+        f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+    )
     return src, script
 
 
@@ -95,13 +131,15 @@ def check_every_output(env, job, shown: str):
         r = dacctl_as(env, "status", job, "--json", uid=uid, gid=gid)
         assert_clean(r.stdout, "status --json")
     other = dacctl_as(env, "status", job, uid=OTHER_UID, gid=OTHER_GID)
-    assert other.returncode == 1 and assert_clean(other.stderr, "other user") == \
-        f"dacctl: user error: no buffer '{job}' of yours (a job id or a persistent buffer's " \
+    assert (
+        other.returncode == 1
+        and assert_clean(other.stderr, "other user")
+        == f"dacctl: user error: no buffer '{job}' of yours (a job id or a persistent buffer's "
         "name)\n"
+    )
 
 
-def test_a_non_utf8_name_in_a_stage_error_is_recorded_and_shown_escaped(escaping_dac,
-                                                                          tmp_path):
+def test_a_non_utf8_name_in_a_stage_error_is_recorded_and_shown_escaped(escaping_dac, tmp_path):
     base, env, store = escaping_dac
     name = b"bad\xff\xfe\x1b]0;pwned\x07\r\x9b"
     src, script = stage_in_job(base, env, tmp_path, 61, name)
@@ -109,15 +147,16 @@ def test_a_non_utf8_name_in_a_stage_error_is_recorded_and_shown_escaped(escaping
     # whole stage_timeout: run() gives it 60 s
     r = slurm(env, "data_in", 61, "--job", str(script), check=False)
     shown = f"{src}/bad\\xff\\xfe\\x1b]0;pwned\\x07\\r\\x9b"
-    assert (r.returncode, r.stdout) == (1, f"buffer 61: stage_in failed: {shown}: Permission "
-                                           "denied\n")
+    assert (r.returncode, r.stdout) == (
+        1,
+        f"buffer 61: stage_in failed: {shown}: Permission denied\n",
+    )
     (status,) = store.statuses("61").values()
     assert status.error.category.value == "user"
     assert status.error.message == f"stage_in failed: {shown}: Permission denied"
     check_every_output(env, "61", shown)
     slurm(env, "teardown", 61, "--job", str(script))
-    assert store.buffer("61") is None or store.buffer("61").record.desired_state.value == \
-        "deleted"
+    assert store.buffer("61") is None or store.buffer("61").record.desired_state.value == "deleted"
 
 
 def test_an_escape_sequence_in_a_name_never_reaches_a_terminal_raw(escaping_dac, tmp_path):
@@ -128,8 +167,10 @@ def test_an_escape_sequence_in_a_name_never_reaches_a_terminal_raw(escaping_dac,
     r = slurm(env, "data_in", 62, "--job", str(script), check=False)
     shown = f"{src}/x\\x1b]0;pwned\\x07\\r\\u009b2J\\u202etxt.exe"
     assert r.returncode == 1
-    assert assert_clean(r.stdout.encode(), "data_in") == \
-        f"buffer 62: stage_in failed: {shown}: Permission denied\n"
+    assert (
+        assert_clean(r.stdout.encode(), "data_in")
+        == f"buffer 62: stage_in failed: {shown}: Permission denied\n"
+    )
     (status,) = store.statuses("62").values()
     assert "\x1b" not in status.error.message and shown in status.error.message
     check_every_output(env, "62", shown)

@@ -20,9 +20,13 @@ USERS = [(1234, 4321), (5678, 8765)]
 BIN = Path(sys.executable).parent
 # The venv's python lives under /root, which users cannot enter: a user's dacctl runs under
 # the system python3 with the venv's site-packages (as tests/system/test_admin_cli.py does).
-DACCTL = ["/usr/bin/python3", "-c", "import site, sys; site.addsitedir(sys.argv.pop(1)); "
-          "from dacctl.main import main; sys.exit(main(sys.argv[1:]))",
-          sysconfig.get_paths()["purelib"]]
+DACCTL = [
+    "/usr/bin/python3",
+    "-c",
+    "import site, sys; site.addsitedir(sys.argv.pop(1)); "
+    "from dacctl.main import main; sys.exit(main(sys.argv[1:]))",
+    sysconfig.get_paths()["purelib"],
+]
 
 # Run as the user, with the system interpreter: what any local account can do.
 PROBE = r"""
@@ -48,9 +52,17 @@ except (OSError, ssl.SSLError) as e:
 
 
 def as_user(uid, gid, *argv, env=None):
-    return subprocess.run(list(argv), user=uid, group=gid, extra_groups=[gid], cwd="/",
-                          capture_output=True, text=True, timeout=60,
-                          env=env or {"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        list(argv),
+        user=uid,
+        group=gid,
+        extra_groups=[gid],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env or {"PATH": "/usr/bin:/bin"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +70,16 @@ def dac():
     assert os.geteuid() == 0, "this test starts a local DAC: run it as root"
     top = Path(tempfile.mkdtemp(prefix="dac-etcdauth-"))
     top.chmod(0o755)  # users may enter, as on a real machine where they see /etc/dac
-    state = cluster.up(top / "dac", servers=1, bricks_per_server=2, brick_size=512 << 20,
-                       timeout=60)
+    state = cluster.up(
+        top / "dac", servers=1, bricks_per_server=2, brick_size=512 << 20, timeout=60
+    )
     # a hook call as root (SlurmUser here) leaves root's token cache behind
-    r = subprocess.run([str(BIN / "dacctl"), "--function", "pools"], capture_output=True,
-                       text=True, env={**os.environ, "DAC_CONFIG": str(state.config_path)})
+    r = subprocess.run(
+        [str(BIN / "dacctl"), "--function", "pools"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DAC_CONFIG": str(state.config_path)},
+    )
     assert r.returncode == 0 and json.loads(r.stdout)["pools"], r
     yield state
     cluster.down(top / "dac")
@@ -84,8 +101,9 @@ def test_plain_http_and_the_ca_alone_get_nothing_from_etcd(dac, uid, gid, path):
     with_ca = as_user(uid, gid, "/usr/bin/python3", "-c", PROBE, host, str(port), path, ca)
     assert with_ca.stdout.startswith("refused:"), with_ca  # no client certificate: no TLS
     # the peer port too: raft messages from a local user must not reach etcd
-    peer = as_user(uid, gid, "/usr/bin/python3", "-c", PROBE, host, str(dac.etcd["peer_port"]),
-                   "/members", ca)
+    peer = as_user(
+        uid, gid, "/usr/bin/python3", "-c", PROBE, host, str(dac.etcd["peer_port"]), "/members", ca
+    )
     assert peer.stdout.startswith("refused:"), peer
 
 
@@ -94,10 +112,19 @@ def test_credentials_client_key_token_cache_and_data_are_unreadable(dac, uid, gi
     etcd_dir = Path(dac.workdir) / "etcd"
     caches = glob.glob("/var/cache/dac/etcd-token-*.json")
     assert caches, "root's hook call left no token cache"
-    secrets = [*(etcd_dir / "credentials").iterdir(), etcd_dir / "pki" / "client.key",
-               etcd_dir / "pki" / "server.key", etcd_dir / "pki" / "ca.key", *caches]
-    assert {p.name for p in (etcd_dir / "credentials").iterdir()} >= {"dacd", "slurm", "admin",
-                                                                    "root"}
+    secrets = [
+        *(etcd_dir / "credentials").iterdir(),
+        etcd_dir / "pki" / "client.key",
+        etcd_dir / "pki" / "server.key",
+        etcd_dir / "pki" / "ca.key",
+        *caches,
+    ]
+    assert {p.name for p in (etcd_dir / "credentials").iterdir()} >= {
+        "dacd",
+        "slurm",
+        "admin",
+        "root",
+    }
     for path in secrets:
         st = os.stat(path)
         assert st.st_uid == 0 and st.st_mode & 0o077 == 0, path

@@ -15,9 +15,17 @@ USERS = ((UID, GID), (OTHER_UID, OTHER_GID))
 
 def as_user(user, *argv):
     uid, gid = user
-    return subprocess.run(list(argv), user=uid, group=gid, extra_groups=[], cwd="/",
-                          capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        list(argv),
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 @pytest.fixture
@@ -26,8 +34,9 @@ def launcher(open_dir, monkeypatch):
     workdir = open_dir / "w"
     workdir.mkdir()
     reached = userbin.open_to_all
-    monkeypatch.setattr(userbin, "open_to_all",
-                        lambda p, execute=False: execute and reached(p, execute))
+    monkeypatch.setattr(
+        userbin, "open_to_all", lambda p, execute=False: execute and reached(p, execute)
+    )
     assert userbin.write_launcher(workdir) is None
     return workdir
 

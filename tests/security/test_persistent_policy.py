@@ -23,8 +23,16 @@ def policy():
 
 
 def create(cluster, user, name):
-    return dacctl_as(user, "create-persistent", "--name", name, "--capacity", "1MiB",
-                     env=cluster.env, timeout=120)
+    return dacctl_as(
+        user,
+        "create-persistent",
+        "--name",
+        name,
+        "--capacity",
+        "1MiB",
+        env=cluster.env,
+        timeout=120,
+    )
 
 
 def refused(r) -> str:
@@ -33,8 +41,10 @@ def refused(r) -> str:
 
 
 def rule(conf: Path, why: str) -> str:
-    return (f"dacctl: user error: {{}}-persistent: refused by Slurm's burst buffer rules "
-            f"({conf}): {why}; an admin decides who may")
+    return (
+        f"dacctl: user error: {{}}-persistent: refused by Slurm's burst buffer rules "
+        f"({conf}): {why}; an admin decides who may"
+    )
 
 
 def test_enable_persistent_lets_users_make_and_destroy_their_own(policy):
@@ -51,12 +61,14 @@ def test_deny_and_allow_users_hold_for_dacctl(policy):
     try:
         conf.write_text(original + f"DenyUsers=nobody,{MALLORY[0]}\n")
         assert refused(create(cluster, MALLORY, "mal1")) == rule(
-            conf, f"uid {MALLORY[0]} is in DenyUsers").format("create")
+            conf, f"uid {MALLORY[0]} is in DenyUsers"
+        ).format("create")
         r = create(cluster, ALICE, "alice2")
         assert r.returncode == 0, r.stderr
         conf.write_text(original + f"AllowUsers={ALICE[0]}\n")
         assert refused(create(cluster, MALLORY, "mal2")) == rule(
-            conf, f"uid {MALLORY[0]} is not in AllowUsers").format("create")
+            conf, f"uid {MALLORY[0]} is not in AllowUsers"
+        ).format("create")
         assert not cluster.buffer_exists("mal1") and not cluster.buffer_exists("mal2")
     finally:
         conf.write_text(original)
@@ -70,17 +82,30 @@ def test_without_enable_persistent_only_root_and_admins_may(policy):
     assert r.returncode == 0, r.stderr
     for flags in ("", "Flags=DisablePersistent\n"):
         try:
-            conf.write_text(original.replace("Flags=EnablePersistent,TeardownFailure\n",
-                                             flags))
-            why = ("only root, SlurmUser and the admin group may (Flags has "
-                   f"{'DisablePersistent' if flags else 'no EnablePersistent'})")
+            conf.write_text(original.replace("Flags=EnablePersistent,TeardownFailure\n", flags))
+            why = (
+                "only root, SlurmUser and the admin group may (Flags has "
+                f"{'DisablePersistent' if flags else 'no EnablePersistent'})"
+            )
             assert refused(create(cluster, ALICE, "alice4")) == rule(conf, why).format("create")
             r = dacctl_as(ALICE, "destroy-persistent", "alice3", env=cluster.env)
             assert refused(r) == rule(conf, why).format("destroy")
             assert cluster.buffer_exists("alice3") and not cluster.buffer_exists("alice4")
             # root is privileged, as in Slurm (for a third owner: ALICE holds her quarter)
-            run("dacctl", "create-persistent", "--name", "rootmade", "--capacity", "1MiB",
-                "--user", "4444", "--group", "4444", env=cluster.env, timeout=120)
+            run(
+                "dacctl",
+                "create-persistent",
+                "--name",
+                "rootmade",
+                "--capacity",
+                "1MiB",
+                "--user",
+                "4444",
+                "--group",
+                "4444",
+                env=cluster.env,
+                timeout=120,
+            )
             run("dacctl", "destroy-persistent", "rootmade", env=cluster.env, timeout=120)
         finally:
             conf.write_text(original)
@@ -100,7 +125,8 @@ def test_one_user_holds_at_most_a_quarter_of_the_pool(policy):
     assert {refused(r) for r in results if r.returncode} == {
         "dacctl: user error: create_persistent: uid 1234's persistent buffers in pool "
         "'default' would hold 1GiB of its 2GiB; one user may hold 25% (512MiB; "
-        "persistent_caps.user_share in dac.yaml): destroy one first, or ask an admin"}
+        "persistent_caps.user_share in dac.yaml): destroy one first, or ask an admin"
+    }
     r = create(cluster, MALLORY, "theirs")
     assert r.returncode == 0, r.stderr
     name = made[0].stdout.split(":")[0].rsplit(" ", 1)[1]

@@ -31,8 +31,20 @@ def rootfs2_dac():
     # dacd's own temp dir: a dacd starting in another local DAC on this machine (same host
     # names) sweeps /tmp/dac-run-<host>+* and would remove this DAC's live runs
     (top / "tmp").mkdir(mode=0o700)
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "2", "--brick-size", "512MiB", env={"TMPDIR": str(top / "tmp")})
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "2",
+        "--brick-size",
+        "512MiB",
+        env={"TMPDIR": str(top / "tmp")},
+    )
     env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
     try:
         yield top, workdir, env, Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
@@ -42,8 +54,9 @@ def rootfs2_dac():
 
 
 def as_user(*argv, uid=UID, gid=GID):
-    return subprocess.run(argv, user=uid, group=gid, extra_groups=[], capture_output=True,
-                          text=True)
+    return subprocess.run(
+        argv, user=uid, group=gid, extra_groups=[], capture_output=True, text=True
+    )
 
 
 def nodes_file(tmp_path, *nodes):
@@ -69,8 +82,16 @@ def test_a_link_planted_in_the_buffer_is_not_followed_by_pre_run(rootfs2_dac, tm
     assert as_user("ln", "-s", str(decoy), str(fs / "striped" / "p" / "node1")).returncode == 0
     assert os.path.islink(fs / "private" / "node1")
 
-    r = slurm(env, "pre_run", 7, "--job", str(script), "--nodehostnamefile",
-              nodes_file(tmp_path, "node1"), check=False)
+    r = slurm(
+        env,
+        "pre_run",
+        7,
+        "--job",
+        str(script),
+        "--nodehostnamefile",
+        nodes_file(tmp_path, "node1"),
+        check=False,
+    )
     assert r.returncode != 0
     out = (r.stdout + r.stderr).strip()
     assert len(out.splitlines()) == 1 and "Traceback" not in out
@@ -89,17 +110,27 @@ def test_a_link_planted_in_the_buffer_is_not_followed_by_pre_run(rootfs2_dac, tm
 def test_processes_left_in_the_buffer_cannot_pin_it(rootfs2_dac, tmp_path):
     top, workdir, env, store = rootfs2_dac
     script = setup(env, tmp_path, 8, "512MiB")
-    slurm(env, "pre_run", 8, "--job", str(script), "--nodehostnamefile",
-          nodes_file(tmp_path, "node1"))
+    slurm(
+        env, "pre_run", 8, "--job", str(script), "--nodehostnamefile", nodes_file(tmp_path, "node1")
+    )
     node = workdir / "nodes" / "node1" / "8"
     fs = buffer_fs(workdir, store, 8)
     kw = {"user": UID, "group": GID, "extra_groups": [], "stdin": subprocess.DEVNULL}
     in_cwd = subprocess.Popen(["sleep", "1000"], cwd=node / "striped", **kw)
-    with_fd = subprocess.Popen(["sh", "-c", 'exec 3>"$1"; exec sleep 1000', "sh",
-                                str(node / "private" / "held")], cwd="/", **kw)
+    with_fd = subprocess.Popen(
+        ["sh", "-c", 'exec 3>"$1"; exec sleep 1000', "sh", str(node / "private" / "held")],
+        cwd="/",
+        **kw,
+    )
     on_server = subprocess.Popen(["sleep", "1000"], cwd=fs / "striped", **kw)
-    bystander = subprocess.Popen(["sleep", "1000"], cwd="/tmp", user=OTHER_UID,
-                                 group=OTHER_GID, extra_groups=[], stdin=subprocess.DEVNULL)
+    bystander = subprocess.Popen(
+        ["sleep", "1000"],
+        cwd="/tmp",
+        user=OTHER_UID,
+        group=OTHER_GID,
+        extra_groups=[],
+        stdin=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while not (node / "private" / "held").exists() and time.monotonic() < deadline:
@@ -109,8 +140,9 @@ def test_processes_left_in_the_buffer_cannot_pin_it(rootfs2_dac, tmp_path):
         slurm(env, "post_run", 8, "--job", str(script))
         slurm(env, "teardown", 8, "--job", str(script))
         assert store.buffer("8") is None and pools(env)["default"]["free_bricks"] == 4
-        assert not [m for m in mounts()
-                    if m.startswith(str(workdir / "nodes") + "/") or m == str(fs)]
+        assert not [
+            m for m in mounts() if m.startswith(str(workdir / "nodes") + "/") or m == str(fs)
+        ]
         for p in (in_cwd, with_fd, on_server):
             assert p.wait(timeout=10) == -9
         assert bystander.poll() is None  # a process outside the buffer is never touched
@@ -125,7 +157,7 @@ def count_pattern(device):
     with open(device, "rb") as f:
         while chunk := f.read(8 << 20):
             found += (tail + chunk).count(PATTERN)
-            tail = chunk[-(len(PATTERN) - 1):]
+            tail = chunk[-(len(PATTERN) - 1) :]
     return found
 
 
@@ -134,10 +166,13 @@ def test_the_raw_device_holds_none_of_the_last_users_data_after_teardown(rootfs2
     script = setup(env, tmp_path, 9, "512MiB")
     fs = buffer_fs(workdir, store, 9)
     devices = [b.device for b in store.buffer("9").record.allocation.bricks]
-    w = as_user("python3", "-c",
-                "import os,sys; fd=os.open(sys.argv[1], os.O_WRONLY|os.O_CREAT, 0o600); "
-                f"os.write(fd, {PATTERN!r} * (1 << 18)); os.fsync(fd)",
-                str(fs / "striped" / "secret"))
+    w = as_user(
+        "python3",
+        "-c",
+        "import os,sys; fd=os.open(sys.argv[1], os.O_WRONLY|os.O_CREAT, 0o600); "
+        f"os.write(fd, {PATTERN!r} * (1 << 18)); os.fsync(fd)",
+        str(fs / "striped" / "secret"),
+    )
     assert w.returncode == 0, w.stderr
     subprocess.run(["sync"], check=True)
     assert sum(count_pattern(d) for d in devices) >= 1 << 18  # really on the brick

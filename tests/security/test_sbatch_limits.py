@@ -32,29 +32,39 @@ def stage_in(i: int) -> str:
 
 
 REFUSED = [
-    (JOBDW.format("512MiB") + "".join(stage_in(i) for i in range(MAX_STAGE_LINES + 1)),
-     f"line {MAX_STAGE_LINES + 3}: stage_in: more than {MAX_STAGE_LINES} stage_in lines: "
-     "stage a directory, or name the files in one type=list line"),
-    (JOBDW.format("512MiB") + f"#DW stage_out type=file source=$DW_JOB_STRIPED/x destination=/"
-                              f"{'d' * MAX_PATH}\n",
-     f"line 3: stage_out: destination is {MAX_PATH + 1} characters long; at most {MAX_PATH}"),
-    (JOBDW.format("512MiB") + "".join(
-        f"#DW stage_in type=file source=/{'s' * 3999} destination=$DW_JOB_STRIPED/f{i:03}\n"
-        for i in range(140)),
-     # 4,000 + 19 bytes a line: the 130th crosses 512 KiB
-     f"line {2 + MAX_STAGE_TEXT // 4019 + 1}: stage_in: the stage lines' paths come to more "
-     f"than {MAX_STAGE_TEXT // 1024} KiB: stage directories, or name the files in one "
-     "type=list line"),
-    (JOBDW.format("1536MiB"),
-     "line 2: jobdw: capacity 1.5GiB is more than one host of pool 'default' holds (1GiB), and "
-     "the pool keeps a buffer on one host"),
-    (JOBDW.format("3GiB"), "line 2: jobdw: capacity 3GiB is more than pool 'default' holds "
-                           "(2GiB)"),
+    (
+        JOBDW.format("512MiB") + "".join(stage_in(i) for i in range(MAX_STAGE_LINES + 1)),
+        f"line {MAX_STAGE_LINES + 3}: stage_in: more than {MAX_STAGE_LINES} stage_in lines: "
+        "stage a directory, or name the files in one type=list line",
+    ),
+    (
+        JOBDW.format("512MiB") + f"#DW stage_out type=file source=$DW_JOB_STRIPED/x destination=/"
+        f"{'d' * MAX_PATH}\n",
+        f"line 3: stage_out: destination is {MAX_PATH + 1} characters long; at most {MAX_PATH}",
+    ),
+    (
+        JOBDW.format("512MiB")
+        + "".join(
+            f"#DW stage_in type=file source=/{'s' * 3999} destination=$DW_JOB_STRIPED/f{i:03}\n"
+            for i in range(140)
+        ),
+        # 4,000 + 19 bytes a line: the 130th crosses 512 KiB
+        f"line {2 + MAX_STAGE_TEXT // 4019 + 1}: stage_in: the stage lines' paths come to more "
+        f"than {MAX_STAGE_TEXT // 1024} KiB: stage directories, or name the files in one "
+        "type=list line",
+    ),
+    (
+        JOBDW.format("1536MiB"),
+        "line 2: jobdw: capacity 1.5GiB is more than one host of pool 'default' holds (1GiB), and "
+        "the pool keeps a buffer on one host",
+    ),
+    (JOBDW.format("3GiB"), "line 2: jobdw: capacity 3GiB is more than pool 'default' holds (2GiB)"),
 ]
 
 
-@pytest.mark.parametrize("body,reason", REFUSED,
-                         ids=["stage-lines", "path", "stage-text", "one-host", "pool"])
+@pytest.mark.parametrize(
+    "body,reason", REFUSED, ids=["stage-lines", "path", "stage-text", "one-host", "pool"]
+)
 def test_sbatch_refuses_what_setup_could_never_build_in_one_line(limits_slurm, body, reason):
     env, jobs, plugin = limits_slurm
     job_id, r = sbatch(env, jobs, body)
@@ -69,28 +79,54 @@ def test_a_request_one_host_holds_runs_after_the_refused_ones(limits_slurm):
     assert job_id, r.stderr
 
     def ended():
-        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
-                             text=True, env={**os.environ, **env}).stdout
+        out = subprocess.run(
+            ["scontrol", "show", "job", job_id],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        ).stdout
         over = any(f"JobState={s} " in out for s in ("COMPLETED", "FAILED", "CANCELLED"))
         return out if over and "BurstBufferState=complete" in out else None
+
     out = wait_for(ended, 120, f"job {job_id} ended")
     assert "JobState=COMPLETED " in out, out
 
 
 def test_setup_builds_every_script_at_the_bounds_job_process_accepts(limits_slurm):
     env, jobs, _ = limits_slurm
-    body = (JOBDW.format("1GiB") + "".join(stage_in(i) for i in range(MAX_STAGE_LINES)) +
-            "".join(f"#DW stage_out type=file source=$DW_JOB_STRIPED/o{i} destination=/out/"
-                    f"o{i}\n" for i in range(MAX_STAGE_LINES - 1)) +
-            f"#DW stage_out type=file source=$DW_JOB_STRIPED/x destination=/{'o' * 4095}\n")
+    body = (
+        JOBDW.format("1GiB")
+        + "".join(stage_in(i) for i in range(MAX_STAGE_LINES))
+        + "".join(
+            f"#DW stage_out type=file source=$DW_JOB_STRIPED/o{i} destination=/out/o{i}\n"
+            for i in range(MAX_STAGE_LINES - 1)
+        )
+        + f"#DW stage_out type=file source=$DW_JOB_STRIPED/x destination=/{'o' * 4095}\n"
+    )
     scripts = os.path.join(os.path.dirname(jobs), "scripts")  # as Slurm's own copy: root's
     os.makedirs(scripts, mode=0o755, exist_ok=True)
     path = script_file(scripts, body)
     r = run("dacctl", "--function", "job_process", "--job", path, env=env, check=False)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
     job = "4242"
-    r = run("dacctl", "--function", "setup", "--token", job, "--caller", "SLURM", "--user",
-            "1234", "--groupid", "4321", "--job", path, env=env, check=False, timeout=120)
+    r = run(
+        "dacctl",
+        "--function",
+        "setup",
+        "--token",
+        job,
+        "--caller",
+        "SLURM",
+        "--user",
+        "1234",
+        "--groupid",
+        "4321",
+        "--job",
+        path,
+        env=env,
+        check=False,
+        timeout=120,
+    )
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
@@ -98,8 +134,19 @@ def test_setup_builds_every_script_at_the_bounds_job_process_accepts(limits_slur
         assert (len(request.stage_in), len(request.stage_out)) == (MAX_STAGE_LINES,) * 2
         assert max(len(s.destination) for s in request.stage_out) == MAX_PATH
     finally:
-        run("dacctl", "--function", "teardown", "--token", job, "--job", path, "--hurry",
-            env=env, check=False, timeout=120)
+        run(
+            "dacctl",
+            "--function",
+            "teardown",
+            "--token",
+            job,
+            "--job",
+            path,
+            "--hurry",
+            env=env,
+            check=False,
+            timeout=120,
+        )
 
 
 def test_a_users_create_persistent_beyond_any_bound_is_a_user_error(limits_slurm):
@@ -107,9 +154,20 @@ def test_a_users_create_persistent_beyond_any_bound_is_a_user_error(limits_slurm
     service (a raw request may name any type too). One user line, never an internal one."""
     env, _, _ = limits_slurm
     r = dacctl_as(ALICE, "create-persistent", "--name", "huge", "--capacity", "2048PiB", env=env)
-    assert (r.returncode, r.stdout, r.stderr) == (1, "", "dacctl: user error: create_persistent: "
-                                                  "capacity 2048PiB is more than any pool holds\n")
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1,
+        "",
+        "dacctl: user error: create_persistent: capacity 2048PiB is more than any pool holds\n",
+    )
     config = load_config(env["DAC_CONFIG"], env={})
     with pytest.raises(UserError, match="^create_persistent: type 'cache' is not supported"):
-        admin.create_persistent(Store.from_settings(config.etcd), config, "cached", 1 << 20,
-                                None, "striped", "cache", ALICE)
+        admin.create_persistent(
+            Store.from_settings(config.etcd),
+            config,
+            "cached",
+            1 << 20,
+            None,
+            "striped",
+            "cache",
+            ALICE,
+        )

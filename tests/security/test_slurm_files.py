@@ -14,8 +14,9 @@ DECOY = b"root's own file\n"
 
 
 def as_user(user, *argv):
-    return subprocess.run(list(argv), check=True, user=user[0], group=user[1], extra_groups=[],
-                          cwd="/")
+    return subprocess.run(
+        list(argv), check=True, user=user[0], group=user[1], extra_groups=[], cwd="/"
+    )
 
 
 def shipped(name: str) -> bytes:
@@ -50,9 +51,13 @@ def test_slurm_files_writes_the_installed_files(tmp_path):
     assert r.stdout.splitlines() == [f"{target / n}: unchanged" for n in SLURM_FILES]
     (target / "burst_buffer.conf.lua").write_text("Directive=DW\n# edited by the site\n")
     r = run("dacctl", "slurm-files", str(target), check=False)
-    assert (r.returncode, r.stderr.strip()) == (1, (
-        f"dacctl: user error: slurm-files: {target}/burst_buffer.conf.lua exists and differs "
-        "from this dac's; compare them, then run again with --force to replace it"))
+    assert (r.returncode, r.stderr.strip()) == (
+        1,
+        (
+            f"dacctl: user error: slurm-files: {target}/burst_buffer.conf.lua exists and differs "
+            "from this dac's; compare them, then run again with --force to replace it"
+        ),
+    )
     assert "edited by the site" in (target / "burst_buffer.conf.lua").read_text()
     run("dacctl", "slurm-files", "--force", str(target))
     assert (target / "burst_buffer.conf.lua").read_bytes() == shipped("burst_buffer.conf.lua")
@@ -78,9 +83,13 @@ def test_slurm_files_refuses_a_directory_that_is_a_link(sticky_dir, tmp_path):
     link = sticky_dir / "slurm"
     as_user(MALLORY, "ln", "-s", str(root_dir), str(link))
     r = run("dacctl", "slurm-files", str(link), check=False)
-    assert (r.returncode, r.stderr.strip()) == (2, (
-        f"dacctl: admin error: slurm-files: {link}: a link, or not a directory (give the "
-        "directory itself)"))
+    assert (r.returncode, r.stderr.strip()) == (
+        2,
+        (
+            f"dacctl: admin error: slurm-files: {link}: a link, or not a directory (give the "
+            "directory itself)"
+        ),
+    )
     assert list(root_dir.iterdir()) == []
 
 
@@ -88,16 +97,19 @@ def test_slurm_files_as_a_user_writes_only_where_the_user_may(sticky_dir):
     root_dir = sticky_dir / "etc-slurm"  # root's, 0755, where every user can reach it
     root_dir.mkdir(mode=0o755)
     r = dacctl_as(MALLORY, "slurm-files", str(root_dir))
-    assert (r.returncode, r.stderr.strip()) == (2, (
-        "dacctl: admin error: slurm-files: cannot write burst_buffer.lua: Permission denied"))
+    assert (r.returncode, r.stderr.strip()) == (
+        2,
+        ("dacctl: admin error: slurm-files: cannot write burst_buffer.lua: Permission denied"),
+    )
     assert list(root_dir.iterdir()) == []
     # ALICE's edited copy in her own directory: MALLORY cannot replace it, even with --force
     alice_dir = sticky_dir / "alice"
     assert dacctl_as(ALICE, "slurm-files", str(alice_dir)).returncode == 0
     as_user(ALICE, "sh", "-c", f"echo '# alice' >> {alice_dir}/burst_buffer.conf.lua")
     r = dacctl_as(MALLORY, "slurm-files", "--force", str(alice_dir))
-    assert (r.returncode, r.stderr.strip()) == (2, (
-        "dacctl: admin error: slurm-files: cannot write burst_buffer.conf.lua: "
-        "Permission denied"))
+    assert (r.returncode, r.stderr.strip()) == (
+        2,
+        ("dacctl: admin error: slurm-files: cannot write burst_buffer.conf.lua: Permission denied"),
+    )
     assert (alice_dir / "burst_buffer.conf.lua").read_text().endswith("# alice\n")
     assert {(alice_dir / n).stat().st_uid for n in SLURM_FILES} == {ALICE[0]}

@@ -38,8 +38,9 @@ def refused(env, job, script, line):
     slurm(env, "teardown", job, "--job", str(script), "--hurry")
 
 
-def test_staging_fifo_device_socket_and_proc_fd_as_list_or_source_are_refused(dac, open_dir,
-                                                                              tmp_path):
+def test_staging_fifo_device_socket_and_proc_fd_as_list_or_source_are_refused(
+    dac, open_dir, tmp_path
+):
     workdir, env, store = dac
     src = owned(open_dir / "src")
     os.mkfifo(src / "fifo")
@@ -50,14 +51,20 @@ def test_staging_fifo_device_socket_and_proc_fd_as_list_or_source_are_refused(da
     listing = write(src / "names", f"{src}/sock s\n".encode())
     job = 80
     for kind, source, line in [
-            ("list", src / "fifo", f"{src}/fifo: not a regular file (a list must be one)"),
-            ("list", "/dev/zero", "/dev/zero: not a regular file (a list must be one)"),
-            ("list", "/proc/self/fd/0", "/proc/self/fd/0: a link; name the list file itself"),
-            ("file", src / "fifo", f"{src}/fifo: {NOT_REGULAR}"),
-            ("file", "/dev/zero", f"/dev/zero: {NOT_REGULAR}"),
-            ("list", listing, f"{src}/sock: {NOT_REGULAR}")]:
-        script = setup(env, tmp_path, job, "512MiB",
-                       f"#DW stage_in type={kind} source={source} destination=$DW_JOB_STRIPED/x")
+        ("list", src / "fifo", f"{src}/fifo: not a regular file (a list must be one)"),
+        ("list", "/dev/zero", "/dev/zero: not a regular file (a list must be one)"),
+        ("list", "/proc/self/fd/0", "/proc/self/fd/0: a link; name the list file itself"),
+        ("file", src / "fifo", f"{src}/fifo: {NOT_REGULAR}"),
+        ("file", "/dev/zero", f"/dev/zero: {NOT_REGULAR}"),
+        ("list", listing, f"{src}/sock: {NOT_REGULAR}"),
+    ]:
+        script = setup(
+            env,
+            tmp_path,
+            job,
+            "512MiB",
+            f"#DW stage_in type={kind} source={source} destination=$DW_JOB_STRIPED/x",
+        )
         started = time.monotonic()
         refused(env, job, script, line)
         assert time.monotonic() - started < 10, (kind, source)
@@ -73,15 +80,23 @@ def test_staging_a_fifo_swapped_in_after_the_walk_fails_the_worker_at_once(open_
     os.mkfifo(src / "was-a-file")
     os.chown(src / "was-a-file", UID, GID)
     dst = owned(open_dir / "dst")
-    code = (f"import sys; sys.path.insert(0, {os.path.dirname(COPIER)!r}); import copier\n"
-            "for call in (lambda: copier.copy_files([(sys.argv[1], sys.argv[2] + '/a', 10, 420, "
-            "0, 0, False)]), lambda: copier.copy_chunk((sys.argv[1], sys.argv[2] + '/b', 10, "
-            "420, 0, 0, False, 0, 10))):\n"
-            "    try:\n        call()\n    except copier.CopyError as e:\n        print(e)\n")
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(COPIER)!r}); import copier\n"
+        "for call in (lambda: copier.copy_files([(sys.argv[1], sys.argv[2] + '/a', 10, 420, "
+        "0, 0, False)]), lambda: copier.copy_chunk((sys.argv[1], sys.argv[2] + '/b', 10, "
+        "420, 0, 0, False, 0, 10))):\n"
+        "    try:\n        call()\n    except copier.CopyError as e:\n        print(e)\n"
+    )
     open(dst / "b", "wb").close()
     os.chown(dst / "b", UID, GID)
-    r = subprocess.run([_python(), "-I", "-S", "-c", code, str(src / "was-a-file"), str(dst)],
-                       capture_output=True, text=True, user=UID, group=GID, timeout=20)
+    r = subprocess.run(
+        [_python(), "-I", "-S", "-c", code, str(src / "was-a-file"), str(dst)],
+        capture_output=True,
+        text=True,
+        user=UID,
+        group=GID,
+        timeout=20,
+    )
     assert (r.returncode, r.stdout) == (0, f"{src}/was-a-file: {NOT_REGULAR}\n" * 2), r.stderr
 
 
@@ -91,8 +106,13 @@ def test_staging_a_100000_line_list_works_and_a_bigger_one_is_refused(dac, open_
     empty = write(src / "empty", b"")
     lines = "".join(f"{empty} d{i // 1000}/f{i % 1000}\n" for i in range(100_000))
     listing = write(src / "list", lines.encode())
-    script = setup(env, tmp_path, 90, "512MiB",
-                   f"#DW stage_in type=list source={listing} destination=$DW_JOB_STRIPED/l")
+    script = setup(
+        env,
+        tmp_path,
+        90,
+        "512MiB",
+        f"#DW stage_in type=list source={listing} destination=$DW_JOB_STRIPED/l",
+    )
     started = time.monotonic()
     slurm(env, "data_in", 90, "--job", str(script))
     assert time.monotonic() - started < STAGE_TIMEOUT
@@ -100,12 +120,17 @@ def test_staging_a_100000_line_list_works_and_a_bigger_one_is_refused(dac, open_
     assert sorted(os.listdir(inside / "d99")) == sorted(f"f{i}" for i in range(1000))
     slurm(env, "teardown", 90, "--job", str(script), "--hurry")
     for job, text, line in [
-            (91, lines * 2 + f"{empty} one-more\n", f"{listing}: more than 200000 entries to "
-                                                    "stage"),
-            (92, "#" * (17 << 20) + "\n", f"{listing}: a list of more than 16 MiB")]:
+        (91, lines * 2 + f"{empty} one-more\n", f"{listing}: more than 200000 entries to stage"),
+        (92, "#" * (17 << 20) + "\n", f"{listing}: a list of more than 16 MiB"),
+    ]:
         write(listing, text.encode())
-        script = setup(env, tmp_path, job, "512MiB",
-                       f"#DW stage_in type=list source={listing} destination=$DW_JOB_STRIPED/l")
+        script = setup(
+            env,
+            tmp_path,
+            job,
+            "512MiB",
+            f"#DW stage_in type=list source={listing} destination=$DW_JOB_STRIPED/l",
+        )
         started = time.monotonic()
         refused(env, job, script, line)
         assert time.monotonic() - started < 10
@@ -128,8 +153,13 @@ def test_staging_an_8_eib_sparse_file_is_copied_by_its_data(dac, open_dir, tmp_p
             f.write(middle)
             f.truncate(size)
         os.chown(huge, UID, GID)
-        script = setup(env, tmp_path, 94, "512MiB",
-                       f"#DW stage_in type=file source={huge} destination=$DW_JOB_STRIPED/huge")
+        script = setup(
+            env,
+            tmp_path,
+            94,
+            "512MiB",
+            f"#DW stage_in type=file source={huge} destination=$DW_JOB_STRIPED/huge",
+        )
         started = time.monotonic()
         slurm(env, "data_in", 94, "--job", str(script))
         assert time.monotonic() - started < 10
@@ -161,20 +191,29 @@ def big_source(open_dir):
 def test_staging_a_stage_that_never_ends_is_killed_by_the_timeout(dac, open_dir, tmp_path):
     workdir, env, store = dac
     src = big_source(open_dir)
-    script = setup(env, tmp_path, 96, "512MiB",
-                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in")
+    script = setup(
+        env,
+        tmp_path,
+        96,
+        "512MiB",
+        f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+    )
     started = time.monotonic()
     result = {}
-    caller = threading.Thread(target=lambda: result.update(
-        r=slurm(env, "data_in", 96, "--job", str(script), check=False)))
+    caller = threading.Thread(
+        target=lambda: result.update(r=slurm(env, "data_in", 96, "--job", str(script), check=False))
+    )
     with stopping_copiers() as next_stopped:
         caller.start()
         next_stopped()
     caller.join(STAGE_TIMEOUT + 30)
     from dacd.staging import time_limit  # here: the code before it had none (see the report)
+
     limit = time_limit(STAGE_TIMEOUT)
     assert (result["r"].returncode, result["r"].stdout) == (
-        1, f"buffer 96: stage_in timed out after {limit:.0f} s\n")
+        1,
+        f"buffer 96: stage_in timed out after {limit:.0f} s\n",
+    )
     # dacd's line, not dacctl giving up at STAGE_TIMEOUT; a loaded machine adds seconds
     assert limit <= time.monotonic() - started < STAGE_TIMEOUT + 10
     assert copiers() == []
@@ -185,10 +224,16 @@ def test_staging_a_stage_that_never_ends_is_killed_by_the_timeout(dac, open_dir,
 def test_staging_teardown_stops_a_running_stage_and_frees_its_bricks(dac, open_dir, tmp_path):
     workdir, env, store = dac
     src = big_source(open_dir)
-    script = setup(env, tmp_path, 98, "512MiB",
-                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in")
-    caller = threading.Thread(target=slurm, args=(env, "data_in", 98, "--job", str(script)),
-                              kwargs={"check": False})
+    script = setup(
+        env,
+        tmp_path,
+        98,
+        "512MiB",
+        f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+    )
+    caller = threading.Thread(
+        target=slurm, args=(env, "data_in", 98, "--job", str(script)), kwargs={"check": False}
+    )
     with stopping_copiers() as next_stopped:
         caller.start()
         next_stopped()
@@ -217,12 +262,18 @@ def test_staging_five_stuck_stages_never_block_another_buffer(big_dac, open_dir,
     callers = []
     with stopping_copiers() as next_stopped:
         for job in range(100, 105):
-            script = setup(env, tmp_path, job, "512MiB",
-                           f"#DW stage_in type=directory source={src} "
-                           "destination=$DW_JOB_STRIPED/in")
-            caller = threading.Thread(target=slurm,
-                                      args=(env, "data_in", job, "--job", str(script)),
-                                      kwargs={"check": False})
+            script = setup(
+                env,
+                tmp_path,
+                job,
+                "512MiB",
+                f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+            )
+            caller = threading.Thread(
+                target=slurm,
+                args=(env, "data_in", job, "--job", str(script)),
+                kwargs={"check": False},
+            )
             caller.start()
             callers.append((job, script, caller))
             if job < 104:  # the fifth waits for a stage thread: there are `concurrency` (4)

@@ -62,9 +62,17 @@ print(json.dumps({"found": found, "listed": listed}))
 
 def as_mallory(*argv, env=None):
     uid, gid = MALLORY
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, user=uid,
-                          group=gid, extra_groups=[], cwd="/",
-                          env={"PATH": "/usr/bin:/bin", **(env or {})})
+    return subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +83,22 @@ def storage():
     user = ensure_submit_user()
     jobs = workdir / "jobs"  # the submit user's own, 0700: a private home directory
     try:
-        run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "1",
-            "--bricks-per-server", "2", "--brick-size", "512MiB", "--slurm-nodes", "1",
-            timeout=120)
+        run(
+            "dacctl",
+            "local",
+            "up",
+            "--workdir",
+            str(workdir),
+            "--servers",
+            "1",
+            "--bricks-per-server",
+            "2",
+            "--brick-size",
+            "512MiB",
+            "--slurm-nodes",
+            "1",
+            timeout=120,
+        )
         lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
         env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
         jobs.mkdir(mode=0o700)
@@ -94,73 +115,113 @@ def sbatch(env, jobs: Path, body: str) -> str:
     path.write_text(body)
     os.chown(path, user.pw_uid, user.pw_gid)
     path.chmod(0o600)
-    r = subprocess.run(["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable", str(path)],
-                       capture_output=True, text=True, timeout=60, cwd=jobs,
-                       env={**os.environ, **env})
+    r = subprocess.run(
+        ["runuser", "-u", SUBMIT_USER, "--", "sbatch", "--parsable", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=jobs,
+        env={**os.environ, **env},
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().split(";")[0]
 
 
 def scontrol(env, *args) -> str:
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30,
-                          env={**os.environ, **env}).stdout
+    return subprocess.run(
+        ["scontrol", *args], capture_output=True, text=True, timeout=30, env={**os.environ, **env}
+    ).stdout
 
 
 def test_another_user_reads_nothing_of_a_live_buffer_or_of_the_logs(storage):
     workdir, env, jobs = storage
     state = LocalState.load(workdir)
     # built by the job's shell: the script itself never holds it
-    live = sbatch(env, jobs, "#!/bin/bash\n#DW jobdw capacity=512MiB access_mode=striped "
-                             "type=scratch pool=default\np=storage\n"
-                             "for i in $(seq 2000); do echo \"${p}-side-secret-$SLURM_JOB_ID\"; "
-                             "done > $DW_JOB_STRIPED/data\nsync\nsleep 600\n")
+    live = sbatch(
+        env,
+        jobs,
+        "#!/bin/bash\n#DW jobdw capacity=512MiB access_mode=striped "
+        "type=scratch pool=default\np=storage\n"
+        'for i in $(seq 2000); do echo "${p}-side-secret-$SLURM_JOB_ID"; '
+        "done > $DW_JOB_STRIPED/data\nsync\nsleep 600\n",
+    )
     pattern = f"storage-side-secret-{live}"
     fs = workdir / "fs" / "dac-server-1" / live
-    wait_for(lambda: (fs / "striped" / "data").exists() and
-             pattern in (fs / "striped" / "data").read_text(), 90, "the job's data")
+    wait_for(
+        lambda: (
+            (fs / "striped" / "data").exists() and pattern in (fs / "striped" / "data").read_text()
+        ),
+        90,
+        "the job's data",
+    )
     subprocess.run(["sync"], check=True)
     devices = [b["device"] for b in state.bricks]
     files = [b["file"] for b in state.bricks]
     # the attack has something to find: the pattern is on a brick, read as root
     assert any(pattern.encode() in Path(f).read_bytes() for f in files)
     secret_dir = "dac-storage-private-5e1b"
-    failed = sbatch(env, jobs, "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
-                               "type=scratch pool=default\n#DW stage_in type=file "
-                               f"source={jobs}/{secret_dir}/plan.txt "
-                               "destination=$DW_JOB_STRIPED/plan.txt\necho never\n")
+    failed = sbatch(
+        env,
+        jobs,
+        "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
+        "type=scratch pool=default\n#DW stage_in type=file "
+        f"source={jobs}/{secret_dir}/plan.txt "
+        "destination=$DW_JOB_STRIPED/plan.txt\necho never\n",
+    )
     try:
-        wait_for(lambda: "Priority=0 " in scontrol(env, "show", "job", failed), 90,
-                 f"job {failed} held")
+        wait_for(
+            lambda: "Priority=0 " in scontrol(env, "show", "job", failed), 90, f"job {failed} held"
+        )
         logs = [p for p in workdir.rglob("*.log") if secret_dir in p.read_text(errors="replace")]
         assert logs, "no log names the failed path: the attack has nothing to find"
-        scan = as_mallory("/usr/bin/python3", "-c", _SCAN,
-                          json.dumps([str(workdir), *devices]),
-                          json.dumps([pattern, secret_dir]))
+        scan = as_mallory(
+            "/usr/bin/python3",
+            "-c",
+            _SCAN,
+            json.dumps([str(workdir), *devices]),
+            json.dumps([pattern, secret_dir]),
+        )
         assert scan.returncode == 0, scan.stderr
         result = json.loads(scan.stdout)
         assert result["found"] == [], result["found"]
         listed = set(result["listed"])
-        for closed in ("bricks", "logs", "fs", "fs/dac-server-1", f"fs/dac-server-1/{live}",
-                       "nodes/node1", f"nodes/node1/{live}", "slurm/log"):
+        for closed in (
+            "bricks",
+            "logs",
+            "fs",
+            "fs/dac-server-1",
+            f"fs/dac-server-1/{live}",
+            "nodes/node1",
+            f"nodes/node1/{live}",
+            "slurm/log",
+        ):
             assert str(workdir / closed) not in listed, closed
         # what Slurm shows MALLORY of the submit user's jobs holds neither
-        for argv in (["scontrol", "show", "job"], ["squeue", "-a", "-o", "%i %u %r %j"],
-                     ["scontrol", "show", "burst"]):
+        for argv in (
+            ["scontrol", "show", "job"],
+            ["squeue", "-a", "-o", "%i %u %r %j"],
+            ["scontrol", "show", "burst"],
+        ):
             out = as_mallory(*argv, env=env)
             text = out.stdout + out.stderr
             assert secret_dir not in text and pattern not in text, (argv, text)
         # and its owner still reaches the buffer at its path, and reads the failed one's line
-        mine = subprocess.run(["runuser", "-u", SUBMIT_USER, "--", "scontrol", "show", "job",
-                               failed], capture_output=True, text=True,
-                              env={**os.environ, **env}).stdout
+        mine = subprocess.run(
+            ["runuser", "-u", SUBMIT_USER, "--", "scontrol", "show", "job", failed],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        ).stdout
         assert secret_dir in mine, mine
     finally:
         for job in (live, failed):
-            subprocess.run(["scancel", "--hurry", job], env={**os.environ, **env},
-                           capture_output=True)
+            subprocess.run(
+                ["scancel", "--hurry", job], env={**os.environ, **env}, capture_output=True
+            )
     # every log the local DAC writes (not the job's own output): root's alone
-    written = [p for p in [*workdir.rglob("*.log"), *workdir.rglob("*.out")]
-               if jobs not in p.parents]
+    written = [
+        p for p in [*workdir.rglob("*.log"), *workdir.rglob("*.out")] if jobs not in p.parents
+    ]
     assert len(written) >= 7, written  # dacd, user service, etcd, munged, slurmctld, slurmd…
     for log in written:
         st = log.stat()
@@ -171,10 +232,21 @@ def restart_dacd(workdir: Path, host: str) -> None:
     state = LocalState.load(workdir)
     d = next(d for d in state.dacd if d["host"] == host)
     stop_pid(d["pid"], "dacd.main")
-    proc = spawn([sys.executable, "-m", "dacd.main", "--config", str(state.config_path),
-                  "--host", host, "--metrics-address", d["metrics"]],
-                 workdir / "logs" / f"dacd-{host}.log",
-                 child_env(DAC_CONFIG=str(state.config_path)))
+    proc = spawn(
+        [
+            sys.executable,
+            "-m",
+            "dacd.main",
+            "--config",
+            str(state.config_path),
+            "--host",
+            host,
+            "--metrics-address",
+            d["metrics"],
+        ],
+        workdir / "logs" / f"dacd-{host}.log",
+        child_env(DAC_CONFIG=str(state.config_path)),
+    )
     d["pid"] = proc.pid
     state.save()
 
@@ -182,9 +254,11 @@ def restart_dacd(workdir: Path, host: str) -> None:
 def hosts(env) -> tuple[list[str], str]:
     """The warnings in `dacctl hosts --json`, and `dacctl hosts` read after it, once the host
     is up again (a restarted dacd registers anew)."""
+
     def up():
         rows = json.loads(run("dacctl", "hosts", "--json", env=env).stdout)["hosts"]
         return rows if all(r["state"] == "up" for r in rows) else None
+
     rows = wait_for(up, 30, "the host up")
     return [w for r in rows for w in r["warnings"]], run("dacctl", "hosts", env=env).stdout
 
@@ -198,13 +272,14 @@ def test_dacctl_hosts_warns_of_a_brick_or_fs_root_open_to_users(storage):
         os.chmod(device, 0o644)
         fs_root.chmod(0o755)
         restart_dacd(workdir, "dac-server-1")
-        warnings, table = wait_for(lambda: (lambda h: h if len(h[0]) == 2 else None)(
-            hosts(env)), 30, "the host's warnings")
+        warnings, table = wait_for(
+            lambda: (lambda h: h if len(h[0]) == 2 else None)(hosts(env)), 30, "the host's warnings"
+        )
         assert warnings == [
             f"brick brick0: device {device} is open to every user (mode 0644): make it 0600 "
             "or 0660 to a group no user is in",
-            f"fs_root {fs_root} can be listed or changed by every user (mode 0755): chmod "
-            "0711 it"], warnings
+            f"fs_root {fs_root} can be listed or changed by every user (mode 0755): chmod 0711 it",
+        ], warnings
         assert f"warning: dac-server-1: {warnings[1]} (admin)" in table.splitlines()
     finally:
         os.chmod(device, 0o600)

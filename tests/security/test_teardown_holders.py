@@ -22,7 +22,6 @@ from daclocal.slurm import ensure_submit_user
 BOUND = 30
 
 
-
 @pytest.fixture
 def one_brick(open_dir):
     """A local DAC of one server with one brick: the next buffer gets the same brick."""
@@ -33,8 +32,16 @@ def one_brick(open_dir):
 
 
 def as_user(argv, uid=UID, gid=GID) -> subprocess.Popen:
-    return subprocess.Popen(argv, user=uid, group=gid, extra_groups=[gid], cwd="/",
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        argv,
+        user=uid,
+        group=gid,
+        extra_groups=[gid],
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def started(argv, uid=UID, gid=GID) -> int:
@@ -73,8 +80,9 @@ def mounted_anywhere(device: str) -> list[str]:
             lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
         except OSError:
             continue
-        out += [f"{pid}: {line}" for line in lines
-                if line.split()[2] == ids or f" {device} " in line]
+        out += [
+            f"{pid}: {line}" for line in lines if line.split()[2] == ids or f" {device} " in line
+        ]
     return out
 
 
@@ -114,15 +122,21 @@ def ends_and_frees(env, store, script, job, device) -> float:
 def next_buffer_builds(workdir, env, store, tmp_path, job) -> None:
     """The other user's next buffer on the same brick: mkfs, mount, data, teardown."""
     script, node, _ = running_job(workdir, env, store, tmp_path, job, OTHER_UID, OTHER_GID)
-    r = subprocess.run(["sh", "-c", 'echo next > "$1"/f', "sh", str(node)], user=OTHER_UID,
-                       group=OTHER_GID, extra_groups=[], capture_output=True)
+    r = subprocess.run(
+        ["sh", "-c", 'echo next > "$1"/f', "sh", str(node)],
+        user=OTHER_UID,
+        group=OTHER_GID,
+        extra_groups=[],
+        capture_output=True,
+    )
     assert r.returncode == 0, r.stderr
     slurm(env, "teardown", job, "--job", str(script))
     assert store.buffer(str(job)) is None and pools(env)["default"]["free_bricks"] == 1
 
 
 def test_teardown_ends_double_forked_holders_and_a_fork_loop_outside_the_buffer(
-        one_brick, tmp_path):
+    one_brick, tmp_path
+):
     top, workdir, env, store = one_brick
     script, node, device = running_job(workdir, env, store, tmp_path, 41)
     server = buffer_fs(workdir, store, 41) / "striped"
@@ -147,18 +161,27 @@ def test_teardown_ends_the_users_own_namespaces_holding_the_buffer(one_brick, tm
     top, workdir, env, store = one_brick
     script, node, device = running_job(workdir, env, store, tmp_path, 43)
     elsewhere = owned(top / "elsewhere", UID, GID, 0o700)
-    userns = ["setsid", "-f", "unshare", "--user", "--map-root-user", "--mount", "--",
-              "sh", "-c"]
+    userns = ["setsid", "-f", "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c"]
     # the buffer bind-mounted elsewhere in the user's own namespace, cwd /
-    bound = started(userns + ['mount --bind "$1" "$2" && cd / && echo $$ && exec sleep 1000',
-                              "sh", str(node), str(elsewhere)])
+    bound = started(
+        userns
+        + [
+            'mount --bind "$1" "$2" && cd / && echo $$ && exec sleep 1000',
+            "sh",
+            str(node),
+            str(elsewhere),
+        ]
+    )
     # a cwd and an open file in the buffer, inside such a namespace
-    inside = started(userns + ['cd "$1" && exec 3>held && echo $$ && exec sleep 1000',
-                               "sh", str(node)])
+    inside = started(
+        userns + ['cd "$1" && exec 3>held && echo $$ && exec sleep 1000', "sh", str(node)]
+    )
     try:
         assert Path(f"/proc/{bound}/ns/mnt").resolve() != Path("/proc/self/ns/mnt").resolve()
-        assert any(str(elsewhere) in line for line in
-                   Path(f"/proc/{bound}/mountinfo").read_text().splitlines())
+        assert any(
+            str(elsewhere) in line
+            for line in Path(f"/proc/{bound}/mountinfo").read_text().splitlines()
+        )
         took = ends_and_frees(env, store, script, 43, device)
         assert took < BOUND, f"teardown took {took:.1f}s"
         print(f"teardown with the user's namespaces: {took:.1f}s")
@@ -169,18 +192,47 @@ def test_teardown_ends_the_users_own_namespaces_holding_the_buffer(one_brick, tm
 
 
 def test_teardown_names_a_mount_left_in_another_users_namespace_and_releases_nothing(
-        one_brick, tmp_path):
+    one_brick, tmp_path
+):
     top, workdir, env, store = one_brick
     script, node, device = running_job(workdir, env, store, tmp_path, 45)
     fs = buffer_fs(workdir, store, 45)
     # another user's namespace made while the buffer is mounted holds a copy of its mounts
     # (locked: not even root can unmount it there); dac kills no one but the job's user
-    other = started(["setsid", "-f", "unshare", "--user", "--map-root-user", "--mount", "--",
-                     "sh", "-c", "echo $$ && exec sleep 1000"], OTHER_UID, OTHER_GID)
+    other = started(
+        [
+            "setsid",
+            "-f",
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ && exec sleep 1000",
+        ],
+        OTHER_UID,
+        OTHER_GID,
+    )
     # a daemon of root's started meanwhile with a private mount namespace: an unlocked copy,
     # which dac unmounts there (as propagation would on a host whose / is shared)
-    daemon = started(["setsid", "-f", "unshare", "--mount", "--propagation", "private", "--",
-                      "sh", "-c", "echo $$ && exec sleep 1000"], 0, 0)
+    daemon = started(
+        [
+            "setsid",
+            "-f",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ && exec sleep 1000",
+        ],
+        0,
+        0,
+    )
     try:
         slurm(env, "post_run", 45, "--job", str(script))
         r = slurm(env, "teardown", 45, "--job", str(script), check=False)
@@ -192,8 +244,9 @@ def test_teardown_names_a_mount_left_in_another_users_namespace_and_releases_not
         assert alive(other) and alive(daemon) and f"pid {daemon};" not in out
         assert str(fs) not in Path(f"/proc/{daemon}/mountinfo").read_text()
         assert store.buffer("45") is not None and pools(env)["default"]["free_bricks"] == 0
-        blkid = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", device],
-                               capture_output=True, text=True)
+        blkid = subprocess.run(
+            ["blkid", "-p", "-o", "value", "-s", "TYPE", device], capture_output=True, text=True
+        )
         assert blkid.stdout.strip() == "xfs"  # not zeroed under the mount left
 
         kill([other])  # Slurm's next teardown finishes once that namespace is gone
@@ -234,6 +287,7 @@ def _dac_local():
     import importlib.util
 
     import daccore
+
     path = Path(daccore.__file__).parent / "share/playbooks/local/library/dac_local.py"
     spec = importlib.util.spec_from_file_location("dac_local_under_test", path)
     module = importlib.util.module_from_spec(spec)
@@ -249,20 +303,44 @@ def test_stopping_the_users_processes_lets_their_relaying_parents_go(open_dir):
     is the owner: runuser needs a name."""
     user = ensure_submit_user()
     notes = owned(open_dir / "notes", user.pw_uid, user.pw_gid, 0o700) / "bystander"
-    relay = subprocess.Popen(["runuser", "-u", user.pw_name, "--", sys.executable, "-I", "-S",
-                              "-c", _LEFTOVER, "bystander", str(notes)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    relay = subprocess.Popen(
+        [
+            "runuser",
+            "-u",
+            user.pw_name,
+            "--",
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            _LEFTOVER,
+            "bystander",
+            str(notes),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         bystander = int(relay.stdout.readline())
         relay.wait(timeout=10)  # its first fork has exited: runuser's child is gone, and
         # runuser with it; run one more under runuser that stays its child: a sleep
-        sleeper_parent = subprocess.Popen(["runuser", "-u", user.pw_name, "--", "sleep", "1000"],
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True)
+        sleeper_parent = subprocess.Popen(
+            ["runuser", "-u", user.pw_name, "--", "sleep", "1000"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         time.sleep(0.3)
-        (sleeper,) = [int(p) for p in Path(f"/proc/{sleeper_parent.pid}/task/"
-                                           f"{sleeper_parent.pid}/children").read_text().split()]
+        (sleeper,) = [
+            int(p)
+            for p in Path(f"/proc/{sleeper_parent.pid}/task/{sleeper_parent.pid}/children")
+            .read_text()
+            .split()
+        ]
         dac_local = _dac_local()
         with dac_local.Holders(user.pw_uid, []) as holders:
             holders.kill(freeze=True)
@@ -277,5 +355,5 @@ def test_stopping_the_users_processes_lets_their_relaying_parents_go(open_dir):
         assert _state(bystander) not in "Tt" and notes.read_text() == "continued\n"
     finally:
         os.killpg(sleeper_parent.pid, 9)  # runuser and its sleep: killed alone, runuser
-        sleeper_parent.wait()             # leaves its child running
+        sleeper_parent.wait()  # leaves its child running
         kill([bystander])

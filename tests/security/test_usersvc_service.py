@@ -30,8 +30,10 @@ from daccore.user_service import MAX_CLIENTS, MAX_REQUEST, READ_TIMEOUT
 
 A, B = (1234, 4321), (5678, 8765)
 SYSTEM_PYTHON = "/usr/bin/python3"
-_BOOT = ("import site, sys; site.addsitedir(sys.argv.pop(1)); from dacctl.main import main; "
-         "sys.exit(main(sys.argv[1:]))")
+_BOOT = (
+    "import site, sys; site.addsitedir(sys.argv.pop(1)); from dacctl.main import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
 _MAGIC = "dac-user/1"
 
 
@@ -44,8 +46,19 @@ def usersvc_dac():
     top.chmod(0o755)
     workdir = top / "dac"
     try:
-        run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-            "--bricks-per-server", "2", "--brick-size", "512MiB")
+        run(
+            "dacctl",
+            "local",
+            "up",
+            "--workdir",
+            str(workdir),
+            "--servers",
+            "2",
+            "--bricks-per-server",
+            "2",
+            "--brick-size",
+            "512MiB",
+        )
         env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
         config = load_config(env["DAC_CONFIG"], env={})
         yield workdir, env, Store.from_settings(config.etcd), config
@@ -56,14 +69,29 @@ def usersvc_dac():
 
 def usersvc_as(env, user, *args, timeout=120):
     """`dacctl *args` run as `user` (uid, gid), no supplementary groups."""
-    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert version == str(tuple(sys.version_info[:2])), version
-    return subprocess.run(["/usr/bin/setpriv", f"--reuid={user[0]}", f"--regid={user[1]}",
-                           "--clear-groups", SYSTEM_PYTHON, "-c", _BOOT,
-                           sysconfig.get_paths()["purelib"], *args],
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [
+            "/usr/bin/setpriv",
+            f"--reuid={user[0]}",
+            f"--regid={user[1]}",
+            "--clear-groups",
+            SYSTEM_PYTHON,
+            "-c",
+            _BOOT,
+            sysconfig.get_paths()["purelib"],
+            *args,
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def usersvc_line(r):
@@ -74,9 +102,20 @@ def usersvc_line(r):
 
 def usersvc_credential(user, payload, munge_socket):
     """A munge credential for `payload` (str), made by `user` on `munge_socket`."""
-    r = subprocess.run(["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups",
-                        "munge", f"--socket={munge_socket}", "-s", payload],
-                       capture_output=True, timeout=10)
+    r = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={user[0]}",
+            f"--regid={user[1]}",
+            "--clear-groups",
+            "munge",
+            f"--socket={munge_socket}",
+            "-s",
+            payload,
+        ],
+        capture_output=True,
+        timeout=10,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -109,8 +148,7 @@ def usersvc_error(reply):
 NOT_YOURS = "dacctl: user error: no buffer '{}' of yours (a job id or a persistent buffer's name)"
 
 
-def test_usersvc_each_user_sees_destroys_and_creates_only_their_own_buffers(usersvc_dac,
-                                                                           tmp_path):
+def test_usersvc_each_user_sees_destroys_and_creates_only_their_own_buffers(usersvc_dac, tmp_path):
     workdir, env, store, config = usersvc_dac
     made = usersvc_as(env, A, "create-persistent", "--name", "abuf", "--capacity", "1MiB")
     assert made.returncode == 0, made.stderr
@@ -121,40 +159,67 @@ def test_usersvc_each_user_sees_destroys_and_creates_only_their_own_buffers(user
     # A sees their own buffers, in the same forms as root's direct reads
     listed = usersvc_as(env, A, "buffers", "--json")
     assert [b["name"] for b in json.loads(listed.stdout)["buffers"]] == ["7", "abuf"]
-    assert usersvc_as(env, A, "status", "7", "--line").stdout == \
-        run("dacctl", "status", "7", "--line", env=env).stdout
-    assert json.loads(usersvc_as(env, A, "show", "abuf", "--json").stdout)["buffer"][
-        "owner_uid"] == A[0]
+    assert (
+        usersvc_as(env, A, "status", "7", "--line").stdout
+        == run("dacctl", "status", "7", "--line", env=env).stdout
+    )
+    assert (
+        json.loads(usersvc_as(env, A, "show", "abuf", "--json").stdout)["buffer"]["owner_uid"]
+        == A[0]
+    )
     assert usersvc_as(env, A, "pools").stdout == run("dacctl", "pools", env=env).stdout
 
     # B sees none of them, cannot destroy them, cannot create one owned by A
     assert json.loads(usersvc_as(env, B, "buffers", "--json").stdout) == {"buffers": []}
-    assert json.loads(usersvc_as(env, B, "buffers", "--json", "--user", str(A[0])).stdout) \
-        == {"buffers": []}
+    assert json.loads(usersvc_as(env, B, "buffers", "--json", "--user", str(A[0])).stdout) == {
+        "buffers": []
+    }
     for name in ("abuf", "7"):
         assert usersvc_line(usersvc_as(env, B, "status", name)) == NOT_YOURS.format(name)
-        assert usersvc_line(usersvc_as(env, B, "status", name, "--line")) == \
-            NOT_YOURS.format(name)
+        assert usersvc_line(usersvc_as(env, B, "status", name, "--line")) == NOT_YOURS.format(name)
         assert usersvc_line(usersvc_as(env, B, "show", name, "--json")) == NOT_YOURS.format(name)
-        assert usersvc_line(usersvc_as(env, B, "destroy-persistent", name)) == \
-            f"dacctl: user error: no persistent buffer '{name}' of yours"
-    assert usersvc_line(usersvc_as(env, B, "create-persistent", "--name", "forA", "--capacity",
-                                   "1MiB", "--user", str(A[0]), "--group", str(A[1]))) == (
+        assert (
+            usersvc_line(usersvc_as(env, B, "destroy-persistent", name))
+            == f"dacctl: user error: no persistent buffer '{name}' of yours"
+        )
+    assert usersvc_line(
+        usersvc_as(
+            env,
+            B,
+            "create-persistent",
+            "--name",
+            "forA",
+            "--capacity",
+            "1MiB",
+            "--user",
+            str(A[0]),
+            "--group",
+            str(A[1]),
+        )
+    ) == (
         "dacctl: user error: only root or the admin group may create a buffer for another "
-        "user (--user, --group)")
+        "user (--user, --group)"
+    )
     assert store.buffer("forA") is None and store.buffer("abuf") is not None
 
     # B's own buffer is B's; A cannot touch it; each destroys their own
-    assert usersvc_as(env, B, "create-persistent", "--name", "bbuf", "--capacity",
-                      "1MiB").returncode == 0
+    assert (
+        usersvc_as(env, B, "create-persistent", "--name", "bbuf", "--capacity", "1MiB").returncode
+        == 0
+    )
     assert (store.buffer("bbuf").record.owner_uid, store.buffer("bbuf").record.owner_gid) == B
-    assert usersvc_line(usersvc_as(env, A, "destroy-persistent", "bbuf")) == \
-        "dacctl: user error: no persistent buffer 'bbuf' of yours"
-    assert usersvc_as(env, A, "destroy-persistent", "abuf").stdout == \
-        "destroyed persistent buffer abuf\n"
+    assert (
+        usersvc_line(usersvc_as(env, A, "destroy-persistent", "bbuf"))
+        == "dacctl: user error: no persistent buffer 'bbuf' of yours"
+    )
+    assert (
+        usersvc_as(env, A, "destroy-persistent", "abuf").stdout
+        == "destroyed persistent buffer abuf\n"
+    )
     assert store.buffer("abuf") is None and store.buffer("bbuf") is not None
-    assert [b["name"] for b in json.loads(usersvc_as(env, B, "buffers", "--json").stdout)[
-        "buffers"]] == ["bbuf"]
+    assert [
+        b["name"] for b in json.loads(usersvc_as(env, B, "buffers", "--json").stdout)["buffers"]
+    ] == ["bbuf"]
 
     # all of it went through the service, which logged each verified uid
     log = (workdir / "logs" / "user-service.log").read_text()
@@ -165,20 +230,36 @@ def test_usersvc_each_user_sees_destroys_and_creates_only_their_own_buffers(user
 def test_usersvc_refuses_replayed_altered_foreign_and_malformed_credentials(usersvc_dac):
     workdir, env, store, config = usersvc_dac
     sock, address = config.munge_socket, config.user_service
-    run("dacctl", "create-persistent", "--name", "abuf", "--capacity", "1MiB", "--user",
-        str(A[0]), "--group", str(A[1]), env=env)
+    run(
+        "dacctl",
+        "create-persistent",
+        "--name",
+        "abuf",
+        "--capacity",
+        "1MiB",
+        "--user",
+        str(A[0]),
+        "--group",
+        str(A[1]),
+        env=env,
+    )
 
     good = usersvc_credential(A, usersvc_request("status", buffer="abuf"), sock)
     assert usersvc_send(address, good + b"\n")["ok"]["buffer"] == "abuf"
     # the same credential again, as an eavesdropper would send it: refused by munged
-    assert usersvc_error(usersvc_send(address, good + b"\n")) == \
-        ("user", "credential refused: Replayed credential")
+    assert usersvc_error(usersvc_send(address, good + b"\n")) == (
+        "user",
+        "credential refused: Replayed credential",
+    )
 
     # one character of the credential changed: its MAC no longer holds
     fresh = usersvc_credential(B, usersvc_request("pools"), sock)
     middle = len(fresh) // 2
-    altered = fresh[:middle] + (b"A" if fresh[middle:middle + 1] != b"A" else b"B") + \
-        fresh[middle + 1:]
+    altered = (
+        fresh[:middle]
+        + (b"A" if fresh[middle : middle + 1] != b"A" else b"B")
+        + fresh[middle + 1 :]
+    )
     kind, message = usersvc_error(usersvc_send(address, altered + b"\n"))
     assert kind == "user" and message.startswith("credential refused: "), message
     assert "Replayed" not in message
@@ -190,19 +271,28 @@ def test_usersvc_refuses_replayed_altered_foreign_and_malformed_credentials(user
     (other / "key").chmod(0o700)
     (other / "key" / "munge.key").write_bytes(os.urandom(1024))
     (other / "key" / "munge.key").chmod(0o400)
-    munged = subprocess.Popen(["munged", "--foreground", "--force",
-                               f"--socket={other}/munge.socket",
-                               f"--key-file={other}/key/munge.key",
-                               f"--pid-file={other}/munged.pid", f"--log-file={other}/log",
-                               f"--seed-file={other}/seed"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    munged = subprocess.Popen(
+        [
+            "munged",
+            "--foreground",
+            "--force",
+            f"--socket={other}/munge.socket",
+            f"--key-file={other}/key/munge.key",
+            f"--pid-file={other}/munged.pid",
+            f"--log-file={other}/log",
+            f"--seed-file={other}/seed",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while not (other / "munge.socket").exists():
             assert time.monotonic() < deadline and munged.poll() is None, "munged did not start"
             time.sleep(0.02)
-        foreign = usersvc_credential(A, usersvc_request("destroy-persistent", name="abuf"),
-                                     other / "munge.socket")
+        foreign = usersvc_credential(
+            A, usersvc_request("destroy-persistent", name="abuf"), other / "munge.socket"
+        )
         kind, message = usersvc_error(usersvc_send(address, foreign + b"\n"))
         assert kind == "user" and message.startswith("credential refused: "), message
     finally:
@@ -213,38 +303,60 @@ def test_usersvc_refuses_replayed_altered_foreign_and_malformed_credentials(user
     # valid credentials whose payload is not a request dac makes, or asks for what is not
     for payload, expected in [
         ("hello", "credential refused: its payload is not a dac request"),
-        (json.dumps({"verb": "pools", "args": {}}),
-         "credential refused: its payload is not a dac request"),
-        (usersvc_request("drain", host="dac-server-1"), "unknown request 'drain' (requests: "
-         "status, pools, buffers, show, create-persistent, destroy-persistent)"),
-        (usersvc_request("show", buffer="abuf", rights=0),
-         "show: arguments must be some of: buffer"),
-        (usersvc_request("create-persistent", name="x", capacity=1 << 20, owner_uid="1234"),
-         "create-persistent: argument 'owner_uid' is not a valid int"),
-        (usersvc_request("status", buffer="x" * 500),
-         "status: argument 'buffer' is not a valid name (letters, digits, _ . : - and at most "
-         "128 of them)"),
-        (usersvc_request("show", buffer="7/../../pools/default"),
-         "show: argument 'buffer' is not a valid name (letters, digits, _ . : - and at most "
-         "128 of them)"),
+        (
+            json.dumps({"verb": "pools", "args": {}}),
+            "credential refused: its payload is not a dac request",
+        ),
+        (
+            usersvc_request("drain", host="dac-server-1"),
+            "unknown request 'drain' (requests: "
+            "status, pools, buffers, show, create-persistent, destroy-persistent)",
+        ),
+        (
+            usersvc_request("show", buffer="abuf", rights=0),
+            "show: arguments must be some of: buffer",
+        ),
+        (
+            usersvc_request("create-persistent", name="x", capacity=1 << 20, owner_uid="1234"),
+            "create-persistent: argument 'owner_uid' is not a valid int",
+        ),
+        (
+            usersvc_request("status", buffer="x" * 500),
+            "status: argument 'buffer' is not a valid name (letters, digits, _ . : - and at most "
+            "128 of them)",
+        ),
+        (
+            usersvc_request("show", buffer="7/../../pools/default"),
+            "show: argument 'buffer' is not a valid name (letters, digits, _ . : - and at most "
+            "128 of them)",
+        ),
     ]:
         reply = usersvc_send(address, usersvc_credential(B, payload, sock) + b"\n")
         assert usersvc_error(reply) == ("user", expected)
 
     # not a credential at all, too big, or control bytes: one line each
-    assert usersvc_error(usersvc_send(address, b"hello\n")) == \
-        ("user", "request is not a munge credential (run dacctl, which makes one)")
-    assert usersvc_error(usersvc_send(address, b"\x00\xff\x1b[2J\n")) == \
-        ("user", "request is not a munge credential (run dacctl, which makes one)")
-    assert usersvc_error(usersvc_send(address, b"MUNGE:" + b"A" * (1 << 20))) == \
-        ("user", f"request larger than {MAX_REQUEST} bytes")
+    assert usersvc_error(usersvc_send(address, b"hello\n")) == (
+        "user",
+        "request is not a munge credential (run dacctl, which makes one)",
+    )
+    assert usersvc_error(usersvc_send(address, b"\x00\xff\x1b[2J\n")) == (
+        "user",
+        "request is not a munge credential (run dacctl, which makes one)",
+    )
+    assert usersvc_error(usersvc_send(address, b"MUNGE:" + b"A" * (1 << 20))) == (
+        "user",
+        f"request larger than {MAX_REQUEST} bytes",
+    )
     assert usersvc_error(usersvc_send(address, b"MUNGE:garbage:\n"))[1].startswith(
-        "credential refused: ")
+        "credential refused: "
+    )
 
     # through dacctl: a name with escapes never reaches the store, nor the terminal
     r = usersvc_as(env, B, "status", "\x1b[2Jabuf")
-    assert usersvc_line(r) == ("dacctl: user error: status: argument 'buffer' is not a valid "
-                               "name (letters, digits, _ . : - and at most 128 of them)")
+    assert usersvc_line(r) == (
+        "dacctl: user error: status: argument 'buffer' is not a valid "
+        "name (letters, digits, _ . : - and at most 128 of them)"
+    )
 
     # the service is still up and still answers A
     assert usersvc_as(env, A, "status", "abuf", "--line").stdout == "buffer abuf: created\n"
@@ -255,8 +367,9 @@ def test_usersvc_silent_and_trickling_clients_hold_no_slot_and_time_out(usersvc_
     workdir, env, store, config = usersvc_dac
     host, port = config.user_service.rsplit(":", 1)
     # B's: four times as many silent connections as there are slots, and as many trickling
-    silent = [socket.create_connection((host, int(port)), timeout=30)
-              for _ in range(4 * MAX_CLIENTS)]
+    silent = [
+        socket.create_connection((host, int(port)), timeout=30) for _ in range(4 * MAX_CLIENTS)
+    ]
     slow = [socket.create_connection((host, int(port)), timeout=30) for _ in range(MAX_CLIENTS)]
     stop = threading.Event()
 
@@ -267,6 +380,7 @@ def test_usersvc_silent_and_trickling_clients_hold_no_slot_and_time_out(usersvc_
                     s.send(b"M")
                 except OSError:
                     pass
+
     trickler = threading.Thread(target=trickle)
     trickler.start()
     try:
@@ -282,14 +396,16 @@ def test_usersvc_silent_and_trickling_clients_hold_no_slot_and_time_out(usersvc_
             while chunk := s.recv(4096):
                 data += chunk
             replies.append(json.loads(data))
+
         readers = [threading.Thread(target=read, args=(s,)) for s in silent + slow]
         for t in readers:
             t.start()
         for t in readers:
             t.join(30)
         assert time.monotonic() - started < READ_TIMEOUT + 5
-        assert len(replies) == 5 * MAX_CLIENTS and {usersvc_error(r) for r in replies} == \
-            {("user", f"request not received within {READ_TIMEOUT:.0f}s")}
+        assert len(replies) == 5 * MAX_CLIENTS and {usersvc_error(r) for r in replies} == {
+            ("user", f"request not received within {READ_TIMEOUT:.0f}s")
+        }
     finally:
         stop.set()
         trickler.join()
@@ -307,24 +423,30 @@ def test_usersvc_a_missing_service_or_munged_is_one_line_naming_the_admin(usersv
     r = usersvc_as({**env, "DAC_CONFIG": str(broken)}, A, "status", "7")
     assert r.returncode == 2 and usersvc_line(r) == (
         "dacctl: admin error: dac's user service at 127.0.0.1:9 is unreachable: Connection "
-        "refused (an admin must start it: systemctl start dac-users)")
+        "refused (an admin must start it: systemctl start dac-users)"
+    )
     # estimate still gives its figures, the pool unknown, as with etcd down
     script = workdir.parent / "job.sh"
     script.write_text("#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=striped\n")
     script.chmod(0o644)
     r = usersvc_as({**env, "DAC_CONFIG": str(broken)}, A, "estimate", str(script))
-    assert r.returncode == 0 and "pool unknown (dac's user service at 127.0.0.1:9 is " \
-        "unreachable" in r.stdout, (r.stdout, r.stderr)
+    assert (
+        r.returncode == 0
+        and "pool unknown (dac's user service at 127.0.0.1:9 is unreachable" in r.stdout
+    ), (r.stdout, r.stderr)
     broken.write_text(yaml.safe_dump({**data, "munge_socket": "/nonexistent/munge.socket"}))
     r = usersvc_as({**env, "DAC_CONFIG": str(broken)}, A, "buffers")
     line = usersvc_line(r)
-    assert r.returncode == 2 and line.startswith(
-        "dacctl: admin error: munge cannot make a credential here: ") and \
-        line.endswith("(an admin must start munged on this host)"), line
+    assert (
+        r.returncode == 2
+        and line.startswith("dacctl: admin error: munge cannot make a credential here: ")
+        and line.endswith("(an admin must start munged on this host)")
+    ), line
     r = usersvc_as({**env, "PATH": "/nonexistent"}, A, "pools")
     assert r.returncode == 2 and usersvc_line(r) == (
         "dacctl: admin error: munge is not installed on this host: an admin must install munge "
-        "(dac's user service authenticates users with it)")
+        "(dac's user service authenticates users with it)"
+    )
     # root reads etcd itself, with no service at all
     assert run("dacctl", "buffers", env={**env, "DAC_CONFIG": str(broken)}).returncode == 0
 
@@ -332,8 +454,9 @@ def test_usersvc_a_missing_service_or_munged_is_one_line_naming_the_admin(usersv
 def test_usersvc_the_systemd_unit_verifies_and_runs_the_service_unprivileged(tmp_path):
     unit = asset("packaging", "dac-users.service").read_text()
     path = tmp_path / "dac-users.service"
-    path.write_text(unit.replace("/opt/dac/venv/bin/dacctl",
-                                 str(Path(sys.executable).parent / "dacctl")))
+    path.write_text(
+        unit.replace("/opt/dac/venv/bin/dacctl", str(Path(sys.executable).parent / "dacctl"))
+    )
     r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
     assert (r.returncode, r.stdout + r.stderr) == (0, "")
     assert "ExecStart=/opt/dac/venv/bin/dacctl user-service\n" in unit
@@ -347,23 +470,38 @@ def test_usersvc_admin_rights_come_from_the_verified_gid_and_group_database(user
     import grp
 
     from daclocal.procs import child_env, stop_pid
+
     workdir, env, store, config = usersvc_dac
     try:
         admins = grp.getgrnam("usersvc-adm").gr_gid
     except KeyError:
         subprocess.run(["groupadd", "usersvc-adm"], check=True)
         admins = grp.getgrnam("usersvc-adm").gr_gid
-    run("dacctl", "create-persistent", "--name", "abuf", "--capacity", "1MiB", "--user",
-        str(A[0]), "--group", str(A[1]), env=env)
+    run(
+        "dacctl",
+        "create-persistent",
+        "--name",
+        "abuf",
+        "--capacity",
+        "1MiB",
+        "--user",
+        str(A[0]),
+        "--group",
+        str(A[1]),
+        env=env,
+    )
     # the service reads admin_group when it starts: restart it with one set
     data = yaml.safe_load((workdir / "dac.yaml").read_text())
     (workdir / "dac.yaml").write_text(yaml.safe_dump({**data, "admin_group": "usersvc-adm"}))
     state = json.loads((workdir / "state.json").read_text())
     stop_pid(state["users"]["service"], "user-service")
     log = open(workdir / "logs" / "user-service-2.log", "wb")
-    service = subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "user-service"],
-                               env=child_env(DAC_CONFIG=str(workdir / "dac.yaml")),
-                               stdout=log, stderr=subprocess.STDOUT)
+    service = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dacctl"), "user-service"],
+        env=child_env(DAC_CONFIG=str(workdir / "dac.yaml")),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         host, port = config.user_service.rsplit(":", 1)
         deadline = time.monotonic() + 30
@@ -376,15 +514,39 @@ def test_usersvc_admin_rights_come_from_the_verified_gid_and_group_database(user
                 time.sleep(0.05)
         show = usersvc_request("show", buffer="abuf")
         # B with a supplementary admin group: munge says uid 5678 gid 8765, nothing more
-        r = subprocess.run(["setpriv", f"--reuid={B[0]}", f"--regid={B[1]}",
-                            f"--groups={admins}", "munge", f"--socket={config.munge_socket}",
-                            "-s", show], capture_output=True, timeout=10)
-        assert usersvc_error(usersvc_send(config.user_service, r.stdout.strip() + b"\n")) == \
-            ("user", "no buffer 'abuf' of yours (a job id or a persistent buffer's name)")
+        r = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={B[0]}",
+                f"--regid={B[1]}",
+                f"--groups={admins}",
+                "munge",
+                f"--socket={config.munge_socket}",
+                "-s",
+                show,
+            ],
+            capture_output=True,
+            timeout=10,
+        )
+        assert usersvc_error(usersvc_send(config.user_service, r.stdout.strip() + b"\n")) == (
+            "user",
+            "no buffer 'abuf' of yours (a job id or a persistent buffer's name)",
+        )
         # B running with the admin group as its primary group: munge vouches for that gid
-        r = subprocess.run(["setpriv", f"--reuid={B[0]}", f"--regid={admins}",
-                            "--clear-groups", "munge", f"--socket={config.munge_socket}", "-s",
-                            show], capture_output=True, timeout=10)
+        r = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={B[0]}",
+                f"--regid={admins}",
+                "--clear-groups",
+                "munge",
+                f"--socket={config.munge_socket}",
+                "-s",
+                show,
+            ],
+            capture_output=True,
+            timeout=10,
+        )
         reply = usersvc_send(config.user_service, r.stdout.strip() + b"\n")
         assert reply["ok"]["buffer"]["owner_uid"] == A[0]
     finally:
@@ -395,16 +557,20 @@ def test_usersvc_admin_rights_come_from_the_verified_gid_and_group_database(user
 
 def test_usersvc_local_status_shows_munged_and_the_service_and_down_stops_them(usersvc_dac):
     from daclocal.procs import is_running
+
     workdir, env, store, config = usersvc_dac
-    report = json.loads(run("dacctl", "local", "status", "--workdir", str(workdir),
-                            "--json").stdout)
+    report = json.loads(
+        run("dacctl", "local", "status", "--workdir", str(workdir), "--json").stdout
+    )
     rows = {r["process"]: r for r in report["users"]}
     assert set(rows) == {"munged", "user-service"} and all(r["running"] for r in rows.values())
     assert rows["user-service"]["address"] == config.user_service
     assert rows["munged"]["address"] == config.munge_socket
     text = run("dacctl", "local", "status", "--workdir", str(workdir)).stdout
-    assert f"users   user-service {config.user_service} pid {rows['user-service']['pid']} " \
-           "running" in text
+    assert (
+        f"users   user-service {config.user_service} pid {rows['user-service']['pid']} "
+        "running" in text
+    )
     down = run("dacctl", "local", "down", "--workdir", str(workdir)).stdout
     assert f"user service (pid {rows['user-service']['pid']})" in down
     assert f"munged (pid {rows['munged']['pid']})" in down
@@ -414,14 +580,31 @@ def test_usersvc_local_status_shows_munged_and_the_service_and_down_stops_them(u
 
 def test_usersvc_parallel_requests_each_get_their_own_callers_answer(usersvc_dac):
     workdir, env, store, config = usersvc_dac
-    run("dacctl", "create-persistent", "--name", "abuf", "--capacity", "1MiB", "--user",
-        str(A[0]), "--group", str(A[1]), env=env)
-    creds = [(user, usersvc_credential(user, usersvc_request("show", buffer="abuf"),
-                                       config.munge_socket)) for user in (A, B) * 12]
+    run(
+        "dacctl",
+        "create-persistent",
+        "--name",
+        "abuf",
+        "--capacity",
+        "1MiB",
+        "--user",
+        str(A[0]),
+        "--group",
+        str(A[1]),
+        env=env,
+    )
+    creds = [
+        (
+            user,
+            usersvc_credential(user, usersvc_request("show", buffer="abuf"), config.munge_socket),
+        )
+        for user in (A, B) * 12
+    ]
     replies = [None] * len(creds)
 
     def send(i):
         replies[i] = usersvc_send(config.user_service, creds[i][1] + b"\n")
+
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(creds))]
     for t in threads:
         t.start()
@@ -431,5 +614,7 @@ def test_usersvc_parallel_requests_each_get_their_own_callers_answer(usersvc_dac
         if user == A:
             assert reply["ok"]["buffer"]["name"] == "abuf"
         else:
-            assert usersvc_error(reply) == ("user", "no buffer 'abuf' of yours (a job id or a "
-                                                    "persistent buffer's name)")
+            assert usersvc_error(reply) == (
+                "user",
+                "no buffer 'abuf' of yours (a job id or a persistent buffer's name)",
+            )

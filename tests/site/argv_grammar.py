@@ -20,8 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Flag", "Arg", "Command", "FlagsError", "Parsed", "parse_goflags",
-           "GetoptError", "getopt_long"]
+__all__ = [
+    "Flag",
+    "Arg",
+    "Command",
+    "FlagsError",
+    "Parsed",
+    "parse_goflags",
+    "GetoptError",
+    "getopt_long",
+]
 
 
 class FlagsError(Exception):
@@ -31,6 +39,7 @@ class FlagsError(Exception):
 @dataclass(frozen=True)
 class Flag:
     """One go-flags option. ``go_type`` None means a bool flag (takes no argument)."""
+
     long: str
     short: str = ""
     go_type: str | None = None
@@ -46,6 +55,7 @@ class Flag:
 @dataclass(frozen=True)
 class Arg:
     """A positional argument; ``convert`` raises ValueError with go-flags' raw message."""
+
     name: str
     required: bool = False
     convert: Callable[[str], object] = str
@@ -69,10 +79,10 @@ class Command:
 
 @dataclass
 class Parsed:
-    path: list[str]                 # command names from the root, e.g. ["pool", "create"]
-    opts: dict[str, object]         # by long name; bool flags present map to True
-    args: dict[str, object]         # by positional name
-    rest: list[str]                 # left-over operands (NoArgsCmd refuses them)
+    path: list[str]  # command names from the root, e.g. ["pool", "create"]
+    opts: dict[str, object]  # by long name; bool flags present map to True
+    args: dict[str, object]  # by positional name
+    rest: list[str]  # left-over operands (NoArgsCmd refuses them)
     help: bool = False
 
 
@@ -80,8 +90,9 @@ HELP = Flag("help", "h")
 
 
 def _is_option(a: str) -> bool:  # optstyle_other.go argumentIsOption
-    return (len(a) > 1 and a[0] == "-" and a[1] != "-") or \
-        (len(a) > 2 and a.startswith("--") and a[2] != "-")
+    return (len(a) > 1 and a[0] == "-" and a[1] != "-") or (
+        len(a) > 2 and a.startswith("--") and a[2] != "-"
+    )
 
 
 def _closest(word: str, choices: list[str]) -> tuple[str, int]:
@@ -92,6 +103,7 @@ def _closest(word: str, choices: list[str]) -> tuple[str, int]:
             for j, cb in enumerate(b, 1):
                 prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
         return row[-1]
+
     return min(((c, distance(word, c)) for c in choices), key=lambda t: t[1], default=("", 0))
 
 
@@ -144,8 +156,9 @@ def parse_goflags(root: Command, argv: list[str]) -> Parsed:
         try:
             out.opts[f.long] = f.convert(value)
         except ValueError as e:
-            raise FlagsError(f"invalid argument for flag `{f}' (expected {f.go_type}): {e}") \
-                from None
+            raise FlagsError(
+                f"invalid argument for flag `{f}' (expected {f.go_type}): {e}"
+            ) from None
 
     positional = enter(cmd)
     queue = list(argv)
@@ -176,12 +189,12 @@ def parse_goflags(root: Command, argv: list[str]) -> Parsed:
             set_flag(f, value if eq else None, queue)
             continue
         body, attached = a[1:], None
-        if len(body) > 1 and body[1] == "=":          # -x=value
+        if len(body) > 1 and body[1] == "=":  # -x=value
             body, attached = body[0], body[2:]
         first = lookup.get("-" + body[0])
         if attached is None and len(body) > 1 and first and first.go_type is not None:
-            set_flag(first, body[1:], queue)          # -xvalue: only the first letter may
-            continue                                  # take the rest as its value
+            set_flag(first, body[1:], queue)  # -xvalue: only the first letter may
+            continue  # take the rest as its value
         for i, ch in enumerate(body):
             f = lookup.get("-" + ch)
             if f is None:
@@ -191,19 +204,27 @@ def parse_goflags(root: Command, argv: list[str]) -> Parsed:
     if out.opts.pop("help", False):
         out.help = True
         return out
-    missing = [f for c in [root, *_chain(root, path)] for f in c.flags
-               if f.required and f.long not in out.opts]
+    missing = [
+        f
+        for c in [root, *_chain(root, path)]
+        for f in c.flags
+        if f.required and f.long not in out.opts
+    ]
     if missing:
         names = sorted(f"`{f}'" for f in missing)
-        raise FlagsError(f"the required flag {names[0]} was not specified" if len(names) == 1
-                         else f"the required flags {', '.join(names[:-1])} and {names[-1]} "
-                              "were not specified")
+        raise FlagsError(
+            f"the required flag {names[0]} was not specified"
+            if len(names) == 1
+            else f"the required flags {', '.join(names[:-1])} and {names[-1]} were not specified"
+        )
     required = [p for p in positional if p.required]
     if required:
         names = [f"`{p.name}`" for p in required]
-        raise FlagsError(f"the required argument {names[0]} was not provided" if len(names) == 1
-                         else f"the required arguments {', '.join(names[:-1])} and {names[-1]} "
-                              "were not provided")
+        raise FlagsError(
+            f"the required argument {names[0]} was not provided"
+            if len(names) == 1
+            else f"the required arguments {', '.join(names[:-1])} and {names[-1]} were not provided"
+        )
     if cmd.commands:
         raise _unknown_command(cmd, out.rest[0] if out.rest else None)
     return out
@@ -221,14 +242,14 @@ class GetoptError(Exception):
     """getopt_long's complaint (already prefixed with the program name), as glibc prints it."""
 
 
-def getopt_long(prog: str, argv: list[str], shortopts: str,
-                longopts: dict[str, tuple[bool, str]]) -> tuple[list[tuple[str, str | None]],
-                                                                list[str]]:
+def getopt_long(
+    prog: str, argv: list[str], shortopts: str, longopts: dict[str, tuple[bool, str]]
+) -> tuple[list[tuple[str, str | None]], list[str]]:
     """GNU getopt_long: returns ([(option char, value)], operands) or raises GetoptError.
 
     ``longopts`` maps a long name to (takes an argument, the option char it returns).
     """
-    takes = {c: shortopts[i + 1:i + 2] == ":" for i, c in enumerate(shortopts) if c != ":"}
+    takes = {c: shortopts[i + 1 : i + 2] == ":" for i, c in enumerate(shortopts) if c != ":"}
     opts: list[tuple[str, str | None]] = []
     operands: list[str] = []
     queue = list(argv)
@@ -239,13 +260,16 @@ def getopt_long(prog: str, argv: list[str], shortopts: str,
             break
         if a.startswith("--"):
             name, eq, value = a[2:].partition("=")
-            matches = [n for n in longopts if n == name] or \
-                [n for n in longopts if n.startswith(name)]
+            matches = [n for n in longopts if n == name] or [
+                n for n in longopts if n.startswith(name)
+            ]
             if not matches:
                 raise GetoptError(f"{prog}: unrecognized option '{a.split('=')[0]}'")
             if len(matches) > 1 and len({longopts[m] for m in matches}) > 1:
-                raise GetoptError(f"{prog}: option '{a.split('=')[0]}' is ambiguous; "
-                                  "possibilities: " + " ".join(f"'--{m}'" for m in matches))
+                raise GetoptError(
+                    f"{prog}: option '{a.split('=')[0]}' is ambiguous; "
+                    "possibilities: " + " ".join(f"'--{m}'" for m in matches)
+                )
             full = matches[0]
             has_arg, char = longopts[full]
             if not has_arg and eq:
@@ -263,7 +287,7 @@ def getopt_long(prog: str, argv: list[str], shortopts: str,
                 if not takes[ch]:
                     opts.append((ch, None))
                     continue
-                value = body[i + 1:]
+                value = body[i + 1 :]
                 if not value:
                     if not queue:
                         raise GetoptError(f"{prog}: option requires an argument -- '{ch}'")
@@ -271,5 +295,5 @@ def getopt_long(prog: str, argv: list[str], shortopts: str,
                 opts.append((ch, value))
                 break
         else:
-            operands.append(a)   # GNU getopt permutes: operands may come before options
+            operands.append(a)  # GNU getopt permutes: operands may come before options
     return opts, operands

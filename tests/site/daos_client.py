@@ -28,9 +28,20 @@ from daos_site import (
 )
 from sitelib import Refused, Site, holders, register
 
-CONT_TYPES = {"POSIX": "POSIX", "HDF5": "HDF5", "PYTHON": "PYTHON", "SPARK": "SPARK",
-              "DATABASE": "DATABASE", "DB": "DATABASE", "ROOT": "ROOT", "RNTUPLE": "ROOT",
-              "SEISMIC": "SEISMIC", "DSG": "SEISMIC", "METEO": "METEO", "FDB": "METEO"}
+CONT_TYPES = {
+    "POSIX": "POSIX",
+    "HDF5": "HDF5",
+    "PYTHON": "PYTHON",
+    "SPARK": "SPARK",
+    "DATABASE": "DATABASE",
+    "DB": "DATABASE",
+    "ROOT": "ROOT",
+    "RNTUPLE": "ROOT",
+    "SEISMIC": "SEISMIC",
+    "DSG": "SEISMIC",
+    "METEO": "METEO",
+    "FDB": "METEO",
+}
 
 
 def _cont_type(s: str) -> str:
@@ -53,26 +64,61 @@ def _mode(s: str) -> str:
 
 
 DAOS_POOL_ARG = Arg("<pool label or UUID>", convert=_arg_or_id)
-DAOS = Command("daos", flags=[Flag("debug"), Flag("verbose"), Flag("json", "j"),
-                              Flag("sys-name", "G", "string")]).sub(
+DAOS = Command(
+    "daos",
+    flags=[Flag("debug"), Flag("verbose"), Flag("json", "j"), Flag("sys-name", "G", "string")],
+).sub(
     Command("container", aliases=("cont",)).sub(
-        Command("create", flags=[
-            Flag("type", "t", "main.ContTypeFlag", _cont_type), Flag("path", "p", "string"),
-            Flag("chunk-size", "z", "main.ChunkSizeFlag", size_flag),
-            Flag("oclass", "o", "main.ObjClassFlag"), Flag("dir-oclass", "d", "main.ObjClassFlag"),
-            Flag("file-oclass", "f", "main.ObjClassFlag"), Flag("hints", "H", "string"),
-            Flag("properties", "", "main.CreatePropertiesFlag"),
-            Flag("mode", "M", "main.ConsModeFlag", _mode), Flag("acl-file", "A", "string"),
-            Flag("group", "g", "ui.ACLPrincipalFlag", principal_flag)],
-            args=[DAOS_POOL_ARG, Arg("label")]),
-        Command("destroy", flags=[Flag("path", "p", "string"), Flag("force", "f")],
-                args=[DAOS_POOL_ARG, Arg("container name or UUID", convert=_arg_or_id)]),
+        Command(
+            "create",
+            flags=[
+                Flag("type", "t", "main.ContTypeFlag", _cont_type),
+                Flag("path", "p", "string"),
+                Flag("chunk-size", "z", "main.ChunkSizeFlag", size_flag),
+                Flag("oclass", "o", "main.ObjClassFlag"),
+                Flag("dir-oclass", "d", "main.ObjClassFlag"),
+                Flag("file-oclass", "f", "main.ObjClassFlag"),
+                Flag("hints", "H", "string"),
+                Flag("properties", "", "main.CreatePropertiesFlag"),
+                Flag("mode", "M", "main.ConsModeFlag", _mode),
+                Flag("acl-file", "A", "string"),
+                Flag("group", "g", "ui.ACLPrincipalFlag", principal_flag),
+            ],
+            args=[DAOS_POOL_ARG, Arg("label")],
+        ),
+        Command(
+            "destroy",
+            flags=[Flag("path", "p", "string"), Flag("force", "f")],
+            args=[DAOS_POOL_ARG, Arg("container name or UUID", convert=_arg_or_id)],
+        ),
         Command("list", aliases=("ls",), args=[DAOS_POOL_ARG]),
-        *opaque("link", "list-objects", "query", "stat", "clone", "check", "evict",
-                 "list-attr", "del-attr", "get-attr", "set-attr", "get-prop", "set-prop",
-                 "get-acl", "overwrite-acl", "update-acl", "delete-acl", "set-owner",
-                 "create-snap", "destroy-snap", "list-snap", "rollback")),
-    *opaque("pool", "filesystem", "object", "system", "version", "health", "server-version"))
+        *opaque(
+            "link",
+            "list-objects",
+            "query",
+            "stat",
+            "clone",
+            "check",
+            "evict",
+            "list-attr",
+            "del-attr",
+            "get-attr",
+            "set-attr",
+            "get-prop",
+            "set-prop",
+            "get-acl",
+            "overwrite-acl",
+            "update-acl",
+            "delete-acl",
+            "set-owner",
+            "create-snap",
+            "destroy-snap",
+            "list-snap",
+            "rollback",
+        ),
+    ),
+    *opaque("pool", "filesystem", "object", "system", "version", "health", "server-version"),
+)
 
 
 def _cont_create(site: Site, p: Parsed):
@@ -92,12 +138,23 @@ def _cont_create(site: Site, p: Parsed):
             raise status("DER_NO_PERM", "failed to create container: ")
         if label and label in pool["containers"]:
             raise status("DER_EXIST", "failed to create container: ")
-        cont = {"uuid": str(uuid.uuid4()), "label": label, "type": o.get("type", "unknown"),
-                "owner": who.principal, "group": o.get("group", who.group), "uid": who.uid,
-                "gid": who.gid, "acl": default_cont_acl()}
+        cont = {
+            "uuid": str(uuid.uuid4()),
+            "label": label,
+            "type": o.get("type", "unknown"),
+            "owner": who.principal,
+            "group": o.get("group", who.group),
+            "uid": who.uid,
+            "gid": who.gid,
+            "acl": default_cont_acl(),
+        }
         pool["containers"][label or cont["uuid"]] = cont
-    resp = {"pool_uuid": pool["uuid"], "container_uuid": cont["uuid"],
-            "container_label": label or None, "container_type": cont["type"]}
+    resp = {
+        "pool_uuid": pool["uuid"],
+        "container_uuid": cont["uuid"],
+        "container_label": label or None,
+        "container_type": cont["type"],
+    }
     rows = [("Container UUID", cont["uuid"])] + ([("Container Label", label)] if label else [])
     rows.append(("Container Type", cont["type"]))
     pad = max(len(k) for k, _ in rows)
@@ -128,11 +185,17 @@ def _cont_destroy(site: Site, p: Parsed):
         if cont is None:
             raise status("DER_NONEXIST", prefix)
         cont_perms = effective_perms(cont["acl"], cont["owner"], cont["group"], who)
-        if not ((rw and set(perms) & set("wd")) or
-                (rw and "d" in cont_perms and cont_open(cont, who, rw=True))):
+        if not (
+            (rw and set(perms) & set("wd"))
+            or (rw and "d" in cont_perms and cont_open(cont, who, rw=True))
+        ):
             raise status("DER_NO_PERM", prefix)
-        handles = [m for mounts in daos["dfuse"].values() for m in mounts.values()
-                   if m.get("container_uuid") == cont["uuid"] and not m.get("evicted")]
+        handles = [
+            m
+            for mounts in daos["dfuse"].values()
+            for m in mounts.values()
+            if m.get("container_uuid") == cont["uuid"] and not m.get("evicted")
+        ]
         if handles and not p.opts.get("force"):
             raise status("DER_BUSY", prefix)
         for m in handles:
@@ -148,8 +211,7 @@ def _cont_list(site: Site, p: Parsed):
         try:
             pool, _ = connect(daos_state(state), ident, who, rw=False)
         except Fail as e:
-            raise Fail(f"failed to connect to pool {ident or ''}: {e.message}", e.status) \
-                from None
+            raise Fail(f"failed to connect to pool {ident or ''}: {e.message}", e.status) from None
     conts = [{"uuid": c["uuid"], "label": c["label"]} for c in pool["containers"].values()]
     text = [f"{'UUID':<36} Label", f"{'----':<36} -----"]
     text += [f"{c['uuid']} {c['label'] or 'container_label_not_set'}" for c in conts]
@@ -159,25 +221,48 @@ def _cont_list(site: Site, p: Parsed):
 @register("daos")
 def daos(site: Site, args: list[str]) -> int:
     """The DAOS user tool; runs as the job's user, whose identity is os.getuid()."""
-    return run_go("daos", DAOS, {("container", "create"): _cont_create,
-                                  ("container", "destroy"): _cont_destroy,
-                                  ("container", "list"): _cont_list}, site, args)
+    return run_go(
+        "daos",
+        DAOS,
+        {
+            ("container", "create"): _cont_create,
+            ("container", "destroy"): _cont_destroy,
+            ("container", "list"): _cont_list,
+        },
+        site,
+        args,
+    )
 
 
-DFUSE_LONG = {"mountpoint": (True, "m"), "multi-user": (False, "M"), "path": (True, "P"),
-              "pool": (True, "p"), "container": (True, "c"), "sys-name": (True, "G"),
-              "singlethread": (False, "S"), "thread-count": (True, "t"),
-              "eq-count": (True, "e"), "foreground": (False, "f"),
-              "enable-caching": (False, "E"), "enable-wb-cache": (False, "F"),
-              "disable-caching": (False, "A"), "disable-wb-cache": (False, "B"),
-              "dump-handles": (True, "D"), "read-handles": (True, "R"),
-              "read-only": (False, "r"), "options": (True, "o"), "version": (False, "v"),
-              "help": (False, "h")}
+DFUSE_LONG = {
+    "mountpoint": (True, "m"),
+    "multi-user": (False, "M"),
+    "path": (True, "P"),
+    "pool": (True, "p"),
+    "container": (True, "c"),
+    "sys-name": (True, "G"),
+    "singlethread": (False, "S"),
+    "thread-count": (True, "t"),
+    "eq-count": (True, "e"),
+    "foreground": (False, "f"),
+    "enable-caching": (False, "E"),
+    "enable-wb-cache": (False, "F"),
+    "disable-caching": (False, "A"),
+    "disable-wb-cache": (False, "B"),
+    "dump-handles": (True, "D"),
+    "read-handles": (True, "R"),
+    "read-only": (False, "r"),
+    "options": (True, "o"),
+    "version": (False, "v"),
+    "help": (False, "h"),
+}
 DFUSE_USAGE = "usage: dfuse [OPTIONS] [mountpoint [pool container]]"
 #: daos_der2errno, for dfuse's "Failed to connect to ...: <errno> (<strerror>)"
-ERRNO = {"DER_NO_PERM": (1, "Operation not permitted"),
-         "DER_NONEXIST": (2, "No such file or directory"),
-         "DER_INVAL": (22, "Invalid argument")}
+ERRNO = {
+    "DER_NO_PERM": (1, "Operation not permitted"),
+    "DER_NONEXIST": (2, "No such file or directory"),
+    "DER_INVAL": (22, "Invalid argument"),
+}
 
 
 def _dfuse_fail(lines: list[str], der_name: str, background: bool = True) -> Refused:
@@ -257,8 +342,12 @@ def dfuse(site: Site, args: list[str]) -> int:
     if not mountpoint:
         print("Mountpoint is required")
         raise _help_refusal()
-    for ch, what in (("f", "--foreground"), ("P", "--path"), ("D", "--dump-handles"),
-                     ("R", "--read-handles")):
+    for ch, what in (
+        ("f", "--foreground"),
+        ("P", "--path"),
+        ("D", "--dump-handles"),
+        ("R", "--read-handles"),
+    ):
         if ch in given:
             raise Refused(f"stand-in: dfuse {what} is not modelled", 2)
     threads = _atoi(given["t"]) if "t" in given else (2 if "S" in given else 16)
@@ -286,26 +375,30 @@ def dfuse(site: Site, args: list[str]) -> int:
                 pool, _ = connect(daos, pool_name, who, rw=False)
             except Fail as e:
                 errno, text = ERRNO[e.der]
-                raise _dfuse_fail([f"Failed to connect to pool: {errno} ({text})"], e.der) \
-                    from None
+                raise _dfuse_fail([f"Failed to connect to pool: {errno} ({text})"], e.der) from None
         if cont_name:
             problem = _cont_problem(find_cont(pool, cont_name), who)
             if problem:
                 errno, text = ERRNO[problem]
-                raise _dfuse_fail([f"Failed to connect to container: {errno} ({text})"],
-                                  problem)
+                raise _dfuse_fail([f"Failed to connect to container: {errno} ({text})"], problem)
             cont = find_cont(pool, cont_name)
         problem = _fuse_mount_problem(mountpoint, who)
         if problem:
             print(problem, file=sys.stderr)  # fusermount3's complaint; dfuse then gives up
             raise _dfuse_fail([], "DER_INVAL")
-        entry = {"pool": pool_name or None, "pool_uuid": pool and pool["uuid"],
-                 "container": cont_name or None, "container_uuid": cont and cont["uuid"],
-                 "uid": who.uid, "gid": who.gid, "user": who.user,
-                 "read_only": "r" in given or bool(cont and not cont_open(cont, who, rw=True)),
-                 "multi_user": "M" in given,
-                 # what caching does to reads is daos_files.py's
-                 "caching": given["caching"]}
+        entry = {
+            "pool": pool_name or None,
+            "pool_uuid": pool and pool["uuid"],
+            "container": cont_name or None,
+            "container_uuid": cont and cont["uuid"],
+            "uid": who.uid,
+            "gid": who.gid,
+            "user": who.user,
+            "read_only": "r" in given or bool(cont and not cont_open(cont, who, rw=True)),
+            "multi_user": "M" in given,
+            # what caching does to reads is daos_files.py's
+            "caching": given["caching"],
+        }
         if below is not None:
             entry["covers"] = below  # FUSE mounts stack; unmounting uncovers the one below
         mounts[path] = entry
@@ -319,8 +412,9 @@ def _check_mount_point(mountpoint: str) -> None:
     except FileNotFoundError:
         raise _dfuse_fail(["Mount point does not exist"], "DER_NONEXIST") from None
     except PermissionError:
-        raise _dfuse_fail(["Error resolving mount point: 13 (Permission denied)"],
-                          "DER_NO_PERM") from None
+        raise _dfuse_fail(
+            ["Error resolving mount point: 13 (Permission denied)"], "DER_NO_PERM"
+        ) from None
 
 
 def _cont_problem(cont: dict | None, who: Identity) -> str:
@@ -344,16 +438,24 @@ def _fuse_mount_problem(mountpoint: str, who: Identity) -> str:
             return f"fusermount3: user has no write access to mountpoint {mountpoint}"
         return ""
     if stat.S_ISREG(st.st_mode):
-        return "" if os.access(mountpoint, os.W_OK) else \
-            f"fusermount3: failed to open {mountpoint}: Permission denied"
+        return (
+            ""
+            if os.access(mountpoint, os.W_OK)
+            else f"fusermount3: failed to open {mountpoint}: Permission denied"
+        )
     return f"fusermount3: mountpoint {mountpoint} is not a directory or a regular file"
 
 
 @register("fusermount3")
 def fusermount3(site: Site, args: list[str]) -> int:
     """Unmount a dfuse mount of this host (mounting is dfuse's job, through libfuse)."""
-    longs = {"unmount": (False, "u"), "lazy": (False, "z"), "quiet": (False, "q"),
-             "help": (False, "h"), "version": (False, "V")}
+    longs = {
+        "unmount": (False, "u"),
+        "lazy": (False, "z"),
+        "quiet": (False, "q"),
+        "help": (False, "h"),
+        "version": (False, "V"),
+    }
     try:
         opts, operands = getopt_long("fusermount3", args, "hVo:uzq", longs)
     except GetoptError as e:

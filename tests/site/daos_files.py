@@ -28,8 +28,11 @@ def _mount_of(daos: dict, host: str, path: str) -> tuple[dict, str]:
     """The host's dfuse mount holding `path` (the innermost), and the path inside it."""
     path = os.path.abspath(path)
     mounts = daos["dfuse"].get(host, {})
-    best = max((m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")),
-               key=len, default=None)
+    best = max(
+        (m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")),
+        key=len,
+        default=None,
+    )
     if best is None:
         raise Refused(f"{path}: not under a dfuse mount on {host}", 2)
     return mounts[best], os.path.relpath(path, best)

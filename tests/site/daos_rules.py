@@ -12,10 +12,28 @@ import pwd
 import re
 import uuid
 
-__all__ = ["DER", "der", "is_uuid", "label_ok", "parse_bytes", "si_bytes", "iec_bytes",
-           "parse_ranks", "print_ranks", "principal_ok", "parse_ace", "ace_str", "ACLError",
-           "acl_upsert", "acl_remove", "default_pool_acl", "default_cont_acl", "effective_perms",
-           "Identity", "resolve_principal"]
+__all__ = [
+    "DER",
+    "der",
+    "is_uuid",
+    "label_ok",
+    "parse_bytes",
+    "si_bytes",
+    "iec_bytes",
+    "parse_ranks",
+    "print_ranks",
+    "principal_ok",
+    "parse_ace",
+    "ace_str",
+    "ACLError",
+    "acl_upsert",
+    "acl_remove",
+    "default_pool_acl",
+    "default_cont_acl",
+    "effective_perms",
+    "Identity",
+    "resolve_principal",
+]
 
 #: DER code -> (value, description), src/include/daos_errno.h (GURT base 1000)
 DER = {
@@ -45,21 +63,47 @@ def is_uuid(s: str) -> bool:
 
 def label_ok(label: str) -> bool:
     """daos_label_is_valid (src/include/daos_prop.h): 1-127 of [A-Za-z0-9.:_-], not a UUID."""
-    return 0 < len(label) <= 127 and re.fullmatch(r"[A-Za-z0-9.:_-]+", label) is not None \
+    return (
+        0 < len(label) <= 127
+        and re.fullmatch(r"[A-Za-z0-9.:_-]+", label) is not None
         and not is_uuid(label)
+    )
 
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "ki": 2**10, "kib": 2**10,
-          "m": 10**6, "mb": 10**6, "mi": 2**20, "mib": 2**20, "g": 10**9, "gb": 10**9,
-          "gi": 2**30, "gib": 2**30, "t": 10**12, "tb": 10**12, "ti": 2**40, "tib": 2**40,
-          "p": 10**15, "pb": 10**15, "pi": 2**50, "pib": 2**50, "e": 10**18, "eb": 10**18,
-          "ei": 2**60, "eib": 2**60}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "ki": 2**10,
+    "kib": 2**10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mi": 2**20,
+    "mib": 2**20,
+    "g": 10**9,
+    "gb": 10**9,
+    "gi": 2**30,
+    "gib": 2**30,
+    "t": 10**12,
+    "tb": 10**12,
+    "ti": 2**40,
+    "tib": 2**40,
+    "p": 10**15,
+    "pb": 10**15,
+    "pi": 2**50,
+    "pib": 2**50,
+    "e": 10**18,
+    "eb": 10**18,
+    "ei": 2**60,
+    "eib": 2**60,
+}
 
 
 def parse_bytes(s: str) -> int:
     """go-humanize v1.0.0 ParseBytes: digits and dots, then an optional SI/IEC suffix."""
     m = re.match(r"[0-9.]*", s)
-    number, suffix = m.group(0), s[m.end():].strip().lower()
+    number, suffix = m.group(0), s[m.end() :].strip().lower()
     try:
         value = float(number)
     except ValueError:
@@ -77,7 +121,7 @@ def _humanate(n: int, base: int, units: list[str]) -> str:
     exp = 0
     while n >= base ** (exp + 1) and exp + 1 < len(units):
         exp += 1
-    value = n / base ** exp
+    value = n / base**exp
     return f"{value:.1f} {units[exp]}" if value < 10 else f"{value:.0f} {units[exp]}"
 
 
@@ -149,8 +193,13 @@ def parse_ace(s: str) -> dict:
     if len(fields) != 4 or len(s) > 4096:
         raise ACLError(f"invalid ACE {s!r}")
     types, flags, who, perms = fields
-    if not types or set(types) - set("AUL") or set(flags) - set("GSFP") \
-            or set(perms) - set(_PERMS) or not principal_ok(who):
+    if (
+        not types
+        or set(types) - set("AUL")
+        or set(flags) - set("GSFP")
+        or set(perms) - set(_PERMS)
+        or not principal_ok(who)
+    ):
         raise ACLError(f"invalid ACE {s!r}")
     if who in SPECIAL:
         kind = {"OWNER@": "owner", "GROUP@": "owner-group", "EVERYONE@": "everyone"}[who]
@@ -160,15 +209,20 @@ def parse_ace(s: str) -> dict:
     alarm = bool(set(types) & set("UL"))
     if grouped != ("G" in flags) or alarm != bool(set(flags) & set("SF")):
         raise ACLError(f"invalid ACE {s!r}")
-    return {"types": "".join(c for c in "AUL" if c in types),
-            "flags": "".join(c for c in "GSFP" if c in flags),
-            "kind": kind, "name": None if who in SPECIAL else who,
-            "perms": "".join(c for c in _PERMS if c in perms)}
+    return {
+        "types": "".join(c for c in "AUL" if c in types),
+        "flags": "".join(c for c in "GSFP" if c in flags),
+        "kind": kind,
+        "name": None if who in SPECIAL else who,
+        "perms": "".join(c for c in _PERMS if c in perms),
+    }
 
 
 def ace_str(ace: dict) -> str:
-    who = ace["name"] or {"owner": "OWNER@", "owner-group": "GROUP@",
-                          "everyone": "EVERYONE@"}[ace["kind"]]
+    who = (
+        ace["name"]
+        or {"owner": "OWNER@", "owner-group": "GROUP@", "everyone": "EVERYONE@"}[ace["kind"]]
+    )
     return f"{ace['types']}:{ace['flags']}:{who}:{ace['perms']}"
 
 

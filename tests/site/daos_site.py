@@ -13,20 +13,47 @@ from argv_grammar import Command, FlagsError, Parsed, parse_goflags
 from daos_rules import DER, Identity, der, effective_perms, is_uuid, parse_bytes, principal_ok
 from sitelib import Refused, Site
 
-__all__ = ["RELEASES", "release", "Fail", "status", "fault", "daos_state", "find_pool",
-           "not_found", "run_go", "entity", "connect", "find_cont", "cont_open", "caller",
-           "size_flag", "principal_flag", "opaque"]
+__all__ = [
+    "RELEASES",
+    "release",
+    "Fail",
+    "status",
+    "fault",
+    "daos_state",
+    "find_pool",
+    "not_found",
+    "run_go",
+    "entity",
+    "connect",
+    "find_cont",
+    "cont_open",
+    "caller",
+    "size_flag",
+    "principal_flag",
+    "opaque",
+]
 
 
 class Fail(Exception):
     """A Go tool's error: its text, the JSON status, an optional fault resolution, text the
     tool printed on stdout before failing, and the DER name when it is a DAOS status."""
 
-    def __init__(self, message: str, status: int = DER["DER_MISC"][0], resolution: str = "",
-                 stdout: str = "", der_name: str = ""):
+    def __init__(
+        self,
+        message: str,
+        status: int = DER["DER_MISC"][0],
+        resolution: str = "",
+        stdout: str = "",
+        der_name: str = "",
+    ):
         super().__init__(message)
-        self.message, self.status, self.resolution, self.stdout, self.der = \
-            message, status, resolution, stdout, der_name
+        self.message, self.status, self.resolution, self.stdout, self.der = (
+            message,
+            status,
+            resolution,
+            stdout,
+            der_name,
+        )
 
 
 def status(name: str, prefix: str = "") -> Fail:
@@ -35,8 +62,10 @@ def status(name: str, prefix: str = "") -> Fail:
 
 def fault(code: int, description: str, resolution: str, prefix: str) -> Fail:
     """A control-plane fault (src/control/fault/fault.go) and its resolution line."""
-    return Fail(f"{prefix}server: code = {code} description = {json.dumps(description)}",
-                resolution=f"server: code = {code} resolution = {json.dumps(resolution)}")
+    return Fail(
+        f"{prefix}server: code = {code} description = {json.dumps(description)}",
+        resolution=f"server: code = {code} resolution = {json.dumps(resolution)}",
+    )
 
 
 #: the DAOS releases the stand-ins follow; site.json {"daos": {"release": ...}} picks one
@@ -46,8 +75,9 @@ RELEASES = ("2.6",)
 def release(site: Site) -> str:
     chosen = str(site.facts.get("daos", {}).get("release", "2.6"))
     if chosen not in RELEASES:
-        raise Refused(f"stand-in: site.json daos.release '{chosen}' is not one of "
-                      f"{', '.join(RELEASES)}", 2)
+        raise Refused(
+            f"stand-in: site.json daos.release '{chosen}' is not one of {', '.join(RELEASES)}", 2
+        )
     return chosen
 
 
@@ -67,15 +97,21 @@ def not_found(ident: str) -> str:
     return f"unable to find pool service with {what} {json.dumps(ident)}"
 
 
-def run_go(tool: str, root: Command, handlers: dict, site: Site, args: list[str],
-           check: Callable[[Parsed], None] | None = None) -> int:
+def run_go(
+    tool: str,
+    root: Command,
+    handlers: dict,
+    site: Site,
+    args: list[str],
+    check: Callable[[Parsed], None] | None = None,
+) -> int:
     """Parse, dispatch and report the way dmg and daos do (main.go exitWithError and
     cmdutil.OutputJSON): JSON envelope on stdout with -j, 'ERROR: <tool>: ...' on stderr.
 
     A handler takes (site, parsed) and returns (JSON response, text); ``check`` runs on every
     parsed command line first (dmg's config loading)."""
     release(site)
-    head = args[:args.index("--")] if "--" in args else args
+    head = args[: args.index("--")] if "--" in args else args
     wants_json = any(a in ("-j", "--json") for a in head)
     try:
         p = parse_goflags(root, args)
@@ -93,8 +129,11 @@ def run_go(tool: str, root: Command, handlers: dict, site: Site, args: list[str]
     except (FlagsError, Fail) as e:
         fail = e if isinstance(e, Fail) else Fail(str(e))
         if wants_json:
-            print(json.dumps({"response": None, "error": fail.message,
-                              "status": fail.status}, indent=2))
+            print(
+                json.dumps(
+                    {"response": None, "error": fail.message, "status": fail.status}, indent=2
+                )
+            )
         elif fail.stdout:
             print(fail.stdout)
         lines = [f"ERROR: {tool}: {fail.message}"]
@@ -111,8 +150,7 @@ def run_go(tool: str, root: Command, handlers: dict, site: Site, args: list[str]
 def entity(title: str, rows: list[tuple[str, str]]) -> str:
     """txtfmt.FormatEntity: a title, a rule, then aligned 'key : value' rows."""
     pad = max(len(k) for k, _ in rows)
-    return "\n".join([title, "-" * len(title),
-                      *(f"  {k:<{pad}} : {v}" for k, v in rows)])
+    return "\n".join([title, "-" * len(title), *(f"  {k:<{pad}} : {v}" for k, v in rows)])
 
 
 def connect(daos: dict, ident: str | None, who: Identity, rw: bool) -> tuple[dict, str]:
@@ -129,8 +167,9 @@ def connect(daos: dict, ident: str | None, who: Identity, rw: bool) -> tuple[dic
 
 
 def find_cont(pool: dict, ident: str | None) -> dict | None:
-    return next((c for c in pool["containers"].values()
-                 if ident and ident in (c["label"], c["uuid"])), None)
+    return next(
+        (c for c in pool["containers"].values() if ident and ident in (c["label"], c["uuid"])), None
+    )
 
 
 def cont_open(cont: dict, who: Identity, rw: bool) -> bool:
@@ -148,8 +187,10 @@ def caller() -> Identity:
     try:
         return Identity(os.getuid(), os.getgid())
     except KeyError:
-        raise Refused(f"stand-in: uid {os.getuid()} has no user name on this machine, so "
-                      "daos_agent could not issue it a credential") from None
+        raise Refused(
+            f"stand-in: uid {os.getuid()} has no user name on this machine, so "
+            "daos_agent could not issue it a credential"
+        ) from None
 
 
 def size_flag(s: str) -> int:

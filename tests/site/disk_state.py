@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["devices", "device", "mounts", "busy", "partition_of", "partition_path",
-           "signatures"]
+__all__ = ["devices", "device", "mounts", "busy", "partition_of", "partition_path", "signatures"]
 
 
 def devices(state: dict, host: str) -> dict:
@@ -40,8 +39,10 @@ def partition_path(disk: str, number: int) -> str:
     by-diskseq (systemd v252, Debian 12: rules.d/60-persistent-storage.rules, the
     `ENV{DEVTYPE}=="partition"` rules that add "-part%n")."""
     parent = os.path.dirname(disk)
-    if os.path.basename(parent) in ("by-id", "by-path", "by-diskseq") and \
-            os.path.basename(os.path.dirname(parent)) == "disk":
+    if (
+        os.path.basename(parent) in ("by-id", "by-path", "by-diskseq")
+        and os.path.basename(os.path.dirname(parent)) == "disk"
+    ):
         return f"{disk}-part{number}"
     return f"{disk}p{number}" if disk[-1:].isdigit() else f"{disk}{number}"
 

@@ -22,8 +22,10 @@ NOMINAL_DISK = 1 << 40  # an empty placeholder file stands for a 1 TiB disk
 
 # --- udevadm ------------------------------------------------------------------------------
 
-_SEC_UNITS = r"(us|usec|ms|msec|s|sec|second|seconds|m|min|minute|minutes|h|hr|hour|hours|" \
-             r"d|day|days|w|week|weeks|M|month|months|y|year|years)?"
+_SEC_UNITS = (
+    r"(us|usec|ms|msec|s|sec|second|seconds|m|min|minute|minutes|h|hr|hour|hours|"
+    r"d|day|days|w|week|weeks|M|month|months|y|year|years)?"
+)
 
 
 def udevadm(site: Site, args: list[str]) -> int:
@@ -32,35 +34,75 @@ def udevadm(site: Site, args: list[str]) -> int:
         raise Refused("this site models only 'udevadm settle'")
     verb, rest = args[0], args[1:]
     if verb != "settle":
-        known = {"info", "trigger", "control", "monitor", "test", "test-builtin", "verify",
-                 "wait", "lock", "hwdb", "cat"}
-        raise Refused(f"this site models only 'udevadm settle', not '{verb}'" if verb in known
-                      else f"Unknown command verb '{verb}'.")
+        known = {
+            "info",
+            "trigger",
+            "control",
+            "monitor",
+            "test",
+            "test-builtin",
+            "verify",
+            "wait",
+            "lock",
+            "hwdb",
+            "cat",
+        }
+        raise Refused(
+            f"this site models only 'udevadm settle', not '{verb}'"
+            if verb in known
+            else f"Unknown command verb '{verb}'."
+        )
     try:
-        options, _ = parse(rest, ["t|timeout=", "E|exit-if-exists=", "h|help", "V|version",
-                                  "s|seq-start=", "e|seq-end=", "q|quiet"])
+        options, _ = parse(
+            rest,
+            [
+                "t|timeout=",
+                "E|exit-if-exists=",
+                "h|help",
+                "V|version",
+                "s|seq-start=",
+                "e|seq-end=",
+                "q|quiet",
+            ],
+        )
     except OptionError as e:
         raise Refused(str(e)) from None
     for name, value in options:
         # systemd's parse_sec(): numbers with optional units, several summed, or "infinity"
-        if name == "timeout" and value != "infinity" and not re.fullmatch(
-                rf"(\s*\d+(\.\d+)?\s*{_SEC_UNITS})+\s*", value):
+        if (
+            name == "timeout"
+            and value != "infinity"
+            and not re.fullmatch(rf"(\s*\d+(\.\d+)?\s*{_SEC_UNITS})+\s*", value)
+        ):
             raise Refused(f"Failed to parse timeout value '{value}': Invalid argument")
     return 0
 
 
 # --- wipefs -------------------------------------------------------------------------------
 
-_WIPEFS = ["a|all", "b|backup", "f|force", "h|help", "lock=?", "n|no-act", "o|offset=",
-           "p|parsable", "q|quiet", "t|types=", "V|version", "J|json", "i|noheadings", "O|output="]
+_WIPEFS = [
+    "a|all",
+    "b|backup",
+    "f|force",
+    "h|help",
+    "lock=?",
+    "n|no-act",
+    "o|offset=",
+    "p|parsable",
+    "q|quiet",
+    "t|types=",
+    "V|version",
+    "J|json",
+    "i|noheadings",
+    "O|output=",
+]
 
 
 def _type_filter(pattern: str | None):
     if not pattern:
         return lambda kind: True
     negate = pattern.startswith("no")
-    names = {name[2:] if negate and name.startswith("no") else name
-             for name in pattern.split(",")}
+    names = {name[2:] if negate and name.startswith("no") else name for name in pattern.split(",")}
     return lambda kind: (kind in names) != negate
 
 
@@ -114,14 +156,19 @@ def _wipe_one(state: dict, host: str, path: str, opts: dict, wanted) -> None:
     for kind, offset, magic in found:
         is_table = kind in ("gpt", "PMBR", "dos")
         if is_table and nested and "force" not in opts:
-            print(f'wipefs: {path}: ignoring nested "{kind}" partition table on non-whole disk '
-                  'device', file=sys.stderr)
+            print(
+                f'wipefs: {path}: ignoring nested "{kind}" partition table on non-whole disk '
+                "device",
+                file=sys.stderr,
+            )
             skipped = True
             continue
         erase_table |= is_table
         if "quiet" not in opts:
-            print(f"{path}: {len(magic.split())} bytes were erased at offset {offset} ({kind}): "
-                  f"{magic}")
+            print(
+                f"{path}: {len(magic.split())} bytes were erased at offset {offset} ({kind}): "
+                f"{magic}"
+            )
     if skipped:
         print("wipefs: Use the --force option to force erase.", file=sys.stderr)
     if "no-act" in opts:
@@ -146,30 +193,140 @@ def _drop_partitions(state: dict, host: str, dev: dict) -> None:
 
 # --- parted -------------------------------------------------------------------------------
 
-_PARTED = ["h|help", "l|list", "m|machine", "j|json", "s|script", "f|fix", "v|version",
-           "a|align="]
+_PARTED = ["h|help", "l|list", "m|machine", "j|json", "s|script", "f|fix", "v|version", "a|align="]
 _USAGE = "Usage: parted [-hlmsfv] [-a<align>] [DEVICE [COMMAND [PARAMETERS]]...]"
 LABELS = {"aix", "amiga", "bsd", "dvh", "gpt", "mac", "msdos", "pc98", "sun", "atari", "loop"}
-FS_TYPES = {"zfs", "udf", "btrfs", "nilfs2", "ext4", "ext3", "ext2", "f2fs", "fat32", "fat16",
-            "hfsx", "hfs+", "hfs", "jfs", "swsusp", "linux-swap(v1)", "linux-swap(v0)", "ntfs",
-            "reiserfs", "freebsd-ufs", "hp-ufs", "sun-ufs", "xfs", "apfs2", "apfs1", "asfs",
-            "amufs5", "amufs4", "amufs3", "amufs2", "amufs1", "amufs0", "amufs", "affs7", "affs6",
-            "affs5", "affs4", "affs3", "affs2", "affs1", "affs0", "linux-swap",
-            "linux-swap(new)", "linux-swap(old)"}
-FLAGS = {"boot", "root", "swap", "hidden", "raid", "lvm", "lba", "hp-service", "palo", "prep",
-         "msftres", "bios_grub", "atvrecv", "diag", "legacy_boot", "msftdata", "irst", "esp",
-         "chromeos_kernel", "bls_boot", "linux-home", "no_automount"}
+FS_TYPES = {
+    "zfs",
+    "udf",
+    "btrfs",
+    "nilfs2",
+    "ext4",
+    "ext3",
+    "ext2",
+    "f2fs",
+    "fat32",
+    "fat16",
+    "hfsx",
+    "hfs+",
+    "hfs",
+    "jfs",
+    "swsusp",
+    "linux-swap(v1)",
+    "linux-swap(v0)",
+    "ntfs",
+    "reiserfs",
+    "freebsd-ufs",
+    "hp-ufs",
+    "sun-ufs",
+    "xfs",
+    "apfs2",
+    "apfs1",
+    "asfs",
+    "amufs5",
+    "amufs4",
+    "amufs3",
+    "amufs2",
+    "amufs1",
+    "amufs0",
+    "amufs",
+    "affs7",
+    "affs6",
+    "affs5",
+    "affs4",
+    "affs3",
+    "affs2",
+    "affs1",
+    "affs0",
+    "linux-swap",
+    "linux-swap(new)",
+    "linux-swap(old)",
+}
+FLAGS = {
+    "boot",
+    "root",
+    "swap",
+    "hidden",
+    "raid",
+    "lvm",
+    "lba",
+    "hp-service",
+    "palo",
+    "prep",
+    "msftres",
+    "bios_grub",
+    "atvrecv",
+    "diag",
+    "legacy_boot",
+    "msftdata",
+    "irst",
+    "esp",
+    "chromeos_kernel",
+    "bls_boot",
+    "linux-home",
+    "no_automount",
+}
 #: unit name (lower case) -> bytes; percent and sectors are handled apart
-UNITS = {"b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-         "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-UNIT_NAMES = {"s", "b", "kb", "mb", "gb", "tb", "compact", "cyl", "chs", "%",
-              "kib", "mib", "gib", "tib"}
-SHOWN = {"b": "B", "kb": "kB", "mb": "MB", "gb": "GB", "tb": "TB", "kib": "KiB", "mib": "MiB",
-         "gib": "GiB", "tib": "TiB"}
+UNITS = {
+    "b": 1,
+    "kb": 1000,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+UNIT_NAMES = {
+    "s",
+    "b",
+    "kb",
+    "mb",
+    "gb",
+    "tb",
+    "compact",
+    "cyl",
+    "chs",
+    "%",
+    "kib",
+    "mib",
+    "gib",
+    "tib",
+}
+SHOWN = {
+    "b": "B",
+    "kb": "kB",
+    "mb": "MB",
+    "gb": "GB",
+    "tb": "TB",
+    "kib": "KiB",
+    "mib": "MiB",
+    "gib": "GiB",
+    "tib": "TiB",
+}
 #: location suffixes parted reads (parse_unit_suffix looks at the first letter or two)
-SUFFIXES = {"s": "s", "b": "b", "k": "kb", "kb": "kb", "m": "mb", "mb": "mb", "g": "gb",
-            "gb": "gb", "t": "tb", "tb": "tb", "%": "%", "ki": "kib", "kib": "kib",
-            "mi": "mib", "mib": "mib", "gi": "gib", "gib": "gib", "ti": "tib", "tib": "tib"}
+SUFFIXES = {
+    "s": "s",
+    "b": "b",
+    "k": "kb",
+    "kb": "kb",
+    "m": "mb",
+    "mb": "mb",
+    "g": "gb",
+    "gb": "gb",
+    "t": "tb",
+    "tb": "tb",
+    "%": "%",
+    "ki": "kib",
+    "kib": "kib",
+    "mi": "mib",
+    "mib": "mib",
+    "gi": "gib",
+    "gib": "gib",
+    "ti": "tib",
+    "tib": "tib",
+}
 #: commands real parted has that this site does not model
 UNMODELLED = {"resizepart", "rescue", "select", "toggle", "disk_set", "disk_toggle"}
 
@@ -211,16 +368,19 @@ def parted(site: Site, args: list[str]) -> int:
     align = opts.get("align")
     choices = ("none", "cylinder", "minimal", "optimal")  # XARGMATCH takes any unique prefix
     if align is not None and (not align or not any(c.startswith(align) for c in choices)):
-        raise Refused(f"invalid argument '{align}' for '--align'\nValid arguments are:\n"
-                      "  - 'none'\n  - 'cylinder'\n  - 'minimal'\n  - 'optimal'\n" + _USAGE)
+        raise Refused(
+            f"invalid argument '{align}' for '--align'\nValid arguments are:\n"
+            "  - 'none'\n  - 'cylinder'\n  - 'minimal'\n  - 'optimal'\n" + _USAGE
+        )
     if "list" in opts or "json" in opts:
         raise Refused("this site does not model 'parted --list' or '--json'")
     if len(operands) < 2:
         raise Refused("this site does not model interactive parted: give a device and commands")
     disk = os.path.abspath(operands[0])
     if not os.path.exists(disk):
-        raise Refused(f"Error: Could not stat device {operands[0]} - No such file or directory.",
-                      whole=True)
+        raise Refused(
+            f"Error: Could not stat device {operands[0]} - No such file or directory.", whole=True
+        )
     session = _Session(site, disk, script="script" in opts, machine="machine" in opts)
     with site.state() as state:
         try:
@@ -293,9 +453,11 @@ class _Session:
         if busy(self.state, self.site.host, self.disk):
             raise _Stop(f"Error: Partition(s) on {self.disk} are being used.")
         if self.dev["label"] and not self.script:
-            raise _Stop(f"Warning: The existing disk label on {self.disk} will be destroyed and "
-                        "all data on this disk will be lost. Do you want to continue?\n"
-                        "Yes/No? (no answer: stdin is not a terminal)")
+            raise _Stop(
+                f"Warning: The existing disk label on {self.disk} will be destroyed and "
+                "all data on this disk will be lost. Do you want to continue?\n"
+                "Yes/No? (no answer: stdin is not a terminal)"
+            )
         _drop_partitions(self.state, self.site.host, self.dev)
         self.dev["label"] = label
         if label == "gpt":  # the GPT header and entries overwrite an ext4 superblock
@@ -306,8 +468,7 @@ class _Session:
         if label is None:
             raise _Stop(f"Error: {self.disk}: unrecognised disk label")
         if label not in ("gpt", "msdos"):
-            raise _Stop(f"parted: this site models partitions on gpt and msdos labels, "
-                        f"not {label}")
+            raise _Stop(f"parted: this site models partitions on gpt and msdos labels, not {label}")
         if label == "msdos":
             name = ""
             if self.token("a partition type", {"primary", "logical", "extended"}) != "primary":
@@ -326,8 +487,10 @@ class _Session:
         start = self.location(start_word, is_end=False)
         end = self.location(end_word, is_end=True)
         if end - start + 1 < 0:
-            raise _Stop(f"Error: Can't have the end before the start! (start sector={start} "
-                        f"length={end - start + 1})")
+            raise _Stop(
+                f"Error: Can't have the end before the start! (start sector={start} "
+                f"length={end - start + 1})"
+            )
         first, last = (34, self.length - 34) if label == "gpt" else (1, self.length - 1)
         start, end = max(start, first), min(end, last)
         self.check_free(start, end, first, last)
@@ -344,8 +507,10 @@ class _Session:
         if unit is None or unit in ("cyl", "chs"):
             # real parted silently reads an unknown suffix as its default unit (MB); a typo
             # there is never what a playbook means, so the site refuses it
-            raise _Stop(f"Error: \"{word}\": '{match.group(2)}' is not a unit this site "
-                        "models (real parted would silently read it as MB).")
+            raise _Stop(
+                f"Error: \"{word}\": '{match.group(2)}' is not a unit this site "
+                "models (real parted would silently read it as MB)."
+            )
         if 0 < number < 1:
             raise _Stop("Error: Use a smaller unit instead of a value < 1")
         if unit == "s":
@@ -389,23 +554,37 @@ class _Session:
             return -abs(edge - start), (edge, edge)
 
         lo, hi = max(fit(gap) for gap in gaps)[1]
-        raise _Stop(f"Error: You requested a partition from {compact(start * SECTOR)} to "
-                    f"{compact(end * SECTOR)} (sectors {start}..{end}).\n"
-                    f"The closest location we can manage is {compact(lo * SECTOR)} to "
-                    f"{compact(hi * SECTOR)} (sectors {lo}..{hi}).")
+        raise _Stop(
+            f"Error: You requested a partition from {compact(start * SECTOR)} to "
+            f"{compact(end * SECTOR)} (sectors {start}..{end}).\n"
+            f"The closest location we can manage is {compact(lo * SECTOR)} to "
+            f"{compact(hi * SECTOR)} (sectors {lo}..{hi})."
+        )
 
     def add_partition(self, label, name, fs_type, start, end) -> None:
         used = {p["number"] for p in self.dev["parts"]}
         limit = 128 if label == "gpt" else 4
         number = next((n for n in range(1, limit + 1) if n not in used), None)
         if number is None:
-            raise _Stop("Error: Too many primary partitions." if label == "msdos" else
-                        "Error: Unable to allocate a partition number.")
+            raise _Stop(
+                "Error: Too many primary partitions."
+                if label == "msdos"
+                else "Error: Unable to allocate a partition number."
+            )
         path = partition_path(self.disk, number)
         with open(path, "a"):
             pass
-        self.dev["parts"].append({"number": number, "name": name, "fs_type": fs_type,
-                                  "start": start, "end": end, "path": path, "flags": []})
+        self.dev["parts"].append(
+            {
+                "number": number,
+                "name": name,
+                "fs_type": fs_type,
+                "start": start,
+                "end": end,
+                "path": path,
+                "flags": [],
+            }
+        )
         self.dev["parts"].sort(key=lambda p: p["number"])
         device(self.state, self.site.host, path)
 
@@ -420,8 +599,10 @@ class _Session:
     def rm(self) -> None:
         part = self.partition()
         if busy(self.state, self.site.host, part["path"]):
-            raise _Stop(f"Warning: Partition {part['path']} is being used. Are you sure you "
-                        "want to continue?")
+            raise _Stop(
+                f"Warning: Partition {part['path']} is being used. Are you sure you "
+                "want to continue?"
+            )
         if os.path.exists(part["path"]):
             os.unlink(part["path"])
         devices(self.state, self.site.host).pop(part["path"], None)
@@ -455,16 +636,26 @@ class _Session:
 
     def print_table(self) -> None:
         size, label = self.fmt(self.length * SECTOR), self.dev["label"] or "unknown"
-        rows = [(p["number"], self.fmt(p["start"] * SECTOR),
-                 self.fmt((p["end"] + 1) * SECTOR - 1),
-                 self.fmt((p["end"] - p["start"] + 1) * SECTOR), p["fs_type"] or "", p["name"],
-                 ", ".join(p["flags"])) for p in self.dev["parts"]]
+        rows = [
+            (
+                p["number"],
+                self.fmt(p["start"] * SECTOR),
+                self.fmt((p["end"] + 1) * SECTOR - 1),
+                self.fmt((p["end"] - p["start"] + 1) * SECTOR),
+                p["fs_type"] or "",
+                p["name"],
+                ", ".join(p["flags"]),
+            )
+            for p in self.dev["parts"]
+        ]
         if self.machine:
             print(f"BYT;\n{self.disk}:{size}:file:512:512:{label}::;")
             for row in rows:
                 print(":".join(map(str, row)) + ";")
             return
-        print(f"Disk {self.disk}: {size}\nPartition Table: {label}\n\n"
-              "Number  Start  End  Size  File system  Name  Flags")
+        print(
+            f"Disk {self.disk}: {size}\nPartition Table: {label}\n\n"
+            "Number  Start  End  Size  File system  Name  Flags"
+        )
         for row in rows:
             print("  ".join(map(str, row)))

@@ -47,8 +47,9 @@ def _long(longs: dict, name: str, whole: str) -> tuple[str, str | None, str]:
     return (*longs[matches[0]], matches[0])
 
 
-def parse(args: list[str], spec: list[str], *, permute: bool = True
-          ) -> tuple[list[tuple[str, str | None]], list[str]]:
+def parse(
+    args: list[str], spec: list[str], *, permute: bool = True
+) -> tuple[list[tuple[str, str | None]], list[str]]:
     """Split args into (canonical option name, argument or None) pairs and operands.
 
     With permute=False parsing stops at the first operand (POSIX order, `+` in a C optstring).
@@ -80,7 +81,7 @@ def parse(args: list[str], spec: list[str], *, permute: bool = True
         elif permute:
             operands.append(arg)
         else:
-            operands += args[i - 1:]
+            operands += args[i - 1 :]
             break
     return found, operands
 

@@ -24,8 +24,17 @@ from typing import Callable
 __all__ = ["BadNid", "parse_nid", "parse_nodes", "format_nodes"]
 
 #: (net name, address grammar) in netstrfns order: the first prefix match wins
-NETS = [("lo", "any"), ("tcp", "ip"), ("o2ib", "ip4"), ("gni", "num"), ("gip", "ip4"),
-        ("ptlf", "num"), ("kfi", "num"), ("efa", "ip"), ("bxi3f", "num")]
+NETS = [
+    ("lo", "any"),
+    ("tcp", "ip"),
+    ("o2ib", "ip4"),
+    ("gni", "num"),
+    ("gip", "ip4"),
+    ("ptlf", "num"),
+    ("kfi", "num"),
+    ("efa", "ip"),
+    ("bxi3f", "num"),
+]
 
 Resolver = Callable[[str], "str | None"]
 
@@ -37,10 +46,10 @@ class BadNid(ValueError):
 def _net(text: str) -> tuple[str, int]:
     for name, grammar in NETS:
         if text.startswith(name):
-            number = text[len(name):]
+            number = text[len(name) :]
             if not number:
                 return name, 0
-            if grammar == "any" or not number.isdigit() or int(number) > 0xffffffff:
+            if grammar == "any" or not number.isdigit() or int(number) > 0xFFFFFFFF:
                 break
             return name, int(number)
     raise BadNid(text)
@@ -50,7 +59,7 @@ def _address(text: str, grammar: str, resolve: Resolver | None) -> str:
     if grammar == "any":
         return "0"
     if grammar == "num":
-        if re.fullmatch(r"0[xX][0-9a-fA-F]+|[0-9]+", text) and int(text, 0) <= 0xffffffff:
+        if re.fullmatch(r"0[xX][0-9a-fA-F]+|[0-9]+", text) and int(text, 0) <= 0xFFFFFFFF:
             return str(int(text, 0))
         raise BadNid(text)
     if grammar == "ip4":  # sscanf("%u.%u.%u.%u"): leading zeros are fine
@@ -63,8 +72,9 @@ def _address(text: str, grammar: str, resolve: Resolver | None) -> str:
         except ValueError:
             addr = None
         if addr is not None:
-            if str(addr) == "127.0.0.1" or (addr.version == 6 and
-                                            (addr.is_loopback or addr.is_link_local)):
+            if str(addr) == "127.0.0.1" or (
+                addr.version == 6 and (addr.is_loopback or addr.is_link_local)
+            ):
                 raise BadNid(text)
             return str(addr)
     if text[:1].isalpha() and resolve is not None:
@@ -118,7 +128,7 @@ def parse_nodes(text: str, resolve: Resolver | None = None) -> list[list[str]]:
             return nodes
         if rest[end] == ":":
             nodes.append([])
-        rest = rest[end + 1:]
+        rest = rest[end + 1 :]
 
 
 def format_nodes(nodes: list[list[str]]) -> str:

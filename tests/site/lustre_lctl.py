@@ -33,7 +33,8 @@ __all__ = ["lctl", "PARAMS"]
 
 #: lctl's command names (lustre/utils/lctl.c cmdlist); those without a handler here are real
 #: commands this site does not model
-COMMANDS = set("""abort_recovery abort_recovery_mdt activate add_interface add_peer add_route
+COMMANDS = set(
+    """abort_recovery abort_recovery_mdt activate add_interface add_peer add_route
 add_uuid apply_yaml attach barrier barrier_freeze barrier_rescan barrier_stat barrier_thaw
 cfg_device changelog changelog_deregister changelog_register cleanup clear clear_conf
 conf_param conn_list create deactivate debug_daemon debug_file debug_kernel debug_list
@@ -45,47 +46,125 @@ llog_remove lookup lqa lustre_build_version mark modules mynid net net_delay net
 net_delay_del net_delay_list net_delay_reset net_drop net_drop_add net_drop_del net_drop_list
 net_drop_reset network nodemap notransno pcc peer_list ping pool_add pool_destroy pool_list
 pool_new pool_remove push readonly recover replace_nids route_list set_param set_route setattr
-setup show show_route snapshot test_brw version which_nid""".split())
+setup show show_route snapshot test_brw version which_nid""".split()
+)
 
 MiB = 1 << 20
 #: parameter type -> name -> value rule; the rules are the kernel's *_store() checks:
 #: uint (kstrtouint), int, bool (kstrtobool), size (sysfs_memparse; default unit given),
 #: (uint, lo, hi) ranges (ERANGE outside), rpc (max_rpc_store), brw (ofd brw_size_store)
 PARAMS = {
-    "osc": {"max_pages_per_rpc": "rpc", "max_rpcs_in_flight": ("uint", 1, 256),
-            "max_dirty_mb": "size:M", "checksums": "bool", "short_io_bytes": "size:B",
-            "idle_timeout": "uint", "grant_shrink": "bool", "resend_count": "uint",
-            "active": "bool", "checksum_type": ("choice", "crc32", "adler", "crc32c", "t10ip512",
-                                                "t10ip4K", "t10crc512", "t10crc4K")},
-    "mdc": {"max_rpcs_in_flight": ("uint", 1, 512), "max_mod_rpcs_in_flight": ("uint", 1, 512),
-            "max_pages_per_rpc": "rpc", "checksums": "bool", "active": "bool",
-            "idle_timeout": "uint"},
-    "llite": {"checksum_pages": "bool", "checksums": "bool", "max_read_ahead_mb": "size:M",
-              "max_read_ahead_per_file_mb": "size:M", "max_read_ahead_whole_mb": "size:M",
-              "max_cached_mb": "size:M", "statahead_max": "uint", "statahead_agl": "bool",
-              "lazystatfs": "bool", "xattr_cache": "bool", "fast_read": "bool",
-              "stats_track_pid": "uint", "file_heat": "bool"},
-    "ldlm": {"lru_size": "lru", "lru_max_age": "uint", "early_lock_cancel": "bool",
-             "dirty_age_limit": "uint", "max_parallel_ast": "uint",
-             "contention_seconds": "uint"},
-    "obdfilter": {"brw_size": "brw", "readcache_max_filesize": "size:B",
-                  "read_cache_enable": "bool", "writethrough_cache_enable": "bool",
-                  "sync_journal": "bool", "degraded": "bool", "grant_compat_disable": "bool",
-                  "precreate_batch": "uint", "client_cache_count": "uint"},
-    "osd-ldiskfs": {"read_cache_enable": "bool", "writethrough_cache_enable": "bool",
-                    "readcache_max_filesize": "size:B"},
-    "mdt": {"identity_upcall": "str", "enable_remote_dir": "bool", "dom_stripesize": "size:B",
-            "commit_on_sharing": "bool", "enable_dir_migration": "bool"},
+    "osc": {
+        "max_pages_per_rpc": "rpc",
+        "max_rpcs_in_flight": ("uint", 1, 256),
+        "max_dirty_mb": "size:M",
+        "checksums": "bool",
+        "short_io_bytes": "size:B",
+        "idle_timeout": "uint",
+        "grant_shrink": "bool",
+        "resend_count": "uint",
+        "active": "bool",
+        "checksum_type": (
+            "choice",
+            "crc32",
+            "adler",
+            "crc32c",
+            "t10ip512",
+            "t10ip4K",
+            "t10crc512",
+            "t10crc4K",
+        ),
+    },
+    "mdc": {
+        "max_rpcs_in_flight": ("uint", 1, 512),
+        "max_mod_rpcs_in_flight": ("uint", 1, 512),
+        "max_pages_per_rpc": "rpc",
+        "checksums": "bool",
+        "active": "bool",
+        "idle_timeout": "uint",
+    },
+    "llite": {
+        "checksum_pages": "bool",
+        "checksums": "bool",
+        "max_read_ahead_mb": "size:M",
+        "max_read_ahead_per_file_mb": "size:M",
+        "max_read_ahead_whole_mb": "size:M",
+        "max_cached_mb": "size:M",
+        "statahead_max": "uint",
+        "statahead_agl": "bool",
+        "lazystatfs": "bool",
+        "xattr_cache": "bool",
+        "fast_read": "bool",
+        "stats_track_pid": "uint",
+        "file_heat": "bool",
+    },
+    "ldlm": {
+        "lru_size": "lru",
+        "lru_max_age": "uint",
+        "early_lock_cancel": "bool",
+        "dirty_age_limit": "uint",
+        "max_parallel_ast": "uint",
+        "contention_seconds": "uint",
+    },
+    "obdfilter": {
+        "brw_size": "brw",
+        "readcache_max_filesize": "size:B",
+        "read_cache_enable": "bool",
+        "writethrough_cache_enable": "bool",
+        "sync_journal": "bool",
+        "degraded": "bool",
+        "grant_compat_disable": "bool",
+        "precreate_batch": "uint",
+        "client_cache_count": "uint",
+    },
+    "osd-ldiskfs": {
+        "read_cache_enable": "bool",
+        "writethrough_cache_enable": "bool",
+        "readcache_max_filesize": "size:B",
+    },
+    "mdt": {
+        "identity_upcall": "str",
+        "enable_remote_dir": "bool",
+        "dom_stripesize": "size:B",
+        "commit_on_sharing": "bool",
+        "enable_dir_migration": "bool",
+    },
     "lod": {"stripesize": "size:B", "stripecount": "int", "qos_prio_free": ("uint", 0, 100)},
     "mgs": {},
 }
 #: parameters directly under the top level (lctl set_param timeout=...)
-GLOBALS = {"timeout": "uint", "at_min": "uint", "at_max": "uint", "at_history": "uint",
-           "ldlm_timeout": "uint", "jobid_var": "str", "jobid_name": "str", "debug": "str",
-           "subsystem_debug": "str", "debug_mb": "uint", "max_dirty_mb": "size:M"}
+GLOBALS = {
+    "timeout": "uint",
+    "at_min": "uint",
+    "at_max": "uint",
+    "at_history": "uint",
+    "ldlm_timeout": "uint",
+    "jobid_var": "str",
+    "jobid_name": "str",
+    "debug": "str",
+    "subsystem_debug": "str",
+    "debug_mb": "uint",
+    "max_dirty_mb": "size:M",
+}
 #: real parameter types this site does not model
-UNMODELLED = {"mds", "ost", "lov", "lmv", "mgc", "osp", "mdd", "qmt", "nodemap", "osd-zfs",
-              "health_check", "sptlrpc", "seq", "fld", "lfsck", "quota"}
+UNMODELLED = {
+    "mds",
+    "ost",
+    "lov",
+    "lmv",
+    "mgc",
+    "osp",
+    "mdd",
+    "qmt",
+    "nodemap",
+    "osd-zfs",
+    "health_check",
+    "sptlrpc",
+    "seq",
+    "fld",
+    "lfsck",
+    "quota",
+}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGTPE]?)(?:i?B)?", re.IGNORECASE)
 
 
@@ -186,8 +265,9 @@ def _devices(state: dict, host: str) -> dict[str, dict]:
 
 
 def _has_mgs(state: dict, host: str) -> bool:
-    return any(owner == host and "mgs" in info["kinds"]
-               for owner, _, info in mounted_targets(state))
+    return any(
+        owner == host and "mgs" in info["kinds"] for owner, _, info in mounted_targets(state)
+    )
 
 
 def lctl(site: Site, args: list[str]) -> int:
@@ -195,8 +275,13 @@ def lctl(site: Site, args: list[str]) -> int:
     if not args:
         raise Refused("this site does not model interactive lctl: give a command")
     command, rest = args[0], args[1:]
-    handlers = {"ping": _ping, "list_nids": _list_nids, "set_param": _set_param,
-                "erase_lcfg": _erase_lcfg, "lcfg_erase": _erase_lcfg}
+    handlers = {
+        "ping": _ping,
+        "list_nids": _list_nids,
+        "set_param": _set_param,
+        "erase_lcfg": _erase_lcfg,
+        "lcfg_erase": _erase_lcfg,
+    }
     if command in handlers:
         return handlers[command](site, command, rest)
     if command in COMMANDS:
@@ -216,6 +301,7 @@ def _ping(site: Site, command: str, args: list[str]) -> int:
         if out and not old:  # 2.16's netlink path reports on stdout
             print(message)
         return Refused(message, 1 if old else code, whole=True)
+
     if not args:
         usage = f"usage: {command} id [timeout (secs)]"
         if old:
@@ -245,11 +331,20 @@ def _list_nids(site: Site, command: str, args: list[str]) -> int:
     return 0
 
 
-_SET_PARAM = ["C|client=?", "d|delete", "F|file", "n|noname", "o|module", "P|perm|permanent",
-              "t|threads=?"]
-_SET_PARAM_HELP = ("usage: set_param [--client|-C[FSNAME]] [--delete|-d] [--file|-F "
-                   "YAML_PARAM_FILE] [--no-name|-n] [--module|-o] [--permanent|-P] "
-                   "[--thread|-t[THREAD_COUNT]] PARAM1=VALUE1 [PARAM2=VALUE2 ...]")
+_SET_PARAM = [
+    "C|client=?",
+    "d|delete",
+    "F|file",
+    "n|noname",
+    "o|module",
+    "P|perm|permanent",
+    "t|threads=?",
+]
+_SET_PARAM_HELP = (
+    "usage: set_param [--client|-C[FSNAME]] [--delete|-d] [--file|-F "
+    "YAML_PARAM_FILE] [--no-name|-n] [--module|-o] [--permanent|-P] "
+    "[--thread|-t[THREAD_COUNT]] PARAM1=VALUE1 [PARAM2=VALUE2 ...]"
+)
 
 
 def _set_param(site: Site, command: str, args: list[str]) -> int:
@@ -261,8 +356,12 @@ def _set_param(site: Site, command: str, args: list[str]) -> int:
     if "perm" in opts and "client" in opts:
         first = next(n for n, _ in options if n in ("perm", "client"))
         other = "C" if first == "perm" else "P"
-        raise Refused(f"error: {command}: -{other} cannot be used with -{first[0].upper()}\n"
-                      + _SET_PARAM_HELP, 4, whole=True)
+        raise Refused(
+            f"error: {command}: -{other} cannot be used with -{first[0].upper()}\n"
+            + _SET_PARAM_HELP,
+            4,
+            whole=True,
+        )
     if "file" in opts or "client" in opts:
         raise Refused("this site does not model set_param --file or --client")
     if not words:
@@ -286,26 +385,37 @@ def _set_param(site: Site, command: str, args: list[str]) -> int:
 def _check_value(command: str, param: str, value: str, rule) -> None:
     code = value_error(rule, value)
     if code:
-        raise Refused(f"error: {command}: setting '{param.replace('.', '/')}'='{value}': "
-                      f"{os.strerror(code)}", code, whole=True)
+        raise Refused(
+            f"error: {command}: setting '{param.replace('.', '/')}'='{value}': {os.strerror(code)}",
+            code,
+            whole=True,
+        )
 
 
 def _set_permanent(site: Site, state: dict, command: str, words: list[str], delete: bool) -> None:
     if not _has_mgs(state, site.host):
-        raise Refused(f"This command must be run on the MGS.\nerror: executing {command}: "
-                      "No such device", errno.ENODEV, whole=True)
+        raise Refused(
+            f"This command must be run on the MGS.\nerror: executing {command}: No such device",
+            errno.ENODEV,
+            whole=True,
+        )
     params = state.setdefault("lustre", {}).setdefault("params", [])
     for word in words:
         param, eq, value = word.partition("=")
         kind, _, name = _split(param)
         if not delete:
             if not eq or not value:
-                raise Refused(f"error: executing {command}: Invalid argument", errno.EINVAL,
-                              whole=True)
+                raise Refused(
+                    f"error: executing {command}: Invalid argument", errno.EINVAL, whole=True
+                )
             rules = GLOBALS if not kind else params_of(release(site)).get(kind)
             if rules is None and kind not in UNMODELLED:
-                raise Refused(f"error: executing {command}: Invalid argument (site: no "
-                              f"parameter type '{kind}')", errno.EINVAL, whole=True)
+                raise Refused(
+                    f"error: executing {command}: Invalid argument (site: no "
+                    f"parameter type '{kind}')",
+                    errno.EINVAL,
+                    whole=True,
+                )
             if rules and name in rules:  # (site) the real MGS stores the value unchecked
                 _check_value(command, param, value, rules[name])
         params[:] = [p for p in params if not (p["permanent"] and p["param"] == param)]
@@ -313,8 +423,9 @@ def _set_permanent(site: Site, state: dict, command: str, words: list[str], dele
             params.append({"host": site.host, "param": param, "value": value, "permanent": True})
 
 
-def _set_now(site: Site, state: dict, command: str, words: list[str],
-             chosen: str) -> tuple[int, list]:
+def _set_now(
+    site: Site, state: dict, command: str, words: list[str], chosen: str
+) -> tuple[int, list]:
     """Set each parameter on every device of this host it names, in argv order.
 
     The exit status: on 2.15 the first failure's (jt_lcfg_setparam, v2_15_7
@@ -343,30 +454,50 @@ def _set_now(site: Site, state: dict, command: str, words: list[str],
         if kind in UNMODELLED:
             raise Refused(f"this site does not model '{kind}' parameters")
         rules = GLOBALS if not kind else tables.get(kind, {})
-        found = [] if name not in rules else [None] if not kind else sorted(
-            dev for dev in have.get(kind, {}) if fnmatch.fnmatchcase(dev, pattern or ""))
+        found = (
+            []
+            if name not in rules
+            else [None]
+            if not kind
+            else sorted(
+                dev for dev in have.get(kind, {}) if fnmatch.fnmatchcase(dev, pattern or "")
+            )
+        )
         if not found:
-            complaints.append(f"error: {command}: param_path '{param.replace('.', '/')}': "
-                              "No such file or directory")
+            complaints.append(
+                f"error: {command}: param_path '{param.replace('.', '/')}': "
+                "No such file or directory"
+            )
             code = errno.ENOENT
         else:
             code = 0
             for dev in found:  # do_param_op: each path written, the first failure kept
-                failed = _write(state, kind, dev, have.get(kind, {}).get(dev), name, value,
-                                rules[name])
+                failed = _write(
+                    state, kind, dev, have.get(kind, {}).get(dev), name, value, rules[name]
+                )
                 if failed:
-                    path = f"/sys/fs/lustre/{kind}/{dev}/{name}" if kind else \
-                        f"/sys/fs/lustre/{name}"
-                    complaints.append(f"error: {command}: setting {path}={value}: "
-                                      f"{os.strerror(failed)}")
+                    path = (
+                        f"/sys/fs/lustre/{kind}/{dev}/{name}" if kind else f"/sys/fs/lustre/{name}"
+                    )
+                    complaints.append(
+                        f"error: {command}: setting {path}={value}: {os.strerror(failed)}"
+                    )
                     code = code or failed
                 else:
                     state.setdefault("lustre", {}).setdefault("params", []).append(
-                        {"host": site.host, "param": param, "value": value,
-                         "permanent": False, **({"device": dev} if dev else {})})
+                        {
+                            "host": site.host,
+                            "param": param,
+                            "value": value,
+                            "permanent": False,
+                            **({"device": dev} if dev else {}),
+                        }
+                    )
             if code and chosen != "2.15":
-                complaints.append(f"error: {command}: setting '{param.replace('.', '/')}'="
-                                  f"'{value}': {os.strerror(code)}")
+                complaints.append(
+                    f"error: {command}: setting '{param.replace('.', '/')}'="
+                    f"'{value}': {os.strerror(code)}"
+                )
         rc = (rc or code) if chosen == "2.15" else code
     return rc, complaints
 
@@ -374,12 +505,13 @@ def _set_now(site: Site, state: dict, command: str, words: list[str],
 #: what a client device starts with (v2_15_7 lustre/ldlm/ldlm_lib.c:495-520): mdc and osc
 #: max_rpcs_in_flight OBD_MAX_RIF_DEFAULT (8), mdc max_mod_rpcs_in_flight one less, capped by
 #: the MDT's ocd_maxmodrpcs at connection (lustre/ptlrpc/import.c:916)
-RIF_DEFAULT, RIF_MAX = 8, 512   # OBD_MAX_RIF_DEFAULT, OBD_MAX_RIF_MAX (lustre/include/obd.h)
+RIF_DEFAULT, RIF_MAX = 8, 512  # OBD_MAX_RIF_DEFAULT, OBD_MAX_RIF_MAX (lustre/include/obd.h)
 PAGE = 4096
 
 
-def _write(state: dict, kind: str, dev: str | None, handle, name: str, value: str,
-           rule) -> int | None:
+def _write(
+    state: dict, kind: str, dev: str | None, handle, name: str, value: str, rule
+) -> int | None:
     """Write `value` to one device's parameter: the errno the kernel answers, or None.
 
     Values that depend on another side are checked against it: a client's mdc
@@ -389,21 +521,28 @@ def _write(state: dict, kind: str, dev: str | None, handle, name: str, value: st
     code = value_error(rule, value)
     if code:
         return code
-    if kind in ("mdc", "osc") and name in ("max_rpcs_in_flight", "max_mod_rpcs_in_flight",
-                                            "max_pages_per_rpc"):
+    if kind in ("mdc", "osc") and name in (
+        "max_rpcs_in_flight",
+        "max_mod_rpcs_in_flight",
+        "max_pages_per_rpc",
+    ):
         entry, target = handle
         mine = entry.setdefault("tunables", {}).setdefault(dev, {})
         got = entry.get("connect", {}).get(target, {})
         if name == "max_pages_per_rpc":
-            return _max_pages_per_rpc(value, got.get("brw_size", BRW_DEFAULT)) \
-                if kind == "osc" else None
+            return (
+                _max_pages_per_rpc(value, got.get("brw_size", BRW_DEFAULT))
+                if kind == "osc"
+                else None
+            )
         if kind == "mdc":
             return _mdc_rpcs(mine, got.get("maxmodrpcs", MODRPCS_DEFAULT), name, int(value))
         mine[name] = int(value)
     elif (kind, name) in (("obdfilter", "brw_size"), ("mdt", "max_mod_rpcs_in_flight")):
         number = _size(value, "M") if name == "brw_size" else int(value, 0)
         state.setdefault("lustre", {}).setdefault("tunables", {}).setdefault(
-            str(handle["uuid"]), {})[name] = number
+            str(handle["uuid"]), {}
+        )[name] = number
     return None
 
 
@@ -460,20 +599,31 @@ def _erase_lcfg(site: Site, command: str, args: list[str]) -> int:
     if not quiet:
         print(f"{command}: erasing config log and params for fsname '{fsname}'")
     with site.state() as state:
-        mgs = next((info for owner, _, info in mounted_targets(state)
-                    if owner == site.host and "mgs" in info["kinds"]), None)
+        mgs = next(
+            (
+                info
+                for owner, _, info in mounted_targets(state)
+                if owner == site.host and "mgs" in info["kinds"]
+            ),
+            None,
+        )
         if mgs is None:
             raise Refused("This command must be run on the MGS.", errno.ENODEV, whole=True)
         if fsname not in mgs.get("mgs_db", {}):
-            raise Refused(f"{command}: OBD_IOC_LCFG_ERASE failed: No such file or directory",
-                          errno.ENOENT, whole=True)
+            raise Refused(
+                f"{command}: OBD_IOC_LCFG_ERASE failed: No such file or directory",
+                errno.ENOENT,
+                whole=True,
+            )
         del mgs["mgs_db"][fsname]
         params = state.setdefault("lustre", {}).setdefault("params", [])
         erased = [p for p in params if p["permanent"] and fsname in p["param"]]
         params[:] = [p for p in params if p not in erased]
     if not quiet:
-        print(f"{command}: erased {len(erased)} parameter{'s' if len(erased) > 1 else ''} "
-              f"matching fsname '{fsname}'")
+        print(
+            f"{command}: erased {len(erased)} parameter{'s' if len(erased) > 1 else ''} "
+            f"matching fsname '{fsname}'"
+        )
     return 0
 
 
@@ -481,19 +631,33 @@ def _erase_lcfg_2_15(site: Site, command: str, args: list[str]) -> int:
     """jt_lcfg_erase of 2.15 and 2.16 (v2_15_7 lustre/utils/obd.c:2601, v2_16_1 obd.c:2528):
     `erase_lcfg FSNAME [-q|--quiet]` and nothing else (CMD_HELP), silent when it works; no MGS
     here (get_mgs_device) and an unknown filesystem (the ioctl's -1) both exit 1."""
-    if len(args) not in (1, 2) or (len(args) == 2 and not (
-            args[1].startswith("-q") or args[1].startswith("--quiet"))):
-        raise Refused(f"{command}: erase the filesystem's configuration logs (MGS only)\n"
-                      f"usage: {command} <fsname>", 4, whole=True)
+    if len(args) not in (1, 2) or (
+        len(args) == 2 and not (args[1].startswith("-q") or args[1].startswith("--quiet"))
+    ):
+        raise Refused(
+            f"{command}: erase the filesystem's configuration logs (MGS only)\n"
+            f"usage: {command} <fsname>",
+            4,
+            whole=True,
+        )
     fsname = args[0]
     with site.state() as state:
-        mgs = next((info for owner, _, info in mounted_targets(state)
-                    if owner == site.host and "mgs" in info["kinds"]), None)
+        mgs = next(
+            (
+                info
+                for owner, _, info in mounted_targets(state)
+                if owner == site.host and "mgs" in info["kinds"]
+            ),
+            None,
+        )
         if mgs is None:
             raise Refused("This command must be run on the MGS.", 1, whole=True)
         if fsname not in mgs.get("mgs_db", {}):
-            raise Refused(f"error: {command}: OBD_IOC_LCFG_ERASE failed: No such file or "
-                          "directory", 1, whole=True)
+            raise Refused(
+                f"error: {command}: OBD_IOC_LCFG_ERASE failed: No such file or directory",
+                1,
+                whole=True,
+            )
         del mgs["mgs_db"][fsname]
         params = state.setdefault("lustre", {}).setdefault("params", [])
         params[:] = [p for p in params if not (p["permanent"] and fsname in p["param"])]

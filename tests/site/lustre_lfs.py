@@ -21,24 +21,101 @@ from sitelib import Refused, Site
 __all__ = ["lfs"]
 
 _SETSTRIPE = [
-    "comp-add|component-add", "comp-del|component-del", "comp-flags|component-flags=",
-    "comp-set|component-set", "no-verify", "flags=", "foreign=?", "mirror-id=", "mode=",
-    "copy=", "restripe", "stats", "stats-interval=", "files-from=", "lustre-dir=", "0|null",
-    "A|auto-stripe", "b|block", "c|stripe-count|stripe_count|mdt-count=",
-    "C|overstripe-count|mdt-overcount=", "d|delete|destroy|directory", "D|non-direct",
-    "E|comp-end|component-end=", "ec|ec-stripe-count=", "ec-expert=", "f|file=", "F|fid",
-    "h|help", "H|mdt-hash=", "i|stripe-index|stripe_index=", "I|comp-id|component-id=",
-    "K|auto-cap=", "L|layout=", "m|mdt|mdt-index|mdt_index=", "M|min-free=", "n|non-block",
-    "N|mirror-count=?", "o|ost|ost-list|ost_list=", "p|pool=", "S|stripe-size|stripe_size=",
-    "v|verbose", "W|bandwidth-limit=", "x|xattr=", "X|max-free=", "y|yaml=",
-    "z|ext-size|extension-size=", "clear-fixed"]
-_MODELLED = {"stripe-count", "overstripe-count", "stripe-size", "stripe-index", "comp-end",
-             "layout", "pool", "delete", "ost", "help"}
-_LFS_COMMANDS = {"getstripe", "setdirstripe", "mkdir", "getdirstripe", "find", "df", "check",
-                 "osts", "mdts", "quota", "setquota", "mirror", "migrate", "path2fid",
-                 "fid2path", "data_version", "hsm_state", "hsm_set", "hsm_archive", "swap_layouts",
-                 "pool_list", "ladvise", "heat_get", "pcc", "project", "rmfid", "getname",
-                 "rm_entry", "changelog", "changelog_clear", "somsync", "help", "version"}
+    "comp-add|component-add",
+    "comp-del|component-del",
+    "comp-flags|component-flags=",
+    "comp-set|component-set",
+    "no-verify",
+    "flags=",
+    "foreign=?",
+    "mirror-id=",
+    "mode=",
+    "copy=",
+    "restripe",
+    "stats",
+    "stats-interval=",
+    "files-from=",
+    "lustre-dir=",
+    "0|null",
+    "A|auto-stripe",
+    "b|block",
+    "c|stripe-count|stripe_count|mdt-count=",
+    "C|overstripe-count|mdt-overcount=",
+    "d|delete|destroy|directory",
+    "D|non-direct",
+    "E|comp-end|component-end=",
+    "ec|ec-stripe-count=",
+    "ec-expert=",
+    "f|file=",
+    "F|fid",
+    "h|help",
+    "H|mdt-hash=",
+    "i|stripe-index|stripe_index=",
+    "I|comp-id|component-id=",
+    "K|auto-cap=",
+    "L|layout=",
+    "m|mdt|mdt-index|mdt_index=",
+    "M|min-free=",
+    "n|non-block",
+    "N|mirror-count=?",
+    "o|ost|ost-list|ost_list=",
+    "p|pool=",
+    "S|stripe-size|stripe_size=",
+    "v|verbose",
+    "W|bandwidth-limit=",
+    "x|xattr=",
+    "X|max-free=",
+    "y|yaml=",
+    "z|ext-size|extension-size=",
+    "clear-fixed",
+]
+_MODELLED = {
+    "stripe-count",
+    "overstripe-count",
+    "stripe-size",
+    "stripe-index",
+    "comp-end",
+    "layout",
+    "pool",
+    "delete",
+    "ost",
+    "help",
+}
+_LFS_COMMANDS = {
+    "getstripe",
+    "setdirstripe",
+    "mkdir",
+    "getdirstripe",
+    "find",
+    "df",
+    "check",
+    "osts",
+    "mdts",
+    "quota",
+    "setquota",
+    "mirror",
+    "migrate",
+    "path2fid",
+    "fid2path",
+    "data_version",
+    "hsm_state",
+    "hsm_set",
+    "hsm_archive",
+    "swap_layouts",
+    "pool_list",
+    "ladvise",
+    "heat_get",
+    "pcc",
+    "project",
+    "rmfid",
+    "getname",
+    "rm_entry",
+    "changelog",
+    "changelog_clear",
+    "somsync",
+    "help",
+    "version",
+}
 _POOL_IGNORED = {"", "none", "ignore", "inherit"}
 MIN_STRIPE = 64 * 1024  # LOV_MIN_STRIPE_SIZE
 MAX_STRIPE_COUNT = 2000  # LOV_MAX_STRIPE_COUNT
@@ -50,12 +127,17 @@ class _Usage(Exception):
 
 def _size(text: str) -> int | None:
     """llapi_parse_size(): a number, optional fraction and a one-letter unit (b = 512 bytes)."""
-    match = re.fullmatch(r"(0[xX][0-9a-fA-F]+|\d+)(?:\.(\d+))?(?:([bBcCkKmMgGtTpPeE])[iIbB]?)?",
-                         text)
+    match = re.fullmatch(
+        r"(0[xX][0-9a-fA-F]+|\d+)(?:\.(\d+))?(?:([bBcCkKmMgGtTpPeE])[iIbB]?)?", text
+    )
     if not match:
         return None
-    unit = 1 << {"b": 9, "c": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50,
-                 "e": 60}[(match.group(3) or "c").lower()]
+    unit = (
+        1
+        << {"b": 9, "c": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50, "e": 60}[
+            (match.group(3) or "c").lower()
+        ]
+    )
     fraction = int(match.group(2) or 0) * unit // 10 ** len(match.group(2) or "")
     size = int(match.group(1), 0) * unit + fraction
     return size * 1024 if size < 4096 else size  # "assume units of KB if too small"
@@ -90,17 +172,28 @@ def _layout(args: list[str]) -> tuple[list[dict], bool, list[str]]:
         options, paths = parse(args, _SETSTRIPE)
     except OptionError as e:
         raise _Usage(str(e)) from None
-    components = [{"end": None, "stripe_count": None, "stripe_size": None,
-                   "stripe_index": None, "pattern": "raid0", "osts": [], "pool": None}]
+    components = [
+        {
+            "end": None,
+            "stripe_count": None,
+            "stripe_size": None,
+            "stripe_index": None,
+            "pattern": "raid0",
+            "osts": [],
+            "pool": None,
+        }
+    ]
     delete = False
     for name, value in options:
         current = components[-1]
         if name not in _MODELLED:
             raise Refused(f"lfs setstripe: this site does not model --{name}", 1, whole=True)
         if name == "help":
-            raise _Usage("usage: setstripe [--component-end|-E COMP_END] [--stripe-count|-c "
-                         "STRIPE_COUNT] [--stripe-index|-i START_OST_IDX] [--stripe-size|-S "
-                         "STRIPE_SIZE] [--layout|-L PATTERN] FILENAME|DIRECTORY")
+            raise _Usage(
+                "usage: setstripe [--component-end|-E COMP_END] [--stripe-count|-c "
+                "STRIPE_COUNT] [--stripe-index|-i START_OST_IDX] [--stripe-size|-S "
+                "STRIPE_SIZE] [--layout|-L PATTERN] FILENAME|DIRECTORY"
+            )
         if name in ("stripe-count", "overstripe-count"):
             count = _integer(value)
             low = -32 if name == "overstripe-count" else -1
@@ -127,8 +220,9 @@ def _layout(args: list[str]) -> tuple[list[dict], bool, list[str]]:
             _pattern(components, value)
         elif name == "pool":
             if value not in _POOL_IGNORED:
-                raise Refused(f"lfs setstripe: this site models no OST pools ('{value}')", 1,
-                              whole=True)
+                raise Refused(
+                    f"lfs setstripe: this site models no OST pools ('{value}')", 1, whole=True
+                )
         elif name == "ost":
             current["osts"] = _ost_list(value)
         elif name == "delete":
@@ -145,8 +239,9 @@ def _component_end(components: list[dict], value: str) -> None:
     current = components[-1]
     if current["end"] is not None:  # an -E after an -E starts the next component
         previous = current
-        current = dict(previous, end=None, stripe_count=None, stripe_index=None,
-                       pattern="raid0", osts=[])
+        current = dict(
+            previous, end=None, stripe_count=None, stripe_index=None, pattern="raid0", osts=[]
+        )
         components.append(current)
     if value.lower() in ("-1", "eof"):
         end = "EOF"
@@ -165,14 +260,16 @@ def _pattern(components: list[dict], value: str) -> None:
     current = components[-1]
     if value == "mdt":
         if len(components) > 1:
-            raise Refused("error: 'mdt' layout can be only the first one", errno.EINVAL,
-                          whole=True)
+            raise Refused("error: 'mdt' layout can be only the first one", errno.EINVAL, whole=True)
         if current["end"] not in (None, "EOF") and current["end"] > 1 << 30:
             raise Refused("error: 'mdt' layout size is too big", errno.EFBIG, whole=True)
         current["pattern"], current["stripe_size"] = "mdt", None
     elif value != "raid0":
-        raise Refused(f"error: layout '{value}' is unknown, supported layouts are: 'mdt', "
-                      "'raid0'", errno.EINVAL, whole=True)
+        raise Refused(
+            f"error: layout '{value}' is unknown, supported layouts are: 'mdt', 'raid0'",
+            errno.EINVAL,
+            whole=True,
+        )
 
 
 def _ost_list(value: str) -> list[int]:
@@ -190,11 +287,17 @@ def _verify(components: list[dict]) -> None:
     for component in components:
         size = component["stripe_size"] or 0
         if size >= 4 << 30:
-            raise Refused(f"lfs setstripe: error: stripe size '{size}' over 4GB limit",
-                          errno.EINVAL, whole=True)
+            raise Refused(
+                f"lfs setstripe: error: stripe size '{size}' over 4GB limit",
+                errno.EINVAL,
+                whole=True,
+            )
     if components[0]["pattern"] == "mdt" and components[0]["end"] is None:
-        raise Refused("lfs setstripe: Invalid pattern: '-L mdt', must be specified with -E",
-                      errno.EINVAL, whole=True)
+        raise Refused(
+            "lfs setstripe: Invalid pattern: '-L mdt', must be specified with -E",
+            errno.EINVAL,
+            whole=True,
+        )
 
 
 def _apply(site: Site, state: dict, path: str, layout: list[dict], delete: bool):
@@ -208,8 +311,7 @@ def _apply(site: Site, state: dict, path: str, layout: list[dict], delete: bool)
     if not exists:  # setstripe creates a new file (open O_CREAT) before setting its layout
         open(path, "a").close()
     if held is None:
-        return f"{prefix}setstripe error for '{path}': Inappropriate ioctl for device", \
-            errno.ENOTTY
+        return f"{prefix}setstripe error for '{path}': Inappropriate ioctl for device", errno.ENOTTY
     entry, inside = held
     if not os.path.isdir(path) and exists:
         return f"{prefix}setstripe error for '{path}': stripe already set", errno.EEXIST
@@ -235,5 +337,6 @@ def _mounted_osts(state: dict, entry: dict) -> set[int]:
     mgs = lustre_of(state, *entry["mgs"]) or {}
     known = mgs.get("mgs_db", {}).get(entry["fsname"], {})
     running = {info["uuid"] for _, _, info in mounted_targets(state)}
-    return {int(name[-4:], 16) for name, uuid in known.items()
-            if "-OST" in name and uuid in running}
+    return {
+        int(name[-4:], 16) for name, uuid in known.items() if "-OST" in name and uuid in running
+    }

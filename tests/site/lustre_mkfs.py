@@ -19,32 +19,59 @@ from sitelib import Refused, Site
 
 __all__ = ["mkfs_lustre"]
 
-_MKFS = ["skipmmp", "B|backfs-mount-opts=", "f|failnode|failover=", "G|mgs", "h|help",
-         "i|index=", "L|fsname=", "m|mgsnode|mgsnid=", "n|dryrun", "N|nomgs",
-         "o|mountfsoptions=", "p|param=", "q|quiet", "R|replace", "s|servicenode=",
-         "t|network=", "u|comment=", "U|force-nohostid", "v|verbose", "V|version",
-         "b|backfstype=", "c|stripe-count-hint=", "d|device-size=", "k|mkfsoptions=", "M|mdt",
-         "O|ost", "r|reformat"]
-_USAGE = ("usage: mkfs.lustre <target type> --backfstype=ldiskfs --fsname=<filesystem name>\n"
-          "\t--index=<target index> [options] <device>")
+_MKFS = [
+    "skipmmp",
+    "B|backfs-mount-opts=",
+    "f|failnode|failover=",
+    "G|mgs",
+    "h|help",
+    "i|index=",
+    "L|fsname=",
+    "m|mgsnode|mgsnid=",
+    "n|dryrun",
+    "N|nomgs",
+    "o|mountfsoptions=",
+    "p|param=",
+    "q|quiet",
+    "R|replace",
+    "s|servicenode=",
+    "t|network=",
+    "u|comment=",
+    "U|force-nohostid",
+    "v|verbose",
+    "V|version",
+    "b|backfstype=",
+    "c|stripe-count-hint=",
+    "d|device-size=",
+    "k|mkfsoptions=",
+    "M|mdt",
+    "O|ost",
+    "r|reformat",
+]
+_USAGE = (
+    "usage: mkfs.lustre <target type> --backfstype=ldiskfs --fsname=<filesystem name>\n"
+    "\t--index=<target index> [options] <device>"
+)
 
 
 def _exit(message: str, rc: int, fatal: bool = False) -> Refused:
     """mkfs.lustre's failure: the message, then its closing "exiting with" line."""
     head = f"\nmkfs.lustre FATAL: {message}" if fatal else f"mkfs.lustre: {message}"
-    return Refused(f"{head}\nmkfs.lustre: exiting with {rc} ({os.strerror(rc)})", rc,
-                   whole=True)
+    return Refused(f"{head}\nmkfs.lustre: exiting with {rc} ({os.strerror(rc)})", rc, whole=True)
 
 
 def _index(text: str, limit: int) -> int:
     """--index as strtoul reads it (base 16 after "0x"), truncated to the 32-bit field."""
-    pattern = r"\s*[+-]?0[xX][0-9a-fA-F]+" if text.startswith("0x") and len(text) > 1 \
+    pattern = (
+        r"\s*[+-]?0[xX][0-9a-fA-F]+"
+        if text.startswith("0x") and len(text) > 1
         else r"\s*[+-]?[0-9]*"
+    )
     if not re.fullmatch(pattern, text):
         raise _exit(f"wrong index {text}. Target index must be decimal or hexadecimal.", 1)
     digits = text.strip().lstrip("+-")
     value = int(digits, 0 if digits.startswith("0x") else 10) if digits else 0
-    value = (-value if text.strip().startswith("-") else value) & 0xffffffff
+    value = (-value if text.strip().startswith("-") else value) & 0xFFFFFFFF
     if value > limit:
         raise _exit(f"wrong index {value}. Target index must be less than {limit + 1}.", 1)
     return value
@@ -55,8 +82,11 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
     chosen = release(site)
     if not args:
         raise Refused(_USAGE, 22, whole=True)
-    if chosen != "master" and args[-1].startswith("-") and not (
-            chosen == "2.16" and args in (["--version"], ["-V"])):
+    if (
+        chosen != "master"
+        and args[-1].startswith("-")
+        and not (chosen == "2.16" and args in (["--version"], ["-V"]))
+    ):
         # the device is the last argument: main() refuses anything else before parsing
         # (v2_15_7 lustre/utils/mkfs_lustre.c:852, v2_16_1 chk_args() mkfs_lustre.c:805-823,
         # called at :842; master has no such check)
@@ -65,8 +95,11 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
         options, devs = parse(args, _MKFS)
     except OptionError as e:
         # the real tool parses twice (parse_opts_early, parse_opts) and complains both times
-        raise Refused(f"mkfs.lustre: {e}\nmkfs.lustre: {e}\nmkfs.lustre: exiting with 22 "
-                      "(Invalid argument)", 22, whole=True) from None
+        raise Refused(
+            f"mkfs.lustre: {e}\nmkfs.lustre: {e}\nmkfs.lustre: exiting with 22 (Invalid argument)",
+            22,
+            whole=True,
+        ) from None
     for name, value in options:  # parse_opts_early: these act before anything else
         if name == "backfstype" and value not in ("ldiskfs", "zfs"):
             raise Refused(f"invalid backend filesystem type {value}")
@@ -77,45 +110,70 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
             print(f"mkfs.lustre {VERSIONS[chosen]}")
             return 0
     if not devs:
-        raise Refused("\nmkfs.lustre FATAL: Not enough arguments - device name or pool/dataset "
-                      "name not specified.", 22, whole=True)
+        raise Refused(
+            "\nmkfs.lustre FATAL: Not enough arguments - device name or pool/dataset "
+            "name not specified.",
+            22,
+            whole=True,
+        )
     if len(devs) > 1:
-        raise Refused("Only one device is allowed for backfstype ldiskfs, but multiple devices "
-                      "are specified: " + " ".join(devs), 22)
+        raise Refused(
+            "Only one device is allowed for backfstype ldiskfs, but multiple devices "
+            "are specified: " + " ".join(devs),
+            22,
+        )
     if ("backfstype", "zfs") in options:
         raise Refused("this site models ldiskfs targets only, not --backfstype=zfs")
     target = _target_options(site, options, max_index(chosen))
     _check_target(target, devs[0])
     path = os.path.abspath(devs[0])
     if not os.path.exists(path):  # osd_prepare_lustre(), even for a dry run
-        raise Refused(f"mkfs.lustre: {devs[0]} apparently does not exist\n\n"
-                      "mkfs.lustre FATAL: unable to prepare backend (2)\n"
-                      "mkfs.lustre: exiting with 2 (No such file or directory)", 2, whole=True)
+        raise Refused(
+            f"mkfs.lustre: {devs[0]} apparently does not exist\n\n"
+            "mkfs.lustre FATAL: unable to prepare backend (2)\n"
+            "mkfs.lustre: exiting with 2 (No such file or directory)",
+            2,
+            whole=True,
+        )
     if target["dryrun"]:
-        print(f"   Permanent disk data:\nTarget:     {target['svname']}\n"
-              "exiting before disk write.")
+        print(
+            f"   Permanent disk data:\nTarget:     {target['svname']}\nexiting before disk write."
+        )
         return 0
     with site.state() as state:
         _check_device(state, site.host, devs[0], target["reformat"])
         lustre = state.setdefault("lustre", {})
         lustre["formats"] = lustre.get("formats", 0) + 1
-        record = {k: target[k] for k in ("fsname", "kinds", "index", "svname", "mgsnode",
-                                         "replace", "params")}
+        record = {
+            k: target[k]
+            for k in ("fsname", "kinds", "index", "svname", "mgsnode", "replace", "params")
+        }
         record["uuid"] = lustre["formats"]
         if "mgs" in target["kinds"]:
             record["mgs_db"] = {}
         device(state, site.host, path)["fs"] = {"type": "ext4", "lustre": record}
-    print(f"\n   Permanent disk data:\nTarget:     {target['svname']}\n"
-          f"Index:      {target['index'] if target['index'] is not None else 'unassigned'}\n"
-          f"Lustre FS:  {target['fsname']}\nMount type: ldiskfs\n"
-          f"Parameters: {' '.join(target['params'])}")
+    print(
+        f"\n   Permanent disk data:\nTarget:     {target['svname']}\n"
+        f"Index:      {target['index'] if target['index'] is not None else 'unassigned'}\n"
+        f"Lustre FS:  {target['fsname']}\nMount type: ldiskfs\n"
+        f"Parameters: {' '.join(target['params'])}"
+    )
     return 0
 
 
 def _target_options(site: Site, options, limit: int) -> dict:
     """The second pass (parse_opts): option values in argv order, as the real tool checks them."""
-    t = {"kinds": [], "fsname": "", "index": None, "mgsnode": [], "params": [], "replace": False,
-         "reformat": False, "dryrun": False, "failover": None}
+    t = {
+        "kinds": [],
+        "fsname": "",
+        "index": None,
+        "mgsnode": [],
+        "params": [],
+        "replace": False,
+        "reformat": False,
+        "dryrun": False,
+        "failover": None,
+    }
     for name, value in options:
         if name in ("failnode", "servicenode"):
             if t["failover"] not in (None, name):
@@ -156,10 +214,13 @@ def _nids(site: Site, text: str) -> list[list[str]]:
     try:
         return parse_nodes(text, resolver(site))
     except BadNid as e:
-        raise Refused(f"mkfs.lustre: Unsupported NID '{e}': rc = Unknown error -22.\n"
-                      f"mkfs.lustre: Can't parse NID '{e}'\n"
-                      "mkfs.lustre: exiting with 1 (Operation not permitted)", 1,
-                      whole=True) from None
+        raise Refused(
+            f"mkfs.lustre: Unsupported NID '{e}': rc = Unknown error -22.\n"
+            f"mkfs.lustre: Can't parse NID '{e}'\n"
+            "mkfs.lustre: exiting with 1 (Operation not permitted)",
+            1,
+            whole=True,
+        ) from None
 
 
 def _check_target(t: dict, dev: str) -> None:
@@ -173,13 +234,18 @@ def _check_target(t: dict, dev: str) -> None:
         # badopt() then `goto out` with ret still 0: the real tool writes nothing and exits 0
         raise Refused(f"'--index' only valid for MDT,OST\n{_USAGE}", 0)
     if t["index"] is None and {"mdt", "ost"} & set(kinds):
-        print(f"warning: {dev}: for Lustre 2.4 and later, the target index must be specified "
-              "with --index")
+        print(
+            f"warning: {dev}: for Lustre 2.4 and later, the target index must be specified "
+            "with --index"
+        )
         if "mdt" in kinds:
             t["index"] = 0
     if "mgs" not in kinds and not t["mgsnode"]:
-        raise _exit("Must specify --mgs or --mgsnode" if "mdt" in kinds
-                    else "Must specify --mgsnode", 22, fatal=True)
+        raise _exit(
+            "Must specify --mgs or --mgsnode" if "mdt" in kinds else "Must specify --mgsnode",
+            22,
+            fatal=True,
+        )
     if {"mdt", "ost"} & set(kinds) and not t["fsname"]:
         raise _exit("Must specify --fsname for MDT/OST device", 22, fatal=True)
     t["mgsnode"] = t["mgsnode"] or None
@@ -190,12 +256,19 @@ def _check_device(state: dict, host: str, given: str, reformat: bool) -> None:
     """What mkfs.lustre checks on the device itself before it writes."""
     path = os.path.abspath(given)
     if path in {entry.get("device") for entry in state.get("mounts", {}).get(host, [])}:
-        raise Refused(f"{given}: is currently mounted, exiting without any change", 17,
-                      whole=True)
+        raise Refused(f"{given}: is currently mounted, exiting without any change", 17, whole=True)
     if busy(state, host, path):  # a partition of this disk is mounted: mke2fs's O_EXCL fails
-        raise Refused(f"mke2fs: {given} is apparently in use by the system; will not make a "
-                      f"filesystem here!\n\nmkfs.lustre FATAL: Unable to build fs {given} (256)"
-                      f"\n\nmkfs.lustre FATAL: mkfs failed 256", 1, whole=True)
+        raise Refused(
+            f"mke2fs: {given} is apparently in use by the system; will not make a "
+            f"filesystem here!\n\nmkfs.lustre FATAL: Unable to build fs {given} (256)"
+            f"\n\nmkfs.lustre FATAL: mkfs failed 256",
+            1,
+            whole=True,
+        )
     if not reformat and lustre_of(state, host, path):
-        raise _exit(f"Device {given} was previously formatted for lustre. Use --reformat to "
-                    "reformat it, or tunefs.lustre to modify.", 1, fatal=True)
+        raise _exit(
+            f"Device {given} was previously formatted for lustre. Use --reformat to "
+            "reformat it, or tunefs.lustre to modify.",
+            1,
+            fatal=True,
+        )

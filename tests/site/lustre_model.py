@@ -34,13 +34,32 @@ from disk_state import devices, mounts
 from lnet import BadNid, parse_nid
 from sitelib import Refused, Site
 
-__all__ = ["RELEASES", "VERSIONS", "release", "max_index", "connect_data", "BRW_DEFAULT",
-           "MODRPCS_DEFAULT", "fsname_error", "svname", "lustre_of", "resolver", "host_nids",
-           "nid_hosts", "running_mgs", "mounted_targets", "registered", "client_mount_at",
-           "mount_path", "fs_store", "MAXFSNAME", "MAX_INDEX"]
+__all__ = [
+    "RELEASES",
+    "VERSIONS",
+    "release",
+    "max_index",
+    "connect_data",
+    "BRW_DEFAULT",
+    "MODRPCS_DEFAULT",
+    "fsname_error",
+    "svname",
+    "lustre_of",
+    "resolver",
+    "host_nids",
+    "nid_hosts",
+    "running_mgs",
+    "mounted_targets",
+    "registered",
+    "client_mount_at",
+    "mount_path",
+    "fs_store",
+    "MAXFSNAME",
+    "MAX_INDEX",
+]
 
-MAXFSNAME = 8          # LUSTRE_MAXFSNAME, lustre/include/uapi/linux/lustre/lustre_user.h
-MAX_INDEX = 0xffe0 - 1  # LOV_V1_INSANE_STRIPE_INDEX (LOV_ALL_STRIPES_WIDE - 1), master
+MAXFSNAME = 8  # LUSTRE_MAXFSNAME, lustre/include/uapi/linux/lustre/lustre_user.h
+MAX_INDEX = 0xFFE0 - 1  # LOV_V1_INSANE_STRIPE_INDEX (LOV_ALL_STRIPES_WIDE - 1), master
 
 #: the Lustre releases the stand-ins follow; site.json {"lustre": {"release": ...}} picks one
 RELEASES = ("2.15", "2.16", "master")
@@ -52,8 +71,9 @@ def release(site: Site) -> str:
     """The Lustre release this site runs (default 2.15, the LTS most sites run)."""
     chosen = str(site.facts.get("lustre", {}).get("release", "2.15"))
     if chosen not in RELEASES:
-        raise Refused(f"stand-in: site.json lustre.release '{chosen}' is not one of "
-                      f"{', '.join(RELEASES)}", 2)
+        raise Refused(
+            f"stand-in: site.json lustre.release '{chosen}' is not one of {', '.join(RELEASES)}", 2
+        )
     return chosen
 
 
@@ -94,7 +114,7 @@ def max_index(chosen: str) -> int:
     """The highest --index mkfs.lustre takes: below INDEX_UNASSIGNED (0xffff) on 2.15 and 2.16
     (v2_15_7 lustre/utils/mkfs_lustre.c:518, v2_16_1 mkfs_lustre.c:473; mount_utils.h:80),
     at most LOV_V1_INSANE_STRIPE_INDEX on master (mkfs_lustre.c:524)."""
-    return MAX_INDEX if chosen == "master" else 0xffff - 1
+    return MAX_INDEX if chosen == "master" else 0xFFFF - 1
 
 
 def fsname_error(name: str) -> str | None:
@@ -111,7 +131,7 @@ def svname(fsname: str, kinds: list[str], index: int | None) -> str:
     A target formatted without --index gets the unassigned index, 0xffff, as mkfs.lustre does.
     """
     if "mdt" in kinds or "ost" in kinds:
-        number = 0xffff if index is None else index
+        number = 0xFFFF if index is None else index
         return f"{fsname}-{'MDT' if 'mdt' in kinds else 'OST'}{number:04x}"
     return "MGS"
 
@@ -129,6 +149,7 @@ def resolver(site: Site):
     def resolve(name: str) -> str | None:
         nid = facts.get(name, {}).get("nid", "")
         return nid.partition("@")[0] or None
+
     return resolve
 
 
@@ -195,8 +216,7 @@ def client_mount_at(state: dict, host: str, path: str) -> tuple[dict, str] | Non
     The path is looked up the way the kernel walks it: through this host's own mount points,
     the innermost first, so a path under another host's mount point is not found here.
     """
-    points = {entry["dir"]: entry for entry in mounts(state, host)
-              if entry.get("kind") == "client"}
+    points = {entry["dir"]: entry for entry in mounts(state, host) if entry.get("kind") == "client"}
     path, rest = os.path.abspath(path), []
     while True:
         entry = points.get(mount_path(path))

@@ -31,55 +31,195 @@ from sitelib import Refused, Site, holders
 
 __all__ = ["mount", "umount"]
 
-_MOUNT = ["a|all", "f|fake", "T|fstab=", "F|fork", "h|help", "n|no-mtab", "r|read-only|ro",
-          "v|verbose", "V|version", "w|read-write|rw", "o|options=", "O|test-opts=",
-          "t|types=", "U|uuid=", "L|label=", "B|bind", "M|move", "R|rbind", "make-shared",
-          "make-slave", "make-private", "make-unbindable", "make-rshared", "make-rslave",
-          "make-rprivate", "make-runbindable", "m|mkdir=?", "c|no-canonicalize",
-          "i|internal-only", "l|show-labels", "target=", "target-prefix=", "source=",
-          "options-mode=", "options-source=", "options-source-force", "N|namespace="]
-_MOUNT_MODELLED = {"types", "options", "read-only", "read-write", "verbose", "no-mtab", "help",
-                   "version", "source", "target", "no-canonicalize"}
+_MOUNT = [
+    "a|all",
+    "f|fake",
+    "T|fstab=",
+    "F|fork",
+    "h|help",
+    "n|no-mtab",
+    "r|read-only|ro",
+    "v|verbose",
+    "V|version",
+    "w|read-write|rw",
+    "o|options=",
+    "O|test-opts=",
+    "t|types=",
+    "U|uuid=",
+    "L|label=",
+    "B|bind",
+    "M|move",
+    "R|rbind",
+    "make-shared",
+    "make-slave",
+    "make-private",
+    "make-unbindable",
+    "make-rshared",
+    "make-rslave",
+    "make-rprivate",
+    "make-runbindable",
+    "m|mkdir=?",
+    "c|no-canonicalize",
+    "i|internal-only",
+    "l|show-labels",
+    "target=",
+    "target-prefix=",
+    "source=",
+    "options-mode=",
+    "options-source=",
+    "options-source-force",
+    "N|namespace=",
+]
+_MOUNT_MODELLED = {
+    "types",
+    "options",
+    "read-only",
+    "read-write",
+    "verbose",
+    "no-mtab",
+    "help",
+    "version",
+    "source",
+    "target",
+    "no-canonicalize",
+}
 
 #: mount(8) flags mount.lustre takes for itself; matched as prefixes, as its opt_map does
-MOUNT_FLAGS = ("async", "atime", "auto", "defaults", "dev", "exec", "loop", "noatime", "noauto",
-               "nodev", "noowner", "nosuid", "nouser", "nousers", "_netdev", "noexec", "remount",
-               "ro", "rw", "suid", "sync", "diratime", "nodiratime", "norelatime", "relatime",
-               "strictatime")
+MOUNT_FLAGS = (
+    "async",
+    "atime",
+    "auto",
+    "defaults",
+    "dev",
+    "exec",
+    "loop",
+    "noatime",
+    "noauto",
+    "nodev",
+    "noowner",
+    "nosuid",
+    "nouser",
+    "nousers",
+    "_netdev",
+    "noexec",
+    "remount",
+    "ro",
+    "rw",
+    "suid",
+    "sync",
+    "diratime",
+    "nodiratime",
+    "norelatime",
+    "relatime",
+    "strictatime",
+)
 #: options the kernel's lmd_parse() takes out (lustre/obdclass/obd_mount.c lmd_flags_table)
-LMD_OPTIONS = ("skip_lfsck", "abort_recov", "abort_recovery", "nosvc", "mgs", "nomgs",
-               "writeconf", "noir", "noscrub", "noprimnode", "virgin", "update", "rdonly_dev",
-               "no_create", "no_precreate", "localrecov", "abort_recov_mdt",
-               "abort_recovery_mdt", "nolocallogs", "noclient", "recovery_time_soft=%u",
-               "recovery_time_hard=%u", "exclude=%s", "mgsname=%s", "mgsnode=%s", "mgssec=%s",
-               "svname=%s", "param=%s", "osd=%s", "network=%s", "device=%s")
+LMD_OPTIONS = (
+    "skip_lfsck",
+    "abort_recov",
+    "abort_recovery",
+    "nosvc",
+    "mgs",
+    "nomgs",
+    "writeconf",
+    "noir",
+    "noscrub",
+    "noprimnode",
+    "virgin",
+    "update",
+    "rdonly_dev",
+    "no_create",
+    "no_precreate",
+    "localrecov",
+    "abort_recov_mdt",
+    "abort_recovery_mdt",
+    "nolocallogs",
+    "noclient",
+    "recovery_time_soft=%u",
+    "recovery_time_hard=%u",
+    "exclude=%s",
+    "mgsname=%s",
+    "mgsnode=%s",
+    "mgssec=%s",
+    "svname=%s",
+    "param=%s",
+    "osd=%s",
+    "network=%s",
+    "device=%s",
+)
 #: client options ll_options() accepts (lustre/llite/llite_lib.c ll_sbi_flags_name); others
 #: make the client refuse to mount ("Unknown option '%s', won't mount.")
-CLIENT_OPTIONS = ("32bitapi", "localflock", "flock", "noflock", "checksum", "nochecksum",
-                  "encrypt", "noencrypt", "foreign_symlink=%s", "lazystatfs", "nolazystatfs",
-                  "lruresize", "nolruresize", "nolock", "statfs_project", "nostatfs_project",
-                  "sync_on_close", "nosync_on_close", "test_dummy_encryption=%s",
-                  "test_dummy_encryption", "user_fid2path", "nouser_fid2path",
-                  "user_principal=%s", "user_xattr", "nouser_xattr", "verbose", "noverbose",
-                  "always_ping", "context", "fscontext", "defcontext", "rootcontext", "skid=%s")
+CLIENT_OPTIONS = (
+    "32bitapi",
+    "localflock",
+    "flock",
+    "noflock",
+    "checksum",
+    "nochecksum",
+    "encrypt",
+    "noencrypt",
+    "foreign_symlink=%s",
+    "lazystatfs",
+    "nolazystatfs",
+    "lruresize",
+    "nolruresize",
+    "nolock",
+    "statfs_project",
+    "nostatfs_project",
+    "sync_on_close",
+    "nosync_on_close",
+    "test_dummy_encryption=%s",
+    "test_dummy_encryption",
+    "user_fid2path",
+    "nouser_fid2path",
+    "user_principal=%s",
+    "user_xattr",
+    "nouser_xattr",
+    "verbose",
+    "noverbose",
+    "always_ping",
+    "context",
+    "fscontext",
+    "defcontext",
+    "rootcontext",
+    "skid=%s",
+)
 #: ldiskfs mount options a server target may pass to its backing filesystem (a common subset)
-LDISKFS_OPTIONS = ("errors=%s", "user_xattr", "nouser_xattr", "acl", "noacl", "data=%s",
-                   "barrier", "nobarrier", "journal_checksum", "nojournal_checksum",
-                   "no_mbcache", "nodelalloc", "delalloc", "max_dir_size_kb=%u", "commit=%u",
-                   "stripe=%u", "resuid=%u", "resgid=%u", "usrquota", "grpquota", "prjquota")
+LDISKFS_OPTIONS = (
+    "errors=%s",
+    "user_xattr",
+    "nouser_xattr",
+    "acl",
+    "noacl",
+    "data=%s",
+    "barrier",
+    "nobarrier",
+    "journal_checksum",
+    "nojournal_checksum",
+    "no_mbcache",
+    "nodelalloc",
+    "delalloc",
+    "max_dir_size_kb=%u",
+    "commit=%u",
+    "stripe=%u",
+    "resuid=%u",
+    "resgid=%u",
+    "usrquota",
+    "grpquota",
+    "prjquota",
+)
 #: options mount.lustre itself consumes (parse_options in mount_lustre.c)
-HELPER_OPTIONS = ("force", "max_sectors_kb=%s", "md_stripe_cache_size=%s", "retry=%u",
-                  "skpath=%s")
+HELPER_OPTIONS = ("force", "max_sectors_kb=%s", "md_stripe_cache_size=%s", "retry=%u", "skpath=%s")
 
 _HINTS = {
     errno.EIO: "Is the MGS running?",
     errno.ENOENT: "Is the MGS specification correct?\nIs the filesystem name correct?\n"
-                  "If upgrading, is the copied client log valid? (see upgrade docs)",
+    "If upgrading, is the copied client log valid? (see upgrade docs)",
     errno.EALREADY: "The target service is already running. ({source})",
     errno.EADDRINUSE: "The target service's index is already in use. ({source})",
     errno.ENOMEDIUM: "This filesystem needs at least 1 OST",
     errno.EINVAL: "This may have multiple causes.\n{cli}Are the mount options correct?\n"
-                  "Check the syslog for more info.",
+    "Check the syslog for more info.",
 }
 
 
@@ -89,7 +229,7 @@ def _matches(option: str, table) -> bool:
         if not kind and option == name:
             return True
         if kind and option.startswith(name + "="):
-            value = option[len(name) + 1:]
+            value = option[len(name) + 1 :]
             return bool(value) and (kind != "%u" or value.isdigit())
     return False
 
@@ -101,9 +241,9 @@ def _helper(message: str, rc: int) -> Refused:
 def _failed(source: str, target: str, code: int) -> Refused:
     """mount.lustre's report of a failed mount(2): strerror, then its hint for that errno."""
     cli = source.rpartition(":")[2][1:] if ":/" in source else ""
-    hint = _HINTS.get(code, "").format(source=source,
-                                       cli=f"Is '{cli}' the correct filesystem name?\n" if cli
-                                       else "")
+    hint = _HINTS.get(code, "").format(
+        source=source, cli=f"Is '{cli}' the correct filesystem name?\n" if cli else ""
+    )
     text = f"mount {source} at {target} failed: {os.strerror(code)}"
     return _helper(text + (f"\n{hint}" if hint else ""), code)
 
@@ -129,8 +269,10 @@ def mount(site: Site, args: list[str]) -> int:
         with site.state() as state:
             for entry in mounts(state, site.host):
                 if types in (None, entry.get("fstype")):
-                    print(f"{entry['source']} on {entry['dir']} type {entry.get('fstype')} "
-                          f"({','.join(entry.get('options') or ['rw'])})")
+                    print(
+                        f"{entry['source']} on {entry['dir']} type {entry.get('fstype')} "
+                        f"({','.join(entry.get('options') or ['rw'])})"
+                    )
         return 0
     if len(operands) == 1:
         raise Refused(f"{operands[0]}: can't find in /etc/fstab.")
@@ -140,21 +282,27 @@ def mount(site: Site, args: list[str]) -> int:
         raise Refused("this site only stands in for lustre mounts (give -t lustre)", 32)
     source, target = operands
     if not os.path.exists(target):  # mount.lustre's realpath() of the mount point
-        raise Refused(f"warning: {target}: cannot resolve: No such file or directory",
-                      errno.ENOENT, whole=True)
+        raise Refused(
+            f"warning: {target}: cannot resolve: No such file or directory",
+            errno.ENOENT,
+            whole=True,
+        )
     target = mount_path(target)
     with site.state() as state:
         entries = mounts(state, site.host)
         same = [e for e in entries if e["source"] == source and e["dir"] == target]
         if "remount" in flags:
             if not same:
-                raise _helper(f"according to /etc/mtab {source} is not already mounted on "
-                              f"{target}", errno.ENOENT)
+                raise _helper(
+                    f"according to /etc/mtab {source} is not already mounted on {target}",
+                    errno.ENOENT,
+                )
             same[-1]["options"] = flags
             return 0
         if same and "force" not in flags:
-            raise _helper(f"according to /etc/mtab {source} is already mounted on {target}",
-                          errno.EEXIST)
+            raise _helper(
+                f"according to /etc/mtab {source} is already mounted on {target}", errno.EEXIST
+            )
         if not os.path.isdir(target):
             raise _failed(source, target, errno.ENOTDIR)
         if ":/" in source:
@@ -167,8 +315,11 @@ def mount(site: Site, args: list[str]) -> int:
 
 def _unknown(flags: list[str], table) -> str | None:
     for flag in flags:
-        consumed = (any(flag.startswith(prefix) for prefix in MOUNT_FLAGS)
-                    or _matches(flag, HELPER_OPTIONS) or _matches(flag, LMD_OPTIONS))
+        consumed = (
+            any(flag.startswith(prefix) for prefix in MOUNT_FLAGS)
+            or _matches(flag, HELPER_OPTIONS)
+            or _matches(flag, LMD_OPTIONS)
+        )
         if not consumed and not _matches(flag, table):
             return flag
     return None
@@ -179,10 +330,12 @@ def _client(site: Site, state: dict, source: str, target: str, flags: list[str])
     try:
         nodes = parse_nodes(spec, resolver(site))
     except BadNid as e:
-        raise _helper(f"Unsupported NID '{e}': rc = Unknown error -22.\n"
-                      f"mount.lustre: Can't parse NID '{e}'\n\nThis mount helper should only "
-                      "be invoked via the mount (8) command,\ne.g. mount -t lustre dev dir",
-                      errno.EINVAL) from None
+        raise _helper(
+            f"Unsupported NID '{e}': rc = Unknown error -22.\n"
+            f"mount.lustre: Can't parse NID '{e}'\n\nThis mount helper should only "
+            "be invoked via the mount (8) command,\ne.g. mount -t lustre dev dir",
+            errno.EINVAL,
+        ) from None
     fsname, _, subdir = path.lstrip("/").partition("/")
     subdir = subdir.strip("/")
     if _unknown(flags, CLIENT_OPTIONS):
@@ -198,8 +351,9 @@ def _client(site: Site, state: dict, source: str, target: str, flags: list[str])
     running = {info["uuid"] for _, _, info in mounted_targets(state)}
     if mdt0 not in running:
         raise _failed(source, target, errno.EIO)
-    if not any(name.startswith(f"{fsname}-OST") and uuid in running
-               for name, uuid in known.items()):
+    if not any(
+        name.startswith(f"{fsname}-OST") and uuid in running for name, uuid in known.items()
+    ):
         raise _failed(source, target, errno.ENOMEDIUM)
     store = fs_store(site, fsname, mdt0)
     shown = os.path.join(store, subdir)
@@ -209,15 +363,23 @@ def _client(site: Site, state: dict, source: str, target: str, flags: list[str])
     lustre = state.setdefault("lustre", {})
     lustre["instances"] = lustre.get("instances", 0) + 1
     instance = f"ffff{lustre['instances']:012x}"
-    entry = {"source": source, "dir": target, "fstype": "lustre", "kind": "client",
-             "options": flags, "fsname": fsname, "subdir": subdir,
-             "mgs": [mgs_host, mgs_entry["device"]], "instance": instance, "root": shown,
-             "connect": connect_data(site, state, known)}
+    entry = {
+        "source": source,
+        "dir": target,
+        "fstype": "lustre",
+        "kind": "client",
+        "options": flags,
+        "fsname": fsname,
+        "subdir": subdir,
+        "mgs": [mgs_host, mgs_entry["device"]],
+        "instance": instance,
+        "root": shown,
+        "connect": connect_data(site, state, known),
+    }
     if os.path.realpath(target) != os.path.realpath(shown):
         # what the mount shows is the filesystem: the directory it covers is set aside and the
         # mount point leads into the filesystem's store until umount puts the directory back
-        entry["covered"] = os.path.join(site.dir, "lustre-fs", "covered",
-                                        f"{site.host}.{instance}")
+        entry["covered"] = os.path.join(site.dir, "lustre-fs", "covered", f"{site.host}.{instance}")
         os.makedirs(os.path.dirname(entry["covered"]), exist_ok=True)
         shutil.move(target, entry["covered"])
         os.symlink(shown, target)
@@ -228,17 +390,22 @@ def _target(site: Site, state: dict, source: str, target: str, flags: list[str])
     device = os.path.abspath(source)
     info = lustre_of(state, site.host, device)
     if info is None:
-        raise _helper(f"{source} has not been formatted with mkfs.lustre or the backend "
-                      "filesystem type is not supported by this tool", errno.ENODEV)
+        raise _helper(
+            f"{source} has not been formatted with mkfs.lustre or the backend "
+            "filesystem type is not supported by this tool",
+            errno.ENODEV,
+        )
     if info["index"] is None and info["fsname"]:
-        raise _helper(f"{source} has no index assigned (probably formatted with old mkfs)",
-                      errno.EINVAL)
+        raise _helper(
+            f"{source} has no index assigned (probably formatted with old mkfs)", errno.EINVAL
+        )
     if _unknown(flags, LDISKFS_OPTIONS):
         raise _failed(source, target, errno.EINVAL)
     for host, _entry, other in mounted_targets(state):
         # one service per target, and (tgt_mount.c server_start_mgs) one MGS per node
         if other["uuid"] == info["uuid"] or (
-                host == site.host and "mgs" in info["kinds"] and "mgs" in other["kinds"]):
+            host == site.host and "mgs" in info["kinds"] and "mgs" in other["kinds"]
+        ):
             raise _failed(source, target, errno.EALREADY)
     if "mgs" in info["kinds"]:
         mgs_info = info
@@ -253,14 +420,38 @@ def _target(site: Site, state: dict, source: str, target: str, flags: list[str])
         if known.get(name, info["uuid"]) != info["uuid"] and not info.get("replace"):
             raise _failed(source, target, errno.EADDRINUSE)
         known[name] = info["uuid"]
-    return {"source": source, "dir": target, "fstype": "lustre", "kind": "target",
-            "device": device, "fsname": info["fsname"], "svname": name, "options": flags}
+    return {
+        "source": source,
+        "dir": target,
+        "fstype": "lustre",
+        "kind": "target",
+        "device": device,
+        "fsname": info["fsname"],
+        "svname": name,
+        "options": flags,
+    }
 
 
-_UMOUNT = ["a|all", "A|all-targets", "d|detach-loop", "fake", "f|force", "h|help",
-           "i|internal-only", "l|lazy", "c|no-canonicalize", "n|no-mtab", "q|quiet",
-           "r|read-only", "R|recursive", "O|test-opts=", "t|types=", "v|verbose", "V|version",
-           "N|namespace="]
+_UMOUNT = [
+    "a|all",
+    "A|all-targets",
+    "d|detach-loop",
+    "fake",
+    "f|force",
+    "h|help",
+    "i|internal-only",
+    "l|lazy",
+    "c|no-canonicalize",
+    "n|no-mtab",
+    "q|quiet",
+    "r|read-only",
+    "R|recursive",
+    "O|test-opts=",
+    "t|types=",
+    "v|verbose",
+    "V|version",
+    "N|namespace=",
+]
 _UMOUNT_UNMODELLED = {"all", "all-targets", "fake", "recursive", "test-opts", "namespace"}
 
 
@@ -296,8 +487,9 @@ def umount(site: Site, args: list[str]) -> int:
 def _umount_one(state: dict, host: str, path: str, lazy: bool) -> str | None:
     entries = mounts(state, host)
     point, device = mount_path(path), os.path.abspath(path)
-    found = [e for e in entries
-             if e["dir"] == point or e["source"] == path or e.get("device") == device]
+    found = [
+        e for e in entries if e["dir"] == point or e["source"] == path or e.get("device") == device
+    ]
     if not found:
         return "not mounted." if os.path.exists(path) else "no mount point specified."
     entry = found[-1]
@@ -311,16 +503,14 @@ def _umount_one(state: dict, host: str, path: str, lazy: bool) -> str | None:
         # MNT_DETACH takes the mount out of the tree now; it lives on, unreachable by path,
         # while it is used (fs/namespace.c umount_tree()): its users are its own, no other's
         state.setdefault("lustre", {}).setdefault("detached", []).append(
-            {"host": host, "root": entry["root"], "instance": entry["instance"],
-             "pids": users})
+            {"host": host, "root": entry["root"], "instance": entry["instance"], "pids": users}
+        )
     if entry.get("covered"):  # put back the directory the mount covered
         if os.path.islink(entry["dir"]):
             os.unlink(entry["dir"])
         shutil.move(entry["covered"], entry["dir"])
     entries.remove(entry)
     return None
-
-
 
 
 def _users(state: dict, entry: dict) -> list[int]:
@@ -332,10 +522,16 @@ def _users(state: dict, entry: dict) -> list[int]:
     detached stays that mount's, as on a real site, where each client mount is its own."""
     mine = os.path.realpath(entry.get("root") or entry["dir"])
     lustre = state.get("lustre", {})
-    roots = {os.path.realpath(r) for r in
-             [e["root"] for es in state.get("mounts", {}).values() for e in es
-              if e.get("kind") == "client" and e.get("root")]
-             + [d["root"] for d in lustre.get("detached", [])]}
+    roots = {
+        os.path.realpath(r)
+        for r in [
+            e["root"]
+            for es in state.get("mounts", {}).values()
+            for e in es
+            if e.get("kind") == "client" and e.get("root")
+        ]
+        + [d["root"] for d in lustre.get("detached", [])]
+    }
     detached = {pid for d in lustre.get("detached", []) for pid in d["pids"]}
     users = []
     for pid, held in holders(mine).items():

@@ -140,6 +140,7 @@ STANDINS = {
 def _lazy(module: str, function: str):
     def standin(site, args):
         return getattr(importlib.import_module(module), function)(site, args)
+
     standin.__name__ = function
     return standin
 

@@ -53,6 +53,7 @@ def register(*names: str):
         for name in names:
             TOOLS[name] = fn
         return fn
+
     return add
 
 
@@ -91,8 +92,15 @@ class Site:
             os.replace(tmp, path)
 
     def record(self, args: list[str], rc: int, stderr: str = "") -> None:
-        line = json.dumps({"host": self.host, "uid": os.getuid(), "argv": [self.tool, *args],
-                           "rc": rc, **({"stderr": stderr} if stderr else {})})
+        line = json.dumps(
+            {
+                "host": self.host,
+                "uid": os.getuid(),
+                "argv": [self.tool, *args],
+                "rc": rc,
+                **({"stderr": stderr} if stderr else {}),
+            }
+        )
         with open(os.path.join(self.dir, "commands.jsonl"), "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.write(line + "\n")
@@ -106,8 +114,11 @@ class Site:
             with open(path) as f:
                 faults = json.load(f)
             for i, fault in enumerate(faults):
-                if fault.get("tool") == self.tool and fault.get("host", self.host) == self.host \
-                        and all(any(c in a for a in args) for c in fault.get("contains", [])):
+                if (
+                    fault.get("tool") == self.tool
+                    and fault.get("host", self.host) == self.host
+                    and all(any(c in a for a in args) for c in fault.get("contains", []))
+                ):
                     del faults[i]
                     with open(path, "w") as f:
                         json.dump(faults, f)
@@ -147,12 +158,16 @@ def holders(directory: str) -> dict[int, str]:
 def main(argv: list[str]) -> int:
     import daos_tools  # noqa: F401
     import lustre_tools  # noqa: F401  (each registers its tools)
+
     tool = os.path.basename(argv[0])
     args = argv[1:]
     directory, host = os.environ.get("DAC_SITE_DIR"), os.environ.get("DAC_SITE_HOST")
     if not directory or not host or tool not in TOOLS:
-        print(f"{tool}: stand-in called outside a recorded-command site "
-              "(DAC_SITE_DIR and DAC_SITE_HOST unset, or no such tool)", file=sys.stderr)
+        print(
+            f"{tool}: stand-in called outside a recorded-command site "
+            "(DAC_SITE_DIR and DAC_SITE_HOST unset, or no such tool)",
+            file=sys.stderr,
+        )
         return 127
     site = Site(directory, host, tool)
     injected = site.fault(args)

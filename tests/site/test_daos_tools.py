@@ -16,8 +16,10 @@ import pytest
 from leftovers import account
 
 BIN = Path(__file__).resolve().parent / "bin"
-HOSTS = {"dac1": {"nid": "10.0.0.1@tcp", "ranks": [0, 1]},
-         "dac2": {"nid": "10.0.0.2@tcp", "ranks": [2, 3]}}
+HOSTS = {
+    "dac1": {"nid": "10.0.0.1@tcp", "ranks": [0, 1]},
+    "dac2": {"nid": "10.0.0.2@tcp", "ranks": [2, 3]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +46,19 @@ class Site:
     def run(self, *argv: str, as_user=None, host="dac1") -> subprocess.CompletedProcess:
         cmd = [str(BIN / argv[0]), *argv[1:]]
         if as_user is not None:
-            cmd = ["setpriv", f"--reuid={as_user.pw_uid}", f"--regid={as_user.pw_gid}",
-                   "--init-groups", *cmd]
-        env = {"PATH": os.environ["PATH"], "DAC_SITE_DIR": str(self.root),
-               "DAC_SITE_HOST": host, "PYTHONDONTWRITEBYTECODE": "1"}
+            cmd = [
+                "setpriv",
+                f"--reuid={as_user.pw_uid}",
+                f"--regid={as_user.pw_gid}",
+                "--init-groups",
+                *cmd,
+            ]
+        env = {
+            "PATH": os.environ["PATH"],
+            "DAC_SITE_DIR": str(self.root),
+            "DAC_SITE_HOST": host,
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=20)
 
     def ok(self, *argv: str, **kw) -> subprocess.CompletedProcess:
@@ -93,8 +104,16 @@ def _group(account) -> str:
 
 def _pool(site: Site, user, label="buf42", ranks="0,1", size="200G"):
     """A pool as create.yml makes it: owned by the user, GROUP@ entry removed."""
-    site.ok("dmg", "pool", "create", f"--size={size}", f"--ranks={ranks}",
-            f"--user={user.pw_name}@", f"--group={_group(user)}@", label)
+    site.ok(
+        "dmg",
+        "pool",
+        "create",
+        f"--size={size}",
+        f"--ranks={ranks}",
+        f"--user={user.pw_name}@",
+        f"--group={_group(user)}@",
+        label,
+    )
     site.ok("dmg", "pool", "delete-acl", "--principal=GROUP@", label)
 
 
@@ -106,8 +125,16 @@ def _container(site: Site, user, pool="buf42", label="cont"):
 
 
 def test_pool_container_dfuse_lifecycle_as_the_playbooks_run_it(site, user):
-    out = site.ok("dmg", "pool", "create", "--size=200G", "--ranks=0,1",
-                  f"--user={user.pw_name}@", f"--group={_group(user)}@", "buf42")
+    out = site.ok(
+        "dmg",
+        "pool",
+        "create",
+        "--size=200G",
+        "--ranks=0,1",
+        f"--user={user.pw_name}@",
+        f"--group={_group(user)}@",
+        "buf42",
+    )
     assert "Pool created with 6.00%,94.00% storage tier ratio" in out.stdout
     pool = site.state()["pools"]["buf42"]
     assert pool["owner"] == f"{user.pw_name}@" and pool["ranks"] == [0, 1]
@@ -119,8 +146,7 @@ def test_pool_container_dfuse_lifecycle_as_the_playbooks_run_it(site, user):
     out = site.ok("daos", "container", "create", "--type=POSIX", "buf42", "cont", as_user=user)
     assert "Successfully created container" in out.stdout
     cont = site.state()["pools"]["buf42"]["containers"]["cont"]
-    assert (cont["uid"], cont["type"], cont["owner"]) == (user.pw_uid, "POSIX",
-                                                          f"{user.pw_name}@")
+    assert (cont["uid"], cont["type"], cont["owner"]) == (user.pw_uid, "POSIX", f"{user.pw_name}@")
 
     mnt = site.mount_point("staging", user)
     site.ok("dfuse", f"--mountpoint={mnt}", "--pool=buf42", "--container=cont", as_user=user)
@@ -143,8 +169,10 @@ def test_dmg_json_output_has_the_response_envelope(site, user):
     assert doc["response"]["uuid"] == site.state()["pools"]["buf42"]["uuid"]
     refused = site.run("dmg", "pool", "query", "--json", "nosuch")
     assert json.loads(refused.stdout) == {
-        "response": None, "status": -1025,
-        "error": 'pool query failed: unable to find pool service with label "nosuch"'}
+        "response": None,
+        "status": -1025,
+        "error": 'pool query failed: unable to find pool service with label "nosuch"',
+    }
 
 
 def test_commands_jsonl_records_argv_host_uid_and_rc(site, user):
@@ -154,16 +182,16 @@ def test_commands_jsonl_records_argv_host_uid_and_rc(site, user):
     assert accepted == {"host": "dac2", "uid": 0, "argv": ["dmg", "system", "query"], "rc": 0}
     assert refused["argv"] == ["daos", "container", "create", "nosuch", "c"]
     assert (refused["host"], refused["uid"], refused["rc"]) == ("dac1", user.pw_uid, 1)
-    assert refused["stderr"] == \
-        "ERROR: daos: DER_NONEXIST(-1005): The specified entity does not exist"
+    assert (
+        refused["stderr"] == "ERROR: daos: DER_NONEXIST(-1005): The specified entity does not exist"
+    )
 
 
 def test_injected_fault_fails_one_matching_call_once(site, user):
     fault = {"tool": "dmg", "contains": ["create"], "rc": 1, "stderr": "ERROR: dmg: injected"}
     (site.root / "faults.json").write_text(json.dumps([fault]))
     (site.root / "faults.json").chmod(0o666)
-    assert site.refused("dmg", "pool", "create", "--size=200G", "buf42") == \
-        "ERROR: dmg: injected\n"
+    assert site.refused("dmg", "pool", "create", "--size=200G", "buf42") == "ERROR: dmg: injected\n"
     site.ok("dmg", "pool", "create", "--size=200G", "buf42")
     assert json.loads((site.root / "faults.json").read_text()) == []
 
@@ -176,52 +204,69 @@ def test_pool_create_refuses_a_rank_outside_the_system(site):
     assert 'code = 606 description = "pool request contains invalid rank: 7"' in err
 
 
-@pytest.mark.parametrize("label", ["bad label", "x" * 128, "a/b",
-                                   "123e4567-e89b-12d3-a456-426614174000"])
+@pytest.mark.parametrize(
+    "label", ["bad label", "x" * 128, "a/b", "123e4567-e89b-12d3-a456-426614174000"]
+)
 def test_pool_create_refuses_a_bad_label(site, label):
     err = site.refused("dmg", "pool", "create", "--size=200G", label)
     assert err == f'ERROR: dmg: invalid label "{label}"\n'
 
 
-@pytest.mark.parametrize("size, message", [
-    ("abc", "invalid argument for flag `-z, --size' (expected main.poolSizeFlag): "
-            'invalid size "abc"'),
-    ("10XB", 'invalid size "10XB"'),
-    ("16EiB", 'invalid size "16EiB"'),  # go-humanize v1.0.0 ParseBytes: past a uint64
-    ("0%", "invalid full size ratio 0%"),
-    ("1G", 'code = 604 description = "requested SCM capacity is too small'),
-])
+@pytest.mark.parametrize(
+    "size, message",
+    [
+        (
+            "abc",
+            "invalid argument for flag `-z, --size' (expected main.poolSizeFlag): "
+            'invalid size "abc"',
+        ),
+        ("10XB", 'invalid size "10XB"'),
+        ("16EiB", 'invalid size "16EiB"'),  # go-humanize v1.0.0 ParseBytes: past a uint64
+        ("0%", "invalid full size ratio 0%"),
+        ("1G", 'code = 604 description = "requested SCM capacity is too small'),
+    ],
+)
 def test_pool_create_refuses_a_bad_size(site, size, message):
     assert message in site.refused("dmg", "pool", "create", f"--size={size}", "buf42")
 
 
 def test_pool_create_refuses_conflicting_and_missing_arguments(site):
-    assert "--size may not be mixed with --scm-size or --nvme-size" in \
-        site.refused("dmg", "pool", "create", "--size=200G", "--scm-size=1G", "buf42")
-    assert "the required argument `<pool label>` was not provided" in \
-        site.refused("dmg", "pool", "create", "--size=200G")
-    assert "unknown flag `label'" in \
-        site.refused("dmg", "pool", "create", "--size=200G", "--label=buf42")
+    assert "--size may not be mixed with --scm-size or --nvme-size" in site.refused(
+        "dmg", "pool", "create", "--size=200G", "--scm-size=1G", "buf42"
+    )
+    assert "the required argument `<pool label>` was not provided" in site.refused(
+        "dmg", "pool", "create", "--size=200G"
+    )
+    assert "unknown flag `label'" in site.refused(
+        "dmg", "pool", "create", "--size=200G", "--label=buf42"
+    )
 
 
 def test_pool_create_refuses_a_used_label_and_an_unknown_owner(site, user):
     _pool(site, user)
-    assert 'pool label \\"buf42\\" already exists' in \
-        site.refused("dmg", "pool", "create", "--size=200G", "buf42")
-    assert 'user "nosuchuser@" does not resolve' in \
-        site.refused("dmg", "pool", "create", "--size=200G", "--user=nosuchuser", "buf43")
+    assert 'pool label \\"buf42\\" already exists' in site.refused(
+        "dmg", "pool", "create", "--size=200G", "buf42"
+    )
+    assert 'user "nosuchuser@" does not resolve' in site.refused(
+        "dmg", "pool", "create", "--size=200G", "--user=nosuchuser", "buf43"
+    )
 
 
 def test_pool_acl_changes_follow_the_ace_grammar(site, user, outsider):
     _pool(site, user)
-    assert "Pool-update-ACL command failed: DER_INVAL(-1003)" in \
-        site.refused("dmg", "pool", "update-acl", "--entry=A::GROUP@:rw", "buf42")
-    assert "Pool-delete-ACL command failed: DER_NONEXIST(-1005)" in \
-        site.refused("dmg", "pool", "delete-acl", "--principal=GROUP@", "buf42")
+    assert "Pool-update-ACL command failed: DER_INVAL(-1003)" in site.refused(
+        "dmg", "pool", "update-acl", "--entry=A::GROUP@:rw", "buf42"
+    )
+    assert "Pool-delete-ACL command failed: DER_NONEXIST(-1005)" in site.refused(
+        "dmg", "pool", "delete-acl", "--principal=GROUP@", "buf42"
+    )
     site.ok("dmg", "pool", "update-acl", f"--entry=A:G:{_group(outsider)}@:r", "buf42")
     site.ok("dmg", "pool", "update-acl", f"--entry=A::{outsider.pw_name}@:rw", "buf42")
     assert site.state()["pools"]["buf42"]["acl"] == [
-        "A::OWNER@:rw", f"A::{outsider.pw_name}@:rw", f"A:G:{_group(outsider)}@:r"]
+        "A::OWNER@:rw",
+        f"A::{outsider.pw_name}@:rw",
+        f"A:G:{_group(outsider)}@:r",
+    ]
 
 
 def test_pool_destroy_needs_recursive_for_containers_and_force_for_mounts(site, user):
@@ -231,16 +276,19 @@ def test_pool_destroy_needs_recursive_for_containers_and_force_for_mounts(site, 
     assert 'code = 618 description = "cannot destroy a pool with existing containers"' in err
     mnt = site.mount_point("m", user)
     site.ok("dfuse", "-m", mnt, "--pool", "buf42", "--cont", "cont", as_user=user)
-    assert "pool destroy failed: DER_BUSY(-1012)" in \
-        site.refused("dmg", "pool", "destroy", "--recursive", "buf42")
+    assert "pool destroy failed: DER_BUSY(-1012)" in site.refused(
+        "dmg", "pool", "destroy", "--recursive", "buf42"
+    )
     site.ok("dmg", "pool", "destroy", "--recursive", "--force", "buf42")
 
 
 def test_pool_destroy_of_an_unknown_pool_says_so_as_dmg_does(site):
     out = site.run("dmg", "pool", "destroy", "--force", "--recursive", "gone")
     assert out.returncode == 1
-    assert out.stderr == 'ERROR: dmg: pool destroy failed: unable to find pool service ' \
-                         'with label "gone"\n'
+    assert (
+        out.stderr == "ERROR: dmg: pool destroy failed: unable to find pool service "
+        'with label "gone"\n'
+    )
 
 
 # ---------------------------------------------------------------- daos refusals
@@ -249,7 +297,8 @@ def test_pool_destroy_of_an_unknown_pool_says_so_as_dmg_does(site):
 def test_container_create_refuses_a_user_the_pool_acl_does_not_admit(site, user, outsider):
     _pool(site, user)
     assert "DER_NO_PERM(-1001)" in site.refused(
-        "daos", "container", "create", "--type=POSIX", "buf42", "c", as_user=outsider)
+        "daos", "container", "create", "--type=POSIX", "buf42", "c", as_user=outsider
+    )
     site.ok("dmg", "pool", "update-acl", f"--entry=A:G:{_group(outsider)}@:rw", "buf42")
     site.ok("daos", "container", "create", "--type=POSIX", "buf42", "c", as_user=outsider)
 
@@ -258,11 +307,14 @@ def test_container_create_refuses_a_used_label_a_bad_label_and_a_bad_type(site, 
     _pool(site, user)
     _container(site, user)
     assert "failed to create container: DER_EXIST(-1004)" in site.refused(
-        "daos", "container", "create", "--type=POSIX", "buf42", "cont", as_user=user)
+        "daos", "container", "create", "--type=POSIX", "buf42", "cont", as_user=user
+    )
     assert 'invalid label "a b"' in site.refused(
-        "daos", "container", "create", "--type=POSIX", "buf42", "a b", as_user=user)
+        "daos", "container", "create", "--type=POSIX", "buf42", "a b", as_user=user
+    )
     assert 'unknown container type "ext4"' in site.refused(
-        "daos", "container", "create", "--type=ext4", "buf42", "c2", as_user=user)
+        "daos", "container", "create", "--type=ext4", "buf42", "c2", as_user=user
+    )
 
 
 def test_container_destroy_needs_delete_rights_and_no_open_mount(site, user, outsider):
@@ -270,14 +322,18 @@ def test_container_destroy_needs_delete_rights_and_no_open_mount(site, user, out
     _container(site, user)
     out = site.ok("daos", "container", "list", "buf42", as_user=user)
     assert out.stdout.splitlines()[-1].endswith(" cont")
-    assert site.refused("daos", "container", "destroy", "buf42", "cont", as_user=outsider) == \
-        "ERROR: daos: DER_NO_PERM(-1001): Operation not permitted\n"  # not even a connect
+    assert (
+        site.refused("daos", "container", "destroy", "buf42", "cont", as_user=outsider)
+        == "ERROR: daos: DER_NO_PERM(-1001): Operation not permitted\n"
+    )  # not even a connect
     site.ok("dmg", "pool", "update-acl", f"--entry=A::{outsider.pw_name}@:r", "buf42")
     assert "failed to destroy container cont: DER_NO_PERM(-1001)" in site.refused(
-        "daos", "container", "destroy", "buf42", "cont", as_user=outsider)
+        "daos", "container", "destroy", "buf42", "cont", as_user=outsider
+    )
     site.ok("dfuse", site.mount_point("m", user), "buf42", "cont", as_user=user)
     assert "failed to destroy container cont: DER_BUSY(-1012)" in site.refused(
-        "daos", "container", "destroy", "buf42", "cont", as_user=user)
+        "daos", "container", "destroy", "buf42", "cont", as_user=user
+    )
     site.ok("daos", "container", "destroy", "--force", "buf42", "cont", as_user=user)
     assert site.state()["pools"]["buf42"]["containers"] == {}
 
@@ -289,10 +345,20 @@ def test_dfuse_refuses_short_pool_options_and_a_missing_mount_point(site, user):
     _pool(site, user)
     _container(site, user)
     mnt = site.mount_point("m", user)
-    assert site.refused("dfuse", "-m", mnt, "-p", "buf42", "-c", "cont", rc=3,
-                        as_user=user) == "dfuse: invalid option -- 'p'\n"
-    out = site.run("dfuse", "--mountpoint", str(site.root / "nodir"), "--pool", "buf42",
-                   "--container", "cont", as_user=user)
+    assert (
+        site.refused("dfuse", "-m", mnt, "-p", "buf42", "-c", "cont", rc=3, as_user=user)
+        == "dfuse: invalid option -- 'p'\n"
+    )
+    out = site.run(
+        "dfuse",
+        "--mountpoint",
+        str(site.root / "nodir"),
+        "--pool",
+        "buf42",
+        "--container",
+        "cont",
+        as_user=user,
+    )
     assert out.returncode == 5
     assert out.stdout == "Mount point does not exist\nExiting -1005 DER_NONEXIST\n"
 
@@ -302,12 +368,15 @@ def test_dfuse_refuses_what_the_caller_may_not_reach(site, user, outsider):
     _container(site, user)
     theirs = site.mount_point("theirs", outsider)
     assert "Failed to connect to pool: 1 (Operation not permitted)" in site.refused(
-        "dfuse", theirs, "buf42", "cont", as_user=outsider)
+        "dfuse", theirs, "buf42", "cont", as_user=outsider
+    )
     assert "Failed to connect to container: 2 (No such file or directory)" in site.refused(
-        "dfuse", site.mount_point("m", user), "buf42", "nocont", rc=5, as_user=user)
+        "dfuse", site.mount_point("m", user), "buf42", "nocont", rc=5, as_user=user
+    )
     root_owned = site.mount_point("root", pwd.getpwuid(0), mode=0o755)
     assert "user has no write access to mountpoint" in site.refused(
-        "dfuse", root_owned, "buf42", "cont", rc=3, as_user=user)
+        "dfuse", root_owned, "buf42", "cont", rc=3, as_user=user
+    )
 
 
 def test_dfuse_mounts_over_a_non_empty_directory_but_not_over_its_own_mount(site, user):
@@ -317,20 +386,25 @@ def test_dfuse_mounts_over_a_non_empty_directory_but_not_over_its_own_mount(site
     Path(mnt, "leftover").write_text("x")  # FUSE 3 mounts over non-empty directories
     site.ok("dfuse", mnt, "buf42", "cont", as_user=user)
     assert "Pool specified multiple ways" in site.refused(
-        "dfuse", mnt, "buf42", "cont", rc=3, as_user=user)
+        "dfuse", mnt, "buf42", "cont", rc=3, as_user=user
+    )
 
 
 def test_fusermount3_refuses_a_non_mount_and_someone_elses_mount(site, user, outsider):
     _pool(site, user)
     _container(site, user)
     mnt = site.mount_point("m", user)
-    assert site.refused("fusermount3", "-u", mnt, as_user=user) == \
-        f"fusermount3: entry for {mnt} not found in /etc/mtab\n"
+    assert (
+        site.refused("fusermount3", "-u", mnt, as_user=user)
+        == f"fusermount3: entry for {mnt} not found in /etc/mtab\n"
+    )
     site.ok("dfuse", mnt, "buf42", "cont", as_user=user)
     assert "not found in /etc/mtab" in site.refused("fusermount3", "-u", mnt, as_user=outsider)
     assert "fusermount3: -z can only be used with -u" in site.refused("fusermount3", "-z", mnt)
-    assert site.refused("fusermount3", "-u", str(site.root)) == \
-        f"fusermount3: failed to unmount {site.root}: Invalid argument\n"
+    assert (
+        site.refused("fusermount3", "-u", str(site.root))
+        == f"fusermount3: failed to unmount {site.root}: Invalid argument\n"
+    )
     site.ok("fusermount3", "-u", "-z", mnt)  # root may unmount anyone's
     assert site.state()["dfuse"]["dac1"] == {}
 
@@ -342,8 +416,10 @@ def test_fusermount3_refuses_a_mount_a_process_uses_until_lazy(site, user):
     site.ok("dfuse", mnt, "buf42", "cont", as_user=user)
     holder = subprocess.Popen(["sleep", "60"], cwd=mnt, user=user.pw_uid, group=user.pw_gid)
     try:
-        assert site.refused("fusermount3", "-u", mnt, as_user=user) == \
-            f"fusermount3: failed to unmount {mnt}: Device or resource busy\n"
+        assert (
+            site.refused("fusermount3", "-u", mnt, as_user=user)
+            == f"fusermount3: failed to unmount {mnt}: Device or resource busy\n"
+        )
         assert mnt in site.state()["dfuse"]["dac1"]
         site.ok("fusermount3", "-u", "-z", mnt, as_user=user)
         assert site.state()["dfuse"]["dac1"] == {}

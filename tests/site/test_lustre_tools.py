@@ -28,14 +28,22 @@ class Site:
         self.root, self.release = root, release
         root.mkdir()
         hosts = {"dac1": {"nid": MGS}, "dac2": {"nid": "10.0.0.2@tcp"}}
-        (root / "site.json").write_text(json.dumps({"hosts": hosts,
-                                                    "lustre": {"release": release}}))
+        (root / "site.json").write_text(
+            json.dumps({"hosts": hosts, "lustre": {"release": release}})
+        )
         for host in hosts:
             (root / host / "dev").mkdir(parents=True)
             for disk in ("nvme0n1", "nvme1n1"):
                 (root / host / "dev" / disk).touch()
-        for d in ("targets/mdt0", "targets/ost0", "targets/mdt1", "targets/ost1",
-                  "targets/spare", "dac1/fs", "node/striped"):
+        for d in (
+            "targets/mdt0",
+            "targets/ost0",
+            "targets/mdt1",
+            "targets/ost1",
+            "targets/spare",
+            "dac1/fs",
+            "node/striped",
+        ):
             (root / d).mkdir(parents=True)
 
     def dev(self, host: str, name: str) -> str:
@@ -46,8 +54,9 @@ class Site:
 
     def run(self, host: str, *argv: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "DAC_SITE_DIR": str(self.root), "DAC_SITE_HOST": host}
-        return subprocess.run([str(BIN / argv[0]), *argv[1:]], env=env, capture_output=True,
-                              text=True)
+        return subprocess.run(
+            [str(BIN / argv[0]), *argv[1:]], env=env, capture_output=True, text=True
+        )
 
     def ok(self, host: str, *argv: str) -> subprocess.CompletedProcess:
         done = self.run(host, *argv)
@@ -59,25 +68,78 @@ class Site:
         return json.loads(path.read_text()) if path.exists() else {}
 
     def calls(self) -> list[dict]:
-        return [json.loads(line) for line in (self.root / "commands.jsonl").read_text()
-                .splitlines()]
+        return [
+            json.loads(line) for line in (self.root / "commands.jsonl").read_text().splitlines()
+        ]
 
 
 def bring_up(s: Site) -> None:
     """Partition, format (MGS+MDT0, MDT1, two OSTs), start the targets, mount the root client."""
     d1, d2 = s.dev("dac1", "nvme0n1"), s.dev("dac2", "nvme0n1")
-    s.ok("dac1", "parted", "--script", d1, "mklabel", "gpt", "mkpart", "mdt", "1MiB",
-         "10241MiB", "mkpart", "ost", "10241MiB", "100%")
-    s.ok("dac2", "parted", "--script", d2, "mklabel", "gpt", "mkpart", "mdt", "1MiB",
-         "10241MiB", "mkpart", "ost", "10241MiB", "100%")
+    s.ok(
+        "dac1",
+        "parted",
+        "--script",
+        d1,
+        "mklabel",
+        "gpt",
+        "mkpart",
+        "mdt",
+        "1MiB",
+        "10241MiB",
+        "mkpart",
+        "ost",
+        "10241MiB",
+        "100%",
+    )
+    s.ok(
+        "dac2",
+        "parted",
+        "--script",
+        d2,
+        "mklabel",
+        "gpt",
+        "mkpart",
+        "mdt",
+        "1MiB",
+        "10241MiB",
+        "mkpart",
+        "ost",
+        "10241MiB",
+        "100%",
+    )
     s.ok("dac1", "udevadm", "settle", "--timeout=30")
-    s.ok("dac1", "mkfs.lustre", "--mgs", "--mdt", "--reformat", "--fsname=fs1", "--index=0",
-         f"{d1}p1")
-    s.ok("dac2", "mkfs.lustre", "--mdt", "--reformat", "--fsname=fs1", "--index=1",
-         f"--mgsnode={MGS}", f"{d2}p1")
+    s.ok(
+        "dac1",
+        "mkfs.lustre",
+        "--mgs",
+        "--mdt",
+        "--reformat",
+        "--fsname=fs1",
+        "--index=0",
+        f"{d1}p1",
+    )
+    s.ok(
+        "dac2",
+        "mkfs.lustre",
+        "--mdt",
+        "--reformat",
+        "--fsname=fs1",
+        "--index=1",
+        f"--mgsnode={MGS}",
+        f"{d2}p1",
+    )
     for host, disk, index in (("dac1", d1, 0), ("dac2", d2, 1)):
-        s.ok(host, "mkfs.lustre", "--ost", "--reformat", "--fsname=fs1", f"--index={index}",
-             f"--mgsnode={MGS}", f"{disk}p2")
+        s.ok(
+            host,
+            "mkfs.lustre",
+            "--ost",
+            "--reformat",
+            "--fsname=fs1",
+            f"--index={index}",
+            f"--mgsnode={MGS}",
+            f"{disk}p2",
+        )
     s.ok("dac1", "mount", "-t", "lustre", f"{d1}p1", s.path("targets", "mdt0"))
     s.ok("dac2", "mount", "-t", "lustre", f"{d2}p1", s.path("targets", "mdt1"))
     s.ok("dac1", "mount", "-t", "lustre", f"{d1}p2", s.path("targets", "ost0"))
@@ -98,6 +160,7 @@ def templates(tmp_path_factory):
             bring_up(built[release])
             shutil.copytree(root, root.with_name("snapshot"), symlinks=True)
         return built[release]
+
     return template
 
 
@@ -120,21 +183,42 @@ def blank(tmp_path, request):
 def test_a_filesystem_lives_through_partition_format_mount_use_and_wipe(site):
     s, d1, d2 = site, site.dev("dac1", "nvme0n1"), site.dev("dac2", "nvme0n1")
     state = s.state()
-    assert [(p["number"], p["name"]) for p in state["devices"]["dac1"][d1]["parts"]] == \
-        [(1, "mdt"), (2, "ost")]
+    assert [(p["number"], p["name"]) for p in state["devices"]["dac1"][d1]["parts"]] == [
+        (1, "mdt"),
+        (2, "ost"),
+    ]
     mdt0 = state["devices"]["dac1"][f"{d1}p1"]["fs"]["lustre"]
     assert (mdt0["kinds"], mdt0["fsname"], mdt0["index"]) == (["mgs", "mdt"], "fs1", 0)
     ost1 = state["devices"]["dac2"][f"{d2}p2"]["fs"]["lustre"]
     assert (ost1["svname"], ost1["mgsnode"]) == ("fs1-OST0001", [[MGS]])
-    assert sorted(mdt0["mgs_db"]["fs1"]) == ["fs1-MDT0000", "fs1-MDT0001", "fs1-OST0000",
-                                              "fs1-OST0001"]
+    assert sorted(mdt0["mgs_db"]["fs1"]) == [
+        "fs1-MDT0000",
+        "fs1-MDT0001",
+        "fs1-OST0000",
+        "fs1-OST0001",
+    ]
 
-    s.ok("dac2", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1/striped",
-         s.path("node", "striped"))
+    s.ok(
+        "dac2",
+        "mount",
+        "-t",
+        "lustre",
+        "-o",
+        OPTS,
+        f"{MGS}:/fs1/striped",
+        s.path("node", "striped"),
+    )
     s.ok("dac1", "lfs", "setstripe", "-c", "-1", s.path("dac1", "fs", "striped"))
-    s.ok("dac1", "lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=1024",
-         "llite.fs1-*.checksum_pages=0", "ldlm.namespaces.fs1-*.lru_size=clear",
-         "mdc.fs1-*.max_rpcs_in_flight=64", "obdfilter.fs1-OST*.brw_size=16")
+    s.ok(
+        "dac1",
+        "lctl",
+        "set_param",
+        "osc.fs1-*.max_pages_per_rpc=1024",
+        "llite.fs1-*.checksum_pages=0",
+        "ldlm.namespaces.fs1-*.lru_size=clear",
+        "mdc.fs1-*.max_rpcs_in_flight=64",
+        "obdfilter.fs1-OST*.brw_size=16",
+    )
     s.ok("dac1", "lctl", "set_param", "-P", "osc.fs1-*.max_rpcs_in_flight=32")
     assert "10.0.0.2@tcp" in s.ok("dac1", "lctl", "ping", "10.0.0.2@tcp").stdout
     assert s.ok("dac2", "lctl", "list_nids").stdout == "10.0.0.2@tcp\n"
@@ -142,13 +226,19 @@ def test_a_filesystem_lives_through_partition_format_mount_use_and_wipe(site):
     layout = state["lustre"]["layouts"]["fs1:/striped"]["components"]
     assert layout[0]["stripe_count"] == -1
     assert [p["param"] for p in state["lustre"]["params"]][-1] == "osc.fs1-*.max_rpcs_in_flight"
-    assert [(m["kind"], m.get("subdir")) for m in state["mounts"]["dac2"]][-1] == \
-        ("client", "striped")
+    assert [(m["kind"], m.get("subdir")) for m in state["mounts"]["dac2"]][-1] == (
+        "client",
+        "striped",
+    )
     striped_in_fs = state["mounts"]["dac2"][-1]["root"]  # the filesystem's own directory
 
-    for host, target in (("dac2", "node/striped"), ("dac1", "dac1/fs"),
-                         ("dac1", "targets/ost0"), ("dac2", "targets/ost1"),
-                         ("dac2", "targets/mdt1")):
+    for host, target in (
+        ("dac2", "node/striped"),
+        ("dac1", "dac1/fs"),
+        ("dac1", "targets/ost0"),
+        ("dac2", "targets/ost1"),
+        ("dac2", "targets/mdt1"),
+    ):
         s.ok(host, "umount", s.path(*target.split("/")))
     # unmounted, the mount point is the empty directory it was; the files stay in the filesystem
     assert os.listdir(s.path("dac1", "fs")) == [] and not os.path.islink(s.path("dac1", "fs"))
@@ -172,213 +262,501 @@ def _spare(s: Site) -> str:
 # rule -> (host, argv, exit status, text the real tool prints); {names} are filled in
 REFUSALS = {
     # mkfs.lustre
-    "fsname too long": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs_long_1", "--index=2",
-                                 f"--mgsnode={MGS}", "{spare}"], 1,
-                        "filesystem name must be 1-8 chars"),
-    "fsname bad char": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs.1", "--index=2",
-                                 f"--mgsnode={MGS}", "{spare}"], 1,
-                        "char '.' not allowed in filesystem name"),
-    "ost without mgsnode": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2",
-                                     "{spare}"], 22, "FATAL: Must specify --mgsnode"),
-    "mdt without mgs or mgsnode": ("dac1", ["mkfs.lustre", "--mdt", "--fsname=fs1",
-                                            "--index=2", "{spare}"], 22,
-                                   "Must specify --mgs or --mgsnode"),
-    "no target type": ("dac1", ["mkfs.lustre", "--fsname=fs1", "{spare}"], 22,
-                       "must set target type: MDT,OST,MGS"),
-    "ost with mdt": ("dac1", ["mkfs.lustre", "--ost", "--mdt", "--fsname=fs1", "--index=2",
-                              f"--mgsnode={MGS}", "{spare}"], 22,
-                     "OST type is exclusive with MDT,MGS"),
-    "index not a number": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=two",
-                                    f"--mgsnode={MGS}", "{spare}"], 1,
-                           "must be decimal or hexadecimal"),
-    "bad nid net": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2",
-                             "--mgsnode=10.0.0.1@tcpx", "{spare}"], 1,
-                    "Unsupported NID '10.0.0.1@tcpx'"),
-    "loopback nid": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2",
-                              "--mgsnode=127.0.0.1@tcp", "{spare}"], 1, "Unsupported NID"),
-    "unknown mkfs option": ("dac1", ["mkfs.lustre", "--ost", "--bogus", "{spare}"], 22,
-                            "unrecognized option '--bogus'"),
-    "mkfs of a mounted target": ("dac1", ["mkfs.lustre", "--ost", "--reformat", "--fsname=fs1",
-                                          "--index=0", f"--mgsnode={MGS}", "{d1}p2"], 17,
-                                 "is currently mounted, exiting without any change"),
+    "fsname too long": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--fsname=fs_long_1", "--index=2", f"--mgsnode={MGS}", "{spare}"],
+        1,
+        "filesystem name must be 1-8 chars",
+    ),
+    "fsname bad char": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--fsname=fs.1", "--index=2", f"--mgsnode={MGS}", "{spare}"],
+        1,
+        "char '.' not allowed in filesystem name",
+    ),
+    "ost without mgsnode": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2", "{spare}"],
+        22,
+        "FATAL: Must specify --mgsnode",
+    ),
+    "mdt without mgs or mgsnode": (
+        "dac1",
+        ["mkfs.lustre", "--mdt", "--fsname=fs1", "--index=2", "{spare}"],
+        22,
+        "Must specify --mgs or --mgsnode",
+    ),
+    "no target type": (
+        "dac1",
+        ["mkfs.lustre", "--fsname=fs1", "{spare}"],
+        22,
+        "must set target type: MDT,OST,MGS",
+    ),
+    "ost with mdt": (
+        "dac1",
+        [
+            "mkfs.lustre",
+            "--ost",
+            "--mdt",
+            "--fsname=fs1",
+            "--index=2",
+            f"--mgsnode={MGS}",
+            "{spare}",
+        ],
+        22,
+        "OST type is exclusive with MDT,MGS",
+    ),
+    "index not a number": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=two", f"--mgsnode={MGS}", "{spare}"],
+        1,
+        "must be decimal or hexadecimal",
+    ),
+    "bad nid net": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2", "--mgsnode=10.0.0.1@tcpx", "{spare}"],
+        1,
+        "Unsupported NID '10.0.0.1@tcpx'",
+    ),
+    "loopback nid": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2", "--mgsnode=127.0.0.1@tcp", "{spare}"],
+        1,
+        "Unsupported NID",
+    ),
+    "unknown mkfs option": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--bogus", "{spare}"],
+        22,
+        "unrecognized option '--bogus'",
+    ),
+    "mkfs of a mounted target": (
+        "dac1",
+        [
+            "mkfs.lustre",
+            "--ost",
+            "--reformat",
+            "--fsname=fs1",
+            "--index=0",
+            f"--mgsnode={MGS}",
+            "{d1}p2",
+        ],
+        17,
+        "is currently mounted, exiting without any change",
+    ),
     "mkfs of a disk whose partition is mounted": (
-        "dac1", ["mkfs.lustre", "--ost", "--reformat", "--fsname=fs1", "--index=2",
-                 f"--mgsnode={MGS}", "{d1}"], 1, "apparently in use by the system"),
-    "mkfs of a missing device": ("dac1", ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2",
-                                          f"--mgsnode={MGS}", "{d1}p9"], 2,
-                                 "apparently does not exist"),
-    "index on a standalone mgs writes nothing": ("dac1", ["mkfs.lustre", "--mgs", "--index=0",
-                                                          "{spare}"], 0,
-                                                 "'--index' only valid for MDT,OST"),
+        "dac1",
+        [
+            "mkfs.lustre",
+            "--ost",
+            "--reformat",
+            "--fsname=fs1",
+            "--index=2",
+            f"--mgsnode={MGS}",
+            "{d1}",
+        ],
+        1,
+        "apparently in use by the system",
+    ),
+    "mkfs of a missing device": (
+        "dac1",
+        ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=2", f"--mgsnode={MGS}", "{d1}p9"],
+        2,
+        "apparently does not exist",
+    ),
+    "index on a standalone mgs writes nothing": (
+        "dac1",
+        ["mkfs.lustre", "--mgs", "--index=0", "{spare}"],
+        0,
+        "'--index' only valid for MDT,OST",
+    ),
     # mount
-    "mount of another fs type": ("dac1", ["mount", "-t", "xfs", "{spare}", "{spare_dir}"], 32,
-                                 "only stands in for lustre mounts"),
-    "mount without a type": ("dac1", ["mount", "{spare}", "{spare_dir}"], 32,
-                             "only stands in for lustre mounts"),
-    "mount point missing": ("dac1", ["mount", "-t", "lustre", "{d1}p1", "{root}/nowhere"], 2,
-                            "cannot resolve: No such file or directory"),
-    "unknown client option": ("dac1", ["mount", "-t", "lustre", "-o", "flock,bogus",
-                                       f"{MGS}:/fs1", "{spare_dir}"], 22,
-                              "Are the mount options correct?"),
-    "target already mounted there": ("dac1", ["mount", "-t", "lustre", "{d1}p2",
-                                              "{root}/targets/ost0"], 17,
-                                     "is already mounted on"),
-    "target already running": ("dac1", ["mount", "-t", "lustre", "{d1}p2", "{spare_dir}"], 114,
-                               "The target service is already running."),
-    "unformatted target": ("dac1", ["mount", "-t", "lustre", "{spare}", "{spare_dir}"], 19,
-                           "has not been formatted with mkfs.lustre"),
-    "client of an unknown fs": ("dac1", ["mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/nofs",
-                                         "{spare_dir}"], 2, "Is the filesystem name correct?"),
-    "client with no mgs at the nid": ("dac1", ["mount", "-t", "lustre", "-o", OPTS,
-                                               "10.0.0.2@tcp:/fs1", "{spare_dir}"], 5,
-                                      "Is the MGS running?"),
-    "client with a bad nid": ("dac1", ["mount", "-t", "lustre", f"{MGS[:-4]}@ib:/fs1",
-                                       "{spare_dir}"], 22, "Unsupported NID"),
-    "client of a missing subdirectory": ("dac1", ["mount", "-t", "lustre", "-o", OPTS,
-                                                  f"{MGS}:/fs1/nosuch", "{spare_dir}"], 2,
-                                         "No such file or directory"),
+    "mount of another fs type": (
+        "dac1",
+        ["mount", "-t", "xfs", "{spare}", "{spare_dir}"],
+        32,
+        "only stands in for lustre mounts",
+    ),
+    "mount without a type": (
+        "dac1",
+        ["mount", "{spare}", "{spare_dir}"],
+        32,
+        "only stands in for lustre mounts",
+    ),
+    "mount point missing": (
+        "dac1",
+        ["mount", "-t", "lustre", "{d1}p1", "{root}/nowhere"],
+        2,
+        "cannot resolve: No such file or directory",
+    ),
+    "unknown client option": (
+        "dac1",
+        ["mount", "-t", "lustre", "-o", "flock,bogus", f"{MGS}:/fs1", "{spare_dir}"],
+        22,
+        "Are the mount options correct?",
+    ),
+    "target already mounted there": (
+        "dac1",
+        ["mount", "-t", "lustre", "{d1}p2", "{root}/targets/ost0"],
+        17,
+        "is already mounted on",
+    ),
+    "target already running": (
+        "dac1",
+        ["mount", "-t", "lustre", "{d1}p2", "{spare_dir}"],
+        114,
+        "The target service is already running.",
+    ),
+    "unformatted target": (
+        "dac1",
+        ["mount", "-t", "lustre", "{spare}", "{spare_dir}"],
+        19,
+        "has not been formatted with mkfs.lustre",
+    ),
+    "client of an unknown fs": (
+        "dac1",
+        ["mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/nofs", "{spare_dir}"],
+        2,
+        "Is the filesystem name correct?",
+    ),
+    "client with no mgs at the nid": (
+        "dac1",
+        ["mount", "-t", "lustre", "-o", OPTS, "10.0.0.2@tcp:/fs1", "{spare_dir}"],
+        5,
+        "Is the MGS running?",
+    ),
+    "client with a bad nid": (
+        "dac1",
+        ["mount", "-t", "lustre", f"{MGS[:-4]}@ib:/fs1", "{spare_dir}"],
+        22,
+        "Unsupported NID",
+    ),
+    "client of a missing subdirectory": (
+        "dac1",
+        ["mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1/nosuch", "{spare_dir}"],
+        2,
+        "No such file or directory",
+    ),
     # umount
-    "umount of what is not mounted": ("dac1", ["umount", "{spare_dir}"], 32,
-                                      "umount: {spare_dir}: not mounted."),
-    "umount of a missing path": ("dac1", ["umount", "{root}/nowhere"], 32,
-                                 "umount: {root}/nowhere: no mount point specified."),
+    "umount of what is not mounted": (
+        "dac1",
+        ["umount", "{spare_dir}"],
+        32,
+        "umount: {spare_dir}: not mounted.",
+    ),
+    "umount of a missing path": (
+        "dac1",
+        ["umount", "{root}/nowhere"],
+        32,
+        "umount: {root}/nowhere: no mount point specified.",
+    ),
     # lctl
-    "set_param where the device is not": ("dac2", ["lctl", "set_param",
-                                                   "osc.fs1-*.max_pages_per_rpc=1024"], 2,
-                                          "param_path 'osc/fs1-*/max_pages_per_rpc': No such"),
-    "set_param of a non-number": ("dac1", ["lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=x"],
-                                  22, "Invalid argument"),
-    "set_param out of range": ("dac1", ["lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=1G"],
-                               34, "Numerical result out of range"),
-    "set_param of an unknown type": ("dac1", ["lctl", "set_param", "foo.fs1-*.bar=1"], 2,
-                                     "No such file or directory"),
-    "set_param -P away from the mgs": ("dac2", ["lctl", "set_param", "-P",
-                                                "osc.fs1-*.max_rpcs_in_flight=8"], 19,
-                                       "This command must be run on the MGS."),
+    "set_param where the device is not": (
+        "dac2",
+        ["lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=1024"],
+        2,
+        "param_path 'osc/fs1-*/max_pages_per_rpc': No such",
+    ),
+    "set_param of a non-number": (
+        "dac1",
+        ["lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=x"],
+        22,
+        "Invalid argument",
+    ),
+    "set_param out of range": (
+        "dac1",
+        ["lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=1G"],
+        34,
+        "Numerical result out of range",
+    ),
+    "set_param of an unknown type": (
+        "dac1",
+        ["lctl", "set_param", "foo.fs1-*.bar=1"],
+        2,
+        "No such file or directory",
+    ),
+    "set_param -P away from the mgs": (
+        "dac2",
+        ["lctl", "set_param", "-P", "osc.fs1-*.max_rpcs_in_flight=8"],
+        19,
+        "This command must be run on the MGS.",
+    ),
     "unknown lctl command": ("dac1", ["lctl", "frobnicate"], 1, "is not a valid command"),
     # lfs
-    "setstripe outside lustre": ("dac1", ["lfs", "setstripe", "-c", "-1", "{spare_dir}"], 25,
-                                 "Inappropriate ioctl for device"),
-    "setstripe with no client on this host": ("dac2", ["lfs", "setstripe", "-c", "-1",
-                                                       "{root}/dac1/fs/striped"], 25,
-                                              "Inappropriate ioctl for device"),
-    "stripe size not a 64KiB multiple": ("dac1", ["lfs", "setstripe", "-S", "100k",
-                                                  "{root}/dac1/fs/striped"], 4,
-                                         "invalid stripe size '100k'"),
-    "stripe count too large": ("dac1", ["lfs", "setstripe", "-c", "2001",
-                                        "{root}/dac1/fs/striped"], 4,
-                               "invalid stripe count '2001'"),
-    "stripe index of no ost": ("dac1", ["lfs", "setstripe", "-i", "7",
-                                        "{root}/dac1/fs/striped"], 22, "Invalid argument"),
-    "mdt layout without an end": ("dac1", ["lfs", "setstripe", "-L", "mdt",
-                                           "{root}/dac1/fs/striped"], 22,
-                                  "must be specified with -E"),
+    "setstripe outside lustre": (
+        "dac1",
+        ["lfs", "setstripe", "-c", "-1", "{spare_dir}"],
+        25,
+        "Inappropriate ioctl for device",
+    ),
+    "setstripe with no client on this host": (
+        "dac2",
+        ["lfs", "setstripe", "-c", "-1", "{root}/dac1/fs/striped"],
+        25,
+        "Inappropriate ioctl for device",
+    ),
+    "stripe size not a 64KiB multiple": (
+        "dac1",
+        ["lfs", "setstripe", "-S", "100k", "{root}/dac1/fs/striped"],
+        4,
+        "invalid stripe size '100k'",
+    ),
+    "stripe count too large": (
+        "dac1",
+        ["lfs", "setstripe", "-c", "2001", "{root}/dac1/fs/striped"],
+        4,
+        "invalid stripe count '2001'",
+    ),
+    "stripe index of no ost": (
+        "dac1",
+        ["lfs", "setstripe", "-i", "7", "{root}/dac1/fs/striped"],
+        22,
+        "Invalid argument",
+    ),
+    "mdt layout without an end": (
+        "dac1",
+        ["lfs", "setstripe", "-L", "mdt", "{root}/dac1/fs/striped"],
+        22,
+        "must be specified with -E",
+    ),
     # parted, wipefs, udevadm
-    "partition ending before it starts": ("dac2", ["parted", "--script", "{d2}", "mkpart", "x",
-                                                   "20MiB", "10MiB"], 1,
-                                          "Can't have the end before the start!"),
-    "partition past the end": ("dac2", ["parted", "--script", "{d2}", "mkpart", "x", "1MiB",
-                                        "101%"], 1, "is outside of the device"),
-    "partition in an unknown unit": ("dac2", ["parted", "--script", "{d2}", "mkpart", "x",
-                                              "1XiB", "20MiB"], 1, "not a unit"),
-    "partition of an unknown fs type": ("dac2", ["parted", "--script", "{d2}", "mkpart", "x",
-                                                 "foo", "1MiB", "2MiB"], 1,
-                                        "Expecting a file system type."),
-    "partition over another": ("dac2", ["parted", "--script", "{d2}", "mkpart", "x", "5MiB",
-                                        "6MiB"], 1, "The closest location we can manage is"),
-    "mklabel while a partition is mounted": ("dac1", ["parted", "--script", "{d1}", "mklabel",
-                                                      "gpt"], 1, "are being used."),
-    "wipefs of a mounted partition": ("dac1", ["wipefs", "--all", "{d1}p1"], 1,
-                                      "probing initialization failed: Device or resource busy"),
-    "wipefs of a disk in use": ("dac1", ["wipefs", "--all", "{d1}"], 1,
-                                "Device or resource busy"),
-    "wipefs of a missing device": ("dac1", ["wipefs", "--all", "{d1}p7"], 1,
-                                   "No such file or directory"),
-    "udevadm settle with a bad timeout": ("dac1", ["udevadm", "settle", "--timeout=soon"], 1,
-                                          "Failed to parse timeout value 'soon'"),
+    "partition ending before it starts": (
+        "dac2",
+        ["parted", "--script", "{d2}", "mkpart", "x", "20MiB", "10MiB"],
+        1,
+        "Can't have the end before the start!",
+    ),
+    "partition past the end": (
+        "dac2",
+        ["parted", "--script", "{d2}", "mkpart", "x", "1MiB", "101%"],
+        1,
+        "is outside of the device",
+    ),
+    "partition in an unknown unit": (
+        "dac2",
+        ["parted", "--script", "{d2}", "mkpart", "x", "1XiB", "20MiB"],
+        1,
+        "not a unit",
+    ),
+    "partition of an unknown fs type": (
+        "dac2",
+        ["parted", "--script", "{d2}", "mkpart", "x", "foo", "1MiB", "2MiB"],
+        1,
+        "Expecting a file system type.",
+    ),
+    "partition over another": (
+        "dac2",
+        ["parted", "--script", "{d2}", "mkpart", "x", "5MiB", "6MiB"],
+        1,
+        "The closest location we can manage is",
+    ),
+    "mklabel while a partition is mounted": (
+        "dac1",
+        ["parted", "--script", "{d1}", "mklabel", "gpt"],
+        1,
+        "are being used.",
+    ),
+    "wipefs of a mounted partition": (
+        "dac1",
+        ["wipefs", "--all", "{d1}p1"],
+        1,
+        "probing initialization failed: Device or resource busy",
+    ),
+    "wipefs of a disk in use": ("dac1", ["wipefs", "--all", "{d1}"], 1, "Device or resource busy"),
+    "wipefs of a missing device": (
+        "dac1",
+        ["wipefs", "--all", "{d1}p7"],
+        1,
+        "No such file or directory",
+    ),
+    "udevadm settle with a bad timeout": (
+        "dac1",
+        ["udevadm", "settle", "--timeout=soon"],
+        1,
+        "Failed to parse timeout value 'soon'",
+    ),
 }
 
 
 # real grammar the stand-ins must accept without changing anything -> (host, argv, stdout text)
 ACCEPTED = {
     "nids of two nodes, a host name and o2ib": (
-        "dac1", ["mkfs.lustre", "--dryrun", "--ost", "--fsname=fs1", "--index=3",
-                 "--mgsnode=10.0.0.1@tcp,10.0.0.2@o2ib1:dac2@tcp", "{spare}"], "fs1-OST0003"),
+        "dac1",
+        [
+            "mkfs.lustre",
+            "--dryrun",
+            "--ost",
+            "--fsname=fs1",
+            "--index=3",
+            "--mgsnode=10.0.0.1@tcp,10.0.0.2@o2ib1:dac2@tcp",
+            "{spare}",
+        ],
+        "fs1-OST0003",
+    ),
     "abbreviated long options and a hex index": (
-        "dac1", ["mkfs.lustre", "--dry", "--ost", "--fsn=fs1", "--ind=0x1f",
-                 f"--mgsn={MGS}", "{spare}"], "fs1-OST001f"),
+        "dac1",
+        ["mkfs.lustre", "--dry", "--ost", "--fsn=fs1", "--ind=0x1f", f"--mgsn={MGS}", "{spare}"],
+        "fs1-OST001f",
+    ),
     "short options, net number 0": (
-        "dac1", ["mkfs.lustre", "-n", "-O", "-L", "fs1", "-i", "7", "-m", "10.0.0.1@tcp0",
-                 "{spare}"], "fs1-OST0007"),
-    "ping by host name and by pid-nid": ("dac1", ["lctl", "ping", "12345-dac2@tcp"],
-                                         "12345-10.0.0.2@tcp"),
+        "dac1",
+        ["mkfs.lustre", "-n", "-O", "-L", "fs1", "-i", "7", "-m", "10.0.0.1@tcp0", "{spare}"],
+        "fs1-OST0007",
+    ),
+    "ping by host name and by pid-nid": (
+        "dac1",
+        ["lctl", "ping", "12345-dac2@tcp"],
+        "12345-10.0.0.2@tcp",
+    ),
     "listing lustre mounts": ("dac1", ["mount", "-t", "lustre"], f"{MGS}:/fs1 on {{root}}"),
     "listing a mounted partition's signatures": ("dac1", ["wipefs", "{d1}p1"], "ext4"),
-    "parted print in sectors": ("dac2", ["parted", "-s", "-m", "{d2}", "unit", "s", "print"],
-                                "1:2048s:20973567s:20971520s::mdt:;"),
+    "parted print in sectors": (
+        "dac2",
+        ["parted", "-s", "-m", "{d2}", "unit", "s", "print"],
+        "1:2048s:20973567s:20971520s::mdt:;",
+    ),
     "settle with a compound timeout": ("dac1", ["udevadm", "settle", "--timeout=1min 30s"], ""),
 }
-REFUSALS["ambiguous abbreviation"] = ("dac1", ["mkfs.lustre", "--m", "{spare}"], 22,
-                                      "option '--m' is ambiguous")
+REFUSALS["ambiguous abbreviation"] = (
+    "dac1",
+    ["mkfs.lustre", "--m", "{spare}"],
+    22,
+    "option '--m' is ambiguous",
+)
 
 _OST = ["mkfs.lustre", "--ost", "--fsname=fs1", f"--mgsnode={MGS}"]
 #: what 2.15 and 2.16 both refuse where master differs
 _RELEASED = {
-    "erase_lcfg with options of master": ("dac1", ["lctl", "erase_lcfg", "--quiet", "fs1"],
-                                           4, "usage: erase_lcfg <fsname>"),
-    "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 1,
-                                     "This command must be run on the MGS."),
-    "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 1,
-                                    "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
-    "device before the options": ("dac1", ["mkfs.lustre", "{spare}", "--ost",
-                                           "--fsname=fs1", "--index=7",
-                                           f"--mgsnode={MGS}"], 22, "usage: mkfs.lustre"),
-    "index too large": ("dac1", [*_OST, "--index=65535", "{spare}"], 1,
-                        "Target index must be less than 65535"),
+    "erase_lcfg with options of master": (
+        "dac1",
+        ["lctl", "erase_lcfg", "--quiet", "fs1"],
+        4,
+        "usage: erase_lcfg <fsname>",
+    ),
+    "erase_lcfg away from the mgs": (
+        "dac2",
+        ["lctl", "erase_lcfg", "fs1"],
+        1,
+        "This command must be run on the MGS.",
+    ),
+    "erase_lcfg of an unknown fs": (
+        "dac1",
+        ["lctl", "erase_lcfg", "nofs"],
+        1,
+        "OBD_IOC_LCFG_ERASE failed: No such file or directory",
+    ),
+    "device before the options": (
+        "dac1",
+        ["mkfs.lustre", "{spare}", "--ost", "--fsname=fs1", "--index=7", f"--mgsnode={MGS}"],
+        22,
+        "usage: mkfs.lustre",
+    ),
+    "index too large": (
+        "dac1",
+        [*_OST, "--index=65535", "{spare}"],
+        1,
+        "Target index must be less than 65535",
+    ),
 }
 #: the rules that differ between releases (sources in lustre_model.py, lustre_mkfs.py,
 #: lustre_lctl.py): release -> refusals and accepted forms of that release only
 REFUSALS_OF = {
     "2.15": {
         **_RELEASED,
-        "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 1,
-                                   "failed to ping 10.0.0.9@tcp: Input/output error"),
-        "ping with a timeout over 120 s": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "121"], 1,
-                                           "Timeout 121 is to large"),
+        "ping of an unknown nid": (
+            "dac1",
+            ["lctl", "ping", "10.0.0.9@tcp"],
+            1,
+            "failed to ping 10.0.0.9@tcp: Input/output error",
+        ),
+        "ping with a timeout over 120 s": (
+            "dac1",
+            ["lctl", "ping", "10.0.0.2@tcp", "121"],
+            1,
+            "Timeout 121 is to large",
+        ),
         "mdt max_mod_rpcs_in_flight before 2.16": (
-            "dac1", ["lctl", "set_param", "mdt.fs1-MDT*.max_mod_rpcs_in_flight=127"], 2,
-            "param_path 'mdt/fs1-MDT*/max_mod_rpcs_in_flight': No such file or directory"),
+            "dac1",
+            ["lctl", "set_param", "mdt.fs1-MDT*.max_mod_rpcs_in_flight=127"],
+            2,
+            "param_path 'mdt/fs1-MDT*/max_mod_rpcs_in_flight': No such file or directory",
+        ),
     },
     "2.16": {
         **_RELEASED,
-        "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 5,
-                                   "failed to ping 10.0.0.9@tcp: Input/output error"),
-        "ping with a timeout over 120 s": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "121"], 22,
-                                           "Timeout 121 is to large"),
+        "ping of an unknown nid": (
+            "dac1",
+            ["lctl", "ping", "10.0.0.9@tcp"],
+            5,
+            "failed to ping 10.0.0.9@tcp: Input/output error",
+        ),
+        "ping with a timeout over 120 s": (
+            "dac1",
+            ["lctl", "ping", "10.0.0.2@tcp", "121"],
+            22,
+            "Timeout 121 is to large",
+        ),
     },
     "master": {
-        "erase_lcfg away from the mgs": ("dac2", ["lctl", "erase_lcfg", "fs1"], 19,
-                                         "This command must be run on the MGS."),
-        "erase_lcfg of an unknown fs": ("dac1", ["lctl", "erase_lcfg", "nofs"], 2,
-                                        "OBD_IOC_LCFG_ERASE failed: No such file or directory"),
-        "index too large": ("dac1", [*_OST, "--index=65504", "{spare}"], 1,
-                            "Target index must be less than 65504"),
-        "ping of an unknown nid": ("dac1", ["lctl", "ping", "10.0.0.9@tcp"], 5,
-                                   "failed to ping 10.0.0.9@tcp: Input/output error"),
+        "erase_lcfg away from the mgs": (
+            "dac2",
+            ["lctl", "erase_lcfg", "fs1"],
+            19,
+            "This command must be run on the MGS.",
+        ),
+        "erase_lcfg of an unknown fs": (
+            "dac1",
+            ["lctl", "erase_lcfg", "nofs"],
+            2,
+            "OBD_IOC_LCFG_ERASE failed: No such file or directory",
+        ),
+        "index too large": (
+            "dac1",
+            [*_OST, "--index=65504", "{spare}"],
+            1,
+            "Target index must be less than 65504",
+        ),
+        "ping of an unknown nid": (
+            "dac1",
+            ["lctl", "ping", "10.0.0.9@tcp"],
+            5,
+            "failed to ping 10.0.0.9@tcp: Input/output error",
+        ),
     },
 }
 ACCEPTED_OF = {
-    "2.15": {"index up to 65534": ("dac1", ["mkfs.lustre", "--dryrun", *_OST[1:],
-                                            "--index=65534", "{spare}"], "fs1-OSTfffe"),
-             "ping with a timeout": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "30"],
-                                     "12345-10.0.0.2@tcp")},
-    "2.16": {"index up to 65534": ("dac1", ["mkfs.lustre", "--dryrun", *_OST[1:],
-                                            "--index=65534", "{spare}"], "fs1-OSTfffe"),
-             "ping with a timeout": ("dac1", ["lctl", "ping", "10.0.0.2@tcp", "30"],
-                                     "12345-10.0.0.2@tcp"),
-             "version alone": ("dac1", ["mkfs.lustre", "--version"], "mkfs.lustre 2.16.1")},
-    "master": {"device first": ("dac1", ["mkfs.lustre", "{spare}", "-n", "-O", "-L", "fs1",
-                                         "-i", "7", "-m", "10.0.0.1@tcp0"], "fs1-OST0007")},
+    "2.15": {
+        "index up to 65534": (
+            "dac1",
+            ["mkfs.lustre", "--dryrun", *_OST[1:], "--index=65534", "{spare}"],
+            "fs1-OSTfffe",
+        ),
+        "ping with a timeout": (
+            "dac1",
+            ["lctl", "ping", "10.0.0.2@tcp", "30"],
+            "12345-10.0.0.2@tcp",
+        ),
+    },
+    "2.16": {
+        "index up to 65534": (
+            "dac1",
+            ["mkfs.lustre", "--dryrun", *_OST[1:], "--index=65534", "{spare}"],
+            "fs1-OSTfffe",
+        ),
+        "ping with a timeout": (
+            "dac1",
+            ["lctl", "ping", "10.0.0.2@tcp", "30"],
+            "12345-10.0.0.2@tcp",
+        ),
+        "version alone": ("dac1", ["mkfs.lustre", "--version"], "mkfs.lustre 2.16.1"),
+    },
+    "master": {
+        "device first": (
+            "dac1",
+            ["mkfs.lustre", "{spare}", "-n", "-O", "-L", "fs1", "-i", "7", "-m", "10.0.0.1@tcp0"],
+            "fs1-OST0007",
+        )
+    },
 }
 
 
@@ -401,9 +779,13 @@ def verdicts(templates):
         if release in done:
             return done[release]
         s = restore(templates(release))
-        names = {"spare": _spare(s), "spare_dir": s.path("targets", "spare"),
-                 "d1": s.dev("dac1", "nvme0n1"), "d2": s.dev("dac2", "nvme0n1"),
-                 "root": str(s.root)}
+        names = {
+            "spare": _spare(s),
+            "spare_dir": s.path("targets", "spare"),
+            "d1": s.dev("dac1", "nvme0n1"),
+            "d2": s.dev("dac2", "nvme0n1"),
+            "root": str(s.root),
+        }
         cases = {**refusals(release), **accepted(release)}
 
         def run(case):
@@ -416,6 +798,7 @@ def verdicts(templates):
             results = dict(zip(cases, pool.map(run, cases), strict=True))
         done[release] = results, names, before, (s.root / "state.json").read_text()
         return done[release]
+
     return of
 
 
@@ -431,8 +814,7 @@ def test_refusal(verdicts, release, case):
 def test_accepted(verdicts, release, case):
     results, names = verdicts(release)[:2]
     rc, stdout, stderr = results[case]
-    assert (rc, accepted(release)[case][2].format(**names) in stdout) == (0, True), \
-        (stdout, stderr)
+    assert (rc, accepted(release)[case][2].format(**names) in stdout) == (0, True), (stdout, stderr)
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -443,8 +825,13 @@ def test_verdicts_leave_the_state_untouched(verdicts, release):
 
 def test_set_param_exits_with_the_first_failure_on_2_15_and_the_last_status_after(site):
     # the client connected to MDTs that allow 8 modifying RPCs: 127 is ERANGE on every release
-    done = site.run("dac1", "lctl", "set_param", "mdc.fs1-*.max_mod_rpcs_in_flight=127",
-                    "llite.fs1-*.checksum_pages=0")
+    done = site.run(
+        "dac1",
+        "lctl",
+        "set_param",
+        "mdc.fs1-*.max_mod_rpcs_in_flight=127",
+        "llite.fs1-*.checksum_pages=0",
+    )
     assert "max_mod_rpcs_in_flight=127: Numerical result out of range" in done.stderr
     assert done.returncode == (34 if site.release == "2.15" else 0)
     # the parameters that could be set are set either way
@@ -484,8 +871,7 @@ def test_client_max_pages_per_rpc_is_bounded_by_the_osts_brw_size(site):
     assert site.run("dac1", "lctl", "set_param", osc).returncode == 34  # connected before
     _client_again(site)
     site.ok("dac1", "lctl", "set_param", osc, "osc.fs1-*.max_pages_per_rpc=16M")
-    assert site.run("dac1", "lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=32M"
-                    ).returncode == 34
+    assert site.run("dac1", "lctl", "set_param", "osc.fs1-*.max_pages_per_rpc=32M").returncode == 34
 
 
 def test_mkfs_refuses_a_lustre_device_without_reformat(site):
@@ -500,12 +886,21 @@ def test_mkfs_refuses_a_lustre_device_without_reformat(site):
 
 def test_target_mount_needs_its_mgs_and_a_free_index(site):
     spare = _spare(site)
-    site.ok("dac1", "mkfs.lustre", "--ost", "--fsname=fs2", "--index=0",
-            "--mgsnode=10.0.0.2@tcp", spare)
+    site.ok(
+        "dac1", "mkfs.lustre", "--ost", "--fsname=fs2", "--index=0", "--mgsnode=10.0.0.2@tcp", spare
+    )
     done = site.run("dac1", "mount", "-t", "lustre", spare, site.path("targets", "spare"))
     assert (done.returncode, done.stderr.splitlines()[-1]) == (5, "Is the MGS running?")
-    site.ok("dac1", "mkfs.lustre", "--ost", "--reformat", "--fsname=fs1", "--index=0",
-            f"--mgsnode={MGS}", spare)
+    site.ok(
+        "dac1",
+        "mkfs.lustre",
+        "--ost",
+        "--reformat",
+        "--fsname=fs1",
+        "--index=0",
+        f"--mgsnode={MGS}",
+        spare,
+    )
     done = site.run("dac1", "mount", "-t", "lustre", spare, site.path("targets", "spare"))
     assert done.returncode == 98 and "index is already in use" in done.stderr
 
@@ -532,7 +927,9 @@ def test_umount_refuses_a_mount_with_another_below_it(site):
     site.ok("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1/striped", str(inner))
     done = site.run("dac1", "umount", site.path("dac1", "fs"))
     assert (done.returncode, done.stderr.strip()) == (
-        32, f"umount: {site.path('dac1', 'fs')}: target is busy.")
+        32,
+        f"umount: {site.path('dac1', 'fs')}: target is busy.",
+    )
     site.ok("dac1", "umount", str(inner), site.path("dac1", "fs"))
 
 
@@ -546,8 +943,9 @@ def test_umount_refuses_a_mount_a_process_uses_until_lazy(site):
         site.ok("dac1", "umount", "--lazy", str(inner))
         # detached, it still holds its own mount, not the mount of the whole filesystem
         site.ok("dac1", "umount", site.path("dac1", "fs"))
-        assert site.state()["mounts"]["dac1"] == [e for e in site.state()["mounts"]["dac1"]
-                                                  if e.get("kind") == "target"]
+        assert site.state()["mounts"]["dac1"] == [
+            e for e in site.state()["mounts"]["dac1"] if e.get("kind") == "target"
+        ]
     finally:
         holder.kill()
         holder.wait()
@@ -555,10 +953,23 @@ def test_umount_refuses_a_mount_a_process_uses_until_lazy(site):
 
 def test_parted_keeps_the_commands_before_a_failing_one(blank):
     disk = blank.dev("dac1", "nvme0n1")
-    done = blank.run("dac1", "parted", "--script", disk, "mklabel", "gpt", "mkpart", "mdt",
-                     "1MiB", "20MiB", "mkpart", "ost", "10MiB", "30MiB")
-    assert done.returncode == 1 and "You requested a partition from 10.5MB to 31.5MB" \
-        in done.stderr
+    done = blank.run(
+        "dac1",
+        "parted",
+        "--script",
+        disk,
+        "mklabel",
+        "gpt",
+        "mkpart",
+        "mdt",
+        "1MiB",
+        "20MiB",
+        "mkpart",
+        "ost",
+        "10MiB",
+        "30MiB",
+    )
+    assert done.returncode == 1 and "You requested a partition from 10.5MB to 31.5MB" in done.stderr
     parts = blank.state()["devices"]["dac1"][disk]["parts"]
     assert [p["name"] for p in parts] == ["mdt"]
     assert sorted(os.listdir(blank.path("dac1", "dev"))) == ["nvme0n1", "nvme0n1p1", "nvme1n1"]
@@ -566,8 +977,7 @@ def test_parted_keeps_the_commands_before_a_failing_one(blank):
 
 def test_wipefs_force_keeps_the_kernels_partitions(blank):
     disk = blank.dev("dac2", "nvme1n1")
-    blank.ok("dac2", "parted", "--script", disk, "mklabel", "gpt", "mkpart", "ost", "1MiB",
-             "100%")
+    blank.ok("dac2", "parted", "--script", disk, "mklabel", "gpt", "mkpart", "ost", "1MiB", "100%")
     blank.ok("dac2", "wipefs", "--all", "--force", disk)
     assert os.path.exists(f"{disk}p1")  # no O_EXCL, so no partition table re-read
     assert blank.state()["devices"]["dac2"][disk]["label"] is None
@@ -575,9 +985,19 @@ def test_wipefs_force_keeps_the_kernels_partitions(blank):
 
 def test_every_call_is_recorded_and_a_fault_fires_once(blank):
     disk = blank.dev("dac1", "nvme0n1")
-    (blank.root / "faults.json").write_text(json.dumps([
-        {"tool": "mkfs.lustre", "host": "dac1", "contains": ["--ost"], "rc": 5,
-         "stderr": "mkfs.lustre: injected"}]))
+    (blank.root / "faults.json").write_text(
+        json.dumps(
+            [
+                {
+                    "tool": "mkfs.lustre",
+                    "host": "dac1",
+                    "contains": ["--ost"],
+                    "rc": 5,
+                    "stderr": "mkfs.lustre: injected",
+                }
+            ]
+        )
+    )
     args = ["mkfs.lustre", "--ost", "--fsname=fs1", "--index=0", f"--mgsnode={MGS}", disk]
     assert blank.run("dac2", *args[:-1], blank.dev("dac2", "nvme0n1")).returncode == 0
     done = blank.run("dac1", *args)
@@ -586,7 +1006,10 @@ def test_every_call_is_recorded_and_a_fault_fires_once(blank):
     blank.run("dac1", "umount", blank.path("targets", "spare"))
     calls = blank.calls()
     assert [(c["host"], c["argv"][0], c["rc"]) for c in calls] == [
-        ("dac2", "mkfs.lustre", 0), ("dac1", "mkfs.lustre", 5), ("dac1", "mkfs.lustre", 0),
-        ("dac1", "umount", 32)]
+        ("dac2", "mkfs.lustre", 0),
+        ("dac1", "mkfs.lustre", 5),
+        ("dac1", "mkfs.lustre", 0),
+        ("dac1", "umount", 32),
+    ]
     assert calls[2]["argv"] == args
     assert calls[3]["stderr"] == f"umount: {blank.path('targets', 'spare')}: not mounted."

@@ -30,10 +30,14 @@ CASE_TIMEOUT = 240
 def _processes(sid: int) -> str:
     """The processes of session `sid` and the submit user's anywhere, with their state, what
     they wait in and their kernel stack: a case that outlives its time says why."""
-    ps = subprocess.run(["ps", "-e", "-o", "pid,ppid,sid,stat,user:12,wchan:30,args"],
-                        capture_output=True, text=True).stdout.splitlines()
-    mine = [line for line in ps[1:] if line.split()[2] == str(sid)
-            or line.split()[4] == SUBMIT_USER]
+    ps = subprocess.run(
+        ["ps", "-e", "-o", "pid,ppid,sid,stat,user:12,wchan:30,args"],
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    mine = [
+        line for line in ps[1:] if line.split()[2] == str(sid) or line.split()[4] == SUBMIT_USER
+    ]
     stacks = []
     for line in mine:
         pid = line.split()[0]
@@ -47,8 +51,15 @@ def _processes(sid: int) -> str:
 class SuiteDac:
     """A local DAC with Slurm `release` and `plugin`, and Slurm's tests prepared for it."""
 
-    def __init__(self, release: str, plugin: str, workdir: str, env: dict[str, str],
-                 work: Path, python_test: str):
+    def __init__(
+        self,
+        release: str,
+        plugin: str,
+        workdir: str,
+        env: dict[str, str],
+        work: Path,
+        python_test: str,
+    ):
         self.release, self.plugin, self.workdir, self.env = release, plugin, workdir, env
         self.work, self.python_test = work, python_test
 
@@ -56,40 +67,74 @@ class SuiteDac:
         """(exit status, output) of `argv` run as the submit user, killed whole past
         CASE_TIMEOUT."""
         user = ensure_submit_user()
-        env = {"PATH": self.env["PATH"], "SLURM_CONF": self.env["SLURM_CONF"],
-               "HOME": user.pw_dir, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", **extra}
+        env = {
+            "PATH": self.env["PATH"],
+            "SLURM_CONF": self.env["SLURM_CONF"],
+            "HOME": user.pw_dir,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **extra,
+        }
         # output to a file, and the case ends when its process does: what expect spawns runs
         # in sessions of its own and may hold a pipe open
         log = self.work / f"case-{time.monotonic_ns()}.log"
         with open(log, "w+") as out:
-            proc = subprocess.Popen(["runuser", "-u", SUBMIT_USER, "--", "env", "-i",
-                                     *(f"{k}={v}" for k, v in env.items()), *argv],
-                                    cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [
+                    "runuser",
+                    "-u",
+                    SUBMIT_USER,
+                    "--",
+                    "env",
+                    "-i",
+                    *(f"{k}={v}" for k, v in env.items()),
+                    *argv,
+                ],
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             try:
                 rc = proc.wait(timeout=CASE_TIMEOUT)
                 late = ""
             except subprocess.TimeoutExpired:
                 where = _processes(proc.pid)  # what it waited on, before the kill ends it
                 os.killpg(proc.pid, 9)
-                rc, late = proc.wait(), \
-                    f"\n(killed: still running after {CASE_TIMEOUT}s)\n{where}"
+                rc, late = proc.wait(), f"\n(killed: still running after {CASE_TIMEOUT}s)\n{where}"
             out.seek(0)
             return rc, out.read() + late
 
     def expect(self, test: str) -> tuple[int, str]:
-        return self._as_user(["expect", test], self.work / "expect",
-                             {"SLURM_LOCAL_GLOBALS_FILE": str(self.work / "globals.local")})
+        return self._as_user(
+            ["expect", test],
+            self.work / "expect",
+            {"SLURM_LOCAL_GLOBALS_FILE": str(self.work / "globals.local")},
+        )
 
     def python(self) -> tuple[int, str]:
         name = Path(self.python_test).name
         return self._as_user(
-            [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rA",
-             "--local-config", f"--basetemp={self.work / 'pytest-tmp'}",
-             f"tests/{name}"],
+            [
+                str(BIN / "python"),
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-v",
+                "-rA",
+                "--local-config",
+                f"--basetemp={self.work / 'pytest-tmp'}",
+                f"tests/{name}",
+            ],
             self.work / "python",
-            {"SLURM_TESTSUITE_CONF": str(self.work / "testsuite.conf"),
-             "DAC_DACCTL": str(BIN / "dacctl"), "DAC_BBSTAT": str(BIN / "dac-bbstat")})
+            {
+                "SLURM_TESTSUITE_CONF": str(self.work / "testsuite.conf"),
+                "DAC_DACCTL": str(BIN / "dacctl"),
+                "DAC_BBSTAT": str(BIN / "dac-bbstat"),
+            },
+        )
 
     def log_tail(self, lines: int = 20) -> str:
         out = []
@@ -104,16 +149,32 @@ class SuiteDac:
 def _dac(release: str, plugin: str):
     suite = slurm_testsuite.testsuite(release)  # fetched first: a fetch failure is its own
     if shutil.which("expect") is None:
-        raise AssertionError("expect is not installed (Debian's `expect` package): "
-                             "run `make deps`")
+        raise AssertionError("expect is not installed (Debian's `expect` package): run `make deps`")
     user = ensure_submit_user()
     workdir = tempfile.mkdtemp(prefix=f"dac-slurmsuite-{release}-{plugin}-")
     os.chmod(workdir, 0o755)
     work = Path(workdir) / "testsuite"
     started = time.monotonic()
-    run("dacctl", "local", "up", "--workdir", workdir, "--servers", "2",
-        "--bricks-per-server", "4", "--brick-size", "1GiB", "--slurm-nodes", "2",
-        "--slurm-plugin", plugin, "--slurm-release", release, timeout=900)
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        workdir,
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "4",
+        "--brick-size",
+        "1GiB",
+        "--slurm-nodes",
+        "2",
+        "--slurm-plugin",
+        plugin,
+        "--slurm-release",
+        release,
+        timeout=900,
+    )
     try:
         lines = run("dacctl", "local", "env", "--workdir", workdir).stdout.splitlines()
         env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
@@ -126,12 +187,15 @@ def _dac(release: str, plugin: str):
         slurm_dir = str(bindir.parent) if (bindir / "sbatch").exists() else "/usr"
         (work / "globals.local").write_text(f'set slurm_dir "{slurm_dir}"\n')
         (work / "testsuite.conf").write_text(
-            f"SlurmInstallDir={slurm_dir}\nSlurmConfigDir={Path(env['SLURM_CONF']).parent}\n")
+            f"SlurmInstallDir={slurm_dir}\nSlurmConfigDir={Path(env['SLURM_CONF']).parent}\n"
+        )
         (work / "python" / "pytest.ini").write_text("[pytest]\n")
         for dirpath, _, _ in os.walk(work):
             os.chown(dirpath, user.pw_uid, user.pw_gid)
-        print(f"\n{release} {plugin}: local DAC up in {time.monotonic() - started:.0f}s, "
-              f"Slurm's tests from {slurm_testsuite.version_of(suite)}")
+        print(
+            f"\n{release} {plugin}: local DAC up in {time.monotonic() - started:.0f}s, "
+            f"Slurm's tests from {slurm_testsuite.version_of(suite)}"
+        )
         yield SuiteDac(release, plugin, workdir, env, work, python_test)
     finally:
         down = run("dacctl", "local", "down", "--workdir", workdir, check=False, timeout=300)

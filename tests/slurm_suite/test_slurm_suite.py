@@ -29,19 +29,20 @@ def _check(dac, name: str, rc: int, out: str) -> None:
     plugin, logs = dac.plugin, dac.log_tail()
     why = NOT_MET.get((name, plugin, slurm_testsuite.tests_release(dac.release)))
     if why is None:
-        assert rc == 0 and re.search(r"SUCCESS|passed", out), \
+        assert rc == 0 and re.search(r"SUCCESS|passed", out), (
             f"{name} under {plugin}: exit {rc}\n{out[-6000:]}\n{logs}"
+        )
     else:
-        assert rc == 1 and why in out, \
+        assert rc == 1 and why in out, (
             f"{name} under {plugin} was expected to fail with {why!r}: exit {rc}\n{out[-6000:]}"
+        )
 
 
 def _cases():
     """(release, plugin, test), grouped by release x plugin (one local DAC each)."""
     for plugin in ("datawarp", "lua"):
         for release in RELEASES:
-            names = (*slurm_testsuite.EXPECT_TESTS, "python") if plugin == "datawarp" \
-                else LUA_CASES
+            names = (*slurm_testsuite.EXPECT_TESTS, "python") if plugin == "datawarp" else LUA_CASES
             for name in names:
                 yield pytest.param(release, plugin, name, id=f"{release}-{plugin}-{name}")
 

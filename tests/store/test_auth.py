@@ -41,17 +41,19 @@ def test_each_role_does_its_part_of_a_buffers_life_and_no_more(roles):
     keeper = dacd.keep_alive(h, 5)
     try:
         # the scheduler side places and claims: a txn whose compares read keys it only reads
-        buf, rev = allocate_buffer(slurm, buffer_maker(f"{tag}b", 100, pool_name), capacity=100,
-                                   pool=pool_name)
+        buf, rev = allocate_buffer(
+            slurm, buffer_maker(f"{tag}b", 100, pool_name), capacity=100, pool=pool_name
+        )
         dacd.put_status(Status(buffer=buf.name, host=h, state=State.CREATED))
         admin.set_drained(h, True)  # hosts/ and capacity/: an admin's write
-        for denied in (lambda: slurm.register_host(host(h, 2, pool_name=pool_name)),
-                       lambda: slurm.put_status(Status(buffer=buf.name, host=h,
-                                                       state=State.DELETED)),
-                       lambda: slurm.ensure_pool(pool(f"{tag}q")),
-                       lambda: slurm.client.put(PREFIX + f"alive/{tag}fake", ""),
-                       lambda: dacd.client.put(PREFIX + f"elsewhere/{tag}", "x"),
-                       lambda: dacd.client.put(f"/not-dac/{tag}", "x")):
+        for denied in (
+            lambda: slurm.register_host(host(h, 2, pool_name=pool_name)),
+            lambda: slurm.put_status(Status(buffer=buf.name, host=h, state=State.DELETED)),
+            lambda: slurm.ensure_pool(pool(f"{tag}q")),
+            lambda: slurm.client.put(PREFIX + f"alive/{tag}fake", ""),
+            lambda: dacd.client.put(PREFIX + f"elsewhere/{tag}", "x"),
+            lambda: dacd.client.put(f"/not-dac/{tag}", "x"),
+        ):
             with pytest.raises(EtcdRequestError, match="permission denied"):
                 denied()
         # the primary host's dacd reaps the torn-down buffer: claims, statuses and spec
@@ -77,8 +79,9 @@ def test_no_credential_is_refused(etcd_server, transport):
         client.close()
 
 
-def test_an_unreadable_credential_is_one_line_naming_the_file_and_who_acts(etcd_server,
-                                                                          transport, tmp_path):
+def test_an_unreadable_credential_is_one_line_naming_the_file_and_who_acts(
+    etcd_server, transport, tmp_path
+):
     client = client_of(etcd_server, None, transport)
     client.credential = Credential(str(tmp_path / "nope" / "slurm"), "slurm")
     try:
@@ -94,9 +97,11 @@ def test_an_unreadable_credential_is_one_line_naming_the_file_and_who_acts(etcd_
 @pytest.fixture(scope="module")
 def short_tokens(tmp_path_factory):
     """etcd forgets a token unused for 1 s: renewal happens, for real, within a test."""
-    server = EtcdServer(tmp_path_factory.mktemp("etcd-ttl"),
-                        extra_grants={"admin": [("readwrite", "/")]},
-                        flags=("--auth-token-ttl", "1")).start()
+    server = EtcdServer(
+        tmp_path_factory.mktemp("etcd-ttl"),
+        extra_grants={"admin": [("readwrite", "/")]},
+        flags=("--auth-token-ttl", "1"),
+    ).start()
     yield server
     server.stop()
 
@@ -114,6 +119,7 @@ def test_an_expired_token_is_renewed_for_requests_leases_and_watches(short_token
             for ev in w:
                 events.append(ev.kv.value)
                 seen.set()
+
         threading.Thread(target=follow, daemon=True).start()
         time.sleep(2.5)  # the token expires in etcd
         assert client.get("/r/leased").value == b"v"
@@ -130,8 +136,9 @@ def test_an_expired_token_is_renewed_for_requests_leases_and_watches(short_token
         client.close()
 
 
-def test_the_hooks_token_cache_is_reused_renewed_and_refused_if_exposed(short_tokens, transport,
-                                                                        tmp_path, monkeypatch):
+def test_the_hooks_token_cache_is_reused_renewed_and_refused_if_exposed(
+    short_tokens, transport, tmp_path, monkeypatch
+):
     monkeypatch.setenv("DAC_CACHE_DIR", str(tmp_path / "cache"))
     s = short_tokens.settings()
 
@@ -174,8 +181,12 @@ def test_the_scheduler_side_claims_a_big_buffer_in_chunks_and_dacd_reaps_it(role
         dacd.register_host(host(f"{tag}big{i}", 20, pool_name=pool_name))
         keepers.append(dacd.keep_alive(f"{tag}big{i}", 5))
     try:
-        buf, rev = allocate_buffer(slurm, buffer_maker(f"{tag}huge", 200 * 100, pool_name),
-                                   capacity=200 * 100, pool=pool_name)
+        buf, rev = allocate_buffer(
+            slurm,
+            buffer_maker(f"{tag}huge", 200 * 100, pool_name),
+            capacity=200 * 100,
+            pool=pool_name,
+        )
         assert len(buf.allocation.bricks) == 200
         assert dacd.recover_intents() == []
         dacd.delete_buffer(buf.name, rev)

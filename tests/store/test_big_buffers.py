@@ -33,8 +33,10 @@ def big(store):
 
 def intents(store):
     k = store.keys
-    return ({kv.key for kv in store.client.range(k.intents, k.intents[:-1] + "0")[0]},
-            {kv.key for kv in store.client.range(k.intent_leases, k.intent_leases[:-1] + "0")[0]})
+    return (
+        {kv.key for kv in store.client.range(k.intents, k.intents[:-1] + "0")[0]},
+        {kv.key for kv in store.client.range(k.intent_leases, k.intent_leases[:-1] + "0")[0]},
+    )
 
 
 def test_etcd_refuses_a_transaction_over_its_default_limit(store):
@@ -45,8 +47,7 @@ def test_etcd_refuses_a_transaction_over_its_default_limit(store):
 
 def test_a_2048_brick_buffer_is_claimed_whole_and_released_whole(big):
     started = time.monotonic()
-    buf, rev = allocate_buffer(big, buffer_maker("huge", 2048 * 100), capacity=2048 * 100,
-                               pool="p")
+    buf, rev = allocate_buffer(big, buffer_maker("huge", 2048 * 100), capacity=2048 * 100, pool="p")
     took = time.monotonic() - started
     claims = big.claims()
     assert len(buf.allocation.bricks) == 2048 and len(claims) == 2048
@@ -67,6 +68,7 @@ def test_a_big_buffer_that_loses_a_brick_leaves_nothing(big):
     inv = big.inventory()
     bricks = [b for h in sorted(inv.free_bricks("p")) for b in inv.free_bricks("p")[h]]
     from daccore.buffers import allocation_of
+
     taken = bricks[3 * CLAIMS_PER_TXN + 5]  # in the fourth chunk
     big.create_buffer(buffer_maker("small", 100)(allocation_of([taken])))
     with pytest.raises(AllocationConflict):
@@ -92,6 +94,7 @@ def test_a_call_cut_short_between_chunks_is_rolled_back_by_the_next(big, monkeyp
 
     def nothing_more(self, *args):
         raise Crash()
+
     monkeypatch.setattr(Store, "_claim_chunk", dying_chunk)
     monkeypatch.setattr(Store, "_release", nothing_more)
     monkeypatch.setattr(type(big.client), "lease_revoke", lambda self, lease: None)
@@ -110,8 +113,7 @@ def test_a_call_cut_short_between_chunks_is_rolled_back_by_the_next(big, monkeyp
         time.sleep(0.2)
     assert big.inventory().dead_intents == ["huge"]
     buf, _ = allocate_buffer(big, buffer_maker("next", 100), capacity=100, pool="p")
-    assert big.claims() == {(buf.allocation.bricks[0].host, buf.allocation.bricks[0].brick):
-                            "next"}
+    assert big.claims() == {(buf.allocation.bricks[0].host, buf.allocation.bricks[0].brick): "next"}
     assert intents(big) == (set(), set())
     # the name is free again, and a whole allocation of it goes through
     allocate_buffer(big, buffer_maker("huge", 1000 * 100), capacity=1000 * 100, pool="p")
@@ -129,8 +131,10 @@ def test_a_call_whose_intent_expired_can_neither_claim_nor_commit(big, monkeypat
             assert self.recover_intents() == [name]
         chunks["n"] += 1
         return real_chunk(self, name, alive, claim, keys)
+
     monkeypatch.setattr(Store, "_claim_chunk", expiring_chunk)
     from daccore.buffers import allocation_of
+
     inv = big.inventory()
     bricks = [b for h in sorted(inv.free_bricks("p")) for b in inv.free_bricks("p")[h]]
     with pytest.raises(AllocationConflict, match="rolled back"):
@@ -148,8 +152,9 @@ def test_a_storm_of_mixed_sizes_never_claims_a_brick_twice(big):
         rng = random.Random(i)
         n = rng.choice([1, 1, 2, 3, 8, 24, 97, 150, 400]) if i % 10 else 1
         try:
-            buf, _ = allocate_buffer(big, buffer_maker(f"j{i}", n * 100), capacity=n * 100,
-                                     pool="p", rng=rng)
+            buf, _ = allocate_buffer(
+                big, buffer_maker(f"j{i}", n * 100), capacity=n * 100, pool="p", rng=rng
+            )
             outcome = buf
         except CapacityError as e:
             outcome = str(e)
@@ -200,6 +205,7 @@ def test_the_cached_host_views_follow_every_change(store):
     their last read while etcd says none changed (counts equal, nothing modified since): every
     kind of change shows at the next read, in this Store and in a new one (the file cache)."""
     from daccore.store import Store
+
     store.ensure_pool(pool())
     for h in ("h1", "h2", "h3"):
         store.register_host(host(h, 4))

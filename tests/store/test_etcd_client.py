@@ -42,8 +42,10 @@ def test_a_key_that_is_not_utf8_is_listed_watched_read_and_deleted(etcd):
     try:
         etcd.put(key, b"\xff")
         kvs, _ = etcd.range("/c/u/", prefix_end("/c/u/"))
-        assert [(kv.key, kv.value) for kv in kvs] == [("/c/u/bad\udcff\udcfe", b"\xff"),
-                                                      ("/c/u/good", b"1")]
+        assert [(kv.key, kv.value) for kv in kvs] == [
+            ("/c/u/bad\udcff\udcfe", b"\xff"),
+            ("/c/u/good", b"1"),
+        ]
         assert next(iter(w)).kv.key == key
     finally:
         w.close()
@@ -98,8 +100,9 @@ def test_a_leases_time_to_live_tells_how_long_since_it_was_renewed(etcd):
 
 def test_lease_keeper_rebinds_after_losing_its_lease(etcd):
     bound = []
-    keeper = LeaseKeeper(etcd, 2, lambda lease: (bound.append(lease),
-                                                 etcd.put("/c/rebind", "", lease)))
+    keeper = LeaseKeeper(
+        etcd, 2, lambda lease: (bound.append(lease), etcd.put("/c/rebind", "", lease))
+    )
     keeper.start()
     etcd.lease_revoke(keeper.lease)  # as if etcd had expired it during an outage
     deadline = time.monotonic() + 5
@@ -120,6 +123,7 @@ def test_watch_from_a_revision_sees_past_and_new_events(etcd):
             events.append((ev.type, ev.kv.key, ev.kv.value))
             if len(events) == 3:
                 return
+
     t = threading.Thread(target=consume)
     t.start()
     etcd.put("/c/w/b", "2")
@@ -138,6 +142,7 @@ def test_watch_resumes_after_a_broken_stream_without_loss_or_repeats(etcd):
             seen.append(ev.kv.value)
             if len(seen) == 4:
                 return
+
     t = threading.Thread(target=consume)
     t.start()
     time.sleep(0.2)
@@ -164,8 +169,9 @@ def test_watch_from_a_compacted_revision_says_so(etcd, etcd_server, etcd_client)
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_unreachable_etcd_is_one_error_in_bounded_time(transport):
-    client = EtcdClient(["http://127.0.0.1:1", "http://127.0.0.1:2"], timeout=1.0,
-                        transport=transport)
+    client = EtcdClient(
+        ["http://127.0.0.1:1", "http://127.0.0.1:2"], timeout=1.0, transport=transport
+    )
     start = time.monotonic()
     with pytest.raises(StoreUnavailable) as e:
         client.get("/x")
@@ -185,8 +191,9 @@ def test_a_refused_request_is_not_mistaken_for_an_outage(etcd):
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_client_fails_over_to_a_live_endpoint(etcd_server, etcd_client, transport):
-    client = etcd_client(etcd_server, transport=transport,
-                         endpoints=["https://127.0.0.1:1", etcd_server.endpoint])
+    client = etcd_client(
+        etcd_server, transport=transport, endpoints=["https://127.0.0.1:1", etcd_server.endpoint]
+    )
     client.put("/c/failover", "ok")
     assert client.get("/c/failover").value == b"ok"
 
@@ -196,6 +203,11 @@ def test_txn_counts_and_reads_as_of_a_revision(etcd):
         etcd.put(f"/c/n/{i}", "x")
     rev = etcd.put("/c/n/3", "x")
     etcd.delete("/c/n/0")
-    r = etcd.txn([], [range_op("/c/n/", "/c/n0", count_only=True),
-                      range_op("/c/n/", "/c/n0", count_only=True, revision=rev)])
+    r = etcd.txn(
+        [],
+        [
+            range_op("/c/n/", "/c/n0", count_only=True),
+            range_op("/c/n/", "/c/n0", count_only=True, revision=rev),
+        ],
+    )
     assert r.counts == [3, 4] and r.ranges == [[], []]

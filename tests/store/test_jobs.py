@@ -30,15 +30,25 @@ def script(*lines):
     return parse_script("#!/bin/sh\n" + "".join(line + "\n" for line in lines), "DW")
 
 
-@pytest.mark.parametrize("lines,message", [
-    (["#DW jobdw capacity=100 pool=noswap", "#DW swap 50"],
-     "line 3: swap: pool 'noswap' does not offer swap (the site turned it off)"),
-    (["#DW jobdw capacity=200 pool=swap", "#DW swap 50"],
-     "line 3: swap: the local backend holds swap files only in a one-brick buffer (xfs): btrfs "
-     "cannot put a swap file across devices; ask for at most 100B or drop the swap line"),
-    (["#DW jobdw capacity=100 pool=swap", "#DW swap 150"],
-     "line 3: swap: 150B per node is more than the buffer's capacity 100B"),
-])
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        (
+            ["#DW jobdw capacity=100 pool=noswap", "#DW swap 50"],
+            "line 3: swap: pool 'noswap' does not offer swap (the site turned it off)",
+        ),
+        (
+            ["#DW jobdw capacity=200 pool=swap", "#DW swap 50"],
+            "line 3: swap: the local backend holds swap files only in a one-brick buffer "
+            "(xfs): btrfs "
+            "cannot put a swap file across devices; ask for at most 100B or drop the swap line",
+        ),
+        (
+            ["#DW jobdw capacity=100 pool=swap", "#DW swap 150"],
+            "line 3: swap: 150B per node is more than the buffer's capacity 100B",
+        ),
+    ],
+)
 def test_job_process_refuses_swap_the_pool_cannot_give(site, lines, message):
     with pytest.raises(UserError) as e:
         jobs.validate(site, script(*lines), None)
@@ -52,7 +62,8 @@ def test_job_process_refuses_private_mode_in_a_daos_pool(site, access):
     assert str(e.value) == (
         f"line 2: jobdw: access_mode={access}: pool 'daos' cannot serve it: the daos backend has "
         "no private mode (a POSIX container is one namespace shared by the job's nodes): use "
-        "access_mode=striped")
+        "access_mode=striped"
+    )
     jobs.validate(site, script("#DW jobdw capacity=100 pool=daos access_mode=striped"), None)
 
 
@@ -92,13 +103,15 @@ def test_destroy_is_refused_while_attached_and_for_another_user(site):
     jobs.attach(site, "7", ["n1"], ["pbuf"])
     with pytest.raises(UserError) as e:
         jobs.destroy(site, "pbuf")
-    assert str(e.value) == ("destroy_persistent: buffer 'pbuf' is attached to job 7; destroy it "
-                            "once they end")
+    assert str(e.value) == (
+        "destroy_persistent: buffer 'pbuf' is attached to job 7; destroy it once they end"
+    )
     jobs.detach(site, "7", ["pbuf"])
     with pytest.raises(UserError, match="belongs to another user"):
         jobs.destroy(site, "pbuf", uid=2000)
-    with pytest.raises(UserError, match="line 2: destroy_persistent: buffer 'pbuf' belongs to "
-                                        "another user"):
+    with pytest.raises(
+        UserError, match="line 2: destroy_persistent: buffer 'pbuf' belongs to another user"
+    ):
         jobs.validate(site, script("#BB destroy_persistent name=pbuf"), None, uid=2000)
     with pytest.raises(NotFound, match="line 2: destroy_persistent: no persistent buffer"):
         jobs.validate(site, script("#BB destroy_persistent name=other"), None, uid=1000)
@@ -113,14 +126,22 @@ def test_destroy_asked_again_after_a_failed_delete_makes_a_new_generation(site):
     """dacd runs a failed delete again only for a new generation: destroying again (and
     Slurm's teardown, set_desired with retry) makes one; with no failure, nothing changes."""
     from daccore.models import Status, StatusError
+
     persistent(site)
     jobs.destroy(site, "pbuf")
     generation = site.buffer("pbuf").record.generation
     jobs.destroy(site, "pbuf")
     assert site.buffer("pbuf").record.generation == generation
     host_ = site.buffer("pbuf").record.allocation.primary_host
-    site.put_status(Status(buffer="pbuf", host=host_, state=State.CREATED, generation=generation,
-                           error=StatusError(category="admin", message="still mounted")))
+    site.put_status(
+        Status(
+            buffer="pbuf",
+            host=host_,
+            state=State.CREATED,
+            generation=generation,
+            error=StatusError(category="admin", message="still mounted"),
+        )
+    )
     jobs.destroy(site, "pbuf")
     assert site.buffer("pbuf").record.generation == generation + 1
 
@@ -145,9 +166,12 @@ def test_a_persistentdw_of_a_buffer_not_made_yet_is_accepted_and_awaited(site):
     jobs.validate(site, attach, None, uid=1000)
     with pytest.raises(NotFound) as e:
         jobs.await_persistent(site, attach, 0.3, "7")
-    assert str(e.value) == ("line 2: persistentdw: no persistent buffer named 'pbuf' yet "
-                            "(waited 0s); create it, then release the job (scontrol release 7)")
+    assert str(e.value) == (
+        "line 2: persistentdw: no persistent buffer named 'pbuf' yet "
+        "(waited 0s); create it, then release the job (scontrol release 7)"
+    )
     import threading
+
     made = threading.Timer(0.5, persistent, args=(site,))
     made.start()
     jobs.await_persistent(site, attach, 30, "7")  # returns once it is made
@@ -157,5 +181,6 @@ def test_a_persistentdw_of_a_buffer_not_made_yet_is_accepted_and_awaited(site):
     # made, and someone else's: still refused at submission when Slurm says who submits
     with pytest.raises(UserError) as e:
         jobs.validate(site, attach, None, uid=2000)
-    assert str(e.value) == ("line 2: persistentdw: persistent buffer 'pbuf' belongs to another "
-                            "user")
+    assert str(e.value) == (
+        "line 2: persistentdw: persistent buffer 'pbuf' belongs to another user"
+    )

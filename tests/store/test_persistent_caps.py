@@ -28,8 +28,9 @@ def site(store):
 
 
 def create(store, name, uid=1000, gid=1000, capacity=100, caps=None):
-    jobs.create_persistent(store, name, uid, gid, capacity, "p", "striped", "scratch", None,
-                           caps=caps or CAPS)
+    jobs.create_persistent(
+        store, name, uid, gid, capacity, "p", "striped", "scratch", None, caps=caps or CAPS
+    )
 
 
 def mine(store, uid):
@@ -46,6 +47,7 @@ def test_fifty_parallel_creates_of_one_user_never_pass_the_share(site):
             refusals.append(str(e))
         except Exception as e:  # noqa: BLE001 - any other failure fails the test below
             errors.append(repr(e))
+
     threads = [threading.Thread(target=one, args=(i,)) for i in range(50)]
     for t in threads:
         t.start()
@@ -56,7 +58,8 @@ def test_fifty_parallel_creates_of_one_user_never_pass_the_share(site):
     assert set(refusals) == {
         "create_persistent: uid 1000's persistent buffers in pool 'p' would hold 300B of its "
         "800B; one user may hold 25% (200B; persistent_caps.user_share in dac.yaml): destroy "
-        "one first, or ask an admin"}
+        "one first, or ask an admin"
+    }
     create(site, "other", uid=1001, gid=1001, capacity=200)  # room is left for others
 
 
@@ -65,15 +68,20 @@ def test_count_and_group_caps(site):
     create(site, "one", caps=caps)
     with pytest.raises(UserError) as e:
         create(site, "two", caps=caps)
-    assert str(e.value) == ("create_persistent: uid 1000 holds 1 persistent buffers, the most "
-                            "one user may (persistent_caps.user_buffers in dac.yaml): destroy "
-                            "one first, or ask an admin")
+    assert str(e.value) == (
+        "create_persistent: uid 1000 holds 1 persistent buffers, the most "
+        "one user may (persistent_caps.user_buffers in dac.yaml): destroy "
+        "one first, or ask an admin"
+    )
     caps = {**CAPS, "group_share": 0.5}
     create(site, "g1", uid=2001, gid=50, capacity=200, caps=caps)
     create(site, "g2", uid=2002, gid=50, capacity=200, caps=caps)
-    with pytest.raises(UserError, match="^create_persistent: group 50's persistent buffers in "
-                                        "pool 'p' would hold 500B of its 800B; one group may "
-                                        "hold 50%"):
+    with pytest.raises(
+        UserError,
+        match="^create_persistent: group 50's persistent buffers in "
+        "pool 'p' would hold 500B of its 800B; one group may "
+        "hold 50%",
+    ):
         create(site, "g3", uid=2003, gid=50, caps=caps)
     assert site.buffer("g3") is None
 

@@ -31,16 +31,19 @@ def site(store):
     for name in names():
         bricks = host(name, BRICKS).bricks + [
             b.model_copy(update={"name": f"b{BRICKS + i}", "device": f"/dev/{name}-s{i}"})
-            for i, b in enumerate(host(name, BRICKS, pool_name="s").bricks)]
+            for i, b in enumerate(host(name, BRICKS, pool_name="s").bricks)
+        ]
         store.register_host(Host(name=name, bricks=bricks))
         store.client.put(store.keys.alive_key(name), "")
     store.claim_counts = []
     real = store.client.txn
 
     def txn(compare, success, failure=()):
-        store.claim_counts.append(sum(1 for op in success if op.count_only
-                                      and op.key.startswith(store.keys.claims)))
+        store.claim_counts.append(
+            sum(1 for op in success if op.count_only and op.key.startswith(store.keys.claims))
+        )
         return real(compare, success, failure)
+
     store.client.txn = txn
     return store
 
@@ -49,16 +52,21 @@ def fill(store, pool_name, keep: dict[str, int]):
     """Claim every brick of `pool_name`, but `keep[host]` free bricks on the hosts named."""
     k = store.keys
     offset = 0 if pool_name == "p" else BRICKS
-    ops = [put_op(k.claim(pool_name, h, f"b{offset + i}"), json.dumps({"buffer": "filler"}))
-           for h in names() for i in range(keep.get(h, 0), BRICKS)]
+    ops = [
+        put_op(k.claim(pool_name, h, f"b{offset + i}"), json.dumps({"buffer": "filler"}))
+        for h in names()
+        for i in range(keep.get(h, 0), BRICKS)
+    ]
     for start in range(0, len(ops), 100):
-        store.client.txn([], ops[start:start + 100])
+        store.client.txn([], ops[start : start + 100])
 
 
 def leaving_out(monkeypatch, *hosts):
     """Samples never hold `hosts`: SAMPLE_HOSTS hosts of the others."""
+
     def sample(pools, bricks, capacity, pool_name, rng):
         return [h for h in sorted(bricks) if h not in hosts][:SAMPLE_HOSTS]
+
     monkeypatch.setattr(buffers, "sample", sample)
 
 
@@ -100,21 +108,34 @@ def test_across_servers_widens_rather_than_give_a_server_a_second_brick(site, mo
     each: the buffer gets a brick on each of two servers, as without sampling."""
     fill(site, "p", {"h000": 2, "h126": 1, "h127": 1})
     leaving_out(monkeypatch, "h126", "h127")
-    buf, _ = allocate_buffer(site, buffer_maker("spread", 200), capacity=200, pool="p",
-                             rng=random.Random(1))
+    buf, _ = allocate_buffer(
+        site, buffer_maker("spread", 200), capacity=200, pool="p", rng=random.Random(1)
+    )
     hosts = [b.host for b in buf.allocation.bricks]
     assert len(set(hosts)) == 2 and set(hosts) <= {"h000", "h126", "h127"}
 
 
-@pytest.mark.parametrize("pool_name, keep, n, message", [
-    ("p", {"h001": 1, "h127": 2}, 4,
-     "pool 'p' has 3 bricks of 100B free; the request needs 4 (400B)"),
-    ("s", {"h001": 1, "h127": 2}, 3,
-     "no host in pool 's' has 3 bricks of 100B free (the most on one host is 2); this pool "
-     "keeps a buffer on one host"),
-])
+@pytest.mark.parametrize(
+    "pool_name, keep, n, message",
+    [
+        (
+            "p",
+            {"h001": 1, "h127": 2},
+            4,
+            "pool 'p' has 3 bricks of 100B free; the request needs 4 (400B)",
+        ),
+        (
+            "s",
+            {"h001": 1, "h127": 2},
+            3,
+            "no host in pool 's' has 3 bricks of 100B free (the most on one host is 2); this pool "
+            "keeps a buffer on one host",
+        ),
+    ],
+)
 def test_a_full_pool_is_refused_from_every_hosts_count_with_the_same_message(
-        site, monkeypatch, pool_name, keep, n, message):
+    site, monkeypatch, pool_name, keep, n, message
+):
     """The host with the most room is outside the sample: the message still names it, as
     `plan` on every host's count (no sampling) words it."""
     fill(site, pool_name, keep)
@@ -125,8 +146,9 @@ def test_a_full_pool_is_refused_from_every_hosts_count_with_the_same_message(
     leaving_out(monkeypatch, "h127")
     site.claim_counts.clear()
     with pytest.raises(CapacityError) as sampled:
-        allocate_buffer(site, buffer_maker("nope", n * 100, pool_name), capacity=n * 100,
-                        pool=pool_name)
+        allocate_buffer(
+            site, buffer_maker("nope", n * 100, pool_name), capacity=n * 100, pool=pool_name
+        )
     assert str(sampled.value) == message
     assert sum(site.claim_counts) == HOSTS
     assert site.buffers() == {}

@@ -23,10 +23,20 @@ HOSTS = ("h1", "h2", "h3")
 
 
 def config():
-    return DacConfig.model_validate({
-        "pools": {"p": {"granularity": 100, "backend": "local"}},
-        "hosts": {h: {"bricks": [{"device": f"/dev/{h}-{i}", "capacity": 100, "pool": "p",
-                                  "name": f"b{i}"} for i in range(2)]} for h in HOSTS}})
+    return DacConfig.model_validate(
+        {
+            "pools": {"p": {"granularity": 100, "backend": "local"}},
+            "hosts": {
+                h: {
+                    "bricks": [
+                        {"device": f"/dev/{h}-{i}", "capacity": 100, "pool": "p", "name": f"b{i}"}
+                        for i in range(2)
+                    ]
+                }
+                for h in HOSTS
+            },
+        }
+    )
 
 
 class Server:
@@ -40,13 +50,15 @@ class Server:
         def counted(name):
             self.reads.append(name)
             return real(name)
+
         self.store.buffer_text = counted
         self.steps: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         self.rec = Reconciler(self.store, cfg, host, self.run_step)
 
-    def run_step(self, backend, step, host, variables, on_task, inventory=None, forks=None,
-                 ssh=None):
+    def run_step(
+        self, backend, step, host, variables, on_task, inventory=None, forks=None, ssh=None
+    ):
         with self.lock:
             self.steps.append((variables["buffer"], step))
 
@@ -66,6 +78,7 @@ def reached(store, name, host, state):
 def test_each_dacd_reads_only_the_buffers_on_its_host(store):
     cfg = config()
     from dacd.registration import host_record, pool_records
+
     for p in pool_records(cfg):
         store.ensure_pool(p)
     for h in HOSTS:
@@ -92,8 +105,10 @@ def test_each_dacd_reads_only_the_buffers_on_its_host(store):
             set_desired(store, "late", State.CREATED)
         set_desired(store, "late", State.DELETED)
         set_desired(store, "early", State.DELETED)
-        wait("both to be reaped", lambda: store.buffer("late") is None and
-             store.buffer("early") is None)
+        wait(
+            "both to be reaped",
+            lambda: store.buffer("late") is None and store.buffer("early") is None,
+        )
         assert store.claims() == {}
         for h, s in servers.items():
             mine = {n for n, host in (("early", home), ("late", there)) if host == h}
@@ -115,8 +130,10 @@ def test_where_the_primary_runs_every_step_the_other_hosts_never_read_the_buffer
         buf, _ = allocate_buffer(store, buffer_maker("wide", 300, "p"), capacity=300, pool="p")
         assert len(buf.allocation.hosts) == 3
         primary = buf.allocation.primary_host
-        wait("wide to be created everywhere",
-             lambda: all(reached(store, "wide", h, S.CREATED) for h in HOSTS))
+        wait(
+            "wide to be created everywhere",
+            lambda: all(reached(store, "wide", h, S.CREATED) for h in HOSTS),
+        )
         set_desired(store, "wide", State.DELETED)
         wait("wide to be reaped", lambda: store.buffer("wide") is None)
         for h, s in servers.items():
@@ -126,17 +143,36 @@ def test_where_the_primary_runs_every_step_the_other_hosts_never_read_the_buffer
             s.rec.stop(timeout=5)
 
 
-LUSTRE = {"granularity": 100, "backend": "lustre", "lustre": {
-    "mgs": {"host": "mgs0", "nid": "10.0.0.1@tcp"}, "lnet_suffix": "@tcp", "mdt_size": 10}}
+LUSTRE = {
+    "granularity": 100,
+    "backend": "lustre",
+    "lustre": {
+        "mgs": {"host": "mgs0", "nid": "10.0.0.1@tcp"},
+        "lnet_suffix": "@tcp",
+        "mdt_size": 10,
+    },
+}
 
 
 def site_of(store, backend):
-    cfg = DacConfig.model_validate({
-        "pools": {"p": LUSTRE if backend == "lustre" else {"granularity": 100,
-                                                           "backend": backend}},
-        "hosts": {h: {"bricks": [{"device": f"/dev/{h}-{i}", "capacity": 100, "pool": "p",
-                                  "name": f"b{i}"} for i in range(2)]} for h in HOSTS}})
+    cfg = DacConfig.model_validate(
+        {
+            "pools": {
+                "p": LUSTRE if backend == "lustre" else {"granularity": 100, "backend": backend}
+            },
+            "hosts": {
+                h: {
+                    "bricks": [
+                        {"device": f"/dev/{h}-{i}", "capacity": 100, "pool": "p", "name": f"b{i}"}
+                        for i in range(2)
+                    ]
+                }
+                for h in HOSTS
+            },
+        }
+    )
     from dacd.registration import host_record, pool_records
+
     for p in pool_records(cfg):
         store.ensure_pool(p)
     for h in HOSTS:
@@ -159,6 +195,7 @@ class WorkWatch:
                         self.seen.append(c.name)
             except Exception:  # noqa: BLE001 - closed
                 pass
+
         threading.Thread(target=follow, daemon=True).start()
 
 
@@ -168,6 +205,7 @@ def test_a_desired_state_change_reaches_only_the_acting_hosts_work_watch(store, 
     primary runs them for all, so it alone is. A third host, holding no brick, never is."""
     cfg = site_of(store, backend)
     from daccore.buffers import allocation_of
+
     inv = store.inventory()
     bricks = [inv.free_bricks("p")[h][0] for h in HOSTS[:2]]
     store.create_buffer(buffer_maker("two", 200)(allocation_of(bricks)))
@@ -177,17 +215,20 @@ def test_a_desired_state_change_reaches_only_the_acting_hosts_work_watch(store, 
     try:
         for s in servers.values():
             s.rec.start()
-        wait("two to be created", lambda: all(reached(store, "two", h, S.CREATED)
-                                              for h in ("h1", "h2")))
-        wait("the workers to be done", lambda: all(idle(s.rec, "two")
-                                                   for s in servers.values()))
+        wait(
+            "two to be created",
+            lambda: all(reached(store, "two", h, S.CREATED) for h in ("h1", "h2")),
+        )
+        wait("the workers to be done", lambda: all(idle(s.rec, "two") for s in servers.values()))
         revision = store.buffer("two").mod_revision
         watches = {h: WorkWatch(store, h, revision) for h in HOSTS}
         reads = {h: len(s.reads) for h, s in servers.items()}
         set_desired(store, "two", State.STAGED_IN)
         wait("the acting hosts' watches", lambda: all(watches[h].seen for h in acting))
-        wait("two to be staged in", lambda: all(reached(store, "two", h, S.STAGED_IN)
-                                                for h in ("h1", "h2")))
+        wait(
+            "two to be staged in",
+            lambda: all(reached(store, "two", h, S.STAGED_IN) for h in ("h1", "h2")),
+        )
         time.sleep(0.3)  # time enough for a stray event to arrive
         for h in HOSTS:
             assert watches[h].seen == (["two"] if h in acting else []), h
@@ -221,8 +262,11 @@ def test_stray_work_is_dropped_at_start_and_a_change_without_work_is_found_by_re
         assert store.client.get(store.keys.work(home, "ghost")) is None
         # a spec changed by a writer that wrote no work key (by hand): unseen until resync
         current = store.buffer_doc("held")
-        doc = {**current.record, "desired_state": "staged_in",
-               "generation": current.record["generation"] + 1}
+        doc = {
+            **current.record,
+            "desired_state": "staged_in",
+            "generation": current.record["generation"] + 1,
+        }
         store.client.txn([], [put_op(store.keys.buffer("held"), json.dumps(doc))])
         time.sleep(0.5)
         assert not reached(store, "held", home, S.STAGED_IN)

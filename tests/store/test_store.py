@@ -60,6 +60,7 @@ def test_a_hosts_status_writes_are_fenced_on_its_lease_until_a_new_one_is_bound(
     import time
 
     from daccore.errors import Fenced
+
     register(store, ("h1", "h2"), alive=False)
     bound = []
     keeper = store.keep_alive("h1", 3, on_bound=lambda: bound.append(1))
@@ -70,8 +71,11 @@ def test_a_hosts_status_writes_are_fenced_on_its_lease_until_a_new_one_is_bound(
     store.put_status(before)
     store.client.lease_revoke(keeper.lease)
     after = Status(buffer="j1", host="h1", state=State.DELETED)
-    with pytest.raises(Fenced, match="^host h1: this dacd's lease lapsed; it acts on no buffer "
-                                     "until it has registered again"):
+    with pytest.raises(
+        Fenced,
+        match="^host h1: this dacd's lease lapsed; it acts on no buffer "
+        "until it has registered again",
+    ):
         store.put_status(after)
     with pytest.raises(Fenced):
         store.put_statuses([after])
@@ -98,17 +102,19 @@ def test_a_status_write_for_a_deleted_or_recreated_buffer_is_refused(store):
     buffer is gone and once it is back under its name; the new incarnation's writes go
     through, for one host and for several."""
     from daccore.errors import Superseded
+
     keepers = register(store, ("h1", "h2"))
     allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
     first = store.buffer("j1")
-    store.put_status(Status(buffer="j1", host="h1", state=State.CREATED),
-                     first.create_revision)
-    store.put_status(Status(buffer="j1", host="h1", state=State.DELETED),
-                     first.create_revision)
+    store.put_status(Status(buffer="j1", host="h1", state=State.CREATED), first.create_revision)
+    store.put_status(Status(buffer="j1", host="h1", state=State.DELETED), first.create_revision)
     store.delete_buffer("j1", first.mod_revision)
     late = Status(buffer="j1", host="h1", state=State.STAGED_IN)
-    with pytest.raises(Superseded, match="^buffer j1: deleted or created anew while this host "
-                                         "acted on it; its status was not written$"):
+    with pytest.raises(
+        Superseded,
+        match="^buffer j1: deleted or created anew while this host "
+        "acted on it; its status was not written$",
+    ):
         store.put_status(late, first.create_revision)
     assert store.statuses("j1") == {}
     allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
@@ -117,8 +123,7 @@ def test_a_status_write_for_a_deleted_or_recreated_buffer_is_refused(store):
     with pytest.raises(Superseded):
         store.put_status(late, first.create_revision)
     with pytest.raises(Superseded):
-        store.put_statuses([late, late.model_copy(update={"host": "h2"})],
-                           first.create_revision)
+        store.put_statuses([late, late.model_copy(update={"host": "h2"})], first.create_revision)
     assert store.statuses("j1") == {}
     fresh = [Status(buffer="j1", host=h, state=State.CREATED) for h in ("h1", "h2")]
     store.put_statuses(fresh, second.create_revision)
@@ -133,8 +138,14 @@ def test_inventory_and_pool_summary(store):
     store.set_drained("h2", True)
     inv = store.inventory()
     (s,) = summarize(inv)
-    assert (s.total, s.free, s.used, s.hosts_up, s.hosts_down, s.hosts_drained) == \
-        (8, 4, 0, 2, 1, 1)
+    assert (s.total, s.free, s.used, s.hosts_up, s.hosts_down, s.hosts_drained) == (
+        8,
+        4,
+        0,
+        2,
+        1,
+        1,
+    )
     assert inv.revision > 0
     assert summarize(store.summary_inventory()) == [s]  # the capacity index agrees
     for k in keepers:
@@ -163,8 +174,9 @@ def test_create_buffer_claims_every_brick_or_nothing(store):
 def test_update_buffer_is_compare_and_swap(store):
     keepers = register(store, ("h1",))
     buf, rev = allocate_buffer(store, buffer_maker("j1", 100), capacity=100, pool="p")
-    newer = store.update_buffer(buf.model_copy(update={"desired_state": State.DELETED,
-                                                       "generation": 2}), rev)
+    newer = store.update_buffer(
+        buf.model_copy(update={"desired_state": State.DELETED, "generation": 2}), rev
+    )
     with pytest.raises(Conflict):
         store.update_buffer(buf, rev)
     current = store.buffer("j1")
@@ -177,8 +189,14 @@ def test_delete_buffer_releases_claims_and_statuses(store):
     keepers = register(store, ("h1", "h2"))
     buf, rev = allocate_buffer(store, buffer_maker("j1", 300), capacity=300, pool="p")
     assert len(store.claims()) == 3
-    store.put_status(Status(buffer="j1", host="h1", state=State.CREATED,
-                            error=StatusError(category="admin", message="mkfs failed")))
+    store.put_status(
+        Status(
+            buffer="j1",
+            host="h1",
+            state=State.CREATED,
+            error=StatusError(category="admin", message="mkfs failed"),
+        )
+    )
     assert store.statuses("j1")["h1"].error.message == "mkfs failed"
     with pytest.raises(Conflict):
         store.delete_buffer("j1", rev - 1)
@@ -192,8 +210,9 @@ def test_delete_buffer_releases_claims_and_statuses(store):
 
 def test_allocation_refuses_more_than_the_pool_holds(store):
     keepers = register(store, ("h1",), n=2)
-    with pytest.raises(CapacityError, match="pool 'p' has 2 bricks of 100B free; the request "
-                                            "needs 3"):
+    with pytest.raises(
+        CapacityError, match="pool 'p' has 2 bricks of 100B free; the request needs 3"
+    ):
         allocate_buffer(store, buffer_maker("big", 300), capacity=300, pool="p")
     assert store.buffers() == {}
     for k in keepers:
@@ -212,6 +231,7 @@ def test_racing_allocations_never_claim_a_brick_twice(store):
                 outcomes[name] = "ok"
             except CapacityError as e:
                 outcomes[name] = str(e)
+
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(6)]
     for t in threads:
         t.start()
@@ -240,11 +260,13 @@ def test_watch_buffers_resumes_from_a_revision(store):
             got.append((c.name, c.record.desired_state if c.record else None))
             if len(got) == 3:
                 return
+
     t = threading.Thread(target=consume)
     t.start()
     buf = store.buffer("j1")
-    rev2 = store.update_buffer(buf.record.model_copy(update={"desired_state": State.DELETED}),
-                               buf.mod_revision)
+    rev2 = store.update_buffer(
+        buf.record.model_copy(update={"desired_state": State.DELETED}), buf.mod_revision
+    )
     store.delete_buffer("j1", rev2)
     t.join(5)
     w.close()
@@ -255,8 +277,11 @@ def test_watch_buffers_resumes_from_a_revision(store):
 
 def test_a_corrupt_record_is_an_admin_error_naming_the_key(store):
     store.client.put(store.keys.host("bad"), "{not json")
-    with pytest.raises(BadRecord, match=r"record at .*hosts/bad is not a valid Host: .*; an "
-                                        "admin must fix or delete it"):
+    with pytest.raises(
+        BadRecord,
+        match=r"record at .*hosts/bad is not a valid Host: .*; an "
+        "admin must fix or delete it",
+    ):
         store.hosts()
     store.client.put(store.keys.pool("bad"), "{not json")
     assert "bad" not in store.pools()  # setup picks among the others
@@ -266,8 +291,11 @@ def test_a_held_brick_cannot_leave_its_pool_or_its_host(store):
     keepers = register(store, ("h1",), n=2)
     buf, _ = allocate_buffer(store, buffer_maker("j1", 200), capacity=200, pool="p")
     moved = host("h1", 2, pool_name="q")
-    with pytest.raises(AdminError, match=r"host 'h1': brick 'b[01]' is held by buffer 'j1' in "
-                                         r"pool 'p'; it cannot leave that pool"):
+    with pytest.raises(
+        AdminError,
+        match=r"host 'h1': brick 'b[01]' is held by buffer 'j1' in "
+        r"pool 'p'; it cannot leave that pool",
+    ):
         store.register_host(moved)
     with pytest.raises(AdminError, match="held by buffer 'j1'"):
         store.register_host(host("h1", 0))  # both bricks removed from the config
@@ -311,10 +339,10 @@ def test_host_summaries_add_up_to_the_pool_summary_with_down_and_drained_hosts(s
 
 def test_a_per_buffer_mgs_takes_its_primarys_one_mgs_slot_until_the_buffer_goes(store):
     keepers = register(store, ("h1", "h2"), n=4)
-    first, _ = allocate_buffer(store, buffer_maker("m1", 100), capacity=100, pool="p",
-                               own_mgs=True)
-    second, _ = allocate_buffer(store, buffer_maker("m2", 100), capacity=100, pool="p",
-                                own_mgs=True)
+    first, _ = allocate_buffer(store, buffer_maker("m1", 100), capacity=100, pool="p", own_mgs=True)
+    second, _ = allocate_buffer(
+        store, buffer_maker("m2", 100), capacity=100, pool="p", own_mgs=True
+    )
     primaries = {first.allocation.primary_host, second.allocation.primary_host}
     assert primaries == {"h1", "h2"} and store.mgs_hosts() == {"h1", "h2"}
     assert first.allocation.mgs_host == first.allocation.primary_host
@@ -324,8 +352,7 @@ def test_a_per_buffer_mgs_takes_its_primarys_one_mgs_slot_until_the_buffer_goes(
     allocate_buffer(store, buffer_maker("plain", 100), capacity=100, pool="p")  # no MGS: fine
     store.delete_buffer("m1", store.buffer("m1").mod_revision)
     assert store.mgs_hosts() == {second.allocation.primary_host}
-    third, _ = allocate_buffer(store, buffer_maker("m3", 100), capacity=100, pool="p",
-                               own_mgs=True)
+    third, _ = allocate_buffer(store, buffer_maker("m3", 100), capacity=100, pool="p", own_mgs=True)
     assert third.allocation.primary_host == first.allocation.primary_host
     for k in keepers:
         k.stop()

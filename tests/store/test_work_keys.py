@@ -16,7 +16,7 @@ def work(store) -> dict[tuple[str, str], int]:
     """(host, buffer) -> the work key's mod_revision."""
     k = store.keys
     kvs, _ = store.client.range(k.works, prefix_end(k.works))
-    return {tuple(kv.key[len(k.works):].split("/", 1)): kv.mod_revision for kv in kvs}
+    return {tuple(kv.key[len(k.works) :].split("/", 1)): kv.mod_revision for kv in kvs}
 
 
 def site(store, backend="local", hosts=3, bricks=2):
@@ -41,18 +41,20 @@ def changed_by(store, before, name):
     return {h for (h, b), rev in work(store).items() if b == name and rev > before}
 
 
-def test_a_local_buffer_wakes_each_of_its_hosts_at_every_write_and_its_delete_drops_them(
-        store):
+def test_a_local_buffer_wakes_each_of_its_hosts_at_every_write_and_its_delete_drops_them(store):
     hosts = site(store)
     buf, rev = spread(store, "j1", hosts[:2])
     assert work(store) == {(hosts[0], "j1"): rev, (hosts[1], "j1"): rev}
     # every writer of the spec: desired state, attachments, a validated update
-    for write in (lambda: jobs.set_desired(store, "j1", State.STAGED_IN),
-                  lambda: jobs.attach(store, "7", ["n1"], ["j1"]),
-                  lambda: jobs.detach(store, "7", ["j1"]),
-                  lambda: store.update_buffer(
-                      store.buffer("j1").record.model_copy(update={"generation": 9}),
-                      store.buffer("j1").mod_revision)):
+    for write in (
+        lambda: jobs.set_desired(store, "j1", State.STAGED_IN),
+        lambda: jobs.attach(store, "7", ["n1"], ["j1"]),
+        lambda: jobs.detach(store, "7", ["j1"]),
+        lambda: store.update_buffer(
+            store.buffer("j1").record.model_copy(update={"generation": 9}),
+            store.buffer("j1").mod_revision,
+        ),
+    ):
         before = store.buffer("j1").mod_revision
         write()
         after = store.buffer("j1").mod_revision
@@ -109,7 +111,8 @@ def test_forget_drops_the_work_keys_with_the_spec(store):
 
 @pytest.mark.parametrize("spread_over", [60, 128])
 def test_a_local_buffer_over_more_hosts_than_one_transaction_holds_wakes_them_all(
-        store, spread_over):
+    store, spread_over
+):
     """60 hosts: the claims fit in one transaction, not with 60 work keys besides; 128: the
     claims are made in chunks. Either way every host gets its key, each write touches them
     all, and the delete leaves none."""

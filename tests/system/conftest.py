@@ -31,21 +31,42 @@ def local_dac(open_dir):
     """A local DAC with 2 servers x 4 bricks of 512 MiB (xfs needs more than 300 MB); yields
     its env; always torn down."""
     workdir = open_dir / "dac"
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "4", "--brick-size", "512MiB")
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "4",
+        "--brick-size",
+        "512MiB",
+    )
     lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
     env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
     yield workdir, env
     run("dacctl", "local", "down", "--workdir", str(workdir), check=False)
 
 
-
 @pytest.fixture
 def dac(open_dir):
     """Local DAC, 2 servers x 2 bricks of 512 MiB (xfs needs more than 300 MB)."""
     workdir = open_dir / "dac"
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "2", "--brick-size", "512MiB")
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "2",
+        "--brick-size",
+        "512MiB",
+    )
     env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
     yield workdir, env, Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
     run("dacctl", "local", "down", "--workdir", str(workdir), check=False)

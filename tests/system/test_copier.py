@@ -27,12 +27,28 @@ def owned(path, mode=0o755):
 
 
 def run_copier(src, dst, inside, kind="directory", workers=3, chunk=256 << 20):
-    plan = copier.encode_plan([{"type": kind, "source": str(src), "destination": str(dst)}],
-                              str(inside), "destination", workers, chunk)
-    r = subprocess.run([_python(), "-I", "-S", COPIER], input=plan, capture_output=True,
-                       user=UID, group=GID, extra_groups=[GID], cwd="/", timeout=120)
-    return (r.returncode, [json.loads(line) for line in r.stdout.decode().splitlines()],
-            r.stderr.decode())
+    plan = copier.encode_plan(
+        [{"type": kind, "source": str(src), "destination": str(dst)}],
+        str(inside),
+        "destination",
+        workers,
+        chunk,
+    )
+    r = subprocess.run(
+        [_python(), "-I", "-S", COPIER],
+        input=plan,
+        capture_output=True,
+        user=UID,
+        group=GID,
+        extra_groups=[GID],
+        cwd="/",
+        timeout=120,
+    )
+    return (
+        r.returncode,
+        [json.loads(line) for line in r.stdout.decode().splitlines()],
+        r.stderr.decode(),
+    )
 
 
 def test_many_files_and_a_chunked_big_file_arrive_whole_with_progress(open_dir):
@@ -52,11 +68,22 @@ def test_many_files_and_a_chunked_big_file_arrive_whole_with_progress(open_dir):
     rc, lines, stderr = run_copier(src, inside / "in", inside, chunk=1 << 20)
     assert (rc, stderr, lines[-1]) == (0, "", {"done": True})
     first, final = lines[0], lines[-2]
-    assert first == {"bytes_done": 0, "bytes_total": 0, "files_done": 0, "files_total": 0,
-                     "rate": 0, "eta": None, "counting": True}
+    assert first == {
+        "bytes_done": 0,
+        "bytes_total": 0,
+        "files_done": 0,
+        "files_total": 0,
+        "rate": 0,
+        "eta": None,
+        "counting": True,
+    }
     total = sum(f * 7 for f in range(100)) * 5 + len(big)
-    assert (final["bytes_done"], final["bytes_total"], final["files_done"],
-            final["files_total"]) == (total, total, 501, 501)
+    assert (
+        final["bytes_done"],
+        final["bytes_total"],
+        final["files_done"],
+        final["files_total"],
+    ) == (total, total, 501, 501)
     assert final["counting"] is False and final["eta"] == 0 and final["rate"] > 0
     assert (inside / "in" / "big").read_bytes() == big
     st = os.stat(inside / "in" / "big")
@@ -72,8 +99,15 @@ def test_an_empty_directory_is_copied_and_done_at_once(open_dir):
     inside = owned(open_dir / "buffer")
     rc, lines, stderr = run_copier(src, inside / "in", inside)
     assert (rc, stderr, lines[-1]) == (0, "", {"done": True})
-    assert lines[-2] == {"bytes_done": 0, "bytes_total": 0, "files_done": 0, "files_total": 0,
-                         "rate": 0, "eta": 0.0, "counting": False}
+    assert lines[-2] == {
+        "bytes_done": 0,
+        "bytes_total": 0,
+        "files_done": 0,
+        "files_total": 0,
+        "rate": 0,
+        "eta": 0.0,
+        "counting": False,
+    }
     assert os.listdir(inside / "in") == [] and os.stat(inside / "in").st_mode & 0o7777 == 0o750
 
 
@@ -116,13 +150,22 @@ def test_a_chunk_tells_its_progress_as_it_goes(tmp_path, monkeypatch):
     with open(tmp_path / "dst", "wb") as f:
         f.truncate(len(data))
     told = []
-    item = (str(tmp_path / "src"), str(tmp_path / "dst"), len(data), 0o644, 0, 0, False,
-            1 << 20, len(data) - 1000)
+    item = (
+        str(tmp_path / "src"),
+        str(tmp_path / "dst"),
+        len(data),
+        0o644,
+        0,
+        0,
+        False,
+        1 << 20,
+        len(data) - 1000,
+    )
     rest = copier.copy_chunk(item, told.append)
     assert told and all(n >= 1 << 20 for n in told)
     assert sum(told) + rest == len(data) - 1000 - (1 << 20)
     copied = (tmp_path / "dst").read_bytes()
-    assert copied[1 << 20:-1000] == data[1 << 20:-1000] and copied[:1 << 20] == bytes(1 << 20)
+    assert copied[1 << 20 : -1000] == data[1 << 20 : -1000] and copied[: 1 << 20] == bytes(1 << 20)
 
 
 def test_a_worker_yields_the_cpu_and_one_that_dies_fails_the_stage_in_one_line(tmp_path):
@@ -166,9 +209,14 @@ def test_a_big_copy_goes_to_the_disk_as_it_goes_and_leaves_the_page_cache_alone(
         assert os.waitpid(pid, 0)[1] == 0
 
         def resident(path: Path) -> int:
-            out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES",
-                                  str(path)], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             return int(out.stdout)
+
         assert resident(work / "src") <= copier.WRITEBACK
         assert resident(dst) <= (copier.DROP_LAG + 2) * copier.WRITEBACK
         assert dst.read_bytes() == data
@@ -180,13 +228,16 @@ def test_a_big_copy_goes_to_the_disk_as_it_goes_and_leaves_the_page_cache_alone(
 
 def test_the_plan_carries_any_path_but_one_with_a_nul():
     odd = os.fsdecode(b"/data/caf\xe9\nline two")  # not UTF-8, and a newline
-    pairs = [{"type": "directory", "source": odd, "destination": "/buffer/striped/in"},
-             {"type": "list", "source": "/home/a/list", "destination": "/buffer/striped"}]
+    pairs = [
+        {"type": "directory", "source": odd, "destination": "/buffer/striped/in"},
+        {"type": "list", "source": "/home/a/list", "destination": "/buffer/striped"},
+    ]
     plan = copier.encode_plan(pairs, "/buffer/striped", "destination", 3, 1 << 20)
     assert copier.decode_plan(plan) == (pairs, "/buffer/striped", "destination", 3, 1 << 20)
     with pytest.raises(ValueError, match="NUL"):
-        copier.encode_plan([{"type": "file", "source": "/a\0b", "destination": "/b"}],
-                           "/b", "destination", 1)
+        copier.encode_plan(
+            [{"type": "file", "source": "/a\0b", "destination": "/b"}], "/b", "destination", 1
+        )
     with pytest.raises(copier.CopyError, match="^copier failed: stdin holds no plan$"):
         copier.decode_plan(b'{"pairs": []}')
 
@@ -232,8 +283,9 @@ def test_a_list_names_each_destination_in_the_buffer_as_the_user_writes_it(open_
         (src / name).write_text(f"{name}\n")
         os.chown(src / name, UID, GID)
     listing = src / "list"
-    listing.write_text(f"{src}/a $DW_JOB_STRIPED/x/a\n{src}/b ${{DW_JOB_STRIPED}}/b\n"
-                       f"# a comment\n{src}/c rel/c\n")
+    listing.write_text(
+        f"{src}/a $DW_JOB_STRIPED/x/a\n{src}/b ${{DW_JOB_STRIPED}}/b\n# a comment\n{src}/c rel/c\n"
+    )
     os.chown(listing, UID, GID)
     inside = owned(open_dir / "buffer")
     rc, lines, stderr = run_copier(listing, inside, inside, kind="list")
@@ -241,6 +293,7 @@ def test_a_list_names_each_destination_in_the_buffer_as_the_user_writes_it(open_
     assert [(inside / p).read_text() for p in ("x/a", "b", "rel/c")] == ["a\n", "b\n", "c\n"]
     listing.write_text(f"{src}/a $DW_JOB_STRIPED/../escape\n")
     rc, lines, _ = run_copier(listing, inside, inside, kind="list")
-    assert rc == 1 and lines[-1] == {"error": f"{inside}/../escape: must be an absolute path "
-                                              "without '..'"}
+    assert rc == 1 and lines[-1] == {
+        "error": f"{inside}/../escape: must be an absolute path without '..'"
+    }
     assert not (open_dir / "escape").exists()

@@ -58,13 +58,30 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
         ("user", "dac1", "fusermount3", "-u", staging),  # stop.yml first: nothing there yet
         ("root", "dac1", "dmg", "pool", "destroy", "--force", "--recursive", "dac-42"),
-        ("root", "dac1", "dmg", "pool", "create", f"--scm-size={scm(200 * GiB)}",
-         f"--nvme-size={200 * GiB}", "--ranks=0", f"--user={name}@", f"--group={name}@",
-         "dac-42"),
+        (
+            "root",
+            "dac1",
+            "dmg",
+            "pool",
+            "create",
+            f"--scm-size={scm(200 * GiB)}",
+            f"--nvme-size={200 * GiB}",
+            "--ranks=0",
+            f"--user={name}@",
+            f"--group={name}@",
+            "dac-42",
+        ),
         ("root", "dac1", "dmg", "pool", "delete-acl", "--principal=GROUP@", "dac-42"),
         ("user", "dac1", "daos", "container", "create", "--type=POSIX", "dac-42", "posix"),
-        ("user", "dac1", "dfuse", f"--mountpoint={staging}", "--pool=dac-42",
-         "--container=posix", NOCACHE),
+        (
+            "user",
+            "dac1",
+            "dfuse",
+            f"--mountpoint={staging}",
+            "--pool=dac-42",
+            "--container=posix",
+            NOCACHE,
+        ),
     ]
     assert [c["rc"] for c in calls][2:] == [0, 0, 0, 0]
     pool = s.state()["daos"]["pools"]["dac-42"]
@@ -74,14 +91,24 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
     s.run(config, "daos", buf.model_copy(update={"attachments": attached}), "mount")
     calls = s.calls()
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
-        ("user", n, "dfuse", f"--mountpoint={NODE.format(node=n)}", "--pool=dac-42",
-         "--container=posix", NOCACHE) for n in ("node1", "node2")]
+        (
+            "user",
+            n,
+            "dfuse",
+            f"--mountpoint={NODE.format(node=n)}",
+            "--pool=dac-42",
+            "--container=posix",
+            NOCACHE,
+        )
+        for n in ("node1", "node2")
+    ]
     assert all(c["rc"] == 0 for c in calls)
 
     s.run(config, "daos", buf, "unmount", attached=attached)
     calls = s.calls()
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
-        ("user", n, "fusermount3", "-u", NODE.format(node=n)) for n in ("node1", "node2")]
+        ("user", n, "fusermount3", "-u", NODE.format(node=n)) for n in ("node1", "node2")
+    ]
     assert all(c["rc"] == 0 for c in calls)
     assert not (s.root / "nodes" / "node1" / "7").exists()  # mount points and their parents
 
@@ -89,7 +116,8 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
     calls = s.calls()
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
         ("user", "dac1", "fusermount3", "-u", staging),
-        ("root", "dac1", "dmg", "pool", "destroy", "--force", "--recursive", "dac-42")]
+        ("root", "dac1", "dmg", "pool", "destroy", "--force", "--recursive", "dac-42"),
+    ]
     assert all(c["rc"] == 0 for c in calls)
     assert s.state()["daos"]["pools"] == {} and not any(s.state()["daos"]["dfuse"].values())
     assert not (s.root / "dac1" / "fs" / "42").exists()
@@ -98,14 +126,27 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
 def test_four_hosts_pool_spans_the_ranks_of_its_bricks(site, user):
     s = site(4)
     config = s.config("daos")
-    buf = s.buffer([("dac2", 0), ("dac1", 0), ("dac3", 0), ("dac4", 0)], uid=user.pw_uid,
-                   gid=user.pw_gid)
+    buf = s.buffer(
+        [("dac2", 0), ("dac1", 0), ("dac3", 0), ("dac4", 0)], uid=user.pw_uid, gid=user.pw_gid
+    )
     s.run(config, "daos", buf, "create")
     cmds = site_paths(s, calls_as(s.calls(), user.pw_uid))
     create = [c for c in cmds if c[2:5] == ("dmg", "pool", "create")]
-    assert create == [("root", "dac2", "dmg", "pool", "create", f"--scm-size={scm(100 * GiB)}",
-                       f"--nvme-size={100 * GiB}", "--ranks=0,2,4,6", f"--user={user.pw_name}@",
-                       f"--group={user.pw_name}@", "dac-42")]
+    assert create == [
+        (
+            "root",
+            "dac2",
+            "dmg",
+            "pool",
+            "create",
+            f"--scm-size={scm(100 * GiB)}",
+            f"--nvme-size={100 * GiB}",
+            "--ranks=0,2,4,6",
+            f"--user={user.pw_name}@",
+            f"--group={user.pw_name}@",
+            "dac-42",
+        )
+    ]
     assert {c[1] for c in cmds} == {"dac2"}  # dmg and the staging dfuse: the primary only
     s.run(config, "daos", buf, "delete")
     assert s.state()["daos"]["pools"] == {}
@@ -115,8 +156,12 @@ def test_teardown_after_a_create_that_failed_half_way(site, user):
     s = site(2)
     config = s.config("daos")
     buf = s.buffer([("dac1", 0), ("dac2", 0)], uid=user.pw_uid, gid=user.pw_gid)
-    s.fail("daos", ["container"], rc=1,
-           stderr="ERROR: daos: failed to create container: DER_NOSPACE(-1007): No space")
+    s.fail(
+        "daos",
+        ["container"],
+        rc=1,
+        stderr="ERROR: daos: failed to create container: DER_NOSPACE(-1007): No space",
+    )
     with pytest.raises(PlaybookFailed) as e:
         s.run(config, "daos", buf, "create")
     assert e.value.task == "create the container as the user" and e.value.host == "dac1"
@@ -127,7 +172,8 @@ def test_teardown_after_a_create_that_failed_half_way(site, user):
     calls = s.calls()
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
         ("user", "dac1", "fusermount3", "-u", "<site>/dac1/fs/42/striped"),
-        ("root", "dac1", "dmg", "pool", "destroy", "--force", "--recursive", "dac-42")]
+        ("root", "dac1", "dmg", "pool", "destroy", "--force", "--recursive", "dac-42"),
+    ]
     assert calls[-1]["rc"] == 0 and s.state()["daos"]["pools"] == {}
 
 
@@ -136,17 +182,28 @@ def test_uneven_bricks_per_rank_ask_no_rank_for_more_than_dac_gave_it(site, user
     every rank, so each rank gives 150GiB of NVMe (and 6/94 of it in SCM), the engines' free
     space in the site's facts. A --size of the allocation would ask 176GiB of NVMe and 11GiB
     of SCM of every rank: more than dac gave three of them, and more SCM than they have."""
-    s = site(4, bricks=2, brick=150 * GiB,
-             daos={"scm_bytes": 10 * GiB, "nvme_bytes": 150 * GiB, "targets": 16})
+    s = site(
+        4,
+        bricks=2,
+        brick=150 * GiB,
+        daos={"scm_bytes": 10 * GiB, "nvme_bytes": 150 * GiB, "targets": 16},
+    )
     config = s.config("daos")
-    buf = s.buffer([("dac1", 0), ("dac1", 1), ("dac2", 0), ("dac3", 0), ("dac4", 0)],
-                   uid=user.pw_uid, gid=user.pw_gid, capacity=450 * GiB)
+    buf = s.buffer(
+        [("dac1", 0), ("dac1", 1), ("dac2", 0), ("dac3", 0), ("dac4", 0)],
+        uid=user.pw_uid,
+        gid=user.pw_gid,
+        capacity=450 * GiB,
+    )
     s.run(config, "daos", buf, "create")
     calls = s.calls()
     assert all(c["rc"] == 0 for c in calls[2:]), calls
     create = next(c["argv"] for c in calls if c["argv"][:3] == ["dmg", "pool", "create"])
-    assert create[3:6] == [f"--scm-size={scm(150 * GiB)}", f"--nvme-size={150 * GiB}",
-                           "--ranks=0,2,4,6"]
+    assert create[3:6] == [
+        f"--scm-size={scm(150 * GiB)}",
+        f"--nvme-size={150 * GiB}",
+        "--ranks=0,2,4,6",
+    ]
     pool = s.state()["daos"]["pools"]["dac-42"]
     assert pool["tier_bytes"] == [scm(150 * GiB), 150 * GiB]  # per rank
     assert pool["tier_bytes"][1] * 4 >= buf.request.capacity
@@ -168,14 +225,17 @@ def test_stage_out_right_after_the_nodes_wrote_reads_their_bytes(site, user):
     bytes, not what the primary's dfuse cached at stage-in (its cache serves data for 600 s)."""
     s = site(1)
     config = s.config("daos")
-    buf = s.buffer([("dac1", 0)], uid=user.pw_uid, gid=user.pw_gid,
-                   attachments={"7": ["node1"]})
+    buf = s.buffer([("dac1", 0)], uid=user.pw_uid, gid=user.pw_gid, attachments={"7": ["node1"]})
     s.run(config, "daos", buf, "create")
     s.run(config, "daos", buf, "mount")
     primary, node = Site(str(s.root), "dac1", "-"), Site(str(s.root), "node1", "-")
     staged = s.root / "dac1" / "fs" / "42" / "striped" / "input"
     daos_files.write(primary, str(staged), "stage-in bytes", now=1000)  # data_in
-    daos_files.write(node, str(s.root / "nodes" / "node1" / "7" / "striped" / "input"),
-                     "the job's bytes", now=1010)
+    daos_files.write(
+        node,
+        str(s.root / "nodes" / "node1" / "7" / "striped" / "input"),
+        "the job's bytes",
+        now=1010,
+    )
     s.run(config, "daos", buf, "unmount", attached={"7": ["node1"]})  # post_run
     assert daos_files.read(primary, str(staged), now=1020) == "the job's bytes"  # data_out

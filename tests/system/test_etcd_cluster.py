@@ -22,9 +22,22 @@ from daccore.store import Store
 def dac3(open_dir):
     """2 servers x 2 bricks of 512 MiB on a three-member etcd; yields (workdir, env)."""
     workdir = open_dir / "dac"
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "2",
-        "--bricks-per-server", "2", "--brick-size", "512MiB", "--etcd-members", "3",
-        timeout=120)
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "2",
+        "--bricks-per-server",
+        "2",
+        "--brick-size",
+        "512MiB",
+        "--etcd-members",
+        "3",
+        timeout=120,
+    )
     lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
     env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
     yield workdir, env
@@ -37,12 +50,20 @@ def members(workdir):
 
 def etcdctl(workdir, *args, endpoints):
     pki = workdir / "etcd" / "pki"
-    env = {"ETCDCTL_API": "3", "ETCDCTL_CACERT": str(pki / "ca.pem"),
-           "ETCDCTL_CERT": str(pki / "client.pem"), "ETCDCTL_KEY": str(pki / "client.key"),
-           "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["etcdctl", "--endpoints", ",".join(endpoints),
-                           "--command-timeout", "3s", *args], env=env, capture_output=True,
-                          text=True, timeout=30)
+    env = {
+        "ETCDCTL_API": "3",
+        "ETCDCTL_CACERT": str(pki / "ca.pem"),
+        "ETCDCTL_CERT": str(pki / "client.pem"),
+        "ETCDCTL_KEY": str(pki / "client.key"),
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        ["etcdctl", "--endpoints", ",".join(endpoints), "--command-timeout", "3s", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def leader(workdir):
@@ -75,8 +96,9 @@ def test_env_lists_every_member_and_status_shows_them(dac3):
     endpoints = env["DAC_ETCD_ENDPOINTS"].split(",")
     assert endpoints == [f"https://127.0.0.1:{m['client_port']}" for m in members(workdir)]
     assert len(endpoints) == 3
-    report = json.loads(run("dacctl", "local", "status", "--workdir", str(workdir),
-                            "--json").stdout)
+    report = json.loads(
+        run("dacctl", "local", "status", "--workdir", str(workdir), "--json").stdout
+    )
     assert [m["running"] for m in report["etcd"]["members"]] == [True] * 3
     assert report["pools"][0]["hosts_up"] == 2
 
@@ -86,14 +108,17 @@ def test_a_leader_killed_keeps_leases_and_watches_on_both_transports(dac3, trans
     """The client fails over to a live member; a lease kept alive across the leader change
     stays the same lease; a watch resumes on another member and misses no event."""
     from daccore.etcd.stream import LeaseKeeper
+
     workdir, env = dac3
-    store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd,
-                                transport=transport, role="admin")
+    store = Store.from_settings(
+        load_config(env["DAC_CONFIG"], env={}).etcd, transport=transport, role="admin"
+    )
     client = store.client
     key = "/dac/v1/test/leader-kill"
     bound = []
-    keeper = LeaseKeeper(client, 5, lambda lease: (bound.append(lease),
-                                                   client.put(key + "/alive", "x", lease)))
+    keeper = LeaseKeeper(
+        client, 5, lambda lease: (bound.append(lease), client.put(key + "/alive", "x", lease))
+    )
     keeper.start()
     _, revision = client.range(key)
     watch = client.watch(key, key + "0", start_revision=revision + 1)
@@ -158,11 +183,14 @@ def test_the_leader_killed_mid_lifecycle_loses_no_job_and_no_brick(dac3, open_di
 
     def lifecycle(job):
         try:
-            script = setup(env, tmp_path, job, "512MiB",
-                           f"#DW stage_in type=file source={src}/input "
-                           "destination=$DW_JOB_STRIPED/input",
-                           f"#DW stage_out type=file source=$DW_JOB_STRIPED/input "
-                           f"destination={out}/{job}")
+            script = setup(
+                env,
+                tmp_path,
+                job,
+                "512MiB",
+                f"#DW stage_in type=file source={src}/input destination=$DW_JOB_STRIPED/input",
+                f"#DW stage_out type=file source=$DW_JOB_STRIPED/input destination={out}/{job}",
+            )
             for f in ("data_in", "pre_run", "post_run", "data_out", "teardown"):
                 slurm(env, f, job, "--job", str(script), "--nodehostnamefile", str(nodes))
         except Exception as e:  # noqa: BLE001 - reported below, with the job
@@ -208,9 +236,14 @@ def test_quorum_lost_the_slurmctld_hooks_answer_in_one_line_and_it_all_goes_on(d
     try:
         time.sleep(2)  # the survivor notices it leads no one
         timings = {}
-        for function, args in (("pools", []), ("job_process", ["--job", str(script)]),
-                               ("paths", ["--token", "71", "--job", str(script),
-                                          "--pathfile", str(tmp_path / "paths")])):
+        for function, args in (
+            ("pools", []),
+            ("job_process", ["--job", str(script)]),
+            (
+                "paths",
+                ["--token", "71", "--job", str(script), "--pathfile", str(tmp_path / "paths")],
+            ),
+        ):
             start = time.monotonic()
             r = run("dacctl", "--function", function, *args, env=env, check=False, timeout=30)
             timings[function] = time.monotonic() - start
@@ -220,10 +253,26 @@ def test_quorum_lost_the_slurmctld_hooks_answer_in_one_line_and_it_all_goes_on(d
         assert max(timings.values()) < 10, timings
         # setup runs in slurmscriptd, not under slurmctld's locks: it rides the outage out
         # within restart_grace, and goes on once quorum is back
-        setup72 = subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function",
-                                    "setup", "--token", "72", "--caller", "SLURM", "--user",
-                                    "1234", "--groupid", "4321", "--job", str(script)],
-                                   env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+        setup72 = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dacctl"),
+                "--function",
+                "setup",
+                "--token",
+                "72",
+                "--caller",
+                "SLURM",
+                "--user",
+                "1234",
+                "--groupid",
+                "4321",
+                "--job",
+                str(script),
+            ],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(8)  # past etcd.timeout (5 s)
         assert setup72.poll() is None, setup72.stdout.read()
         procs = [restart(workdir, argv, name) for name, argv in argvs]
@@ -242,9 +291,11 @@ def test_quorum_lost_the_slurmctld_hooks_answer_in_one_line_and_it_all_goes_on(d
         assert store.claims() == {} and store.buffers() == {}
         assert pools(env)["default"]["free_bricks"] == 4
         answered = ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
-        print(f"\nquorum lost: hooks answered in {answered}; setup done {setup_took:.1f}s after "
-              "the members' restart; "
-              f"pools answered {back:.1f}s after the restart")
+        print(
+            f"\nquorum lost: hooks answered in {answered}; setup done {setup_took:.1f}s after "
+            "the members' restart; "
+            f"pools answered {back:.1f}s after the restart"
+        )
     finally:
         for p in procs:  # down finds them by their old pids no more: stop them here
             p.send_signal(signal.SIGTERM)
@@ -270,10 +321,22 @@ def test_quorum_lost_as_a_job_ends_its_calls_ride_it_out_within_restart_grace(da
     procs = []
     try:
         argvs = lose_quorum()
-        call = subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function",
-                                 "post_run", "--token", "73", "--job", str(script),
-                                 "--nodehostnamefile", str(nodes)],
-                                env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+        call = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dacctl"),
+                "--function",
+                "post_run",
+                "--token",
+                "73",
+                "--job",
+                str(script),
+                "--nodehostnamefile",
+                str(nodes),
+            ],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(8)  # past etcd.timeout (5 s)
         assert call.poll() is None, call.stdout.read()
         procs += [restart(workdir, argv, name) for name, argv in argvs]
@@ -293,18 +356,23 @@ def test_quorum_lost_as_a_job_ends_its_calls_ride_it_out_within_restart_grace(da
             p.wait(30)
         procs = []
         start = time.monotonic()
-        r = slurm(env, "pre_run", 74, "--job", str(script), "--nodehostnamefile", str(nodes),
-                  check=False)
+        r = slurm(
+            env, "pre_run", 74, "--job", str(script), "--nodehostnamefile", str(nodes), check=False
+        )
         failed = time.monotonic() - start
         assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
-        assert r.stdout.startswith("etcd unreachable at ") and \
-            "still after restart_grace, 3s" in r.stdout, r.stdout
+        assert (
+            r.stdout.startswith("etcd unreachable at ")
+            and "still after restart_grace, 3s" in r.stdout
+        ), r.stdout
         procs = [restart(workdir, argv, name) for name, argv in argvs]
         slurm(env, "pre_run", 74, "--job", str(script), "--nodehostnamefile", str(nodes))
         slurm(env, "teardown", 74, "--job", str(script), "--nodehostnamefile", str(nodes))
         assert store.claims() == {} and store.buffers() == {}
-        print(f"\npost_run answered {back:.1f}s after quorum came back; past a 3 s grace, "
-              f"pre_run failed in {failed:.1f}s")
+        print(
+            f"\npost_run answered {back:.1f}s after quorum came back; past a 3 s grace, "
+            f"pre_run failed in {failed:.1f}s"
+        )
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

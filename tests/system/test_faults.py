@@ -30,9 +30,19 @@ def poll(check, timeout=120.0, what="condition", every=0.02):
 
 def call_in_background(env, function, job, *args):
     """A Slurm call that waits for dacd, as slurmscriptd runs it."""
-    return subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function",
-                             function, "--token", str(job), *args],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "dacctl"),
+            "--function",
+            function,
+            "--token",
+            str(job),
+            *args,
+        ],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def dacd_pid(workdir, host):
@@ -43,10 +53,16 @@ def dacd_pid(workdir, host):
 def start_dacd(workdir, env, host):
     """dacd for `host` again, as systemd would start it; its log says what it did."""
     log = open(workdir / "logs" / f"dacd-{host}-restarted.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"],
-                             "--host", host], stdout=log, stderr=log,
-                            env={k: v for k, v in os.environ.items()
-                                 if k not in ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")})
+    return subprocess.Popen(
+        [sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"], "--host", host],
+        stdout=log,
+        stderr=log,
+        env={
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")
+        },
+    )
 
 
 def stop(proc):
@@ -112,11 +128,19 @@ def ran_again(workdir, host, name, step):
     return f"buffer {name} (job {name}): {step} on {host}" in log
 
 
-@pytest.mark.parametrize("function,step", [("data_in", "stage_in"), ("pre_run", "mount"),
-                                           ("post_run", "unmount"), ("data_out", "stage_out"),
-                                           ("teardown", "delete")])
-def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(dac, open_dir, tmp_path,
-                                                                       function, step):
+@pytest.mark.parametrize(
+    "function,step",
+    [
+        ("data_in", "stage_in"),
+        ("pre_run", "mount"),
+        ("post_run", "unmount"),
+        ("data_out", "stage_out"),
+        ("teardown", "delete"),
+    ],
+)
+def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(
+    dac, open_dir, tmp_path, function, step
+):
     """kill -9 mid-step, the host down (lease lapsed), dacd back within restart_grace: the
     waiting call succeeds with nothing on stdout, the step done by the restarted dacd."""
     workdir, env, store = dac
@@ -129,14 +153,20 @@ def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(dac, open
     if function == "data_out":
         out.mkdir(mode=0o755)
         os.chown(out, UID, GID)
-        lines.append(f"#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
-                     f"destination={out}/run")
+        lines.append(
+            f"#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination={out}/run"
+        )
     script = setup(env, tmp_path, job, "1GiB", *lines)
     nodes = tmp_path / "nodes"
     nodes.write_text("node1\nnode2\n")
     host = store.buffer(str(job)).record.allocation.primary_host
-    before = {"data_in": [], "pre_run": [], "post_run": ["pre_run"],
-              "data_out": ["pre_run", "post_run"], "teardown": ["pre_run"]}[function]
+    before = {
+        "data_in": [],
+        "pre_run": [],
+        "post_run": ["pre_run"],
+        "data_out": ["pre_run", "post_run"],
+        "teardown": ["pre_run"],
+    }[function]
     for f in before:
         slurm(env, f, job, "--job", str(script), "--nodehostnamefile", str(nodes))
         if f == "pre_run" and function == "data_out":  # the job writes its results
@@ -167,8 +197,16 @@ def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(dac, open
             assert store.buffer(str(job)) is None and store.claims() == {}
             assert pools(env)["default"]["free_bricks"] == 4
         else:
-            slurm(env, "teardown", job, "--job", str(script), "--nodehostnamefile", str(nodes),
-                  "--hurry")
+            slurm(
+                env,
+                "teardown",
+                job,
+                "--job",
+                str(script),
+                "--nodehostnamefile",
+                str(nodes),
+                "--hurry",
+            )
             assert store.buffer(str(job)) is None and store.claims() == {}
     finally:
         stop(proc)
@@ -186,21 +224,37 @@ def test_past_the_grace_the_call_fails_in_one_line_and_its_remedies_work(dac, tm
     dacd, cancel the job: Slurm's teardown) completes the teardown and frees every brick."""
     workdir, env, store = dac
     shorten_grace(workdir, 3)
-    script = setup(env, tmp_path, 8, "512MiB", "#DW stage_in type=file source=/etc/hostname "
-                   "destination=$DW_JOB_STRIPED/hostname")
+    script = setup(
+        env,
+        tmp_path,
+        8,
+        "512MiB",
+        "#DW stage_in type=file source=/etc/hostname destination=$DW_JOB_STRIPED/hostname",
+    )
     host = store.buffer("8").record.allocation.primary_host
     os.kill(dacd_pid(workdir, host), signal.SIGKILL)
     poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
     start = time.monotonic()
-    r = run("dacctl", "--function", "data_in", "--token", "8", "--job", str(script), env=env,
-            check=False)
+    r = run(
+        "dacctl",
+        "--function",
+        "data_in",
+        "--token",
+        "8",
+        "--job",
+        str(script),
+        env=env,
+        check=False,
+    )
     took = time.monotonic() - start
     assert 3 <= took < 10, took  # the grace, then at once
     assert (r.returncode, r.stdout) == (
-        1, f"buffer 8: storage host {host} is down (its dacd's lease lapsed and it did not come "
-           "back within restart_grace, 3s); restart dacd there (systemctl restart dacd), then "
-           "cancel job 8 (scancel 8): its teardown frees the buffer once dacd is back; if the "
-           "host is gone for good: dacctl forget 8\n")
+        1,
+        f"buffer 8: storage host {host} is down (its dacd's lease lapsed and it did not come "
+        "back within restart_grace, 3s); restart dacd there (systemctl restart dacd), then "
+        "cancel job 8 (scancel 8): its teardown frees the buffer once dacd is back; if the "
+        "host is gone for good: dacctl forget 8\n",
+    )
     # remedy 1: (re)start dacd there, then cancel the job (Slurm runs teardown)
     proc = start_dacd(workdir, env, host)
     try:
@@ -225,9 +279,11 @@ def test_a_host_gone_for_good_is_forgotten_and_the_jobs_teardown_succeeds(dac, t
     poll(lambda: host not in store.alive(), 30, "the lease to lapse", every=0.1)
     r = slurm(env, "teardown", 9, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
-        1, f"buffer 9: storage host {host} is down (its dacd's lease lapsed and it did not come "
-           "back within restart_grace, 2s); restart dacd there (systemctl restart dacd): it "
-           "finishes this teardown by itself; if the host is gone for good: dacctl forget 9\n")
+        1,
+        f"buffer 9: storage host {host} is down (its dacd's lease lapsed and it did not come "
+        "back within restart_grace, 2s); restart dacd there (systemctl restart dacd): it "
+        "finishes this teardown by itself; if the host is gone for good: dacctl forget 9\n",
+    )
     out = run("dacctl", "forget", "9", env=env).stdout
     assert out.startswith("buffer 9 forgotten")
     slurm(env, "teardown", 9, "--job", str(script))  # Slurm retries: nothing left to do
@@ -257,6 +313,7 @@ def restart_etcd(workdir):
     """kill -9 the local DAC's etcd and start it again on its data, as systemd would."""
     from daclocal.cluster import LocalState
     from daclocal.procs import spawn
+
     state = LocalState.load(workdir)
     pid = state.etcd["pid"]
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
@@ -270,8 +327,7 @@ def restart_etcd(workdir):
     state.save()
 
 
-def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_nothing(dac,
-                                                                                      tmp_path):
+def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_nothing(dac, tmp_path):
     """Both dacds frozen (SIGSTOP) while a buffer is set up, etcd compacted past the revision
     their watches resume from and restarted (their streams break): resumed, they get
     "compacted", list their buffers again, and the buffer is built: the setup call succeeds."""
@@ -282,20 +338,44 @@ def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_noth
     try:
         script = tmp_path / "job12.sh"
         script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
-        call = call_in_background(env, "setup", 12, "--caller", "SLURM", "--user", str(UID),
-                                  "--groupid", str(GID), "--job", str(script))
+        call = call_in_background(
+            env,
+            "setup",
+            12,
+            "--caller",
+            "SLURM",
+            "--user",
+            str(UID),
+            "--groupid",
+            str(GID),
+            "--job",
+            str(script),
+        )
         poll(lambda: store.buffer("12"), 30, "the buffer's spec")
         for i in range(5):  # revisions past the spec's, all compacted away
             store.client.put(f"/dac/v1/test/compact/{i}", "x")
         revision = store.client.range("/dac/v1/test/compact/0")[1]
         pki, creds = workdir / "etcd" / "pki", workdir / "etcd" / "credentials"
-        r = subprocess.run(["etcdctl", "--endpoints", store.client.endpoints[0],
-                            "--cacert", str(pki / "ca.pem"), "--cert", str(pki / "client.pem"),
-                            "--key", str(pki / "client.key"),
-                            "--user", (creds / "root").read_text().strip(),
-                            "compaction", str(revision)],
-                           capture_output=True, text=True, env={"ETCDCTL_API": "3",
-                                                                "PATH": "/usr/bin:/bin"})
+        r = subprocess.run(
+            [
+                "etcdctl",
+                "--endpoints",
+                store.client.endpoints[0],
+                "--cacert",
+                str(pki / "ca.pem"),
+                "--cert",
+                str(pki / "client.pem"),
+                "--key",
+                str(pki / "client.key"),
+                "--user",
+                (creds / "root").read_text().strip(),
+                "compaction",
+                str(revision),
+            ],
+            capture_output=True,
+            text=True,
+            env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
+        )
         assert r.returncode == 0, r.stderr
         restart_etcd(workdir)  # the frozen watches' streams break: they resume, compacted
     finally:
@@ -309,13 +389,13 @@ def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_noth
     assert store.buffer("12") is None and store.claims() == {}
 
 
-def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_again(dac,
-                                                                                     tmp_path):
+def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_again(dac, tmp_path):
     """dacd frozen (SIGSTOP) until its lease lapsed while Slurm asks for a teardown, then
     resumed: every status it writes for the buffer (the teardown's) comes after its new alive
     key, i.e. after it registered again (the fence: each write compares that key); the teardown
     call, waiting within restart_grace, succeeds."""
     import threading
+
     workdir, env, store = dac
     script = setup(env, tmp_path, 13, "512MiB")
     host = store.buffer("13").record.allocation.primary_host
@@ -327,12 +407,17 @@ def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_ag
         revision = store.client.range(key)[1]
         watch = store.client.watch(key, key + "\0", start_revision=revision + 1)
         writes = []
-        reader = threading.Thread(target=lambda: [writes.append(e.kv.mod_revision)
-                                                  for e in watch if e.kv.value], daemon=True)
+        reader = threading.Thread(
+            target=lambda: [writes.append(e.kv.mod_revision) for e in watch if e.kv.value],
+            daemon=True,
+        )
         reader.start()
         call = call_in_background(env, "teardown", 13, "--job", str(script))
-        poll(lambda: store.buffer("13").record.desired_state.value == "deleted", 30,
-             "the teardown's spec")
+        poll(
+            lambda: store.buffer("13").record.desired_state.value == "deleted",
+            30,
+            "the teardown's spec",
+        )
     finally:
         os.kill(pid, signal.SIGCONT)
     try:
@@ -345,13 +430,14 @@ def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_ag
     log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
     fenced = "this dacd's lease lapsed; it acts on no buffer" in log
     assert "registered again with a new lease" in log
-    print(f"\nfrozen dacd: {len(writes)} status writes, all after its new lease "
-          f"(a pass fenced meanwhile: {fenced})")
+    print(
+        f"\nfrozen dacd: {len(writes)} status writes, all after its new lease "
+        f"(a pass fenced meanwhile: {fenced})"
+    )
 
 
 @pytest.mark.parametrize("remedy", ["resumed", "restarted"])
-def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac, tmp_path,
-                                                                             remedy):
+def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac, tmp_path, remedy):
     """dacd frozen (SIGSTOP) past its lease and past restart_grace: the waiting data_in fails
     with the one line naming the host, as for a dead dacd. Its remedy, `systemctl restart
     dacd` (systemd sends SIGTERM, then SIGCONT, and starts it again; the pending SIGTERM goes
@@ -359,8 +445,13 @@ def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac
     job's teardown (scancel) frees every brick, none claimed twice."""
     workdir, env, store = dac
     shorten_grace(workdir, 3)
-    script = setup(env, tmp_path, 14, "512MiB", "#DW stage_in type=file source=/etc/hostname "
-                   "destination=$DW_JOB_STRIPED/hostname")
+    script = setup(
+        env,
+        tmp_path,
+        14,
+        "512MiB",
+        "#DW stage_in type=file source=/etc/hostname destination=$DW_JOB_STRIPED/hostname",
+    )
     host = store.buffer("14").record.allocation.primary_host
     claimed = store.claims()
     pid = dacd_pid(workdir, host)
@@ -372,9 +463,11 @@ def test_a_dacd_frozen_past_the_grace_fails_its_jobs_in_one_line_and_rejoins(dac
         r = slurm(env, "data_in", 14, "--job", str(script), check=False)
         took = time.monotonic() - start
         assert (r.returncode, r.stdout.count("\n")) == (1, 1), r.stdout
-        assert r.stdout.startswith(f"buffer 14: storage host {host} is down (its dacd's lease "
-                                   "lapsed and it did not come back within restart_grace, 3s); "
-                                   "restart dacd there (systemctl restart dacd)"), r.stdout
+        assert r.stdout.startswith(
+            f"buffer 14: storage host {host} is down (its dacd's lease "
+            "lapsed and it did not come back within restart_grace, 3s); "
+            "restart dacd there (systemctl restart dacd)"
+        ), r.stdout
         assert store.claims() == claimed  # nothing taken from it, nothing given to another
         if remedy == "restarted":  # what systemctl restart does to a stopped process
             os.kill(pid, signal.SIGTERM)
@@ -400,6 +493,7 @@ def test_a_sigterm_taken_by_any_thread_stops_dacd_at_once(dac):
     whichever thread resumes first takes the pending signal): dacd stops within seconds and its
     host leaves the pools at once (lease revoked), as for a SIGTERM the main thread takes."""
     import ctypes
+
     workdir, env, store = dac
     host = sorted(store.hosts())[0]
     pid = dacd_pid(workdir, host)
@@ -415,19 +509,27 @@ def test_a_sigterm_taken_by_any_thread_stops_dacd_at_once(dac):
     print(f"\nSIGTERM to thread {others[-1]} of dacd: stopped after {took:.1f}s")
 
 
-def test_a_stage_in_larger_than_the_buffer_fails_in_one_line_naming_the_file(dac, open_dir,
-                                                                              tmp_path):
+def test_a_stage_in_larger_than_the_buffer_fails_in_one_line_naming_the_file(
+    dac, open_dir, tmp_path
+):
     workdir, env, store = dac
     src = open_dir / "big"
     make_source(src, files=3, size=200 * MiB)  # 600 MiB into 512 MiB
-    script = setup(env, tmp_path, 81, "512MiB",
-                   f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in")
+    script = setup(
+        env,
+        tmp_path,
+        81,
+        "512MiB",
+        f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+    )
     host = store.buffer("81").record.allocation.primary_host
     r = slurm(env, "data_in", 81, "--job", str(script), check=False)
     # the copier counts first: nothing is copied into a buffer it cannot fill
     assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
-    assert r.stdout.startswith(f"buffer 81: stage_in failed: {workdir}/fs/{host}/81/striped: "
-                               "not enough space for the data to stage ("), r.stdout
+    assert r.stdout.startswith(
+        f"buffer 81: stage_in failed: {workdir}/fs/{host}/81/striped: "
+        "not enough space for the data to stage ("
+    ), r.stdout
     assert r.stdout.endswith(" free)\n"), r.stdout
     slurm(env, "teardown", 81, "--job", str(script))  # Slurm tears a failed stage-in down
     assert store.buffer("81") is None and pools(env)["default"]["free_bricks"] == 4
@@ -441,39 +543,47 @@ def job_staging_out_to_tmpfs(dac, open_dir, tmp_path, job, options, files, size)
     workdir, env, store = dac
     small = open_dir / "small"
     small.mkdir(mode=0o755)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"{options},mode=0755", "tmpfs", str(small)],
-                   check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"{options},mode=0755", "tmpfs", str(small)], check=True
+    )
     try:
         os.chown(small, UID, GID)
-        script = setup(env, tmp_path, job, "512MiB",
-                       "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
-                       f"destination={small}/run")
+        script = setup(
+            env,
+            tmp_path,
+            job,
+            "512MiB",
+            f"#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination={small}/run",
+        )
         nodes = tmp_path / "nodes"
         nodes.write_text("node1\n")
         host = store.buffer(str(job)).record.allocation.primary_host
         slurm(env, "pre_run", job, "--job", str(script), "--nodehostnamefile", str(nodes))
-        expected = make_source(workdir / "fs" / host / str(job) / "striped" / "out",
-                               files=files, size=size)
+        expected = make_source(
+            workdir / "fs" / host / str(job) / "striped" / "out", files=files, size=size
+        )
         slurm(env, "post_run", job, "--job", str(script), "--nodehostnamefile", str(nodes))
         yield small, script, expected
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
 
 
-def test_a_stage_out_into_a_full_filesystem_keeps_the_buffer_until_retried(dac, open_dir,
-                                                                          tmp_path):
+def test_a_stage_out_into_a_full_filesystem_keeps_the_buffer_until_retried(dac, open_dir, tmp_path):
     """data_out into a full filesystem: one line naming the file; the buffer is kept (and
     teardown, which stages out first, fails the same way: Slurm's TeardownFailure); once the
     admin made room, data_out (or Slurm's next teardown) runs the stage again and it succeeds;
     `teardown --hurry` (scancel --hurry) would instead release it without the data."""
     _, env, store = dac
-    with job_staging_out_to_tmpfs(dac, open_dir, tmp_path, 82, "size=8m", files=4,
-                                  size=4 * MiB) as (small, script, expected):  # 16 MiB into 8
+    with job_staging_out_to_tmpfs(
+        dac, open_dir, tmp_path, 82, "size=8m", files=4, size=4 * MiB
+    ) as (small, script, expected):  # 16 MiB into 8
         for function in ("data_out", "teardown"):
             r = slurm(env, function, 82, "--job", str(script), check=False)
             assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
-            assert r.stdout == (f"buffer 82: stage_out failed: {small}: not enough space for "
-                                "the data to stage (8.0 MiB free)\n"), r.stdout
+            assert r.stdout == (
+                f"buffer 82: stage_out failed: {small}: not enough space for "
+                "the data to stage (8.0 MiB free)\n"
+            ), r.stdout
             assert store.buffer("82") is not None  # kept: the data can still be saved
         subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
         slurm(env, "data_out", 82, "--job", str(script))  # the retry
@@ -484,12 +594,17 @@ def test_a_stage_out_into_a_full_filesystem_keeps_the_buffer_until_retried(dac, 
 
 def as_user(*argv):
     """`argv` as the job's user, with nothing of root's: what a job's own process can do."""
-    return subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups",
-                           "--", *argv], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-def test_the_brick_filling_while_the_job_writes_costs_the_job_only_its_own_write(dac, open_dir,
-                                                                                 tmp_path):
+def test_the_brick_filling_while_the_job_writes_costs_the_job_only_its_own_write(
+    dac, open_dir, tmp_path
+):
     """The job fills its buffer: its own write fails with the kernel's ENOSPC naming its file;
     dac goes on: post_run, the stage-out of what the job wrote before, and the teardown all
     succeed, every brick back."""
@@ -497,9 +612,13 @@ def test_the_brick_filling_while_the_job_writes_costs_the_job_only_its_own_write
     results = open_dir / "results"
     results.mkdir(mode=0o755)
     os.chown(results, UID, GID)
-    script = setup(env, tmp_path, 84, "512MiB",
-                   "#DW stage_out type=directory source=$DW_JOB_STRIPED/out "
-                   f"destination={results}/run")
+    script = setup(
+        env,
+        tmp_path,
+        84,
+        "512MiB",
+        f"#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination={results}/run",
+    )
     nodes = tmp_path / "nodes"
     nodes.write_text("node1\n")
     host = store.buffer("84").record.allocation.primary_host
@@ -517,14 +636,16 @@ def test_the_brick_filling_while_the_job_writes_costs_the_job_only_its_own_write
     assert store.buffer("84") is None and pools(env)["default"]["free_bricks"] == 4
 
 
-def test_a_destination_filling_during_the_stage_out_fails_it_naming_the_file(dac, open_dir,
-                                                                             tmp_path):
+def test_a_destination_filling_during_the_stage_out_fails_it_naming_the_file(
+    dac, open_dir, tmp_path
+):
     """The room counted before the copy is not the room there is once it runs (here: a
     filesystem with bytes to spare but too few inodes): the stage-out fails with one line naming
     the file it could not write, and the buffer is kept, as for a full filesystem."""
     _, env, store = dac
-    with job_staging_out_to_tmpfs(dac, open_dir, tmp_path, 85, "size=64m,nr_inodes=6",
-                                  files=10, size=MiB) as (small, script, _):
+    with job_staging_out_to_tmpfs(
+        dac, open_dir, tmp_path, 85, "size=64m,nr_inodes=6", files=10, size=MiB
+    ) as (small, script, _):
         r = slurm(env, "data_out", 85, "--job", str(script), check=False)
         assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
         assert r.stdout.startswith(f"buffer 85: stage_out failed: {small}/run/f"), r.stdout

@@ -30,8 +30,9 @@ def cli_dac():
 
 
 def cases(rng, scratch, n):
-    return [cli_args(rng, scratch, HOSTS) if i % 2 else function_args(rng, scratch)
-            for i in range(n)]
+    return [
+        cli_args(rng, scratch, HOSTS) if i % 2 else function_args(rng, scratch) for i in range(n)
+    ]
 
 
 def faults_of(run_one, argvs, env, workers=1):
@@ -39,6 +40,7 @@ def faults_of(run_one, argvs, env, workers=1):
         rc, out, err = run_one(argv, env)
         fault = cli_fault(argv, rc, out, err)
         return fault and f"{fault}\nargs: {[a[:80] for a in argv]!r}\nerr: {err[-1500:]}"
+
     with ThreadPoolExecutor(workers) as pool:
         return [f for f in pool.map(one, argvs) if f]
 
@@ -51,8 +53,10 @@ def test_every_verb_with_generated_arguments_answers_in_one_line(cli_dac, capsys
     started = time.monotonic()
     faults = faults_of(in_process, argvs, env)
     with capsys.disabled():
-        print(f"\nfuzz seed {s}: {len(argvs)} dacctl command lines in process ({len(verbs)} "
-              f"verbs and functions), {len(faults)} faults, {time.monotonic() - started:.1f} s")
+        print(
+            f"\nfuzz seed {s}: {len(argvs)} dacctl command lines in process ({len(verbs)} "
+            f"verbs and functions), {len(faults)} faults, {time.monotonic() - started:.1f} s"
+        )
     assert not faults, summary(faults)
     assert len(verbs) >= 25  # every verb and every function, and some that are none
     assert pools(env)["default"]["free_bricks"] == 4  # nothing was built or drained
@@ -65,6 +69,8 @@ def test_the_dacctl_command_with_generated_arguments_answers_in_one_line(cli_dac
     started = time.monotonic()
     faults = faults_of(as_process, argvs, env, workers=os.cpu_count() or 2)
     with capsys.disabled():
-        print(f"\nfuzz seed {s}: {len(argvs)} dacctl command lines as processes, "
-              f"{len(faults)} faults, {time.monotonic() - started:.1f} s")
+        print(
+            f"\nfuzz seed {s}: {len(argvs)} dacctl command lines as processes, "
+            f"{len(faults)} faults, {time.monotonic() - started:.1f} s"
+        )
     assert not faults, summary(faults)

@@ -24,13 +24,26 @@ def fuzz_dac():
     """A local DAC (2 servers x 2 bricks of 512 MiB) with a persistent buffer `proj1` of
     uid 1000's, so persistentdw lines find one; yields its env and a scratch directory."""
     with local_dac() as (workdir, env):
-        run("dacctl", "--function", "create_persistent", "--token", "proj1", "--caller", "CLI",
-            "--user", "1000", "--capacity", "default:512MiB", env=env)
+        run(
+            "dacctl",
+            "--function",
+            "create_persistent",
+            "--token",
+            "proj1",
+            "--caller",
+            "CLI",
+            "--user",
+            "1000",
+            "--capacity",
+            "default:512MiB",
+            env=env,
+        )
         yield env, workdir.parent
 
 
 def answers(run_one, scripts, directory, env, workers=1):
     """(script, fault or None, exit code) of each script through `run_one`."""
+
     def one(i_script):
         i, script = i_script
         # a file per script: with a file per worker slot, a thread could rewrite the one
@@ -38,8 +51,13 @@ def answers(run_one, scripts, directory, env, workers=1):
         path = directory / f"job{i}.sh"
         path.write_bytes(script)
         rc, out, err = run_one(["--function", "job_process", "--job", str(path)], env)
-        return script, job_process_fault(script, rc, out, err) and \
-            f"{job_process_fault(script, rc, out, err)}\nscript: {script[:300]!r}", rc
+        return (
+            script,
+            job_process_fault(script, rc, out, err)
+            and f"{job_process_fault(script, rc, out, err)}\nscript: {script[:300]!r}",
+            rc,
+        )
+
     if workers == 1:
         return [one(x) for x in enumerate(scripts)]
     with ThreadPoolExecutor(workers) as pool:
@@ -58,9 +76,11 @@ def test_job_process_answers_thousands_of_generated_scripts_in_one_line(fuzz_dac
     faults = [f for _, f, _ in results if f]
     accepted = sum(rc == 0 for _, _, rc in results)
     with capsys.disabled():
-        print(f"\nfuzz seed {s} (DAC_FUZZ_SEED): {len(scripts)} job scripts in process, "
-              f"{accepted} accepted, {len(scripts) - accepted} refused, {len(faults)} faults, "
-              f"{took:.1f} s")
+        print(
+            f"\nfuzz seed {s} (DAC_FUZZ_SEED): {len(scripts)} job scripts in process, "
+            f"{accepted} accepted, {len(scripts) - accepted} refused, {len(faults)} faults, "
+            f"{took:.1f} s"
+        )
     assert not faults, summary(faults)
     # the generator reaches both sides of the grammar
     assert len(scripts) // 20 < accepted < len(scripts) // 2
@@ -78,7 +98,9 @@ def test_job_process_as_slurm_runs_it_answers_generated_scripts_in_one_line(fuzz
     took = time.monotonic() - started
     faults = [f for _, f, _ in results if f]
     with capsys.disabled():
-        print(f"\nfuzz seed {s}: {len(scripts)} job scripts through the dacctl command, "
-              f"{len(faults)} faults, {took:.1f} s")
+        print(
+            f"\nfuzz seed {s}: {len(scripts)} job scripts through the dacctl command, "
+            f"{len(faults)} faults, {took:.1f} s"
+        )
     assert not faults, summary(faults)
     assert any(rc == 0 for _, _, rc in results) and any(rc == 1 for _, _, rc in results)

@@ -21,8 +21,7 @@ GiB = 1 << 30
 
 
 @pytest.mark.parametrize("capacity,fstype", [("512MiB", "xfs"), ("1GiB", "btrfs")])
-def test_setup_builds_the_filesystem_and_teardown_frees_everything(dac, tmp_path, capacity,
-                                                                   fstype):
+def test_setup_builds_the_filesystem_and_teardown_frees_everything(dac, tmp_path, capacity, fstype):
     workdir, env, store = dac
     script = setup(env, tmp_path, 5, capacity)
     statuses = wait_for(reached(store, "5", State.CREATED), what="created")
@@ -43,9 +42,13 @@ def test_setup_builds_the_filesystem_and_teardown_frees_everything(dac, tmp_path
 
 def slurm_call_in_background(env, *args):
     """A Slurm call that waits for dacd, as Slurm's would: it must survive dacd dying."""
-    return subprocess.Popen([str(Path(sys.executable).parent / "dacctl"), "--function", *args],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "dacctl"), "--function", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def kill_during(workdir, env, store, name, step, since, call=None):
@@ -58,10 +61,16 @@ def kill_during(workdir, env, store, name, step, since, call=None):
     pid = next(d["pid"] for d in state["dacd"] if d["host"] == host)
     os.kill(pid, signal.SIGKILL)
     log = open(workdir / "logs" / f"dacd-{host}-restarted.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"],
-                             "--host", host], stdout=log, stderr=log,
-                            env={k: v for k, v in os.environ.items()
-                                 if k not in ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")})
+    return subprocess.Popen(
+        [sys.executable, "-m", "dacd.main", "--config", env["DAC_CONFIG"], "--host", host],
+        stdout=log,
+        stderr=log,
+        env={
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DAC_ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")
+        },
+    )
 
 
 def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
@@ -69,9 +78,20 @@ def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
     script = tmp_path / "job6.sh"
     script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n")
     since = revision(store)
-    slurm_call = slurm_call_in_background(env, "setup", "--token", "6", "--caller", "SLURM",
-                                          "--user", "1234", "--groupid", "4321", "--job",
-                                          str(script))
+    slurm_call = slurm_call_in_background(
+        env,
+        "setup",
+        "--token",
+        "6",
+        "--caller",
+        "SLURM",
+        "--user",
+        "1234",
+        "--groupid",
+        "4321",
+        "--job",
+        str(script),
+    )
     wait_for(lambda: store.buffer("6"), what="the buffer")
     proc = kill_during(workdir, env, store, "6", "create", since, slurm_call)
     try:
@@ -84,8 +104,9 @@ def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
         proc.wait(10)
 
 
-@pytest.mark.parametrize("function,step", [("pre_run", "mount"), ("post_run", "unmount"),
-                                           ("teardown", "delete")])
+@pytest.mark.parametrize(
+    "function,step", [("pre_run", "mount"), ("post_run", "unmount"), ("teardown", "delete")]
+)
 def test_a_dacd_killed_mid_step_finishes_it_after_a_restart(dac, tmp_path, function, step):
     workdir, env, store = dac
     script = setup(env, tmp_path, 21, "512MiB", "#DW swap 16MiB")
@@ -95,11 +116,15 @@ def test_a_dacd_killed_mid_step_finishes_it_after_a_restart(dac, tmp_path, funct
     for f in before:
         slurm(env, f, 21, "--job", str(script), "--nodehostnamefile", str(nodes))
     host = store.buffer("21").record.allocation.primary_host
-    killed = next(d["pid"] for d in json.loads((workdir / "state.json").read_text())["dacd"]
-                  if d["host"] == host)
+    killed = next(
+        d["pid"]
+        for d in json.loads((workdir / "state.json").read_text())["dacd"]
+        if d["host"] == host
+    )
     since = revision(store)
-    call = slurm_call_in_background(env, function, "--token", "21", "--job", str(script),
-                                    "--nodehostnamefile", str(nodes))
+    call = slurm_call_in_background(
+        env, function, "--token", "21", "--job", str(script), "--nodehostnamefile", str(nodes)
+    )
     proc = kill_during(workdir, env, store, "21", step, since, call)
     try:
         assert call.wait(120) == 0 and call.stdout.read() == ""
@@ -123,17 +148,45 @@ def test_a_dacd_killed_mid_step_finishes_it_after_a_restart(dac, tmp_path, funct
 
 def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(open_dir, tmp_path):
     workdir = open_dir / "small"
-    run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "1",
-        "--bricks-per-server", "1", "--brick-size", "200MiB")  # too small for mkfs.xfs
+    run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "1",
+        "--bricks-per-server",
+        "1",
+        "--brick-size",
+        "200MiB",
+    )  # too small for mkfs.xfs
     try:
         env = {"DAC_CONFIG": str(workdir / "dac.yaml"), "DAC_ETCD_ENDPOINTS": ""}
         script = tmp_path / "job.sh"
         script.write_text("#!/bin/sh\n#DW jobdw capacity=100MiB pool=default\n")
-        r = run("dacctl", "--function", "setup", "--token", "9", "--caller", "SLURM", "--user",
-                "1234", "--groupid", "4321", "--job", str(script), env=env, check=False)
+        r = run(
+            "dacctl",
+            "--function",
+            "setup",
+            "--token",
+            "9",
+            "--caller",
+            "SLURM",
+            "--user",
+            "1234",
+            "--groupid",
+            "4321",
+            "--job",
+            str(script),
+            env=env,
+            check=False,
+        )
         assert r.returncode == 1 and r.stdout.count("\n") == 1
-        assert r.stdout.startswith("buffer 9: create failed on dac-server-1 at task 'make and "
-                                   "mount the filesystem' (rc 1): mkfs.xfs")
+        assert r.stdout.startswith(
+            "buffer 9: create failed on dac-server-1 at task 'make and "
+            "mount the filesystem' (rc 1): mkfs.xfs"
+        )
         assert r.stdout.endswith(": Filesystem must be larger than 300MB.\n")
         store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
         (status,) = store.statuses("9").values()
@@ -154,8 +207,23 @@ def test_a_drained_host_takes_no_new_buffers_and_keeps_serving_its_own(dac, tmp_
     for job in (32, 33):
         setup(env, tmp_path, job, "512MiB")
         assert store.buffer(str(job)).record.allocation.hosts != [drained]
-    r = run("dacctl", "--function", "setup", "--token", "34", "--caller", "SLURM", "--user",
-            "1234", "--groupid", "4321", "--job", str(first), env=env, check=False)
+    r = run(
+        "dacctl",
+        "--function",
+        "setup",
+        "--token",
+        "34",
+        "--caller",
+        "SLURM",
+        "--user",
+        "1234",
+        "--groupid",
+        "4321",
+        "--job",
+        str(first),
+        env=env,
+        check=False,
+    )
     assert r.returncode == 1
     assert r.stdout.startswith("no host in pool 'default' has 1 brick of 512MiB free")
     # the drained host still runs its buffer's whole lifecycle

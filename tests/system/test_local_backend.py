@@ -25,6 +25,7 @@ def bricks(tmp_path):
             path = tmp_path / f"brick{len(made)}.img"
             made.append((loopdev.attach(path, size), path))
         return [d for d, _ in made[-n:]]
+
     yield make
     for device, path in made:
         subprocess.run(["umount", "-q", device], capture_output=True)
@@ -32,16 +33,30 @@ def bricks(tmp_path):
 
 
 def setup_buffer(tmp_path, devices, access="striped,private"):
-    config = DacConfig.model_validate({
-        "pools": {"p": {"granularity": 128 * MiB}},
-        "hosts": {"h1": {"fs_root": str(tmp_path / "fs"), "bricks": [
-            {"device": d, "capacity": 512 * MiB, "pool": "p"} for d in devices]}}})
-    buf = Buffer(name="77", owner_uid=1234, owner_gid=4321,
-                 request=BufferRequest(capacity=128 * MiB * len(devices), pool="p",
-                                       access=access),
-                 allocation=Allocation(primary_host="h1", bricks=[
-                     BrickRef(host="h1", brick=os.path.basename(d), device=d, capacity=512 * MiB)
-                     for d in devices]))
+    config = DacConfig.model_validate(
+        {
+            "pools": {"p": {"granularity": 128 * MiB}},
+            "hosts": {
+                "h1": {
+                    "fs_root": str(tmp_path / "fs"),
+                    "bricks": [{"device": d, "capacity": 512 * MiB, "pool": "p"} for d in devices],
+                }
+            },
+        }
+    )
+    buf = Buffer(
+        name="77",
+        owner_uid=1234,
+        owner_gid=4321,
+        request=BufferRequest(capacity=128 * MiB * len(devices), pool="p", access=access),
+        allocation=Allocation(
+            primary_host="h1",
+            bricks=[
+                BrickRef(host="h1", brick=os.path.basename(d), device=d, capacity=512 * MiB)
+                for d in devices
+            ],
+        ),
+    )
     return get("local", config, "h1").variables(buf, "create"), tmp_path / "fs" / "77"
 
 

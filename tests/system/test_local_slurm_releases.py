@@ -11,9 +11,26 @@ from daclocal.releases import ensure_chroot, release
 
 
 def _up(workdir, release, env=None):
-    return run("dacctl", "local", "up", "--workdir", str(workdir), "--servers", "1",
-               "--bricks-per-server", "1", "--brick-size", "512MiB", "--slurm-nodes", "1",
-               "--slurm-release", release, env=env, check=False, timeout=900)
+    return run(
+        "dacctl",
+        "local",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--servers",
+        "1",
+        "--bricks-per-server",
+        "1",
+        "--brick-size",
+        "512MiB",
+        "--slurm-nodes",
+        "1",
+        "--slurm-release",
+        release,
+        env=env,
+        check=False,
+        timeout=900,
+    )
 
 
 def test_22_05_comes_up_where_26_05_ran_before(open_dir):
@@ -45,7 +62,8 @@ def test_a_chroot_cache_slurm_cannot_enter_is_refused_up_front_in_one_line(open_
         assert r.stderr.splitlines() == [
             f"dacctl: admin error: Slurm 24.11 runs as slurm, who cannot enter the chroot "
             f"cache {cache} (mode 0700): chmod o+x {cache}, or set DAC_LOCAL_CACHE to a "
-            "directory every user may enter"], r.stderr
+            "directory every user may enter"
+        ], r.stderr
         assert not (open_dir / "state.json").exists()  # nothing started
         os.chmod(cache, 0o711)
         r = _up(open_dir, "24.11", env)
@@ -55,5 +73,6 @@ def test_a_chroot_cache_slurm_cannot_enter_is_refused_up_front_in_one_line(open_
         subprocess.run(["umount", chroot], check=True)
         os.rmdir(chroot)  # rmdir, never a tree removal: that would reach through a mount left
         os.remove(os.path.join(cache, ".slurm-24.11.lock")) if os.path.exists(
-            os.path.join(cache, ".slurm-24.11.lock")) else None
+            os.path.join(cache, ".slurm-24.11.lock")
+        ) else None
         os.rmdir(cache)

@@ -17,7 +17,8 @@ OPTS = "flock,nodev,nosuid"
 @pytest.fixture
 def site(tmp_path):
     return lambda hosts, bricks=2, release="2.15", **kw: RecordedSite(
-        tmp_path / "site", hosts, bricks, release, **kw)
+        tmp_path / "site", hosts, bricks, release, **kw
+    )
 
 
 def ok(calls):
@@ -43,18 +44,58 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
     calls = s.calls()
     ok(calls)
     assert s.commands_of(calls) == [
-        ("dac1", "umount", "<site>/dac1/fs/42"), ("dac1", "umount", f"{t}/mdt0"),
-        ("dac1", "umount", f"{t}/ost0"), ("dac1", "umount", f"{t}/ost1"),
-        ("dac1", "parted", "--script", d0, "mklabel", "gpt", "mkpart", "mdt", "1MiB",
-         "10241MiB", "mkpart", "ost", "10241MiB", "100%"),
+        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", f"{t}/mdt0"),
+        ("dac1", "umount", f"{t}/ost0"),
+        ("dac1", "umount", f"{t}/ost1"),
+        (
+            "dac1",
+            "parted",
+            "--script",
+            d0,
+            "mklabel",
+            "gpt",
+            "mkpart",
+            "mdt",
+            "1MiB",
+            "10241MiB",
+            "mkpart",
+            "ost",
+            "10241MiB",
+            "100%",
+        ),
         ("dac1", "parted", "--script", d1, "mklabel", "gpt", "mkpart", "ost", "1MiB", "100%"),
         ("dac1", "udevadm", "settle"),
-        ("dac1", "mkfs.lustre", "--mgs", "--mdt", "--reformat", f"--fsname={fs}", "--index=0",
-         f"{d0}p1"),
-        ("dac1", "mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=0",
-         f"--mgsnode={nid}", f"{d0}p2"),
-        ("dac1", "mkfs.lustre", "--ost", "--reformat", f"--fsname={fs}", "--index=1",
-         f"--mgsnode={nid}", f"{d1}p1"),
+        (
+            "dac1",
+            "mkfs.lustre",
+            "--mgs",
+            "--mdt",
+            "--reformat",
+            f"--fsname={fs}",
+            "--index=0",
+            f"{d0}p1",
+        ),
+        (
+            "dac1",
+            "mkfs.lustre",
+            "--ost",
+            "--reformat",
+            f"--fsname={fs}",
+            "--index=0",
+            f"--mgsnode={nid}",
+            f"{d0}p2",
+        ),
+        (
+            "dac1",
+            "mkfs.lustre",
+            "--ost",
+            "--reformat",
+            f"--fsname={fs}",
+            "--index=1",
+            f"--mgsnode={nid}",
+            f"{d1}p1",
+        ),
         ("dac1", "mount", "-t", "lustre", f"{d0}p1", f"{t}/mdt0"),
         ("dac1", "mount", "-t", "lustre", f"{d0}p2", f"{t}/ost0"),
         ("dac1", "mount", "-t", "lustre", f"{d1}p1", f"{t}/ost1"),
@@ -69,23 +110,38 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
     calls = s.calls()
     ok(calls)
     assert s.commands_of(calls) == [
-        (n, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}/striped",
-         NODE.format(node=n, kind="striped")) for n in ("node1", "node2")]
+        (
+            n,
+            "mount",
+            "-t",
+            "lustre",
+            "-o",
+            OPTS,
+            f"{nid}:/{fs}/striped",
+            NODE.format(node=n, kind="striped"),
+        )
+        for n in ("node1", "node2")
+    ]
 
     s.run(config, "lustre", buf, "unmount", attached=attached)
-    assert s.commands() == [(n, "umount", NODE.format(node=n, kind="striped"))
-                            for n in ("node1", "node2")]
+    assert s.commands() == [
+        (n, "umount", NODE.format(node=n, kind="striped")) for n in ("node1", "node2")
+    ]
     assert not (s.root / "nodes" / "node1" / "7").exists()  # mount points and their parents
 
     s.run(config, "lustre", buf, "delete")
     calls = s.calls()
     assert all(c["rc"] == 0 for c in calls)
     assert s.commands_of(calls) == [
-        ("dac1", "umount", "<site>/dac1/fs/42"), ("dac1", "umount", f"{t}/mdt0"),
-        ("dac1", "umount", f"{t}/ost0"), ("dac1", "umount", f"{t}/ost1"),
-        ("dac1", "wipefs", "--all", f"{d0}p1"), ("dac1", "wipefs", "--all", f"{d0}p2"),
+        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", f"{t}/mdt0"),
+        ("dac1", "umount", f"{t}/ost0"),
+        ("dac1", "umount", f"{t}/ost1"),
+        ("dac1", "wipefs", "--all", f"{d0}p1"),
+        ("dac1", "wipefs", "--all", f"{d0}p2"),
         ("dac1", "wipefs", "--all", f"{d1}p1"),
-        ("dac1", "wipefs", "--all", d0), ("dac1", "wipefs", "--all", d1),
+        ("dac1", "wipefs", "--all", d0),
+        ("dac1", "wipefs", "--all", d1),
     ]
     assert sorted(p.name for p in (s.root / "dac1" / "dev").iterdir()) == ["nvme0n1", "nvme1n1"]
     assert not (s.root / "dac1" / "fs" / "42").exists()
@@ -95,11 +151,16 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
 # 4 hosts with a shared MGS and the tuning profile, on every release (the profile differs);
 # 2 (enough to show the order across servers, and half the run time) with a per-buffer MGS
 # and no tuning
-@pytest.mark.parametrize("hosts,mgs,tuning,release", [
-    (2, "per_buffer", "none", "2.16"),
-    *((4, "shared", "io500", release) for release in LUSTRE_RELEASES)])
-def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(site, hosts, mgs, tuning,
-                                                                     release):
+@pytest.mark.parametrize(
+    "hosts,mgs,tuning,release",
+    [
+        (2, "per_buffer", "none", "2.16"),
+        *((4, "shared", "io500", release) for release in LUSTRE_RELEASES),
+    ],
+)
+def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
+    site, hosts, mgs, tuning, release
+):
     s = site(hosts, release=release)
     shared = {"host": "mgs1", "nid": "10.0.0.100@tcp"}
     config = s.config("lustre", mgs=shared if mgs == "shared" else "per_buffer", tuning=tuning)
@@ -120,34 +181,44 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(site, hosts
     started = [c for c in cmds if c[1] == "mount"]
     # MGS (with MDT0, on the primary) first, then one MDT per server, then the 8 OSTs
     mgs_mount = [(h, c[-1].rsplit("/", 1)[1]) for h, *c in started]
-    expected = ([] if mgs == "shared" else [(primary, "mdt0")]) + \
-        [(h, f"mdt{i}") for i, h in enumerate(servers) if mgs == "shared" or i > 0] + \
-        [(h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)] + \
-        [(primary, "42")]
+    expected = (
+        ([] if mgs == "shared" else [(primary, "mdt0")])
+        + [(h, f"mdt{i}") for i, h in enumerate(servers) if mgs == "shared" or i > 0]
+        + [(h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)]
+        + [(primary, "42")]
+    )
     assert mgs_mount == expected
     formats = [c for c in cmds if c[1] == "mkfs.lustre"]
     assert len(formats) == 3 * hosts  # an MDT and two OSTs per server
     assert all(f"--mgsnode={nid}" in c for c in formats if "--mgs" not in c)
     assert ("--mgs" in formats[0]) == (mgs == "per_buffer")
     client = [c for c in cmds if c[1] == "mount" and "-o" in c]
-    assert client == [(primary, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}",
-                       f"<site>/{primary}/fs/42")]
+    assert client == [
+        (primary, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}", f"<site>/{primary}/fs/42")
+    ]
     if mgs == "shared":  # with a timeout: a cold o2ib peer may take longer than 1 s
         assert [c for c in cmds if c[1] == "lctl" and c[2] == "ping"] == [
-            (h, "lctl", "ping", nid, "10") for h in servers]
+            (h, "lctl", "ping", nid, "10") for h in servers
+        ]
         assert ("mgs1", "lctl", "erase_lcfg", fs) in cmds  # create's clean start
     tuned = [c for c in cmds if c[1:3] == ("lctl", "set_param")]
     if tuning == "io500":
         assert [c[0] for c in tuned] == servers + [primary]
         # the MDT's limit first where the release has one (2.16), before any client connects
         mdt = (f"mdt.{fs}-MDT*.max_mod_rpcs_in_flight=127",) if release == "2.16" else ()
-        assert tuned[0][3:] == (*mdt, f"obdfilter.{fs}-OST*.brw_size=16",
-                                f"obdfilter.{fs}-OST*.precreate_batch=1024")
+        assert tuned[0][3:] == (
+            *mdt,
+            f"obdfilter.{fs}-OST*.brw_size=16",
+            f"obdfilter.{fs}-OST*.precreate_batch=1024",
+        )
         assert f"osc.{fs}-*.max_pages_per_rpc=4096" in tuned[-1]
         mod = "127" if release == "2.16" else "8"  # 2.15: the mdt module's default, 8
         assert f"mdc.{fs}-*.max_mod_rpcs_in_flight={mod}" in tuned[-1]
-        assert all(c["rc"] == 0 and "error" not in c.get("stderr", "") for c in calls
-                   if c["argv"][:2] == ["lctl", "set_param"])
+        assert all(
+            c["rc"] == 0 and "error" not in c.get("stderr", "")
+            for c in calls
+            if c["argv"][:2] == ["lctl", "set_param"]
+        )
     else:
         assert tuned == []
 
@@ -157,10 +228,19 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(site, hosts
     ok(calls)
     mounts = [c for c in s.commands_of(calls) if c[1] == "mount"]
     assert mounts == [
-        (n, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}/{part}",
-         NODE.format(node=n, kind=kind))
+        (
+            n,
+            "mount",
+            "-t",
+            "lustre",
+            "-o",
+            OPTS,
+            f"{nid}:/{fs}/{part}",
+            NODE.format(node=n, kind=kind),
+        )
         for n in ("node1", "node2")
-        for kind, part in (("private", f"private/{n}"), ("striped", "striped"))]
+        for kind, part in (("private", f"private/{n}"), ("striped", "striped"))
+    ]
     for n in ("node1", "node2"):
         d = s.root / primary / "fs" / "42" / "private" / n
         assert (d.stat().st_uid, oct(d.stat().st_mode & 0o777)) == (1000, "0o700")
@@ -171,18 +251,23 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(site, hosts
 
     # teardown straight from mounted (the job was cancelled): clients, then the MDTs (MDT0
     # and a per-buffer MGS last of them), then the OSTs, as the Lustre manual stops them
-    s.run(config, "lustre", buf.model_copy(update={"attachments": attached}), "delete",
-          attached=attached)
+    s.run(
+        config,
+        "lustre",
+        buf.model_copy(update={"attachments": attached}),
+        "delete",
+        attached=attached,
+    )
     calls = s.calls()
     assert all(c["rc"] == 0 for c in calls), calls
-    order = [(c[0], c[-1].replace(f"{t}/", "")) for c in s.commands_of(calls)
-             if c[1] == "umount"]
+    order = [(c[0], c[-1].replace(f"{t}/", "")) for c in s.commands_of(calls) if c[1] == "umount"]
     assert order == [
-        (n, NODE.format(node=n, kind=k)) for n in ("node1", "node2")
-        for k in ("private", "striped")] + [(primary, f"<site>/{primary}/fs/42")] + \
-        [(h, f"mdt{i}") for i, h in enumerate(servers) if i > 0] + \
-        [(primary, "mdt0")] + \
-        [(h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)]
+        (n, NODE.format(node=n, kind=k)) for n in ("node1", "node2") for k in ("private", "striped")
+    ] + [(primary, f"<site>/{primary}/fs/42")] + [
+        (h, f"mdt{i}") for i, h in enumerate(servers) if i > 0
+    ] + [(primary, "mdt0")] + [
+        (h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)
+    ]
     mounted = {h: m for h, m in s.state().get("mounts", {}).items() if m}
     assert list(mounted) == (["mgs1"] if mgs == "shared" else [])  # the site's MGS stays up
 
@@ -192,8 +277,13 @@ def test_teardown_after_a_create_that_failed_half_way(site):
     config = s.config("lustre")
     buf = s.buffer([("dac1", 0), ("dac2", 0)])
     fs = fsname(buf)
-    s.fail("mount", ["ost1"], host="dac2", rc=5,
-           stderr="mount.lustre: mount /dev/nvme0n1p2 at ost1 failed: Input/output error")
+    s.fail(
+        "mount",
+        ["ost1"],
+        host="dac2",
+        rc=5,
+        stderr="mount.lustre: mount /dev/nvme0n1p2 at ost1 failed: Input/output error",
+    )
     with pytest.raises(PlaybookFailed) as e:
         s.run(config, "lustre", buf, "create")
     assert e.value.host == "dac2" and e.value.task == "start the OSTs"
@@ -205,8 +295,10 @@ def test_teardown_after_a_create_that_failed_half_way(site):
     t = f"<site>/targets/{fs}"
     assert [c for c in s.commands_of(calls) if c[1] in ("umount", "wipefs")] == [
         ("dac1", "umount", "<site>/dac1/fs/42"),
-        ("dac2", "umount", f"{t}/mdt1"), ("dac1", "umount", f"{t}/mdt0"),
-        ("dac1", "umount", f"{t}/ost0"), ("dac2", "umount", f"{t}/ost1"),
+        ("dac2", "umount", f"{t}/mdt1"),
+        ("dac1", "umount", f"{t}/mdt0"),
+        ("dac1", "umount", f"{t}/ost0"),
+        ("dac2", "umount", f"{t}/ost1"),
         ("dac1", "wipefs", "--all", "<site>/dac1/dev/nvme0n1p1"),
         ("dac1", "wipefs", "--all", "<site>/dac1/dev/nvme0n1p2"),
         ("dac2", "wipefs", "--all", "<site>/dac2/dev/nvme0n1p1"),
@@ -232,14 +324,24 @@ def test_bricks_named_by_their_udev_links_get_udevs_partition_names(site):
     calls = s.calls()
     ok(calls)
     assert [c[-1] for c in s.commands_of(calls) if c[1] == "mkfs.lustre"] == [
-        f"{d0}-part1", f"{d0}-part2", f"{d1}-part1"]
+        f"{d0}-part1",
+        f"{d0}-part2",
+        f"{d1}-part1",
+    ]
     s.run(config, "lustre", buf, "delete")
     calls = s.calls()
     ok(calls)
     assert [c[-1] for c in s.commands_of(calls) if c[1] == "wipefs"] == [
-        f"{d0}-part1", f"{d0}-part2", f"{d1}-part1", d0, d1]
-    assert sorted(p.name for p in (s.root / "dac1" / "dev" / "disk" / "by-id").iterdir()) == \
-        ["nvme-DAC_0", "nvme-DAC_1"]
+        f"{d0}-part1",
+        f"{d0}-part2",
+        f"{d1}-part1",
+        d0,
+        d1,
+    ]
+    assert sorted(p.name for p in (s.root / "dac1" / "dev" / "disk" / "by-id").iterdir()) == [
+        "nvme-DAC_0",
+        "nvme-DAC_1",
+    ]
 
 
 def test_mdt0_starts_before_the_other_mdts_with_a_shared_mgs(site):
@@ -250,8 +352,13 @@ def test_mdt0_starts_before_the_other_mdts_with_a_shared_mgs(site):
     buf = s.buffer([("dac1", 0), ("dac2", 0)])
     fs = fsname(buf)
     s.start_shared_mgs("mgs1")
-    s.fail("mount", [f"{fs}/mdt0"], host="dac1", rc=5,
-           stderr="mount.lustre: mount at mdt0 failed: Input/output error")
+    s.fail(
+        "mount",
+        [f"{fs}/mdt0"],
+        host="dac1",
+        rc=5,
+        stderr="mount.lustre: mount at mdt0 failed: Input/output error",
+    )
     with pytest.raises(PlaybookFailed) as e:
         s.run(config, "lustre", buf, "create")
     assert (e.value.host, e.value.task) == ("dac1", "start the MGS and MDT0")

@@ -15,8 +15,11 @@ UID, GID = 1234, 4321
 
 
 def as_user(*argv, uid=UID, gid=GID):
-    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                           *argv], capture_output=True, text=True)
+    return subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv],
+        capture_output=True,
+        text=True,
+    )
 
 
 def node_file(tmp_path, *nodes):
@@ -26,8 +29,22 @@ def node_file(tmp_path, *nodes):
 
 
 def create_persistent(env, name):
-    return run("dacctl", "--function", "create_persistent", "-c", "CLI", "-t", name,
-               "-u", str(UID), "-g", str(GID), "-C", "default:512MiB", env=env).stdout
+    return run(
+        "dacctl",
+        "--function",
+        "create_persistent",
+        "-c",
+        "CLI",
+        "-t",
+        name,
+        "-u",
+        str(UID),
+        "-g",
+        str(GID),
+        "-C",
+        "default:512MiB",
+        env=env,
+    ).stdout
 
 
 def under(path):
@@ -38,19 +55,31 @@ def test_pre_run_mounts_the_job_on_each_node_and_post_run_unmounts(dac, tmp_path
     workdir, env, store = dac
     script = setup(env, tmp_path, 7, "512MiB", "#DW swap 32MiB")
     nodes = workdir / "nodes"
-    slurm(env, "pre_run", 7, "--job", str(script), "--nodehostnamefile",
-          node_file(tmp_path, "node1", "node2"))
+    slurm(
+        env,
+        "pre_run",
+        7,
+        "--job",
+        str(script),
+        "--nodehostnamefile",
+        node_file(tmp_path, "node1", "node2"),
+    )
     host = store.buffer("7").record.allocation.primary_host
     fs = workdir / "fs" / host / "7"
-    assert under(nodes) == [f"{nodes}/node{n}/7/{kind}" for n in (1, 2)
-                            for kind in ("private", "striped")]
+    assert under(nodes) == [
+        f"{nodes}/node{n}/7/{kind}" for n in (1, 2) for kind in ("private", "striped")
+    ]
     for n in (1, 2):
         for kind in ("striped", "private"):
             st = os.stat(nodes / f"node{n}" / "7" / kind)
             assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (UID, GID, 0o700)
     # the user writes on node1 and reads on node2 through the shared striped directory
-    assert as_user("sh", "-c", 'echo hello > "$1"', "sh",
-                   str(nodes / "node1" / "7" / "striped" / "f")).returncode == 0
+    assert (
+        as_user(
+            "sh", "-c", 'echo hello > "$1"', "sh", str(nodes / "node1" / "7" / "striped" / "f")
+        ).returncode
+        == 0
+    )
     assert (nodes / "node2" / "7" / "striped" / "f").read_text() == "hello\n"
     # private directories are the node's own
     assert as_user("touch", str(nodes / "node1" / "7" / "private" / "mine")).returncode == 0
@@ -58,8 +87,10 @@ def test_pre_run_mounts_the_job_on_each_node_and_post_run_unmounts(dac, tmp_path
     assert (fs / "private" / "node1" / "mine").exists()
     # nobody else gets in
     assert as_user("ls", str(nodes / "node1" / "7" / "striped"), uid=4242).returncode != 0
-    assert sorted(s for s in swaps() if s.startswith(str(fs))) == \
-        [f"{fs}/swap/node1", f"{fs}/swap/node2"]
+    assert sorted(s for s in swaps() if s.startswith(str(fs))) == [
+        f"{fs}/swap/node1",
+        f"{fs}/swap/node2",
+    ]
     (status,) = store.statuses("7").values()
     assert status.state is State.MOUNTED and status.attached == {"7": ["node1", "node2"]}
 
@@ -79,8 +110,10 @@ def test_paths_name_the_mounts_jobs_see(dac, tmp_path):
     slurm(env, "paths", 3, "--job", str(script), "--pathfile", str(paths))
     mnt = workdir / "mnt"
     assert paths.read_text().splitlines() == [
-        f"DW_JOB_STRIPED={mnt}/3/striped", f"DW_JOB_PRIVATE={mnt}/3/private",
-        f"DW_PERSISTENT_STRIPED_pbuf={mnt}/3/persistent/pbuf"]
+        f"DW_JOB_STRIPED={mnt}/3/striped",
+        f"DW_JOB_PRIVATE={mnt}/3/private",
+        f"DW_PERSISTENT_STRIPED_pbuf={mnt}/3/persistent/pbuf",
+    ]
 
 
 def test_a_persistent_buffer_is_attached_by_jobs_and_destroyed_only_when_free(dac, tmp_path):
@@ -92,46 +125,85 @@ def test_a_persistent_buffer_is_attached_by_jobs_and_destroyed_only_when_free(da
     nodes = workdir / "nodes"
     # two jobs attach it, one of them on the same node as the other
     slurm(env, "pre_run", 11, "--job", str(job), "--nodehostnamefile", node_file(tmp_path, "node1"))
-    slurm(env, "pre_run", 12, "--job", str(job), "--nodehostnamefile",
-          node_file(tmp_path, "node1", "node2"))
-    assert under(nodes) == [f"{nodes}/node1/11/persistent/pbuf",
-                            f"{nodes}/node1/12/persistent/pbuf",
-                            f"{nodes}/node2/12/persistent/pbuf"]
-    assert as_user("touch", str(nodes / "node1" / "11" / "persistent" / "pbuf" / "x")
-                   ).returncode == 0
+    slurm(
+        env,
+        "pre_run",
+        12,
+        "--job",
+        str(job),
+        "--nodehostnamefile",
+        node_file(tmp_path, "node1", "node2"),
+    )
+    assert under(nodes) == [
+        f"{nodes}/node1/11/persistent/pbuf",
+        f"{nodes}/node1/12/persistent/pbuf",
+        f"{nodes}/node2/12/persistent/pbuf",
+    ]
+    assert (
+        as_user("touch", str(nodes / "node1" / "11" / "persistent" / "pbuf" / "x")).returncode == 0
+    )
     assert (nodes / "node2" / "12" / "persistent" / "pbuf" / "x").exists()
 
     r = slurm(env, "teardown", "pbuf", "--job", str(job), check=False)
-    assert (r.returncode, r.stdout) == (1, "destroy_persistent: buffer 'pbuf' is attached to "
-                                           "job 11, 12; destroy it once they end\n")
+    assert (r.returncode, r.stdout) == (
+        1,
+        "destroy_persistent: buffer 'pbuf' is attached to job 11, 12; destroy it once they end\n",
+    )
     slurm(env, "post_run", 11, "--job", str(job))
-    assert under(nodes) == [f"{nodes}/node1/12/persistent/pbuf",
-                            f"{nodes}/node2/12/persistent/pbuf"]
+    assert under(nodes) == [
+        f"{nodes}/node1/12/persistent/pbuf",
+        f"{nodes}/node2/12/persistent/pbuf",
+    ]
     slurm(env, "teardown", 11, "--job", str(job))  # a job without a jobdw: nothing to delete
     slurm(env, "teardown", 12, "--job", str(job))  # no post_run came: teardown detaches
     assert under(nodes) == []
     # another user's job may not attach it
     other = tmp_path / "other.sh"
-    other.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n"
-                     "#DW persistentdw name=pbuf\n")
-    r = run("dacctl", "--function", "setup", "--token", "13", "--caller", "SLURM", "--user",
-            "4242", "--groupid", "4242", "--job", str(other), env=env, check=False)
-    assert (r.returncode, r.stdout) == (1, "line 3: persistentdw: persistent buffer "
-                                           "'pbuf' belongs to another user\n")
+    other.write_text(
+        "#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n#DW persistentdw name=pbuf\n"
+    )
+    r = run(
+        "dacctl",
+        "--function",
+        "setup",
+        "--token",
+        "13",
+        "--caller",
+        "SLURM",
+        "--user",
+        "4242",
+        "--groupid",
+        "4242",
+        "--job",
+        str(other),
+        env=env,
+        check=False,
+    )
+    assert (r.returncode, r.stdout) == (
+        1,
+        "line 3: persistentdw: persistent buffer 'pbuf' belongs to another user\n",
+    )
     assert (workdir / "fs" / host / "pbuf" / "striped" / "x").exists()  # data outlived jobs
     slurm(env, "teardown", "pbuf", "--job", str(job))
     assert store.buffer("pbuf") is None and pools(env)["default"]["free_bricks"] == 4
 
 
-@pytest.mark.parametrize("lines,message", [
-    (["#DW swap 600MiB"], "line 3: swap: 600MiB per node is more than the buffer's capacity "
-                          "512MiB"),
-])
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        (
+            ["#DW swap 600MiB"],
+            "line 3: swap: 600MiB per node is more than the buffer's capacity 512MiB",
+        ),
+    ],
+)
 def test_job_process_refuses_swap_that_cannot_fit(dac, tmp_path, lines, message):
     _, env, _ = dac
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n" +
-                      "".join(line + "\n" for line in lines))
+    script.write_text(
+        "#!/bin/sh\n#DW jobdw capacity=512MiB pool=default\n"
+        + "".join(line + "\n" for line in lines)
+    )
     r = run("dacctl", "--function", "job_process", "--job", str(script), env=env, check=False)
     assert (r.returncode, r.stdout) == (1, message + "\n")
 
@@ -139,9 +211,19 @@ def test_job_process_refuses_swap_that_cannot_fit(dac, tmp_path, lines, message)
 def test_pre_run_refuses_more_swap_than_the_buffer_holds_for_all_nodes(dac, tmp_path):
     workdir, env, store = dac
     script = setup(env, tmp_path, 4, "512MiB", "#DW swap 200MiB")
-    r = slurm(env, "pre_run", 4, "--job", str(script), "--nodehostnamefile",
-              node_file(tmp_path, "node1", "node2", "node3"), check=False)
-    assert (r.returncode, r.stdout) == (1, "swap: 3 nodes x 200MiB of swap is more than the "
-                                           "buffer holds (512MiB)\n")
+    r = slurm(
+        env,
+        "pre_run",
+        4,
+        "--job",
+        str(script),
+        "--nodehostnamefile",
+        node_file(tmp_path, "node1", "node2", "node3"),
+        check=False,
+    )
+    assert (r.returncode, r.stdout) == (
+        1,
+        "swap: 3 nodes x 200MiB of swap is more than the buffer holds (512MiB)\n",
+    )
     slurm(env, "teardown", 4, "--job", str(script))
     assert under(workdir / "nodes") == [] and store.buffer("4") is None

@@ -18,8 +18,11 @@ PACKAGING = asset("packaging", directory=True)
 
 def test_the_systemd_unit_verifies_with_systemd(tmp_path):
     # systemd-analyze checks the unit's syntax and that ExecStart runs: point it at this dacd
-    unit = (PACKAGING / "dacd.service").read_text().replace(
-        "/opt/dac/venv/bin/dacd", str(Path(sys.executable).parent / "dacd"))
+    unit = (
+        (PACKAGING / "dacd.service")
+        .read_text()
+        .replace("/opt/dac/venv/bin/dacd", str(Path(sys.executable).parent / "dacd"))
+    )
     path = tmp_path / "dacd.service"
     path.write_text(unit)
     r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
@@ -29,17 +32,30 @@ def test_the_systemd_unit_verifies_with_systemd(tmp_path):
 
 def test_dacd_refuses_the_sample_config_only_for_what_this_machine_lacks(tmp_path):
     # the sample is valid: dacd gets as far as looking for its host entry
-    r = subprocess.run([str(Path(sys.executable).parent / "dacd"), "--config",
-                        str(PACKAGING / "dac.yaml"), "--host", "nosuchhost"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "dacd"),
+            "--config",
+            str(PACKAGING / "dac.yaml"),
+            "--host",
+            "nosuchhost",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
-    assert r.stderr.strip().endswith("hosts.nosuchhost: this host is not in the config "
-                                     "(hosts: dac1); pass --host or add it")
+    assert r.stderr.strip().endswith(
+        "hosts.nosuchhost: this host is not in the config (hosts: dac1); pass --host or add it"
+    )
 
 
 def test_a_missing_asset_is_an_internal_error_naming_it():
-    with pytest.raises(InternalError, match=r"^dac's playbooks/nfs is missing "
-                                            r"from this installation; reinstall dac$"):
+    with pytest.raises(
+        InternalError,
+        match=r"^dac's playbooks/nfs is missing "
+        r"from this installation; reinstall dac$",
+    ):
         asset("playbooks", "nfs", directory=True)
     with pytest.raises(InternalError, match="slurm-plugin/burst_buffer.lua.orig is missing"):
         asset("slurm", "burst_buffer.lua.orig")
@@ -47,6 +63,7 @@ def test_a_missing_asset_is_an_internal_error_naming_it():
 
 def test_a_missing_playbook_never_counts_as_success(tmp_path, monkeypatch):
     from dacd import runner
+
     (tmp_path / "playbooks" / "local").mkdir(parents=True)
     monkeypatch.setattr(runner, "playbooks", lambda: tmp_path / "playbooks")
     with pytest.raises(InternalError, match=r"^playbook local/create.yml is missing from "):
@@ -55,6 +72,7 @@ def test_a_missing_playbook_never_counts_as_success(tmp_path, monkeypatch):
 
 def test_the_installed_playbooks_have_every_step():
     from dacd.runner import playbooks
+
     for backend in ("local", "lustre", "daos"):
         for step in ("create", "mount", "unmount", "delete"):
             assert (playbooks() / backend / f"{step}.yml").is_file(), (backend, step)
@@ -64,8 +82,13 @@ def test_the_version_comes_from_one_place():
     from importlib.metadata import version
 
     import daccore
-    r = subprocess.run([str(Path(sys.executable).parent / "dacctl"), "--version"],
-                       capture_output=True, text=True, timeout=60)
+
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "dacctl"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (r.returncode, r.stdout) == (0, f"dac, version {daccore.__version__}\n")
     assert version("dac") == daccore.__version__  # the installed metadata: pyproject reads it
 
@@ -79,8 +102,11 @@ def _checkout() -> Path:
 
 
 #: the design's top-level folders and the package each ships as (pyproject.toml's package-dir)
-TOP_LEVEL = {"playbooks": "daccore/share/playbooks", "slurm-plugin": "daccore/share/slurm",
-             "schema": "daccore/share/schema"}
+TOP_LEVEL = {
+    "playbooks": "daccore/share/playbooks",
+    "slurm-plugin": "daccore/share/slurm",
+    "schema": "daccore/share/schema",
+}
 
 
 def test_the_top_level_folders_ship_whole_in_the_installed_package():
@@ -89,12 +115,13 @@ def test_the_top_level_folders_ship_whole_in_the_installed_package():
     # else an editable install of the checkout (make test-dev)
     wheel = not Path(daccore.__file__).resolve().is_relative_to(root)
     for folder, package in TOP_LEVEL.items():
-        tracked = subprocess.run(["git", "-C", str(root), "ls-files", folder], text=True,
-                                 capture_output=True, check=True).stdout.split()
+        tracked = subprocess.run(
+            ["git", "-C", str(root), "ls-files", folder], text=True, capture_output=True, check=True
+        ).stdout.split()
         assert tracked, folder
         found = asset(package.rsplit("/", 1)[1], directory=True)
         if wheel:
-            missing = [p for p in tracked if package + p[len(folder):] not in files]
+            missing = [p for p in tracked if package + p[len(folder) :] not in files]
             assert missing == [], f"{folder} files not in the wheel: {missing}"
             assert found.parts[-3:] == tuple(package.split("/")), found
         else:
@@ -103,11 +130,15 @@ def test_the_top_level_folders_ship_whole_in_the_installed_package():
 
 def test_every_package_in_the_checkout_is_in_the_explicit_list():
     root = _checkout()
-    listed = set(tomllib.loads((root / "pyproject.toml").read_text())
-                 ["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(p.parent.relative_to(root).parts)
-               for top in ("daccore", "dacctl", "dacd", "daclocal")
-               for p in (root / top).rglob("__init__.py") if "__pycache__" not in p.parts}
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    on_disk = {
+        ".".join(p.parent.relative_to(root).parts)
+        for top in ("daccore", "dacctl", "dacd", "daclocal")
+        for p in (root / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
     on_disk |= {package.replace("/", ".") for package in TOP_LEVEL.values()}
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages"
     assert listed - on_disk == set()

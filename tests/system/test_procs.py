@@ -34,8 +34,11 @@ def test_a_kernel_thread_zombie_or_other_program_is_not_ours():
     proc = subprocess.Popen(["sleep", "30"])
     try:
         # once its command line is laid out (before, an empty one counts as running: above)
-        wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(), timeout=10,
-                 what="sleep's command line")
+        wait_for(
+            lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(),
+            timeout=10,
+            what="sleep's command line",
+        )
         assert is_running(proc.pid, "sleep") and not is_running(proc.pid, "munged")
     finally:
         proc.kill()

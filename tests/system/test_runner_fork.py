@@ -37,8 +37,9 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_a_child_whose_setup_fails_before_its_exec_ends_there(tmp_path):
-    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     went_on = (tmp_path / "went-on").read_text().splitlines()
     # only dacd itself went on: the child ended in run_step, before any of dacd's code

@@ -36,6 +36,7 @@ def site_dac(open_dir, etcd_server):
         env = {"DAC_CONFIG": str(path), "DAC_ETCD_ENDPOINTS": ""}
         wait_for(lambda: pools(env).get("p", {}).get("total_bricks") == 2, 30, "2 dacd up")
         return s, env, Store.from_settings(load_config(str(path), env={}).etcd)
+
     yield boot
     for proc in started:
         proc.terminate()
@@ -52,8 +53,19 @@ def job(tmp_path, token, line, nodes="node1\nnode2\n"):
 
 def run_job(env, token, args, uid, gid=None):
     slurm(env, "job_process", token, "--job", args[1])
-    slurm(env, "setup", token, "--caller", "SLURM", "--user", str(uid), "--groupid",
-          str(uid if gid is None else gid), "--job", args[1])
+    slurm(
+        env,
+        "setup",
+        token,
+        "--caller",
+        "SLURM",
+        "--user",
+        str(uid),
+        "--groupid",
+        str(uid if gid is None else gid),
+        "--job",
+        args[1],
+    )
     slurm(env, "pre_run", token, *args)
 
 
@@ -68,13 +80,15 @@ def test_a_lustre_job_buffer_spans_both_servers_and_leaves_nothing(site_dac, tmp
     buf = store.buffer("5").record
     assert sorted(b.host for b in buf.allocation.bricks) == ["dac1", "dac2"]
     statuses = store.statuses("5")
-    assert {h: s.state.value for h, s in statuses.items()} == {"dac1": "mounted",
-                                                              "dac2": "mounted"}
+    assert {h: s.state.value for h, s in statuses.items()} == {"dac1": "mounted", "dac2": "mounted"}
     cmds = site.commands()
-    assert [c[0] for c in cmds if c[1] == "mkfs.lustre"] == ["dac1", "dac1", "dac2", "dac2"] \
-        or [c[0] for c in cmds if c[1] == "mkfs.lustre"] == ["dac2", "dac2", "dac1", "dac1"]
-    assert sorted(c[0] for c in cmds if c[1] == "mount" and c[0].startswith("node")) == \
-        ["node1"] * 2 + ["node2"] * 2  # striped and private on each node
+    assert [c[0] for c in cmds if c[1] == "mkfs.lustre"] == ["dac1", "dac1", "dac2", "dac2"] or [
+        c[0] for c in cmds if c[1] == "mkfs.lustre"
+    ] == ["dac2", "dac2", "dac1", "dac1"]
+    assert (
+        sorted(c[0] for c in cmds if c[1] == "mount" and c[0].startswith("node"))
+        == ["node1"] * 2 + ["node2"] * 2
+    )  # striped and private on each node
     primary = buf.allocation.primary_host
     other = ({"dac1", "dac2"} - {primary}).pop()
     assert steps_logged(site, primary) >= 3 and steps_logged(site, other) == 0
@@ -91,8 +105,14 @@ def test_a_daos_job_buffer_is_a_pool_on_its_ranks_used_as_the_user(site_dac, tmp
     user = ensure_submit_user()
     site, env, store = site_dac("daos")
     args = job(tmp_path, 6, "#DW jobdw capacity=200GiB access_mode=striped pool=p")
-    r = slurm(env, "job_process", 6, "--job", job(tmp_path, 60, "#DW jobdw capacity=100GiB "
-                                                   "access_mode=private pool=p")[1], check=False)
+    r = slurm(
+        env,
+        "job_process",
+        6,
+        "--job",
+        job(tmp_path, 60, "#DW jobdw capacity=100GiB access_mode=private pool=p")[1],
+        check=False,
+    )
     assert r.returncode == 1 and "the daos backend has no private mode" in r.stdout
     run_job(env, 6, args, user.pw_uid)
     calls = site.calls()
@@ -100,8 +120,9 @@ def test_a_daos_job_buffer_is_a_pool_on_its_ranks_used_as_the_user(site_dac, tmp
     assert "--ranks=0,2" in create["argv"] and f"--user={user.pw_name}@" in create["argv"]
     as_user = [c for c in calls if c["argv"][0] in ("daos", "dfuse")]
     assert as_user and all(c["uid"] == user.pw_uid for c in as_user)
-    assert sorted(c["host"] for c in as_user if c["argv"][0] == "dfuse") == \
-        sorted([store.buffer("6").record.allocation.primary_host, "node1", "node2"])
+    assert sorted(c["host"] for c in as_user if c["argv"][0] == "dfuse") == sorted(
+        [store.buffer("6").record.allocation.primary_host, "node1", "node2"]
+    )
 
     slurm(env, "post_run", 6, *args)
     slurm(env, "teardown", 6, "--job", args[1])
@@ -115,12 +136,18 @@ def test_a_daos_job_buffer_is_a_pool_on_its_ranks_used_as_the_user(site_dac, tmp
 BOUND = 60
 
 
-
 def leftover(path, uid, gid) -> int:
     """A job's leftover process on a node, its cwd in the node's mount of the buffer."""
-    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", LEFTOVER, "holder", str(path)],
-                            user=uid, group=gid, extra_groups=[gid], cwd="/",
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", LEFTOVER, "holder", str(path)],
+        user=uid,
+        group=gid,
+        extra_groups=[gid],
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     proc.stdout.close()
     proc.wait(timeout=10)
@@ -156,24 +183,34 @@ def test_a_lustre_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site
         ends_within_bound(env, 7, args)
         assert store.buffer("7") is None
         umounts = [c[2:] for c in site.commands() if c[0] == "node1" and c[1] == "umount"]
-        assert umounts == [("<site>/nodes/node1/7/striped",),
-                           ("--lazy", "<site>/nodes/node1/7/striped")], umounts
+        assert umounts == [
+            ("<site>/nodes/node1/7/striped",),
+            ("--lazy", "<site>/nodes/node1/7/striped"),
+        ], umounts
         state = site.state()
         assert not any(state.get("mounts", {}).values())
         assert [d["pids"] for d in state["lustre"]["detached"]] == [[pid]]
         held = os.readlink(f"/proc/{pid}/cwd")  # the detached view: no mount leads there
 
-        args = job(tmp_path, 8, "#DW jobdw capacity=200GiB access_mode=striped pool=p",
-                   "node1\n")
+        args = job(tmp_path, 8, "#DW jobdw capacity=200GiB access_mode=striped pool=p", "node1\n")
         run_job(env, 8, args, OTHER_UID, OTHER_GID)
         node = site.root / "nodes" / "node1" / "8" / "striped"
-        r = subprocess.run(["sh", "-c", 'echo next > "$1"/f', "sh", str(node)], user=OTHER_UID,
-                           group=OTHER_GID, extra_groups=[], capture_output=True)
+        r = subprocess.run(
+            ["sh", "-c", 'echo next > "$1"/f', "sh", str(node)],
+            user=OTHER_UID,
+            group=OTHER_GID,
+            extra_groups=[],
+            capture_output=True,
+        )
         assert r.returncode == 0, r.stderr
         new_root = os.path.realpath(node)
         assert new_root != held and not os.path.exists(os.path.join(held, "f"))
-        assert not any(held.startswith(os.path.realpath(e["root"]))
-                       for es in site.state()["mounts"].values() for e in es if "root" in e)
+        assert not any(
+            held.startswith(os.path.realpath(e["root"]))
+            for es in site.state()["mounts"].values()
+            for e in es
+            if "root" in e
+        )
         slurm(env, "post_run", 8, *args)
         slurm(env, "teardown", 8, "--job", args[1])
         assert store.buffer("8") is None and pools(env)["p"]["free_bricks"] == 2
@@ -199,16 +236,16 @@ def test_a_daos_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_d
         ends_within_bound(env, 9, args)
         assert store.buffer("9") is None
         calls = site.calls()
-        stops = [c["argv"][1:] for c in calls
-                 if c["host"] == "node1" and c["argv"][0] == "fusermount3"]
+        stops = [
+            c["argv"][1:] for c in calls if c["host"] == "node1" and c["argv"][0] == "fusermount3"
+        ]
         assert stops == [["-u", str(mount)], ["-u", "-z", str(mount)]], stops
         assert not any(site.state()["daos"]["dfuse"].values())
         assert [c["rc"] for c in calls if c["argv"][:3] == ["dmg", "pool", "destroy"]] == [0]
         held = os.readlink(f"/proc/{pid}/cwd")
         assert held == f"{mount} (deleted)"  # its mount point removed: no path leads there
 
-        args = job(tmp_path, 10, "#DW jobdw capacity=200GiB access_mode=striped pool=p",
-                   "node1\n")
+        args = job(tmp_path, 10, "#DW jobdw capacity=200GiB access_mode=striped pool=p", "node1\n")
         run_job(env, 10, args, other.pw_uid, other.pw_gid)
         assert len(site.state()["daos"]["dfuse"]["node1"]) == 1
         root, job_dir = site.root / "nodes" / "node1", site.root / "nodes" / "node1" / "10"

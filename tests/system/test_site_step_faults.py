@@ -54,16 +54,31 @@ def nodes_mounted(site) -> list[str]:
     return sorted(h for h in mounted(site) if h.startswith("node"))
 
 
-def test_a_pre_run_that_mounted_one_node_and_failed_on_the_other_is_undone(lustre_dac,
-                                                                            tmp_path):
+def test_a_pre_run_that_mounted_one_node_and_failed_on_the_other_is_undone(lustre_dac, tmp_path):
     site, env, store = lustre_dac
     args = job(tmp_path, 31)
     slurm(env, "job_process", 31, "--job", args[1])
-    slurm(env, "setup", 31, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
-          "--job", args[1])
+    slurm(
+        env,
+        "setup",
+        31,
+        "--caller",
+        "SLURM",
+        "--user",
+        "1001",
+        "--groupid",
+        "1001",
+        "--job",
+        args[1],
+    )
     site.calls()
-    site.fail("mount", ["/striped"], host="node2", rc=5,
-              stderr="mount.lustre: mount at striped failed: Input/output error")
+    site.fail(
+        "mount",
+        ["/striped"],
+        host="node2",
+        rc=5,
+        stderr="mount.lustre: mount at striped failed: Input/output error",
+    )
     r = slurm(env, "pre_run", 31, *args, check=False)
     assert r.returncode != 0 and "mount failed on" in r.stdout and "node2" in r.stdout
     assert "Input/output error" in r.stdout and len(r.stdout.strip().splitlines()) == 1
@@ -81,18 +96,37 @@ def test_a_pre_run_that_mounted_one_node_and_failed_on_the_other_is_undone(lustr
 
 
 def test_a_create_that_fails_on_one_server_stops_everywhere_and_removes_what_was_built(
-        lustre_dac, tmp_path):
+    lustre_dac, tmp_path
+):
     site, env, store = lustre_dac
     args = job(tmp_path, 32)
     slurm(env, "job_process", 32, "--job", args[1])
-    site.fail("mkfs.lustre", ["--ost"], host="dac2", rc=22,
-              stderr="mkfs.lustre: injected: Invalid argument")
-    r = slurm(env, "setup", 32, "--caller", "SLURM", "--user", "1001", "--groupid", "1001",
-              "--job", args[1], check=False)
+    site.fail(
+        "mkfs.lustre",
+        ["--ost"],
+        host="dac2",
+        rc=22,
+        stderr="mkfs.lustre: injected: Invalid argument",
+    )
+    r = slurm(
+        env,
+        "setup",
+        32,
+        "--caller",
+        "SLURM",
+        "--user",
+        "1001",
+        "--groupid",
+        "1001",
+        "--job",
+        args[1],
+        check=False,
+    )
     assert r.returncode != 0 and "create failed on dac2 at task 'format the targets'" in r.stdout
     calls = site.commands()
-    failed_at = next(i for i, c in enumerate(calls) if c[0] == "dac2" and c[1] == "mkfs.lustre"
-                     and "--ost" in c)
+    failed_at = next(
+        i for i, c in enumerate(calls) if c[0] == "dac2" and c[1] == "mkfs.lustre" and "--ost" in c
+    )
     # no target started anywhere, no client mounted: the create stopped at the failure
     assert not [c for c in calls if c[1] == "mount"]
     # and what was formatted is wiped before Slurm's teardown (dacd ran delete.yml)

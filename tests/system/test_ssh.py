@@ -51,23 +51,34 @@ def site(tmp_path, monkeypatch):
 
 
 def inventory(server, key, with_local=False):
-    hosts = {"node1": {"ansible_host": server.address, "ansible_port": server.port,
-                       "ansible_user": "root", "ansible_ssh_private_key_file": str(key),
-                       "ansible_python_interpreter": "/usr/bin/python3"}}
+    hosts = {
+        "node1": {
+            "ansible_host": server.address,
+            "ansible_port": server.port,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(key),
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }
+    }
     if with_local:
         hosts["dac1"] = {"ansible_connection": "local"}
     return {"all": {"hosts": hosts}}
 
 
 def run(server, key, out, ssh, work=0, with_local=False):
-    runner.run_step("probe", "step", "dac1", {"out": str(out), "work_seconds": work},
-                    inventory=inventory(server, key, with_local), ssh=ssh)
+    runner.run_step(
+        "probe",
+        "step",
+        "dac1",
+        {"out": str(out), "work_seconds": work},
+        inventory=inventory(server, key, with_local),
+        ssh=ssh,
+    )
 
 
 def ssh_clients(port: int) -> list[str]:
     ps = subprocess.run(["ps", "-e", "-o", "args="], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines()
-            if line.startswith("ssh ") and f"Port={port}" in line]
+    return [line for line in ps.splitlines() if line.startswith("ssh ") and f"Port={port}" in line]
 
 
 def test_ssh_a_node_whose_key_the_admin_listed_runs_the_step(site):
@@ -84,8 +95,10 @@ def test_ssh_a_node_whose_host_key_is_not_the_listed_one_is_refused(site, tmp_pa
     server, key, known, out = site
     if listed == "another key":
         other = keygen(tmp_path / "impostor")
-        known.write_text(f"[{server.address}]:{server.port} "
-                         f"{' '.join(Path(f'{other}.pub').read_text().split()[:2])}\n")
+        known.write_text(
+            f"[{server.address}]:{server.port} "
+            f"{' '.join(Path(f'{other}.pub').read_text().split()[:2])}\n"
+        )
     with pytest.raises(HostsUnreachable) as e:
         run(server, key, out, SshSettings(known_hosts=str(known)))
     message = str(e.value)
@@ -132,6 +145,7 @@ def test_ssh_a_node_that_stops_answering_mid_command_ends_the_step_within_60s(si
             time.sleep(0.1)
         time.sleep(1)  # the long command is running
         server.signal_all(signal.SIGSTOP)
+
     threading.Thread(target=stop_when_marked, daemon=True).start()
     started = time.monotonic()
     with pytest.raises(HostsUnreachable) as e:
@@ -151,8 +165,13 @@ def test_ssh_a_step_that_met_an_unreachable_node_ends_at_the_bound_while_others_
     server, key, known, out = site
     known.write_text(server.known_hosts_line())
     server.signal_all(signal.SIGSTOP)
-    ssh = SshSettings(known_hosts=str(known), connect_timeout=2, alive_interval=1,
-                      alive_count=2, unreachable_timeout=8)
+    ssh = SshSettings(
+        known_hosts=str(known),
+        connect_timeout=2,
+        alive_interval=1,
+        alive_count=2,
+        unreachable_timeout=8,
+    )
     started = time.monotonic()
     with pytest.raises(HostsUnreachable) as e:
         run(server, key, out, ssh, work=120, with_local=True)

@@ -36,8 +36,14 @@ def warm(tmp_path):
     log.close()
 
 
-def runner(project: Path, playbook: str, server: WarmAnsible | None, extra_env=None,
-           unstarted: WarmAnsible | None = None, **kwargs):
+def runner(
+    project: Path,
+    playbook: str,
+    server: WarmAnsible | None,
+    extra_env=None,
+    unstarted: WarmAnsible | None = None,
+    **kwargs,
+):
     """ansible-runner as dacd runs it: through the client when given a server (started, or
     not), else a fresh ansible-playbook; (result, task names and failures seen as events)."""
     tasks: list[str] = []
@@ -48,8 +54,13 @@ def runner(project: Path, playbook: str, server: WarmAnsible | None, extra_env=N
         if ev.get("event") == "runner_on_failed":
             tasks.append("FAILED " + ev["event_data"]["res"].get("stderr", ""))
         return True
-    env = {"ANSIBLE_PIPELINING": "True", "ANSIBLE_GATHERING": "explicit",
-           "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", **(extra_env or {})}
+
+    env = {
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_GATHERING": "explicit",
+        "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        **(extra_env or {}),
+    }
     how = {"playbook": playbook}
     if server is not None:
         env["DAC_WARM_ANSIBLE"] = server.ensure()
@@ -59,17 +70,34 @@ def runner(project: Path, playbook: str, server: WarmAnsible | None, extra_env=N
         how = {"binary": unstarted.client, "cmdline": playbook}
     data = project.parent / f"data-{time.monotonic_ns()}"
     data.mkdir()
-    r = ansible_runner.run(private_data_dir=str(data), project_dir=str(project), **how,
-                           inventory={"all": {"hosts": {"h": {
-                               "ansible_connection": "local",
-                               "ansible_python_interpreter": sys.executable}}}},
-                           event_handler=event, quiet=True, envvars=env, **kwargs)
+    r = ansible_runner.run(
+        private_data_dir=str(data),
+        project_dir=str(project),
+        **how,
+        inventory={
+            "all": {
+                "hosts": {
+                    "h": {
+                        "ansible_connection": "local",
+                        "ansible_python_interpreter": sys.executable,
+                    }
+                }
+            }
+        },
+        event_handler=event,
+        quiet=True,
+        envvars=env,
+        **kwargs,
+    )
     return r, tasks
 
 
 def runs(log: Path) -> list[str]:
-    return [line.split(": run ", 1)[1].split(":")[0].split()[1]
-            for line in log.read_text().splitlines() if ": run " in line]
+    return [
+        line.split(": run ", 1)[1].split(":")[0].split()[1]
+        for line in log.read_text().splitlines()
+        if ": run " in line
+    ]
 
 
 def test_a_warm_run_reports_what_a_fresh_ansible_playbook_does(warm, tmp_path):
@@ -77,8 +105,7 @@ def test_a_warm_run_reports_what_a_fresh_ansible_playbook_does(warm, tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     (project / "ok.yml").write_text(PLAY.format(name="say hello", command="echo hello"))
-    (project / "bad.yml").write_text(PLAY.format(name="fail here",
-                                                 command="ls /no/such/dac/path"))
+    (project / "bad.yml").write_text(PLAY.format(name="fail here", command="ls /no/such/dac/path"))
     results = {}
     for how in ("cold", "warm", "warm again"):
         for playbook in ("ok.yml", "bad.yml"):

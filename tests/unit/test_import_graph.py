@@ -28,8 +28,10 @@ def modules() -> dict[str, Path]:
 
 def _type_checking_only(node: ast.If) -> bool:
     test = node.test
-    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == \
-        "TYPE_CHECKING"
+    return (
+        getattr(test, "id", None) == "TYPE_CHECKING"
+        or getattr(test, "attr", None) == "TYPE_CHECKING"
+    )
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
@@ -47,6 +49,7 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
                 deps.add(child.module)
                 deps.update(f"{child.module}.{a.name}" for a in child.names)
             visit(child)
+
     visit(ast.parse(path.read_text()))
     return {d for d in deps if d in known}
 
@@ -76,6 +79,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
                     break
             if len(component) > 1:
                 out.append(sorted(component))
+
     for v in sorted(graph):
         if v not in index:
             visit(v)
@@ -105,8 +109,15 @@ def test_daccore_imports_nothing_of_the_programs():
 def test_every_module_imports():
     # run on the installed wheel by make test: a subpackage or module left out fails here first
     import importlib
+
     found = modules()
     for name in sorted(found):
         importlib.import_module(name)
-    assert {"daccore.backends.base", "daccore.etcd.types", "daccore.share", "dacd.copier",
-            "dacctl.slurm_files", "daclocal.cluster"} <= set(found)
+    assert {
+        "daccore.backends.base",
+        "daccore.etcd.types",
+        "daccore.share",
+        "dacd.copier",
+        "dacctl.slurm_files",
+        "daclocal.cluster",
+    } <= set(found)

@@ -105,8 +105,10 @@ def walk(anchor: str, path: str, done: list[str], make: int | None = None) -> in
                 child = os.open(part, _DIR, dir_fd=fd)
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise Failed(f"{seen}: a link or a file where a directory belongs; "
-                                 "not followed (the job's user made it)") from None
+                    raise Failed(
+                        f"{seen}: a link or a file where a directory belongs; "
+                        "not followed (the job's user made it)"
+                    ) from None
                 raise
             os.close(fd)
             fd = child
@@ -116,8 +118,7 @@ def walk(anchor: str, path: str, done: list[str], make: int | None = None) -> in
     return fd
 
 
-def owned_dir(anchor: str, path: str, owner: int, group: int, mode: int,
-              done: list[str]) -> None:
+def owned_dir(anchor: str, path: str, owner: int, group: int, mode: int, done: list[str]) -> None:
     fd = walk(anchor, path, done, make=mode)
     try:
         os.fchown(fd, owner, group)
@@ -262,8 +263,9 @@ class Holders:
             if waiting:
                 time.sleep(0.02)
 
-    def kill(self, namespaces: bool = False, done: list[str] | None = None,
-             freeze: bool = False) -> None:
+    def kill(
+        self, namespaces: bool = False, done: list[str] | None = None, freeze: bool = False
+    ) -> None:
         """SIGKILL the owner's processes that use the filesystem (cwd, root, an open file, a
         mapping); with `namespaces` (the host has unmounted it: a mount left elsewhere is a
         copy no unmount of ours reaches), also every process of a mount namespace that holds
@@ -283,8 +285,11 @@ class Holders:
                     pass
             deadline = time.monotonic() + 5  # gone before the unmount is retried
             for pid in victims:
-                while os.path.exists(f"/proc/{pid}") and not _zombie(pid) \
-                        and time.monotonic() < deadline:
+                while (
+                    os.path.exists(f"/proc/{pid}")
+                    and not _zombie(pid)
+                    and time.monotonic() < deadline
+                ):
                     time.sleep(0.005)
             if not victims:
                 return
@@ -292,12 +297,16 @@ class Holders:
     def left(self) -> str:
         """What still holds the buffer, as far as /proc shows it, and who must act."""
         if not self.found:
-            return ("a mount or user no process shows (a mount namespace kept by a file, or "
-                    "one whose processes are all chrooted away from it): an admin must find it "
-                    f"(lsns -t mnt; fuser -vm {' '.join(self.devices)}) and end it")
+            return (
+                "a mount or user no process shows (a mount namespace kept by a file, or "
+                "one whose processes are all chrooted away from it): an admin must find it "
+                f"(lsns -t mnt; fuser -vm {' '.join(self.devices)}) and end it"
+            )
         more = f" and {len(self.found) - 3} more" if len(self.found) > 3 else ""
-        return (f"{'; '.join(self.found[:3])}{more}; not the job's user's alone, so not "
-                "killed: an admin must end them")
+        return (
+            f"{'; '.join(self.found[:3])}{more}; not the job's user's alone, so not "
+            "killed: an admin must end them"
+        )
 
     def _freeze(self) -> None:
         if self.frozen or self.owner == 0:
@@ -324,8 +333,7 @@ class Holders:
                         continue
                     self.stopped.append(pid)
                     new.append(pid)
-                    if parent not in self.spared and self.owner not in p_uids and \
-                            p_state in "RSD":
+                    if parent not in self.spared and self.owner not in p_uids and p_state in "RSD":
                         self.parents.add(parent)
             if not new and settled:  # a listing made after every one of them had stopped
                 break
@@ -350,8 +358,7 @@ class Holders:
             state, uids = _status(pid)
             if state in "ZX" or not uids:
                 continue
-            owners = self.owner in uids and self.owner != 0 or \
-                self.owner == 0 and uids == {0}
+            owners = self.owner in uids and self.owner != 0 or self.owner == 0 and uids == {0}
             if namespaces:
                 try:
                     ns = os.readlink(f"/proc/{pid}/ns/mnt")
@@ -378,9 +385,12 @@ class Holders:
                     done += [f"umount {point} in {ns}" for point, why in where if not why]
             pids = ", ".join(str(p) for p, _, _ in procs[:3])
             users = ", ".join(sorted({str(u) for _, _, u in procs}))
-            self.found += [f"mount namespace {ns} (pid {pids}; uid {users}) has it mounted at "
-                           f"{point}{f' ({why})' if why != 'mounted' else ''}"
-                           for point, why in where if why]
+            self.found += [
+                f"mount namespace {ns} (pid {pids}; uid {users}) has it mounted at "
+                f"{point}{f' ({why})' if why != 'mounted' else ''}"
+                for point, why in where
+                if why
+            ]
         return victims
 
     def _mounted_in(self, pid: int, unmount: bool = False) -> list[tuple[str, str]]:
@@ -407,14 +417,17 @@ class Holders:
                 out = []
                 for line in lines:
                     fields = line.split()
-                    tail = fields[fields.index("-") + 1:] if "-" in fields else []
+                    tail = fields[fields.index("-") + 1 :] if "-" in fields else []
                     if fields[2] in ids or len(tail) > 1 and _unescape(tail[1]) in self.devices:
                         out.append((_unescape(fields[4]), fields[2], "mounted"))
                 if unmount:
                     out.sort(key=lambda m: -len(m[0]))
                     for i, (point, mm, _) in enumerate(out):
-                        why = "" if _libc.umount2(point.encode(), _UMOUNT_NOFOLLOW) == 0 else \
-                            os.strerror(ctypes.get_errno())
+                        why = (
+                            ""
+                            if _libc.umount2(point.encode(), _UMOUNT_NOFOLLOW) == 0
+                            else os.strerror(ctypes.get_errno())
+                        )
                         out[i] = (point, mm, why)
                 os.write(w, json.dumps(out).encode())
             finally:
@@ -519,8 +532,11 @@ def _holds(pid: int, devs: set[int], maps_devs: set[str], ns_fds: bool = False) 
             # stat follows the kernel's magic link to the object itself: no name is resolved
             if devs and os.stat(f"{base}/{link}").st_dev in devs:
                 return link
-            if ns_fds and link.startswith("fd/") and \
-                    os.readlink(f"{base}/{link}").startswith("mnt:["):
+            if (
+                ns_fds
+                and link.startswith("fd/")
+                and os.readlink(f"{base}/{link}").startswith("mnt:[")
+            ):
                 return f"{link}, a mount namespace"
         except OSError:
             pass
@@ -589,7 +605,7 @@ def _write_zeroes(fd: int, left: int) -> None:
     chunk = bytes(4 << 20)
     os.lseek(fd, 0, os.SEEK_SET)
     while left:
-        left -= os.write(fd, chunk[:min(left, len(chunk))])
+        left -= os.write(fd, chunk[: min(left, len(chunk))])
     os.fsync(fd)
 
 
@@ -603,8 +619,7 @@ def create(a: dict, done: list[str]) -> None:
     # never listable
     owned_dir(fs, fs, 0, 0, 0o711, done)
     for d in a["job_dirs"]:
-        owned_dir(fs, os.path.join(fs, d), int(a["owner_uid"]), int(a["owner_gid"]), 0o700,
-                  done)
+        owned_dir(fs, os.path.join(fs, d), int(a["owner_uid"]), int(a["owner_gid"]), 0o700, done)
 
 
 def attach(a: dict, done: list[str], holders: Holders | None = None) -> None:
@@ -642,8 +657,9 @@ def attach(a: dict, done: list[str], holders: Holders | None = None) -> None:
                 os.unlink(name, dir_fd=parent)
             except FileNotFoundError:
                 pass
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                         dir_fd=parent)
+            fd = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=parent
+            )
         finally:
             os.close(parent)
         try:
@@ -699,9 +715,11 @@ def _claimed(devices: list[str], holders: Holders, done: list[str]) -> list[int]
             if e.errno != errno.EBUSY:
                 raise
         holders.kill(namespaces=True, done=done, freeze=n > 0)
-    raise Failed(f"{', '.join(devices)}: the buffer's filesystem is still mounted after "
-                 f"its unmount: {holders.left()}; nothing was zeroed or released, and "
-                 "teardown retries")
+    raise Failed(
+        f"{', '.join(devices)}: the buffer's filesystem is still mounted after "
+        f"its unmount: {holders.left()}; nothing was zeroed or released, and "
+        "teardown retries"
+    )
 
 
 def main() -> None:
@@ -710,15 +728,33 @@ def main() -> None:
     done: list[str] = []
     try:
         action = {"create": create, "attach": attach, "delete": delete}[args.pop("action")]
-        action({**args["attach"], "owner_uid": args["owner_uid"]} if action is attach else args,
-               done)
+        action(
+            {**args["attach"], "owner_uid": args["owner_uid"]} if action is attach else args, done
+        )
     except Failed as e:
-        print(json.dumps({"failed": True, "msg": e.msg, "rc": e.rc, "stderr": e.stderr,
-                          "changed": bool(done)}))
+        print(
+            json.dumps(
+                {
+                    "failed": True,
+                    "msg": e.msg,
+                    "rc": e.rc,
+                    "stderr": e.stderr,
+                    "changed": bool(done),
+                }
+            )
+        )
         sys.exit(1)
     except OSError as e:
-        print(json.dumps({"failed": True, "msg": f"{e.filename}: {e.strerror}", "rc": 1,
-                          "changed": bool(done)}))
+        print(
+            json.dumps(
+                {
+                    "failed": True,
+                    "msg": f"{e.filename}: {e.strerror}",
+                    "rc": 1,
+                    "changed": bool(done),
+                }
+            )
+        )
         sys.exit(1)
     print(json.dumps({"changed": bool(done), "actions": done}))
 

@@ -16,11 +16,18 @@ def inventory(layout, claimed=(), dead=(), drained=(), placement="across_servers
     """layout: {host: [(socket, switch), ...]} -> Inventory with bricks b0, b1, ..."""
     hosts = {}
     for h, bricks in layout.items():
-        hosts[h] = HostInfo(h, h not in dead, h in drained, [
-            BrickInfo(h, f"b{i}", f"/dev/{h}-{i}", G, "p", sock, sw)
-            for i, (sock, sw) in enumerate(bricks)])
-    return Inventory({"p": PoolInfo("p", G, "lustre", placement)}, hosts,
-                     {c: "other" for c in claimed})
+        hosts[h] = HostInfo(
+            h,
+            h not in dead,
+            h in drained,
+            [
+                BrickInfo(h, f"b{i}", f"/dev/{h}-{i}", G, "p", sock, sw)
+                for i, (sock, sw) in enumerate(bricks)
+            ],
+        )
+    return Inventory(
+        {"p": PoolInfo("p", G, "lustre", placement)}, hosts, {c: "other" for c in claimed}
+    )
 
 
 def test_capacity_rounds_up_to_granularity():
@@ -54,14 +61,20 @@ def test_single_host_keeps_the_buffer_on_one_host_and_picks_the_best_fit():
 
 def test_single_host_refuses_when_no_host_is_big_enough_even_if_the_pool_is():
     inv = inventory({"a": [(0, "0")] * 2, "b": [(0, "0")] * 2}, placement="single_host")
-    with pytest.raises(CapacityError, match="no host in pool 'p' has 3 bricks of 100B free .* "
-                                            "most on one host is 2"):
+    with pytest.raises(
+        CapacityError,
+        match="no host in pool 'p' has 3 bricks of 100B free .* most on one host is 2",
+    ):
         place(inv, 3 * G, "p")
 
 
 def test_never_a_dead_drained_or_claimed_brick():
-    inv = inventory({"dead": [(0, "0")] * 4, "drained": [(0, "0")] * 4, "ok": [(0, "0")] * 2},
-                    claimed=[("ok", "b0")], dead=["dead"], drained=["drained"])
+    inv = inventory(
+        {"dead": [(0, "0")] * 4, "drained": [(0, "0")] * 4, "ok": [(0, "0")] * 2},
+        claimed=[("ok", "b0")],
+        dead=["dead"],
+        drained=["drained"],
+    )
     assert [(b.host, b.name) for b in place(inv, G, "p")] == [("ok", "b1")]
     with pytest.raises(CapacityError, match="pool 'p' has 1 brick of 100B free; .* needs 2"):
         place(inv, 2 * G, "p")
@@ -78,8 +91,9 @@ def test_unknown_pool_and_bad_capacity_are_user_errors():
 
 def test_ties_are_broken_by_the_rng_so_racing_allocators_differ():
     inv = inventory({f"h{i}": [(0, "0")] * 4 for i in range(10)})
-    picks = {tuple((b.host, b.name) for b in place(inv, G, "p", rng=random.Random(s)))
-             for s in range(20)}
+    picks = {
+        tuple((b.host, b.name) for b in place(inv, G, "p", rng=random.Random(s))) for s in range(20)
+    }
     assert len(picks) > 5
 
 
@@ -88,7 +102,8 @@ def test_ties_are_broken_by_the_rng_so_racing_allocators_differ():
 layouts = st.dictionaries(
     st.sampled_from([f"h{i}" for i in range(8)]),
     st.lists(st.tuples(st.integers(0, 1), st.sampled_from("abc")), min_size=0, max_size=6),
-    min_size=1)
+    min_size=1,
+)
 
 
 @st.composite

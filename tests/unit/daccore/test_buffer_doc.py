@@ -22,23 +22,45 @@ MiB = 1 << 20
 
 
 def _buffer(hosts=("h2", "h1", "h2"), job=7):
-    return Buffer(name=str(job) if job else "proj", owner_uid=1234, owner_gid=4321, job_id=job,
-                  persistent=job is None, generation=2, created_at=1000.0,
-                  desired_state=State.MOUNTED,
-                  request=BufferRequest(capacity=1024 * MiB, pool="default"),
-                  allocation=Allocation(primary_host=hosts[0], bricks=[
-                      BrickRef(host=h, brick=f"b{i}", device=f"/dev/loop{i}",
-                               capacity=(i + 1) * 256 * MiB)
-                      for i, h in enumerate(hosts)]))
+    return Buffer(
+        name=str(job) if job else "proj",
+        owner_uid=1234,
+        owner_gid=4321,
+        job_id=job,
+        persistent=job is None,
+        generation=2,
+        created_at=1000.0,
+        desired_state=State.MOUNTED,
+        request=BufferRequest(capacity=1024 * MiB, pool="default"),
+        allocation=Allocation(
+            primary_host=hosts[0],
+            bricks=[
+                BrickRef(
+                    host=h, brick=f"b{i}", device=f"/dev/loop{i}", capacity=(i + 1) * 256 * MiB
+                )
+                for i, h in enumerate(hosts)
+            ],
+        ),
+    )
 
 
 def _statuses():
     return {
-        "h1": Status(buffer="7", host="h1", state=State.STAGED_IN, generation=2,
-                     step="mount", progress=Progress(bytes_done=5, bytes_total=10,
-                                                     files_done=1, files_total=2)),
-        "h2": Status(buffer="7", host="h2", state=State.CREATED, generation=2,
-                     error=StatusError(category=Kind.USER, message="no", detail="d")),
+        "h1": Status(
+            buffer="7",
+            host="h1",
+            state=State.STAGED_IN,
+            generation=2,
+            step="mount",
+            progress=Progress(bytes_done=5, bytes_total=10, files_done=1, files_total=2),
+        ),
+        "h2": Status(
+            buffer="7",
+            host="h2",
+            state=State.CREATED,
+            generation=2,
+            error=StatusError(category=Kind.USER, message="no", detail="d"),
+        ),
     }
 
 
@@ -52,8 +74,8 @@ def test_hosts_and_size_are_the_models():
 def test_the_status_view_of_the_json_is_the_models():
     buf, statuses = _buffer(), _statuses()
     from_json = buffer_doc.status_view(
-        buf.model_dump(mode="json"),
-        {h: s.model_dump(mode="json") for h, s in statuses.items()})
+        buf.model_dump(mode="json"), {h: s.model_dump(mode="json") for h, s in statuses.items()}
+    )
     assert status_view.view(buf, statuses) == from_json
     assert from_json["size"] == buf.allocation.size and from_json["job"] == 7
     assert [h["host"] for h in from_json["hosts"]] == ["h1", "h2"]
@@ -61,7 +83,12 @@ def test_the_status_view_of_the_json_is_the_models():
     assert from_json["hosts"][1]["error"]["message"] == "no"
     # a host that has written nothing yet
     assert buffer_doc.status_view(buf.model_dump(mode="json"), {})["hosts"][0] == {
-        "host": "h1", "state": None, "step": "", "progress": None, "error": None}
+        "host": "h1",
+        "state": None,
+        "step": "",
+        "progress": None,
+        "error": None,
+    }
 
 
 def test_rights_root_and_the_admin_group_act_as_root_others_as_themselves():

@@ -10,8 +10,10 @@ from daccore.errors import ConfigError
 @pytest.fixture
 def site(tmp_path):
     cfg = tmp_path / "dac.yaml"
-    cfg.write_text("etcd: {endpoints: ['10.0.0.1:2379']}\npools: {default: {granularity: 1GiB}}\n"
-                   "mount_root: /mnt/bb\n")
+    cfg.write_text(
+        "etcd: {endpoints: ['10.0.0.1:2379']}\npools: {default: {granularity: 1GiB}}\n"
+        "mount_root: /mnt/bb\n"
+    )
     cache = tmp_path / "cache"
     return str(cfg), {"DAC_CACHE_DIR": str(cache)}, cache
 
@@ -40,8 +42,9 @@ def test_the_second_read_comes_from_the_cache_and_an_edit_refreshes_it(site):
 def test_the_environment_is_applied_on_every_read_not_cached(site):
     cfg, env, _ = site
     config_cache.load_settings(cfg, env)
-    s = config_cache.load_settings(cfg, {**env, "DAC_ETCD_ENDPOINTS": "e:1",
-                                         "ETCDCTL_CACERT": "/ca"})
+    s = config_cache.load_settings(
+        cfg, {**env, "DAC_ETCD_ENDPOINTS": "e:1", "ETCDCTL_CACERT": "/ca"}
+    )
     assert s["etcd"]["urls"] == ["https://e:1"]
     assert config_cache.load_settings(cfg, env)["etcd"]["urls"] == ["http://10.0.0.1:2379"]
 

@@ -30,16 +30,19 @@ def _controls(text: str) -> list[str]:
     return [c for c in text if not c.isprintable()]
 
 
-@pytest.mark.parametrize("raw,shown", [
-    (b"plain/name.txt", "plain/name.txt"),
-    ("caf\u00e9/\u65e5\u672c".encode(), "caf\u00e9/\u65e5\u672c"),
-    (b"bad\xff\xfe", "bad\\xff\\xfe"),
-    (b"\x1b]0;pwned\x07\r", "\\x1b]0;pwned\\x07\\r"),
-    (b"a\\b", "a\\\\b"),
-    (b"nul\x00del\x7f", "nul\\x00del\\x7f"),
-    ("c1\u009b bidi\u202e ls\u2028".encode(), "c1\\u009b bidi\\u202e ls\\u2028"),
-    (b"tab\tnl\n", "tab\\tnl\\n"),
-])
+@pytest.mark.parametrize(
+    "raw,shown",
+    [
+        (b"plain/name.txt", "plain/name.txt"),
+        ("caf\u00e9/\u65e5\u672c".encode(), "caf\u00e9/\u65e5\u672c"),
+        (b"bad\xff\xfe", "bad\\xff\\xfe"),
+        (b"\x1b]0;pwned\x07\r", "\\x1b]0;pwned\\x07\\r"),
+        (b"a\\b", "a\\\\b"),
+        (b"nul\x00del\x7f", "nul\\x00del\\x7f"),
+        ("c1\u009b bidi\u202e ls\u2028".encode(), "c1\\u009b bidi\\u202e ls\\u2028"),
+        (b"tab\tnl\n", "tab\\tnl\\n"),
+    ],
+)
 def test_escape_writes_bytes_and_controls_like_ls_b(raw, shown):
     assert escape(raw) == shown
     assert _unescape(shown) == raw
@@ -87,10 +90,16 @@ def test_printable_with_newlines_kept_has_no_other_control(text):
 
 def test_a_status_naming_a_non_utf8_path_serializes_and_reads_back_unchanged():
     from daccore.models import DETAIL_MAX, Status, StatusError
+
     name = b"/src/\xff\x1b]0;pwned\x07\r".decode("utf-8", "surrogateescape")
-    s = Status(buffer="b1", host="h1", step=f"stage_in: {name}",
-               error=StatusError(category="user", message=f"cannot read {name}",
-                                 detail=f"task output\n{name}\n" * 2000))
+    s = Status(
+        buffer="b1",
+        host="h1",
+        step=f"stage_in: {name}",
+        error=StatusError(
+            category="user", message=f"cannot read {name}", detail=f"task output\n{name}\n" * 2000
+        ),
+    )
     text = s.model_dump_json()  # today: PydanticSerializationError (surrogates)
     assert "\x1b" not in text and "\\\\x1b]0;pwned\\\\x07\\\\r" in text
     assert s.error.message == "cannot read /src/\\xff\\x1b]0;pwned\\x07\\r"

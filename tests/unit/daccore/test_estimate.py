@@ -51,8 +51,11 @@ def test_measure_agrees_with_the_copiers_walk(tree, tmp_path, monkeypatch):
     monkeypatch.setattr(copier, "_LAST", ["", -1])
     inside = tmp_path / "buffer"
     inside.mkdir()
-    pairs = copier.check([{"type": "directory", "source": str(tree),
-                           "destination": str(inside / "in")}], str(inside), "destination")
+    pairs = copier.check(
+        [{"type": "directory", "source": str(tree), "destination": str(inside / "in")}],
+        str(inside),
+        "destination",
+    )
     c = copier.Copy(InlineWorkers(), lambda c, final=False: None, chunk=1 << 20)
     c.run(pairs)
     m = est.measure("directory", str(tree))
@@ -71,8 +74,9 @@ def test_measure_reads_a_list_of_sources_and_destinations(tree, tmp_path):
 def test_measure_reports_what_the_stage_in_would_fail_on(tree, monkeypatch):
     missing = est.measure("file", str(tree / "nope"))
     assert missing.problems == [(str(tree / "nope"), "no such file or directory")]
-    assert est.measure("directory", str(tree / "a")).problems == [(str(tree / "a"),
-                                                                   "not a directory")]
+    assert est.measure("directory", str(tree / "a")).problems == [
+        (str(tree / "a"), "not a directory")
+    ]
     # root reads everything, so stand in for the kernel's answer to a user here
     # (tests/system/test_admin_cli.py checks it for real, as another user)
     monkeypatch.setattr(est.os, "access", lambda path, mode: not path.endswith("/b"))
@@ -88,9 +92,16 @@ def test_only_the_first_problems_are_kept_but_all_are_counted(tmp_path, monkeypa
     assert m.problem_count == 8 and len(m.problems) == est.MAX_PROBLEMS
 
 
-@pytest.mark.parametrize("text,value", [("0.25", Fraction(1, 4)), ("25%", Fraction(1, 4)),
-                                        ("0.1", Fraction(1, 10)), ("0", 0), ("12.5%",
-                                                                             Fraction(1, 8))])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("0.25", Fraction(1, 4)),
+        ("25%", Fraction(1, 4)),
+        ("0.1", Fraction(1, 10)),
+        ("0", 0),
+        ("12.5%", Fraction(1, 8)),
+    ],
+)
 def test_a_margin_is_a_fraction_or_a_percentage_exactly(text, value):
     assert est.parse_margin(text) == value
 
@@ -125,8 +136,7 @@ def test_advice_says_whether_the_jobdw_holds_the_data_and_the_margin():
     # a 600 MiB jobdw is allocated as 2 bricks of 512 MiB: what counts is the allocation
     assert est.advise(900 * MiB, Fraction(1, 4), 512 * MiB, 600 * MiB)["verdict"] == "tight"
     assert est.advise(700 * MiB, Fraction(1, 4), 512 * MiB, 600 * MiB)["verdict"] == "enough"
-    assert est.advise(1100 * MiB, Fraction(1, 4), 512 * MiB, 600 * MiB)["verdict"] == \
-        "too small"
+    assert est.advise(1100 * MiB, Fraction(1, 4), 512 * MiB, 600 * MiB)["verdict"] == "too small"
 
 
 def test_nothing_to_stage_still_advises_one_brick():
@@ -149,15 +159,18 @@ def test_find_pool_uses_the_jobdw_pool_the_default_or_the_only_one():
 def test_an_unreachable_etcd_leaves_the_pool_unknown_not_the_estimate_failed():
     def unreachable():
         raise StoreUnavailable(["http://127.0.0.1:1"], "connection refused", 5.0)
+
     name, g, why = est.find_pool(unreachable, "fast", None)
     assert (name, g) == ("fast", None) and why.startswith("etcd unreachable at")
 
 
 def test_the_report_adds_up_every_stage_in_line(tree):
-    d = parse_script(f"#!/bin/sh\n#DW jobdw capacity=512MiB\n"
-                     f"#DW stage_in type=directory source={tree}/sub "
-                     "destination=$DW_JOB_STRIPED/s\n"
-                     f"#DW stage_in type=file source={tree}/a destination=$DW_JOB_STRIPED/a\n")
+    d = parse_script(
+        f"#!/bin/sh\n#DW jobdw capacity=512MiB\n"
+        f"#DW stage_in type=directory source={tree}/sub "
+        "destination=$DW_JOB_STRIPED/s\n"
+        f"#DW stage_in type=file source={tree}/a destination=$DW_JOB_STRIPED/a\n"
+    )
     measured = [est.measure(s.type, s.source) for s in d.stage_in]
     r = est.report(d, measured, 10 * MiB, Fraction(1, 4), ("default", 512 * MiB, None))
     assert [x["line"] for x in r["stage_in"]] == [3, 4]
@@ -167,9 +180,18 @@ def test_the_report_adds_up_every_stage_in_line(tree):
 
 
 def test_the_problem_line_names_the_first_path_and_counts_the_rest():
-    rep = {"problem_count": 3, "stage_in": [
-        {"line": 3, "problem_count": 0, "problems": []},
-        {"line": 4, "problem_count": 3, "problems": [{"path": "/d/x", "reason": "not readable"}]}]}
+    rep = {
+        "problem_count": 3,
+        "stage_in": [
+            {"line": 3, "problem_count": 0, "problems": []},
+            {
+                "line": 4,
+                "problem_count": 3,
+                "problems": [{"path": "/d/x", "reason": "not readable"}],
+            },
+        ],
+    }
     assert est.problem_line(rep, 1234) == (
         "line 4: stage_in: /d/x: not readable (as uid 1234; the stage-in runs as you and would "
-        "fail), and 2 more paths")
+        "fail), and 2 more paths"
+    )

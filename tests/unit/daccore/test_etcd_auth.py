@@ -55,15 +55,18 @@ def test_a_cached_token_is_served_only_from_a_private_file_of_the_caller(cred, t
 
 def test_what_counts_as_a_rejected_token():
     assert token_rejected(16, "etcdserver: invalid auth token")
-    assert token_rejected(None, "rpc error: code = Unauthenticated desc = etcdserver: invalid "
-                                "auth token")
+    assert token_rejected(
+        None, "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"
+    )
     assert token_rejected(3, "etcdserver: revision of auth store is old")
     assert not token_rejected(7, "etcdserver: permission denied")
     assert not token_rejected(3, "etcdserver: user name is empty")
 
 
-@pytest.mark.parametrize("reason", ["context deadline exceeded", "etcdserver: request timed out",
-                                    "etcdserver: no leader"])
+@pytest.mark.parametrize(
+    "reason",
+    ["context deadline exceeded", "etcdserver: request timed out", "etcdserver: no leader"],
+)
 def test_a_login_etcd_cannot_serve_now_is_etcd_out_of_reach_not_a_refusal(cred, reason):
     """A member without quorum times the login out: the client fails over and backs off
     (StoreUnavailable in the end), it does not tell an admin to fix the credential file."""
@@ -71,6 +74,7 @@ def test_a_login_etcd_cannot_serve_now_is_etcd_out_of_reach_not_a_refusal(cred, 
 
     def login(user, password):
         raise EtcdRequestError("authenticate", 2, reason)
+
     with pytest.raises(Unreachable):
         cred.call("https://127.0.0.1:2379", login, lambda token: token)
 
@@ -80,7 +84,9 @@ def test_a_wrong_password_is_an_admins_one_line(cred):
     from daccore.etcd.types import EtcdRequestError
 
     def login(user, password):
-        raise EtcdRequestError("authenticate", 3, "etcdserver: authentication failed, invalid "
-                               "user ID or password")
+        raise EtcdRequestError(
+            "authenticate", 3, "etcdserver: authentication failed, invalid user ID or password"
+        )
+
     with pytest.raises(AdminError, match="refused user 'slurm'"):
         cred.call("https://127.0.0.1:2379", login, lambda token: token)

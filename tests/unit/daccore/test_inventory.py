@@ -10,14 +10,23 @@ def test_summary_counts_live_free_used_and_drained():
     pools = [json.dumps({"name": "p", "granularity": 10, "backend": "local"}).encode()]
 
     def host(name, n, drained=False):
-        return json.dumps({"name": name, "drained": drained, "bricks": [
-            {"name": f"b{i}", "device": f"/dev/{i}", "capacity": 10, "pool": "p"}
-            for i in range(n)]}).encode()
+        return json.dumps(
+            {
+                "name": name,
+                "drained": drained,
+                "bricks": [
+                    {"name": f"b{i}", "device": f"/dev/{i}", "capacity": 10, "pool": "p"}
+                    for i in range(n)
+                ],
+            }
+        ).encode()
 
-    inv = Inventory.from_json(pools, alive={"up", "dr"},
-                              claims={("p", "up", "b0"): "", ("p", "dr", "b1"): "",
-                                      ("p", "down", "b0"): ""},
-                              hosts=[host("up", 4), host("down", 3), host("dr", 2, True)])
+    inv = Inventory.from_json(
+        pools,
+        alive={"up", "dr"},
+        claims={("p", "up", "b0"): "", ("p", "dr", "b1"): "", ("p", "down", "b0"): ""},
+        hosts=[host("up", 4), host("down", 3), host("dr", 2, True)],
+    )
     (s,) = summarize(inv)
     assert (s.total, s.free, s.used) == (6, 3, 2)
     assert (s.hosts_up, s.hosts_down, s.hosts_drained) == (2, 1, 1)
@@ -33,9 +42,16 @@ def sites(draw):
     hosts = []
     for h in range(draw(st.integers(1, 6))):
         pools = draw(st.lists(st.sampled_from(["p", "q", "r"]), min_size=0, max_size=5))
-        hosts.append(Host(name=f"h{h}", drained=draw(st.booleans()), bricks=[
-            Brick(name=f"b{i}", device=f"/dev/b{i}", capacity=10, pool=pool)
-            for i, pool in enumerate(pools)]))
+        hosts.append(
+            Host(
+                name=f"h{h}",
+                drained=draw(st.booleans()),
+                bricks=[
+                    Brick(name=f"b{i}", device=f"/dev/b{i}", capacity=10, pool=pool)
+                    for i, pool in enumerate(pools)
+                ],
+            )
+        )
     bricks = [(b.pool, h.name, b.name) for h in hosts for b in h.bricks]
     claimed = draw(st.lists(st.sampled_from(bricks), unique=True)) if bricks else []
     alive = draw(st.sets(st.sampled_from([h.name for h in hosts])))
@@ -49,8 +65,9 @@ def test_counted_claims_and_the_capacity_index_summarize_like_the_full_records(s
     down or drained host) gives the same summary as every record and every claim."""
     hosts, claims, alive = site
     pools = [json.dumps({"name": p, "granularity": 10}).encode() for p in ("p", "q")]
-    full = Inventory.from_json(pools, alive, claims=claims,
-                               hosts=[h.model_dump_json().encode() for h in hosts])
+    full = Inventory.from_json(
+        pools, alive, claims=claims, hosts=[h.model_dump_json().encode() for h in hosts]
+    )
     views = views_of([HostCapacity.of(h).model_dump_json().encode() for h in hosts], alive)
     counts = ClaimCounts()
     for pool, host, _ in claims:

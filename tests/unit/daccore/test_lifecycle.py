@@ -46,14 +46,15 @@ def test_a_deleted_buffer_never_comes_back():
 
 def test_a_change_of_attachments_alone_calls_for_mount_without_changing_state():
     assert next_step(S.CREATED, S.CREATED, None, 4, mounts_match=False) == ("mount", S.CREATED)
-    assert next_step(S.UNMOUNTED, S.UNMOUNTED, None, 4, mounts_match=False) == \
-        ("mount", S.UNMOUNTED)
+    assert next_step(S.UNMOUNTED, S.UNMOUNTED, None, 4, mounts_match=False) == (
+        "mount",
+        S.UNMOUNTED,
+    )
     assert next_step(S.CREATED, S.CREATED, None, 4, mounts_match=True) is None
 
 
 def test_attachment_changes_wait_behind_lifecycle_steps_failures_and_deletion():
-    assert next_step(S.MOUNTED, S.CREATED, None, 2, mounts_match=False) == \
-        ("stage_in", S.STAGED_IN)
+    assert next_step(S.MOUNTED, S.CREATED, None, 2, mounts_match=False) == ("stage_in", S.STAGED_IN)
     assert next_step(S.CREATED, S.CREATED, 4, 4, mounts_match=False) is None
     assert next_step(S.CREATED, S.DELETED, None, 4, mounts_match=False) is None
     assert next_step(S.DELETED, S.CREATED, None, 4, mounts_match=False) == ("delete", S.DELETED)

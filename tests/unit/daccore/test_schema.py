@@ -10,11 +10,25 @@ def test_schema_dir_matches_the_models():
 
 def test_every_record_and_the_config_has_a_schema():
     names = set(schema.schemas())
-    assert names == {"pool.json", "host.json", "host_capacity.json", "brick_claim.json",
-                     "buffer.json", "status.json", "owed.json", "config.json"}
+    assert names == {
+        "pool.json",
+        "host.json",
+        "host_capacity.json",
+        "brick_claim.json",
+        "buffer.json",
+        "status.json",
+        "owed.json",
+        "config.json",
+    }
     buffer = json.loads(schema.schemas()["buffer.json"])
-    assert {"owner_uid", "owner_gid", "request", "allocation", "desired_state",
-            "generation"} <= set(buffer["properties"])
+    assert {
+        "owner_uid",
+        "owner_gid",
+        "request",
+        "allocation",
+        "desired_state",
+        "generation",
+    } <= set(buffer["properties"])
 
 
 def test_drift_is_detected(tmp_path):

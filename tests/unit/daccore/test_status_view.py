@@ -7,8 +7,15 @@ MiB = 1 << 20
 
 
 def progress(done, total, files, files_total, rate, eta, counting):
-    return {"bytes_done": done, "bytes_total": total, "files_done": files,
-            "files_total": files_total, "rate": rate, "eta": eta, "counting": counting}
+    return {
+        "bytes_done": done,
+        "bytes_total": total,
+        "files_done": files,
+        "files_total": files_total,
+        "rate": rate,
+        "eta": eta,
+        "counting": counting,
+    }
 
 
 def test_while_the_walk_counts_there_is_no_share_and_no_time_left_yet():
@@ -35,15 +42,31 @@ def test_a_record_from_before_rate_and_eta_still_reads():
 
 
 def test_the_summary_line_carries_state_step_and_progress():
-    v = {"buffer": "51", "desired_state": "staged_in",
-         "hosts": [{"host": "dac1", "state": "created", "step": "stage_in",
-                    "progress": progress(MiB, 4 * MiB, 1, 4, MiB, 3.0, False), "error": None},
-                   {"host": "dac2", "state": "created", "step": "", "progress": None,
-                    "error": None}]}
-    assert summary_line(v) == ("buffer 51: created -> staged_in, stage_in, staged 1MiB/4MiB 25% "
-                               "1/4 files at 1MiB/s, 3s left")
+    v = {
+        "buffer": "51",
+        "desired_state": "staged_in",
+        "hosts": [
+            {
+                "host": "dac1",
+                "state": "created",
+                "step": "stage_in",
+                "progress": progress(MiB, 4 * MiB, 1, 4, MiB, 3.0, False),
+                "error": None,
+            },
+            {"host": "dac2", "state": "created", "step": "", "progress": None, "error": None},
+        ],
+    }
+    assert summary_line(v) == (
+        "buffer 51: created -> staged_in, stage_in, staged 1MiB/4MiB 25% "
+        "1/4 files at 1MiB/s, 3s left"
+    )
 
 
 def test_durations_are_short():
-    assert [format_duration(s) for s in (0, 42.4, 185, 3599.6, 7260)] == \
-        ["0s", "42s", "3m05s", "1h00m", "2h01m"]
+    assert [format_duration(s) for s in (0, 42.4, 185, 3599.6, 7260)] == [
+        "0s",
+        "42s",
+        "3m05s",
+        "1h00m",
+        "2h01m",
+    ]

@@ -5,12 +5,28 @@ from hypothesis import strategies as st
 from daccore.units import bricks_needed, format_size, parse_size
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("1", 1), ("0", 0), (4096, 4096), ("1K", 1024), ("1KiB", 1024), ("1KB", 1000),
-    ("2TiB", 2 * 1024**4), ("2TB", 2 * 10**12), ("1.5GiB", 3 * 1024**3 // 2),
-    ("1.1GB", 1_100_000_000), ("0.0001K", 1), ("1 MiB", 1024**2), ("3mib", 3 * 1024**2),
-    ("1P", 1024**5), ("1PB", 10**15), ("10B", 10), ("1Gi", 1024**3),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("1", 1),
+        ("0", 0),
+        (4096, 4096),
+        ("1K", 1024),
+        ("1KiB", 1024),
+        ("1KB", 1000),
+        ("2TiB", 2 * 1024**4),
+        ("2TB", 2 * 10**12),
+        ("1.5GiB", 3 * 1024**3 // 2),
+        ("1.1GB", 1_100_000_000),
+        ("0.0001K", 1),
+        ("1 MiB", 1024**2),
+        ("3mib", 3 * 1024**2),
+        ("1P", 1024**5),
+        ("1PB", 10**15),
+        ("10B", 10),
+        ("1Gi", 1024**3),
+    ],
+)
 def test_parse_size_understands_binary_and_decimal_units(text, expected):
     assert parse_size(text) == expected
 

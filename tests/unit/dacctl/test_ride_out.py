@@ -14,6 +14,7 @@ def flaky(failures: int):
         if len(calls) <= failures:
             raise StoreUnavailable(["https://127.0.0.1:2379"], "connection refused", 5.0)
         return "done"
+
     return call, calls
 
 

@@ -15,8 +15,9 @@ def test_a_job_id_is_decimal_and_bounded(value):
     assert sa.job_id(value) == value
 
 
-@pytest.mark.parametrize("value", ["", "0", "01", "1\n", "1\nX=1", "12345678901", "-1", "1 ",
-                                   "../1", "٣", "pbuf"])
+@pytest.mark.parametrize(
+    "value", ["", "0", "01", "1\n", "1\nX=1", "12345678901", "-1", "1 ", "../1", "٣", "pbuf"]
+)
 def test_anything_else_is_no_job_id(value):
     with pytest.raises(sa.Refused):
         sa.job_id(value)
@@ -54,13 +55,16 @@ def test_a_path_file_in_a_directory_only_root_can_change_is_written_via_its_fd(t
     assert (job / "path").read_text() == "DW_JOB_STRIPED=/mnt/7\n"
 
 
-@pytest.mark.parametrize("make,why", [
-    (lambda d, victim: os.symlink(victim, d / "path"), "symbolic link"),
-    (lambda d, victim: (d / "path").mkdir(), "Is a directory"),
-    (lambda d, victim: os.chmod(d, 0o777), "not root's or SlurmUser's alone"),
-    (lambda d, victim: os.chown(d, 1234, 4321), "not root's or SlurmUser's alone"),
-    (lambda d, victim: os.link(victim, d / "path"), "has 2 names"),
-])
+@pytest.mark.parametrize(
+    "make,why",
+    [
+        (lambda d, victim: os.symlink(victim, d / "path"), "symbolic link"),
+        (lambda d, victim: (d / "path").mkdir(), "Is a directory"),
+        (lambda d, victim: os.chmod(d, 0o777), "not root's or SlurmUser's alone"),
+        (lambda d, victim: os.chown(d, 1234, 4321), "not root's or SlurmUser's alone"),
+        (lambda d, victim: os.link(victim, d / "path"), "has 2 names"),
+    ],
+)
 def test_a_path_file_anyone_else_could_have_placed_is_refused(tmp_path, make, why):
     victim = trusted_dir(tmp_path) / "victim"
     victim.write_text("root's\n")
@@ -77,8 +81,9 @@ def test_a_link_above_the_file_is_refused(tmp_path):
     real.mkdir(parents=True)
     os.symlink(tmp_path / "real", tmp_path / "link")
     with pytest.raises(sa.Refused, match="symbolic link"):
-        sa.open_write(str(tmp_path / "link/hash.7/job.7/path"), "the path file", ROOT, "7",
-                      ("path",))
+        sa.open_write(
+            str(tmp_path / "link/hash.7/job.7/path"), "the path file", ROOT, "7", ("path",)
+        )
 
 
 @pytest.mark.parametrize("path", ["relative/path", "/a/../b/path", "/a//b", "/a/./b"])
@@ -109,12 +114,15 @@ def test_a_job_arrays_script_linked_by_slurm_is_read(tmp_path):
         os.close(fd)
 
 
-@pytest.mark.parametrize("make,why", [
-    (lambda f: f.chmod(0o666), "writable by others \\(mode 0666\\)"),
-    (lambda f: f.chmod(0o620), "writable by others \\(mode 0620\\)"),
-    (lambda f: os.chown(f, 1234, 0), "owned by uid 1234, not root or SlurmUser"),
-    (lambda f: (f.unlink(), os.mkfifo(f)), "not a regular file"),
-])
+@pytest.mark.parametrize(
+    "make,why",
+    [
+        (lambda f: f.chmod(0o666), "writable by others \\(mode 0666\\)"),
+        (lambda f: f.chmod(0o620), "writable by others \\(mode 0620\\)"),
+        (lambda f: os.chown(f, 1234, 0), "owned by uid 1234, not root or SlurmUser"),
+        (lambda f: (f.unlink(), os.mkfifo(f)), "not a regular file"),
+    ],
+)
 def test_a_script_anyone_else_could_change_is_refused_even_with_one_name(tmp_path, make, why):
     job = trusted_dir(tmp_path) / "hash.7" / "job.7"
     job.mkdir(parents=True)
@@ -150,14 +158,17 @@ def test_a_task_script_slurm_never_wrote_is_linked_from_the_arrays(tmp_path):
     assert (job_dir.st_mode & 0o7777, job_dir.st_uid) == (0o700, 0)  # as Slurm makes it
 
 
-@pytest.mark.parametrize("path,array", [
-    ("hash.2/job.2/script", lambda: None),  # not a task: scontrol names no array
-    ("hash.2/job.2/script", lambda: "2"),  # the array is the job itself
-    ("hash.2/job.2/script", lambda: "3"),  # no such array's script
-    ("hash.2/job.2/script", lambda: "1\n"),  # not a job id
-    ("hash.2/job.12/script", lambda: "1"),  # another job's directory
-    ("hash.2/job.2/path", lambda: "1"),  # not a script
-])
+@pytest.mark.parametrize(
+    "path,array",
+    [
+        ("hash.2/job.2/script", lambda: None),  # not a task: scontrol names no array
+        ("hash.2/job.2/script", lambda: "2"),  # the array is the job itself
+        ("hash.2/job.2/script", lambda: "3"),  # no such array's script
+        ("hash.2/job.2/script", lambda: "1\n"),  # not a job id
+        ("hash.2/job.12/script", lambda: "1"),  # another job's directory
+        ("hash.2/job.2/path", lambda: "1"),  # not a script
+    ],
+)
 def test_only_this_tasks_script_is_linked_and_only_from_its_arrays(tmp_path, path, array):
     state = array_state(tmp_path)
     with pytest.raises(sa.Missing, match="No such file or directory"):
@@ -194,9 +205,20 @@ def test_slurms_memfd_is_read_only_from_a_trusted_process(tmp_path):
 
 
 def test_the_public_line_has_no_error_text():
-    v = {"buffer": "7", "desired_state": "staged_in", "hosts": [
-        {"host": "h1", "state": "created", "step": "stage_in", "progress": None,
-         "error": {"category": "user", "message": "/home/alice/secret: no such file"}}]}
+    v = {
+        "buffer": "7",
+        "desired_state": "staged_in",
+        "hosts": [
+            {
+                "host": "h1",
+                "state": "created",
+                "step": "stage_in",
+                "progress": None,
+                "error": {"category": "user", "message": "/home/alice/secret: no such file"},
+            }
+        ],
+    }
     line = public_line(v)
-    assert line == ("buffer 7: created -> staged_in, stage_in, failed (its owner sees why with "
-                    "dacctl status)")
+    assert line == (
+        "buffer 7: created -> staged_in, stage_in, failed (its owner sees why with dacctl status)"
+    )

@@ -17,16 +17,22 @@ def value(name, **labels):
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-@pytest.mark.parametrize("address,parsed", [("127.0.0.1:9560", ("127.0.0.1", 9560)),
-                                            ("[::1]:9560", ("::1", 9560)),
-                                            ("dac-e-1.example.org:1", ("dac-e-1.example.org", 1))])
+@pytest.mark.parametrize(
+    "address,parsed",
+    [
+        ("127.0.0.1:9560", ("127.0.0.1", 9560)),
+        ("[::1]:9560", ("::1", 9560)),
+        ("dac-e-1.example.org:1", ("dac-e-1.example.org", 1)),
+    ],
+)
 def test_split_address_takes_host_and_port_and_the_config_agrees(address, parsed):
     assert metrics.split_address(address) == parsed
     assert DacConfig(metrics_address=address).metrics_address == address
 
 
-@pytest.mark.parametrize("address", ["9560", ":9560", "host:0", "host:65536", "http://h:1",
-                                     "h:95a0"])
+@pytest.mark.parametrize(
+    "address", ["9560", ":9560", "host:0", "host:65536", "http://h:1", "h:95a0"]
+)
 def test_split_address_refuses_anything_but_host_port(address):
     with pytest.raises(AdminError, match=f"metrics address '{address}': must be host:port"):
         metrics.split_address(address)
@@ -54,8 +60,11 @@ def buffer(name, primary):
 
 
 def samples(collector):
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in collector.collect() for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in collector.collect()
+        for s in family.samples
+    }
 
 
 def test_only_the_primary_host_counts_a_buffer_and_a_gone_buffer_leaves_the_count():
@@ -75,25 +84,30 @@ def test_only_the_primary_host_counts_a_buffer_and_a_gone_buffer_leaves_the_coun
 
 def test_a_step_is_timed_and_a_failure_counted_by_category_and_kind():
     count = ("dac_step_duration_seconds_count", {"step": "create", "backend": "unit"})
-    admin = ("dac_step_failures_total", {"step": "create", "backend": "unit",
-                                         "category": "admin"})
+    admin = ("dac_step_failures_total", {"step": "create", "backend": "unit", "category": "admin"})
     playbook = ("dac_playbook_failures_total", {"step": "create", "backend": "unit"})
     etcd = ("dac_etcd_errors_total", {"error": "StoreUnavailable", "where": "step"})
     start = {k[0]: value(k[0], **k[1]) for k in (count, admin, playbook, etcd)}
     backend = SimpleNamespace(name="unit")
     metrics.step_finished("create", backend, time.monotonic() - 2)
-    metrics.step_finished("create", backend, time.monotonic(),
-                          PlaybookFailed("create", "mkfs", "h1", 1, "too small"))
-    metrics.step_finished("create", backend, time.monotonic(),
-                          StoreUnavailable(["http://127.0.0.1:1"], "refused", 5.0))
+    metrics.step_finished(
+        "create", backend, time.monotonic(), PlaybookFailed("create", "mkfs", "h1", 1, "too small")
+    )
+    metrics.step_finished(
+        "create",
+        backend,
+        time.monotonic(),
+        StoreUnavailable(["http://127.0.0.1:1"], "refused", 5.0),
+    )
     metrics.step_finished("create", backend, time.monotonic(), UserError("bad"))
     assert value(count[0], **count[1]) - start[count[0]] == 4
     assert value(admin[0], **admin[1]) - start[admin[0]] == 2
     assert value(playbook[0], **playbook[1]) - start[playbook[0]] == 1
     assert value(etcd[0], **etcd[1]) - start[etcd[0]] == 1
     assert value("dac_step_failures_total", step="create", backend="unit", category="user") >= 1
-    assert value("dac_step_duration_seconds_bucket", step="create", backend="unit",
-                 le="1.0") < value(count[0], **count[1])  # the 2 s one is above 1 s
+    assert value(
+        "dac_step_duration_seconds_bucket", step="create", backend="unit", le="1.0"
+    ) < value(count[0], **count[1])  # the 2 s one is above 1 s
 
 
 def test_a_step_whose_backend_was_not_found_is_labelled_unknown():
@@ -107,17 +121,21 @@ def test_only_etcd_errors_are_counted_as_such():
     metrics.etcd_error("watch", ValueError("not etcd"))
     metrics.etcd_error("watch", UserError("not etcd either"))
     from daccore.errors import Conflict
+
     metrics.etcd_error("watch", Conflict("a record changed"))
     assert value("dac_etcd_errors_total", error="InternalError", where="watch") == before + 1
 
 
 def test_stage_counters_follow_the_copiers_cumulative_progress():
-    before = value("dac_stage_bytes_total", direction="unit"), \
-        value("dac_stage_files_total", direction="unit")
+    before = (
+        value("dac_stage_bytes_total", direction="unit"),
+        value("dac_stage_files_total", direction="unit"),
+    )
     meter = metrics.StageMeter("unit")
     for done_bytes, files in ((0, 0), (100, 1), (100, 1), (250, 3)):
-        meter.progress({"bytes_done": done_bytes, "bytes_total": 250, "files_done": files,
-                        "files_total": 3})
+        meter.progress(
+            {"bytes_done": done_bytes, "bytes_total": 250, "files_done": files, "files_total": 3}
+        )
     meter.started -= 5  # as if it took 5 s
     meter.done()
     assert value("dac_stage_bytes_total", direction="unit") - before[0] == 250
@@ -137,22 +155,33 @@ class FakeStore:
 
 
 def host_share(alive=True, drained=False, claimed=1):
-    pools = {"p": PoolInfo("p", 100, "local", "single_host"),
-             "other": PoolInfo("other", 100, "local", "single_host")}
+    pools = {
+        "p": PoolInfo("p", 100, "local", "single_host"),
+        "other": PoolInfo("other", 100, "local", "single_host"),
+    }
     counts = ClaimCounts({"p": claimed}, {("p", "h1"): claimed})
     return Inventory.of_counts(pools, [HostView("h1", alive, drained, {"p": 4})], counts)
 
 
-@pytest.mark.parametrize("alive,drained,expected", [(True, False, (4, 3, 1, 1, 0)),
-                                                    (True, True, (4, 0, 1, 1, 1)),
-                                                    (False, False, (0, 0, 0, 0, 0))])
+@pytest.mark.parametrize(
+    "alive,drained,expected",
+    [
+        (True, False, (4, 3, 1, 1, 0)),
+        (True, True, (4, 0, 1, 1, 1)),
+        (False, False, (0, 0, 0, 0, 0)),
+    ],
+)
 def test_the_bricks_collector_exports_this_hosts_share_of_its_pools(alive, drained, expected):
     store = FakeStore(host_share(alive, drained))
     got = samples(metrics._Bricks(store, "h1", ["p"]))
     ph = (("host", "h1"), ("pool", "p"))
-    assert (got[("dac_pool_bricks", ph)], got[("dac_pool_bricks_free", ph)],
-            got[("dac_pool_bricks_used", ph)], got[("dac_host_alive", (("host", "h1"),))],
-            got[("dac_host_drained", (("host", "h1"),))]) == expected
+    assert (
+        got[("dac_pool_bricks", ph)],
+        got[("dac_pool_bricks_free", ph)],
+        got[("dac_pool_bricks_used", ph)],
+        got[("dac_host_alive", (("host", "h1"),))],
+        got[("dac_host_drained", (("host", "h1"),))],
+    ) == expected
     assert not any(dict(labels).get("pool") == "other" for _, labels in got)  # not h1's pool
     assert store.asked == [("h1", ["p"])]  # one read per scrape
 
@@ -171,16 +200,20 @@ def free_port():
 
 
 def test_serve_answers_on_the_address_until_stopped():
-    config = DacConfig.model_validate({
-        "pools": {"p": {"granularity": 100}},
-        "hosts": {"h1": {"bricks": [{"device": "/dev/x", "capacity": 100, "pool": "p"}]}}})
+    config = DacConfig.model_validate(
+        {
+            "pools": {"p": {"granularity": 100}},
+            "hosts": {"h1": {"bricks": [{"device": "/dev/x", "capacity": 100, "pool": "p"}]}},
+        }
+    )
     address = f"127.0.0.1:{free_port()}"
     server = metrics.serve(address, FakeStore(host_share()), "h1", config)
     try:
         text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
         assert 'dac_pool_bricks_free{host="h1",pool="p"} 3.0' in text
-        assert 'dac_step_failures_total{backend="local",category="admin",step="create"} ' \
-            in text  # every failure series exists from the start
+        assert (
+            'dac_step_failures_total{backend="local",category="admin",step="create"} ' in text
+        )  # every failure series exists from the start
     finally:
         server.stop()
     with pytest.raises(OSError):
@@ -194,6 +227,8 @@ def test_a_taken_metrics_port_is_one_line_naming_the_address():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        with pytest.raises(AdminError, match=f"^metrics address '{address}': cannot listen: "
-                                             "Address already in use$"):
+        with pytest.raises(
+            AdminError,
+            match=f"^metrics address '{address}': cannot listen: Address already in use$",
+        ):
             metrics.serve(address, FakeStore(), "h1", DacConfig(hosts={"h1": {}}))

@@ -39,40 +39,50 @@ def site(tmp_path):
 
 
 def unreachable(*hosts, rest_done=True):
-    return HostsUnreachable("delete", "dac1", {h: "timed out" for h in hosts}, "/kh",
-                            rest_done=rest_done)
+    return HostsUnreachable(
+        "delete", "dac1", {h: "timed out" for h in hosts}, "/kh", rest_done=rest_done
+    )
 
 
 def test_a_teardown_that_only_dead_nodes_missed_is_done_and_they_owe_their_mounts(tmp_path):
     s, config, buf, backend = site(tmp_path)
     store = Debts()
     attached = {"42": ["node1", "node2"]}
-    assert owed.leave_owed(store, config, "dac1", buf, backend, attached,
-                           unreachable("node2"))
+    assert owed.leave_owed(store, config, "dac1", buf, backend, attached, unreachable("node2"))
     (debt,) = store.owed()
     assert (debt.node, debt.buffer, debt.by_host) == ("node2", "42", "dac1")
     assert debt.unmounts and all(u.startswith(f"{s.root}/nodes/node2/") for u in debt.unmounts)
 
 
-def test_a_server_that_did_not_answer_or_a_step_not_run_everywhere_is_no_done_teardown(
-        tmp_path):
+def test_a_server_that_did_not_answer_or_a_step_not_run_everywhere_is_no_done_teardown(tmp_path):
     _, config, buf, backend = site(tmp_path)
     store = Debts()
-    for error in (unreachable("dac2"), unreachable("node2", "dac2"),
-                  unreachable("node2", rest_done=False),
-                  PlaybookFailed("delete", "wipe", "dac2", 1, "x")):
+    for error in (
+        unreachable("dac2"),
+        unreachable("node2", "dac2"),
+        unreachable("node2", rest_done=False),
+        PlaybookFailed("delete", "wipe", "dac2", 1, "x"),
+    ):
         assert not owed.leave_owed(store, config, "dac1", buf, backend, {}, error)
     assert store.owed() == []
 
 
-def test_an_owed_record_naming_a_path_outside_the_nodes_mount_root_is_never_acted_on(
-        tmp_path):
+def test_an_owed_record_naming_a_path_outside_the_nodes_mount_root_is_never_acted_on(tmp_path):
     s, config, _, _ = site(tmp_path)
     store, ran = Debts(), []
-    store.put_owed(Owed(node="node1", buffer="7", by_host="dac1", pool="p",
-                        unmounts=["/etc"], prune=[]))
-    store.put_owed(Owed(node="node1", buffer="8", by_host="dac1", pool="p",
-                        unmounts=[f"{s.root}/nodes/node1/mnt/dac/8/striped"], prune=[]))
+    store.put_owed(
+        Owed(node="node1", buffer="7", by_host="dac1", pool="p", unmounts=["/etc"], prune=[])
+    )
+    store.put_owed(
+        Owed(
+            node="node1",
+            buffer="8",
+            by_host="dac1",
+            pool="p",
+            unmounts=[f"{s.root}/nodes/node1/mnt/dac/8/striped"],
+            prune=[],
+        )
+    )
     for o in store.owed():
         owed._try(store, config, "dac1", lambda *a, **k: ran.append(a[3]), o)
     assert len(ran) == 1  # only buffer 8's, below node1's mount root
@@ -82,10 +92,18 @@ def test_an_owed_record_naming_a_path_outside_the_nodes_mount_root_is_never_acte
 def test_a_node_still_away_keeps_its_debt(tmp_path):
     s, config, _, _ = site(tmp_path)
     store = Debts()
-    store.put_owed(Owed(node="node1", buffer="9", by_host="dac1", pool="p",
-                        unmounts=[f"{s.root}/nodes/node1/mnt/dac/9/striped"]))
+    store.put_owed(
+        Owed(
+            node="node1",
+            buffer="9",
+            by_host="dac1",
+            pool="p",
+            unmounts=[f"{s.root}/nodes/node1/mnt/dac/9/striped"],
+        )
+    )
 
     def away(*a, **k):
         raise unreachable("node1")
+
     owed._try(store, config, "dac1", away, store.owed()[0])
     assert [o.buffer for o in store.owed()] == ["9"]

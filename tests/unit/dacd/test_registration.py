@@ -27,7 +27,8 @@ def test_exposure_names_a_readable_device_and_a_listable_fs_root_with_the_fix(tm
     assert exposure(settings(tmp_path, 0o664, str(root))) == [
         f"brick nvme0n1: device {tmp_path}/nvme0n1 is open to every user (mode 0664): make it "
         "0600 or 0660 to a group no user is in",
-        f"fs_root {root} can be listed or changed by every user (mode 0755): chmod 0711 it"]
+        f"fs_root {root} can be listed or changed by every user (mode 0755): chmod 0711 it",
+    ]
 
 
 def test_a_missing_fs_root_is_made_root_only_and_passable(tmp_path):

@@ -6,8 +6,14 @@ from daclocal import fetching
 def test_each_proxy_variable_is_given_in_both_spellings(tmp_path):
     bundle = tmp_path / "proxy-ca.crt"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
-    out = fetching.env({"HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost",
-                        "SSL_CERT_FILE": str(bundle), "PATH": "/usr/bin"})
+    out = fetching.env(
+        {
+            "HTTPS_PROXY": "http://proxy:3128",
+            "no_proxy": "localhost",
+            "SSL_CERT_FILE": str(bundle),
+            "PATH": "/usr/bin",
+        }
+    )
     # apt and wget read only the lower case, Go and pip either
     assert out["https_proxy"] == out["HTTPS_PROXY"] == "http://proxy:3128"
     assert out["no_proxy"] == out["NO_PROXY"] == "localhost"

@@ -16,8 +16,11 @@ def test_the_releases_and_who_runs_slurmctld():
     for name, suite in (("24.11", "trixie"), ("26.05", "forky")):
         r = releases.release(name)
         assert (r.suite, r.slurm_user, r.at_least_24_05) == (suite, "slurm", True)
-    with pytest.raises(AdminError, match=r"unknown Slurm release '23.02' \(choose 22.05, "
-                                         r"24.11, 26.05\)"):
+    with pytest.raises(
+        AdminError,
+        match=r"unknown Slurm release '23.02' \(choose 22.05, "
+        r"24.11, 26.05\)",
+    ):
         releases.release("23.02")
 
 
@@ -31,8 +34,9 @@ def test_a_cache_anyone_else_can_write_to_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_chroot_daemon_sees_the_host_paths_it_needs_and_runs_as_slurm_user(tmp_path):
-    argv = releases.daemon_argv(releases.release("24.11"), tmp_path, ["/usr/sbin/slurmctld",
-                                                                      "-D"], "slurm")
+    argv = releases.daemon_argv(
+        releases.release("24.11"), tmp_path, ["/usr/sbin/slurmctld", "-D"], "slurm"
+    )
     assert argv[:5] == ["unshare", "--mount", "--propagation", "slave", "--"]
     assert argv[-2:] == ["/usr/sbin/slurmctld", "-D"]
     script = argv[7]
@@ -46,8 +50,12 @@ def test_a_chroot_daemon_sees_the_host_paths_it_needs_and_runs_as_slurm_user(tmp
 
 
 def test_a_node_sees_its_own_root_at_the_mount_root(tmp_path):
-    argv = releases.daemon_argv(releases.release("26.05"), tmp_path, ["/usr/sbin/slurmd"],
-                                node_view=("/w/nodes/node1", "/w/mnt"))
+    argv = releases.daemon_argv(
+        releases.release("26.05"),
+        tmp_path,
+        ["/usr/sbin/slurmd"],
+        node_view=("/w/nodes/node1", "/w/mnt"),
+    )
     assert "mount --bind /w/nodes/node1 /w/mnt\n" in argv[7]
     assert "--userspec" not in argv[7]
 
@@ -79,8 +87,10 @@ def test_a_chroot_release_slurm_conf(tmp_path, monkeypatch):
     assert "SlurmUser=slurm\n" in conf and "SlurmdUser=root\n" in conf
     assert f"PluginDir={tmp_path}/cache/slurm-24.11/usr/lib/x86_64-linux-gnu/slurm-wlm\n" in conf
     assert (cluster.base / "etc/cgroup.conf").read_text() == "CgroupPlugin=disabled\n"
-    env = dict(line.split("=", 1) for line in
-               (cluster.base / "etc/burst_buffer.env").read_text().splitlines())
+    env = dict(
+        line.split("=", 1)
+        for line in (cluster.base / "etc/burst_buffer.env").read_text().splitlines()
+    )
     assert env["DAC_CONFIG"] == "/etc/dac/dac.yaml" and env["SLURM_CONF"] == str(cluster.conf)
     assert env["DACCTL"].endswith("/dacctl") and env["DAC_BBSTAT"].endswith("/dac-bbstat")
     assert cluster.client("scontrol") == f"{tmp_path.resolve()}/slurm/bin/scontrol"
@@ -113,8 +123,9 @@ def test_debians_own_interpreter_comes_in_by_its_files_not_its_usr(tmp_path, mon
     monkeypatch.setattr("sys.base_prefix", "/usr")
     monkeypatch.setattr("sys.executable", str(venv / "bin/python"))
     monkeypatch.setattr("sys._base_executable", "/usr/bin/python3.11")
-    monkeypatch.setattr("sys.path", ["", "/usr/lib/python3.11", "/usr/lib/python3.11/lib-dynload",
-                                     str(venv)])
+    monkeypatch.setattr(
+        "sys.path", ["", "/usr/lib/python3.11", "/usr/lib/python3.11/lib-dynload", str(venv)]
+    )
     dirs, files = releases._host_python_paths()
     assert "/usr" not in dirs and "/" not in dirs and "/usr/bin" not in dirs
     assert "/usr/lib/python3.11" in dirs and str(venv) in dirs
@@ -145,12 +156,18 @@ def test_a_chroot_build_trusts_the_hosts_ca_and_fails_in_one_line(tmp_path, monk
             assert extra_env == {"WGETRC": str(cache / "wgetrc")}
         if what == "apt-get install":
             raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(releases, "_run", fake_run)
-    with pytest.raises(AdminError, match=r"^building the Slurm 24.11 chroot: \[Errno 28\] No "
-                                         r"space left on device \(log: .*slurm-24.11.log\)$"):
+    with pytest.raises(
+        AdminError,
+        match=r"^building the Slurm 24.11 chroot: \[Errno 28\] No "
+        r"space left on device \(log: .*slurm-24.11.log\)$",
+    ):
         releases.ensure_chroot(releases.release("24.11"))
     build = cache / "slurm-24.11.build"
     assert (build / "etc/ssl/certs/dac-local-ca.crt").read_text() == bundle.read_text()
-    assert 'Acquire::https::CAInfo "/etc/ssl/certs/dac-local-ca.crt";' in \
-        (build / "etc/apt/apt.conf.d/99dac-local").read_text()
+    assert (
+        'Acquire::https::CAInfo "/etc/ssl/certs/dac-local-ca.crt";'
+        in (build / "etc/apt/apt.conf.d/99dac-local").read_text()
+    )
     assert ran == ["debootstrap", "apt-get install"]

@@ -21,8 +21,9 @@ def test_a_daemon_that_exits_gives_its_status(tmp_path):
     started(cluster, "munged", ["sh", "-c", "exit 3", "munged"]).wait()
     with pytest.raises(AdminError) as e:
         cluster._wait(lambda: False, 5, "munged")
-    assert str(e.value) == (f"Slurm did not start: munged exited (status 3) (logs: "
-                            f"{tmp_path.resolve()}/slurm/log)")
+    assert str(e.value) == (
+        f"Slurm did not start: munged exited (status 3) (logs: {tmp_path.resolve()}/slurm/log)"
+    )
 
 
 def test_a_daemon_killed_by_a_signal_names_it(tmp_path):
@@ -35,7 +36,7 @@ def test_a_daemon_killed_by_a_signal_names_it(tmp_path):
 
 
 def test_a_daemon_from_an_earlier_start_still_reads_as_exited(tmp_path):
-    cluster = SlurmCluster(tmp_path, pids={"munged": 2 ** 22 + 1})  # no such process
+    cluster = SlurmCluster(tmp_path, pids={"munged": 2**22 + 1})  # no such process
     with pytest.raises(AdminError, match="start: munged exited \\(logs"):
         cluster._wait(lambda: False, 5, "munged")
 

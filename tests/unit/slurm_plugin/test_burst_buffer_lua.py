@@ -33,8 +33,13 @@ def call(tmp_path, lua_call, body="exit 0"):
     fake.chmod(0o755)
     script = tmp_path / "run.lua"
     script.write_text(HARNESS % {"lua": json.dumps(str(LUA)), "call": lua_call})
-    r = subprocess.run(["lua5.1", str(script)], capture_output=True, text=True, timeout=20,
-                       env={"DACCTL": str(fake), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        ["lua5.1", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={"DACCTL": str(fake), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     rc, _, message = r.stdout.partition("\n")
     argv = argv_file.read_text().splitlines() if argv_file.exists() else None
@@ -42,12 +47,27 @@ def call(tmp_path, lua_call, body="exit 0"):
 
 
 def test_setup_maps_onto_the_datawarp_argv(tmp_path):
-    rc, _, argv = call(tmp_path, 'slurm_bb_setup("12", "1001", "1002", "default", "1073741824",'
-                                 ' "/state/job.12/script", {})')
+    rc, _, argv = call(
+        tmp_path,
+        'slurm_bb_setup("12", "1001", "1002", "default", "1073741824", "/state/job.12/script", {})',
+    )
     assert rc == 0
-    assert argv == ["--function", "setup", "--token", "12", "--caller", "SLURM", "--user",
-                    "1001", "--groupid", "1002", "--capacity", "default:1073741824", "--job",
-                    "/state/job.12/script"]
+    assert argv == [
+        "--function",
+        "setup",
+        "--token",
+        "12",
+        "--caller",
+        "SLURM",
+        "--user",
+        "1001",
+        "--groupid",
+        "1002",
+        "--capacity",
+        "default:1073741824",
+        "--job",
+        "/state/job.12/script",
+    ]
 
 
 def test_job_process_passes_the_uid_only_when_slurm_gives_one(tmp_path):
@@ -68,34 +88,52 @@ def test_stdout_is_the_result_and_pools_json_passes_through(tmp_path):
     pools = '{"pools": [{"id": "default", "granularity": 1, "quantity": 8, "free": 8}]}'
     rc, out, _ = call(tmp_path, "slurm_bb_pools()", f"echo '{pools}'")
     assert (rc, out) == (0, pools)
-    rc, out, _ = call(tmp_path, 'slurm_bb_real_size("7")',
-                      'echo \'{"token": "7", "capacity": 134217728, "units": "bytes"}\'')
+    rc, out, _ = call(
+        tmp_path,
+        'slurm_bb_real_size("7")',
+        'echo \'{"token": "7", "capacity": 134217728, "units": "bytes"}\'',
+    )
     assert (rc, out) == (0, "134217728")
 
 
 def test_a_failing_dacctl_is_an_error_with_its_line(tmp_path):
-    rc, out, _ = call(tmp_path, 'slurm_bb_job_process("/s")',
-                      "echo 'line 2: jobdw: capacity is required'; exit 1")
+    rc, out, _ = call(
+        tmp_path, 'slurm_bb_job_process("/s")', "echo 'line 2: jobdw: capacity is required'; exit 1"
+    )
     assert (rc, out) == (-1, "line 2: jobdw: capacity is required")
 
 
-@pytest.mark.parametrize("body,message", [
-    ("kill -TERM $$", "partial"),  # dacctl itself killed: exit status 143
-    ("kill -KILL $$", "partial"),
-    # Slurm's timeout SIGTERMs the whole process group, the shell around dacctl included, so no
-    # exit status is ever printed; 22.05 would then trust whatever the Lua returns.
-    ("kill -TERM $PPID; sleep 1", "dac: data_in was killed before it finished"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("kill -TERM $$", "partial"),  # dacctl itself killed: exit status 143
+        ("kill -KILL $$", "partial"),
+        # Slurm's timeout SIGTERMs the whole process group, the shell around dacctl included, so no
+        # exit status is ever printed; 22.05 would then trust whatever the Lua returns.
+        ("kill -TERM $PPID; sleep 1", "dac: data_in was killed before it finished"),
+    ],
+)
 def test_a_killed_dacctl_is_an_error_never_success(tmp_path, body, message):
     rc, out, _ = call(tmp_path, 'slurm_bb_data_in("7", "/s")', f"echo partial; {body}")
     assert (rc, out) == (-1, message)
 
 
 def test_every_hook_slurm_may_call_is_defined(tmp_path):
-    hooks = ["slurm_bb_job_process", "slurm_bb_pools", "slurm_bb_job_teardown", "slurm_bb_setup",
-             "slurm_bb_data_in", "slurm_bb_test_data_in", "slurm_bb_real_size", "slurm_bb_paths",
-             "slurm_bb_pre_run", "slurm_bb_post_run", "slurm_bb_data_out",
-             "slurm_bb_test_data_out", "slurm_bb_get_status"]
+    hooks = [
+        "slurm_bb_job_process",
+        "slurm_bb_pools",
+        "slurm_bb_job_teardown",
+        "slurm_bb_setup",
+        "slurm_bb_data_in",
+        "slurm_bb_test_data_in",
+        "slurm_bb_real_size",
+        "slurm_bb_paths",
+        "slurm_bb_pre_run",
+        "slurm_bb_post_run",
+        "slurm_bb_data_out",
+        "slurm_bb_test_data_out",
+        "slurm_bb_get_status",
+    ]
     check = " and ".join(f'type({h}) == "function"' for h in hooks)
     rc, out, _ = call(tmp_path, f"0, tostring({check})")
     assert out == "true"
@@ -104,22 +142,33 @@ def test_every_hook_slurm_may_call_is_defined(tmp_path):
 def bbstat(tmp_path, lua_call, version="22.05"):
     """get_status with a stand-in dac-bbstat; returns (rc, its argv, DAC_BBSTAT_CALLER)."""
     fake = tmp_path / "dac-bbstat"
-    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done "
-                    f"> {tmp_path}/argv\n"
-                    f"printf '%s' \"$DAC_BBSTAT_CALLER\" > {tmp_path}/caller\necho shown\n")
+    fake.write_text(
+        '#!/bin/sh\nfor a in "$@"; do printf \'%s\\n\' "$a"; done '
+        f"> {tmp_path}/argv\n"
+        f"printf '%s' \"$DAC_BBSTAT_CALLER\" > {tmp_path}/caller\necho shown\n"
+    )
     fake.chmod(0o755)
     marker = "slurm.ESLURM_BURST_BUFFER_PERMISSION = 2035" if version != "22.05" else ""
     script = tmp_path / "run.lua"
-    script.write_text(HARNESS.replace("dofile(", marker + "\ndofile(")
-                      % {"lua": json.dumps(str(LUA)), "call": lua_call})
-    r = subprocess.run(["lua5.1", str(script)], capture_output=True, text=True, timeout=20,
-                       env={"DAC_BBSTAT": str(fake), "DACCTL": "/nonexistent",
-                            "PATH": "/usr/bin:/bin"})
+    script.write_text(
+        HARNESS.replace("dofile(", marker + "\ndofile(")
+        % {"lua": json.dumps(str(LUA)), "call": lua_call}
+    )
+    r = subprocess.run(
+        ["lua5.1", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={"DAC_BBSTAT": str(fake), "DACCTL": "/nonexistent", "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     rc, _, out = r.stdout.partition("\n")
     assert out == "shown"
-    return (int(rc), (tmp_path / "argv").read_text().splitlines(),
-            (tmp_path / "caller").read_text())
+    return (
+        int(rc),
+        (tmp_path / "argv").read_text().splitlines(),
+        (tmp_path / "caller").read_text(),
+    )
 
 
 def test_bbstat_runs_only_dac_bbstat_with_what_the_user_typed(tmp_path):
@@ -133,27 +182,35 @@ def test_bbstat_on_22_05_never_takes_typed_numbers_for_the_caller(tmp_path):
 
 
 def test_bbstat_on_23_02_hands_on_the_caller_slurm_names(tmp_path):
-    assert bbstat(tmp_path, "slurm_bb_get_status('1234', '4321', '42')", "23.02") == \
-        (0, ["42"], "1234:4321")
-    assert bbstat(tmp_path, "slurm_bb_get_status('1234', '4321')", "23.02") == \
-        (0, [], "1234:4321")
+    assert bbstat(tmp_path, "slurm_bb_get_status('1234', '4321', '42')", "23.02") == (
+        0,
+        ["42"],
+        "1234:4321",
+    )
+    assert bbstat(tmp_path, "slurm_bb_get_status('1234', '4321')", "23.02") == (0, [], "1234:4321")
 
 
 def test_bbstat_never_reaches_dacctl_whatever_is_typed(tmp_path):
-    for words in ("'drain', 'dac-server-1'", "'--function', 'paths', '--token', '1'",
-                  "'local', 'down'"):
+    for words in (
+        "'drain', 'dac-server-1'",
+        "'--function', 'paths', '--token', '1'",
+        "'local', 'down'",
+    ):
         rc, argv, _ = bbstat(tmp_path, f"slurm_bb_get_status({words})")
         assert rc == 0 and argv[0] in ("drain", "--function", "local")  # dac-bbstat refuses
 
 
 def test_paths_passes_a_job_array_tasks_array_from_23_02(tmp_path):
     base = ["--function", "paths", "--token", "12", "--job", "/s/script", "--pathfile", "/s/p"]
-    for job_info, more in (("{array_job_id = 9}", ["--array-job", "9"]),
-                           ("{array_job_id = 12}", []),  # the array's own record
-                           ("{array_job_id = 0}", []),  # not an array
-                           ("{}", [])):
-        _, _, argv = call(tmp_path, f'slurm_bb_paths("12", "/s/script", "/s/p", "1001", "1002",'
-                                    f' {job_info})')
+    for job_info, more in (
+        ("{array_job_id = 9}", ["--array-job", "9"]),
+        ("{array_job_id = 12}", []),  # the array's own record
+        ("{array_job_id = 0}", []),  # not an array
+        ("{}", []),
+    ):
+        _, _, argv = call(
+            tmp_path, f'slurm_bb_paths("12", "/s/script", "/s/p", "1001", "1002", {job_info})'
+        )
         assert argv == base + more
     _, _, argv = call(tmp_path, 'slurm_bb_paths("12", "/s/script", "/s/p")')  # 22.05
     assert argv == base
@@ -162,8 +219,10 @@ def test_paths_passes_a_job_array_tasks_array_from_23_02(tmp_path):
 def test_pre_run_passes_the_nodes_slurm_gives_from_23_02(tmp_path):
     _, _, argv = call(tmp_path, 'slurm_bb_pre_run("7", "/s")')  # 22.05: no job_info
     assert argv == ["--function", "pre_run", "--token", "7", "--job", "/s"]
-    _, _, argv = call(tmp_path, 'slurm_bb_pre_run("7", "/s", "1001", "1001", '
-                                '{nodes = "node[1-2]", oversubscribe = 0})')
+    _, _, argv = call(
+        tmp_path,
+        'slurm_bb_pre_run("7", "/s", "1001", "1001", {nodes = "node[1-2]", oversubscribe = 0})',
+    )
     assert argv[-2:] == ["--nodes", "node[1-2]"]
 
 
@@ -174,12 +233,15 @@ def test_nothing_but_dacctls_stdout_is_the_answer(tmp_path):
     fake.write_text("#!/bin/sh\necho 'line 2: jobdw: nope'\necho noise >&2\nexit 1\n")
     fake.chmod(0o755)
     script = tmp_path / "run.lua"
-    script.write_text(HARNESS % {"lua": json.dumps(str(LUA)),
-                                 "call": 'slurm_bb_job_process("/s")'})
+    script.write_text(HARNESS % {"lua": json.dumps(str(LUA)), "call": 'slurm_bb_job_process("/s")'})
     for log in (tmp_path / "dacctl.log", tmp_path / "no" / "such" / "dir"):
-        r = subprocess.run(["lua5.1", str(script)], capture_output=True, text=True, timeout=20,
-                           env={"DACCTL": str(fake), "PATH": "/usr/bin:/bin",
-                                "DAC_SLURM_LOG": str(log)})
+        r = subprocess.run(
+            ["lua5.1", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env={"DACCTL": str(fake), "PATH": "/usr/bin:/bin", "DAC_SLURM_LOG": str(log)},
+        )
         assert r.stderr == ""
         assert r.stdout.startswith("-1\n")
     assert (tmp_path / "dacctl.log").read_text() == "noise\n"
@@ -192,21 +254,33 @@ def test_a_stripped_environment_falls_back_on_burst_buffer_env(tmp_path):
     etc.mkdir()
     (etc / "burst_buffer.lua").write_text(LUA.read_text())
     fake = tmp_path / "dacctl"
-    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$DAC_CONFIG\" \"$SLURM_CONF\" \"$@\" "
-                    f"> {tmp_path}/argv\n")
+    fake.write_text(
+        f'#!/bin/sh\nprintf \'%s\\n\' "$DAC_CONFIG" "$SLURM_CONF" "$@" > {tmp_path}/argv\n'
+    )
     fake.chmod(0o755)
     (etc / "burst_buffer.env").write_text(
         f"DACCTL={fake}\nDAC_CONFIG=/etc/dac/x y.yaml\nSLURM_CONF={etc}/slurm.conf\n"
-        f"DAC_SLURM_LOG={tmp_path}/log\n")
+        f"DAC_SLURM_LOG={tmp_path}/log\n"
+    )
     script = tmp_path / "run.lua"
-    script.write_text(HARNESS % {"lua": json.dumps(str(etc / "burst_buffer.lua")),
-                                 "call": 'slurm_bb_data_in("7", "/s")'})
-    r = subprocess.run(["/usr/bin/lua5.1", str(script)], capture_output=True, text=True,
-                       timeout=20, env={})
+    script.write_text(
+        HARNESS
+        % {"lua": json.dumps(str(etc / "burst_buffer.lua")), "call": 'slurm_bb_data_in("7", "/s")'}
+    )
+    r = subprocess.run(
+        ["/usr/bin/lua5.1", str(script)], capture_output=True, text=True, timeout=20, env={}
+    )
     assert (r.returncode, r.stdout, r.stderr) == (0, "0\n", "")
     assert (tmp_path / "argv").read_text().splitlines() == [
-        "/etc/dac/x y.yaml", f"{etc}/slurm.conf", "--function", "data_in", "--token", "7",
-        "--job", "/s"]
+        "/etc/dac/x y.yaml",
+        f"{etc}/slurm.conf",
+        "--function",
+        "data_in",
+        "--token",
+        "7",
+        "--job",
+        "/s",
+    ]
 
 
 def test_the_shipped_burst_buffer_env_is_read_for_its_values(tmp_path):
@@ -216,15 +290,18 @@ def test_the_shipped_burst_buffer_env_is_read_for_its_values(tmp_path):
     etc.mkdir()
     (etc / "burst_buffer.lua").write_text(LUA.read_text())
     fake = tmp_path / "dacctl"
-    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$DAC_CONFIG\" \"$SLURM_CONF\" > {tmp_path}/env\n")
+    fake.write_text(f'#!/bin/sh\nprintf \'%s\\n\' "$DAC_CONFIG" "$SLURM_CONF" > {tmp_path}/env\n')
     fake.chmod(0o755)
     sample = asset("slurm", "burst_buffer.env").read_text()
     assert "DACCTL=/usr/local/bin/dacctl\n" in sample
     (etc / "burst_buffer.env").write_text(sample.replace("/usr/local/bin/dacctl", str(fake)))
     script = tmp_path / "run.lua"
-    script.write_text(HARNESS % {"lua": json.dumps(str(etc / "burst_buffer.lua")),
-                                 "call": 'slurm_bb_pre_run("7", "/s")'})
-    r = subprocess.run(["/usr/bin/lua5.1", str(script)], capture_output=True, text=True,
-                       timeout=20, env={})
+    script.write_text(
+        HARNESS
+        % {"lua": json.dumps(str(etc / "burst_buffer.lua")), "call": 'slurm_bb_pre_run("7", "/s")'}
+    )
+    r = subprocess.run(
+        ["/usr/bin/lua5.1", str(script)], capture_output=True, text=True, timeout=20, env={}
+    )
     assert (r.stdout, r.stderr) == ("0\n", "")
     assert (tmp_path / "env").read_text() == "/etc/dac/dac.yaml\n/etc/slurm/slurm.conf\n"

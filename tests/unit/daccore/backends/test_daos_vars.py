@@ -11,19 +11,43 @@ GiB = 1 << 30
 
 
 def config(brick=100 * GiB, **daos):
-    return DacConfig.model_validate({
-        "pools": {"d": {"granularity": 100 * GiB, "backend": "daos", "daos": daos}},
-        "hosts": {h: {"daos_ranks": {0: 2 * i, 1: 2 * i + 1}, "bricks": [
-            {"device": f"/dev/nvme{b}n1", "capacity": brick, "pool": "d", "socket": b % 2}
-            for b in range(4)]} for i, h in enumerate(("dac1", "dac2", "dac3"))}})
+    return DacConfig.model_validate(
+        {
+            "pools": {"d": {"granularity": 100 * GiB, "backend": "daos", "daos": daos}},
+            "hosts": {
+                h: {
+                    "daos_ranks": {0: 2 * i, 1: 2 * i + 1},
+                    "bricks": [
+                        {
+                            "device": f"/dev/nvme{b}n1",
+                            "capacity": brick,
+                            "pool": "d",
+                            "socket": b % 2,
+                        }
+                        for b in range(4)
+                    ],
+                }
+                for i, h in enumerate(("dac1", "dac2", "dac3"))
+            },
+        }
+    )
 
 
 def buffer(bricks, capacity, brick=100 * GiB):
-    return Buffer(name="42", owner_uid=0, owner_gid=0, created_at=1.0,
-                  request=BufferRequest(capacity=capacity, pool="d"),
-                  allocation=Allocation(primary_host=bricks[0][0], bricks=[
-                      BrickRef(host=h, brick=f"nvme{b}n1", device=f"/dev/nvme{b}n1",
-                               capacity=brick) for h, b in bricks]))
+    return Buffer(
+        name="42",
+        owner_uid=0,
+        owner_gid=0,
+        created_at=1.0,
+        request=BufferRequest(capacity=capacity, pool="d"),
+        allocation=Allocation(
+            primary_host=bricks[0][0],
+            bricks=[
+                BrickRef(host=h, brick=f"nvme{b}n1", device=f"/dev/nvme{b}n1", capacity=brick)
+                for h, b in bricks
+            ],
+        ),
+    )
 
 
 def test_each_rank_gives_the_nvme_of_its_fewest_bricks_and_scm_in_proportion():
