@@ -58,7 +58,7 @@ unit: deps
 	$(PY) -m pytest -q tests/unit
 
 schema: deps
-	$(PY) -m daccore.schema write
+	$(PY) -m daccore.settings.schema write
 
 BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory staging faults fuzz usersvc_flood
 

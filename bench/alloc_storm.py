@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import TIB, etcd_store, host_records, pool_record  # noqa: E402
 
-from daccore.buffers import allocate_buffer  # noqa: E402
 from daccore.errors import CapacityError  # noqa: E402
-from daccore.models import Buffer, BufferRequest  # noqa: E402
+from daccore.records.models import Buffer, BufferRequest  # noqa: E402
+from daccore.services.buffers import allocate_buffer  # noqa: E402
 from daccore.store import AllocationConflict, Store  # noqa: E402
 
 HOSTS, BRICKS, REQUESTS, WORKERS = 10, 10, 200, 20

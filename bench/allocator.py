@@ -1,6 +1,7 @@
 """Budget: allocator over 1,000 hosts x 24 bricks with 30 % claimed, p99 decision <= 50 ms.
 
-Each decision is timed with the garbage collector paused, as `daccore.buffers.allocate_buffer`
+Each decision is timed with the garbage collector paused, as
+`daccore.services.buffers.allocate_buffer`
 runs it (see daccore/gcpause.py for why).
 
     .venv/bin/python bench/allocator.py
@@ -16,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import TIB, p99, percentiles, steal_meter, synthetic_inventory, verdict  # noqa: E402
 
-from daccore.allocator import place  # noqa: E402
 from daccore.gcpause import gc_paused  # noqa: E402
+from daccore.rules.allocator import place  # noqa: E402
 
 BUDGET_MS = 50.0
 

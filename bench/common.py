@@ -10,8 +10,8 @@ from pathlib import Path
 
 from daccore.etcd.auth import Credential
 from daccore.etcd.client import EtcdClient
-from daccore.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
-from daccore.models import Brick, Host, Pool
+from daccore.records.models import Brick, Host, Pool
+from daccore.rules.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
 from daccore.store import Store
 from daclocal.etcd_server import EtcdServer
 

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import local_dac, many_jobs, steal_meter  # noqa: E402
 
-from daccore.config import load_config  # noqa: E402
+from daccore.settings.config import load_config  # noqa: E402
 from daccore.store import Store  # noqa: E402
 
 BUDGET_S = 60.0

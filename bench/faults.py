@@ -36,11 +36,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import TIB, host_records, local_dac, percentiles, pool_record, steal_meter  # noqa: E402
 
-from daccore.buffers import allocate_buffer  # noqa: E402
 from daccore.errors import DacError  # noqa: E402
 from daccore.etcd.auth import Credential  # noqa: E402
 from daccore.etcd.client import EtcdClient  # noqa: E402
-from daccore.models import Buffer, BufferRequest  # noqa: E402
+from daccore.records.models import Buffer, BufferRequest  # noqa: E402
+from daccore.services.buffers import allocate_buffer  # noqa: E402
 from daccore.store import Store  # noqa: E402
 from daclocal.etcd_server import EtcdCluster  # noqa: E402
 
@@ -238,7 +238,7 @@ def jobs() -> bool:
 
 
 def _jobs(state, env: dict, work: Path) -> bool:
-    from daccore.config import load_config
+    from daccore.settings.config import load_config
 
     store = Store.from_settings(load_config(str(state.config_path), env={}).etcd)
     src, out = work / "src", work / "out"

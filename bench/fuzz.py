@@ -106,7 +106,7 @@ def records(workdir, env, s) -> list[str]:
     from clitools import setup, slurm
     from test_fuzz_records import admin_answers, bad_records, logs, templates
 
-    from daccore.config import load_config
+    from daccore.settings.config import load_config
     from daccore.store import Store
 
     store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)

@@ -35,10 +35,10 @@ def main() -> int:
     p.add_argument("--samples", nargs="+", default=["16", "32", "64", "100", "200", "all"])
     args = p.parse_args()
 
-    from daccore import allocator
-    from daccore.buffers import allocate_buffer
-    from daccore.config import load_config
-    from daccore.models import Buffer, BufferRequest
+    from daccore.records.models import Buffer, BufferRequest
+    from daccore.rules import allocator
+    from daccore.services.buffers import allocate_buffer
+    from daccore.settings.config import load_config
     from daccore.store import Store
     from dacd.registration import host_record, pool_records
     from daclocal.etcd_server import EtcdServer

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import etcd_store, host_records, p99, percentiles, pool_record, steal_meter, verdict  # noqa: E402
 
 from daccore.etcd.types import put_op  # noqa: E402
-from daccore.inventory import summarize  # noqa: E402
-from daccore.models import BrickClaim  # noqa: E402
+from daccore.records.models import BrickClaim  # noqa: E402
+from daccore.rules.inventory import summarize  # noqa: E402
 
 BUDGET_MS = 100.0
 HOSTS, BRICKS, CLAIMED = 1000, 24, 0.30

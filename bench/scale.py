@@ -60,7 +60,7 @@ def serve(config_path: str, hosts: list[str], status_file: str) -> None:
     process's figures to `status_file` every second."""
     import logging
 
-    from daccore.config import load_config
+    from daccore.settings.config import load_config
     from daccore.store import Store
     from dacd.reconciler import Reconciler
     from dacd.registration import host_record, pool_records
@@ -179,10 +179,10 @@ def seed(store, config, count: int, rng: random.Random) -> int:
     """`count` live buffers, each created and reached on its hosts, written straight to etcd
     in batches (spec, claims and statuses as dacctl and dacd would leave them): the steady
     state the measurements start from. Returns the bricks they hold."""
-    from daccore.buffers import allocation_of
     from daccore.etcd.types import put_op
-    from daccore.inventory import BrickInfo
-    from daccore.models import Buffer, BufferRequest, State, Status
+    from daccore.records.models import Buffer, BufferRequest, State, Status
+    from daccore.rules.inventory import BrickInfo
+    from daccore.services.buffers import allocation_of
 
     free = {
         h: [
@@ -250,17 +250,17 @@ class Slurm:
         self.allocating = Store.from_settings(config.etcd, transport="grpc", role="slurm")
 
     def setup(self, job: int, bricks: int) -> None:
-        from daccore import jobs
-        from daccore.directives import parse_script
-        from daccore.states import State
+        from daccore.records.states import State
+        from daccore.rules.directives import parse_script
+        from daccore.services import jobs
 
         d = parse_script(SCRIPT.format(capacity=f"{bricks}TiB"), "DW")
         if jobs.create_job_buffer(self.allocating, job, UID, UID, d, "default"):
             jobs.wait_for(self.store, str(job), State.CREATED, self.config.step_timeout)
 
     def teardown(self, job: int) -> None:
-        from daccore import jobs
-        from daccore.states import State
+        from daccore.records.states import State
+        from daccore.services import jobs
 
         jobs.set_desired(self.store, str(job), State.DELETED)
         jobs.wait_for(self.store, str(job), State.DELETED, self.config.step_timeout)
@@ -278,7 +278,7 @@ def etcd_figures(store, server) -> dict:
     s = store.client._all()[0].call("/v3/maintenance/status", {})
     k = store.keys
     from daccore.etcd.types import range_op
-    from daccore.keys import prefix_end
+    from daccore.records.keys import prefix_end
 
     r = store.client.txn([], [range_op(k.root, prefix_end(k.root), count_only=True)])
     cpu = rss = 0.0
@@ -298,7 +298,7 @@ def key_bytes(store) -> tuple[int, int]:
     keys' prefixes."""
     keys = total = 0
     k = store.keys
-    from daccore.keys import prefix_end
+    from daccore.records.keys import prefix_end
 
     for prefix in (k.buffers, k.claims, k.statuses, k.works):
         kvs, _ = store.client.range(prefix, prefix_end(prefix))
@@ -312,7 +312,7 @@ class EventCounter:
     claims/, status/, work/ (each work event goes to one dacd's watch)."""
 
     def __init__(self, store):
-        from daccore.keys import prefix_end
+        from daccore.records.keys import prefix_end
 
         self.counts: Counter = Counter()
         self._watch = store.client.watch(store.keys.root, prefix_end(store.keys.root))
@@ -458,7 +458,7 @@ def main() -> int:
         serve(args.serve[0], args.serve[1].split(","), args.serve[2])
         return 0
 
-    from daccore.config import load_config
+    from daccore.settings.config import load_config
     from daclocal.etcd_server import EtcdCluster, EtcdServer
 
     figures: dict = {

@@ -96,8 +96,8 @@ finally:
 _ASK = r"""
 import json, site, sys, time
 site.addsitedir(sys.argv[1])
-from daccore.config import load_config
-from daccore.user_service import ask
+from daccore.settings.config import load_config
+from dacservice.users import ask
 config = load_config()
 out = []
 for _ in range(int(sys.argv[2])):

@@ -1,4 +1,21 @@
-"""The shared core of dac: record models, units, errors, config, the etcd key layout and store,
-and the allocator. It imports nothing from `dacctl` or `dacd`."""
+"""The shared core of dac, in layers that import only downward (tests/unit/test_import_graph.py
+holds the directions):
+
+    errors, units, escape, gcpause   the vocabulary: import nothing of dac
+    records/    what is stored and its shapes: models, states, the etcd key layout, the lean
+                views the Slurm hooks read instead of the models
+    settings/   dac.yaml (the model, its cache for the hooks, the environment) and Slurm's
+                burst_buffer.conf policy; the JSON Schemas of both
+    rules/      pure decisions over records: the #DW grammar, inventory, the allocator, what a
+                record may hold, who acts as root
+    etcd/       the etcd client          backends/   how an allocation becomes a filesystem
+    store/      every etcd read and write of dac's records, one face (Store)
+    services/   what the commands do: jobs (Slurm's hooks), buffers, admin, users' requests,
+                estimates, DataWarp's views
+
+The processes sit above it, each in its own package: `dacctl` (the command line and Slurm's
+hooks), `dacd` (the storage-server daemon), `dacservice` (the user service), `daclocal` (the
+all-in-one local DAC). `daccore` imports none of them. Every package's `__init__` is a docstring
+only, so the hooks' start-up pays nothing for the layering."""
 
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ never reaches `--function`, an admin verb or `local`, and only reads etcd. What 
 depends on who asks, where Slurm says:
 
 * no argument or a view: Cray's `dwstat` table of that view (the pools by default), the same
-  for everyone (daccore/dws.py maps buffers to DWS's objects; sites' scripts parse dwstat);
+  for everyone (daccore/services/dws.py maps buffers to DWS's objects; sites' scripts parse dwstat);
 * a job id, caller unknown (datawarp; lua before 23.02): the public line, which anyone may
   read about any job: states, step names, staging counts, and `failed` without the text
   (errors name paths and files of the job's owner);
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _answer(word: str) -> str:
-    from daccore.config_cache import load_settings
+    from daccore.settings.cache import load_settings
     from daccore.store import Store
 
     settings = load_settings()
@@ -68,7 +68,7 @@ def _answer(word: str) -> str:
     buf = store.buffer_json(job)
     if buf is None:
         return f"no buffer for job {job}"
-    from daccore.buffer_doc import status_view
+    from daccore.records.buffer_doc import status_view
 
     v = status_view(buf, store.status_docs(job))
     caller = _caller(os.environ.get("DAC_BBSTAT_CALLER", ""))
@@ -81,7 +81,7 @@ def dwstat(store, view: str, mount_root: str) -> str:
     """One of VIEWS in Cray's dwstat layout: its column names, right-aligned, sizes in binary
     units, times local, `never` for an expiration; Cray's own line when there is nothing."""
     if view == "pools":
-        from daccore.inventory import summarize
+        from daccore.rules.inventory import summarize
         from daccore.units import format_size
 
         return _cray_table(
@@ -98,7 +98,7 @@ def dwstat(store, view: str, mount_root: str) -> str:
             ],
             "no pools",
         )
-    from daccore.dws import sessions
+    from daccore.services.dws import sessions
 
     found = sessions(store.buffer_docs(), store.all_status_docs())
     if view == "sessions":
@@ -161,7 +161,7 @@ def dwstat(store, view: str, mount_root: str) -> str:
             [[s.name, s.state, s.name, s.type, len(s.attachments)] for s in found],
             "no scratch, cache, swap configurations",
         )
-    from daccore.layout import mount_path
+    from daccore.records.layout import mount_path
 
     return _cray_table(
         ["activ", "state", "sess", "conf", "nodes", "mount"],
@@ -206,14 +206,14 @@ def _bool(value: bool) -> str:
 
 
 def full_line(v: dict) -> str:
-    from daccore.status_view import summary_line
+    from daccore.records.status_view import summary_line
 
     return summary_line(v)
 
 
 def public_line(v: dict) -> str:
     """The line without anything of the owner's: no error text, no host names."""
-    from daccore.status_view import summary_line
+    from daccore.records.status_view import summary_line
 
     failed = any(h["error"] for h in v["hosts"])
     line = summary_line({**v, "hosts": [{**h, "error": None} for h in v["hosts"]]})
@@ -228,7 +228,7 @@ def _caller(value: str) -> tuple[int, int] | None:
 
 
 def _may_see(caller: tuple[int, int], buf: dict, admin_group: str) -> bool:
-    from daccore.rights import groups_of, rights
+    from daccore.rules.rights import groups_of, rights
 
     uid, gid = caller
     return uid == buf.get("owner_uid") or rights(uid, groups_of(uid, gid), admin_group) == 0

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 import daccore
-from daccore.admin_views import STATES
-from daccore.config import load_config
+from daccore.services.admin_views import STATES
+from daccore.settings.config import load_config
 from daccore.units import format_size, parse_size
 from dacctl import render
 from dacctl.render import table
@@ -30,7 +30,7 @@ def _positive_size(ctx, param, value):
 
 
 def _margin(ctx, param, value):
-    from daccore.estimate import parse_margin
+    from daccore.services.estimate import parse_margin
 
     try:
         return parse_margin(value)
@@ -45,10 +45,11 @@ def _store(config=None):
 
 
 def _rights(config=None) -> int:
-    """The caller's uid for permission checks: 0 for root and the admin group (daccore.rights)."""
+    """The caller's uid for permission checks: 0 for root and the admin group
+    (daccore.rules.rights)."""
     import os
 
-    from daccore.rights import rights
+    from daccore.rules.rights import rights
 
     if os.getuid() == 0:
         return 0  # before reading the config: root may always act, whatever it says
@@ -58,17 +59,18 @@ def _rights(config=None) -> int:
 
 
 def _answer(verb: str, config=None, **args) -> dict:
-    """A people command's answer (daccore.user_requests): root and admins read etcd with their
+    """A people command's answer (daccore.services.user_requests): root and admins read etcd with
+    their
     own credential; everyone else asks dac's user service, which checks who they are with munge
     (users hold no etcd credential), or reads directly where the config names no service."""
     import os
 
-    from daccore.user_requests import Caller, answer
+    from daccore.services.user_requests import Caller, answer
 
     config = config or load_config()
     rights = _rights(config)
     if rights != 0 and config.user_service:
-        from daccore.user_service import ask
+        from dacservice.users import ask
 
         return ask(config, verb, args)
     return answer(_store(config), config, Caller(os.getuid(), os.getgid(), rights), verb, args)
@@ -114,7 +116,7 @@ def pools(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--line", is_flag=True, help="one line (what scontrol show bbstat <job> prints)")
 def status(buffer: str, as_json: bool, line: bool) -> None:
-    from daccore.status_view import summary_line
+    from daccore.records.status_view import summary_line
 
     v = _answer("status", buffer=buffer)  # users see their own buffers only
     if as_json:
@@ -132,7 +134,7 @@ def _show_status(v: dict, headline: str) -> None:
     from rich.text import Text
 
     from daccore.escape import printable
-    from daccore.status_view import staged_text
+    from daccore.records.status_view import staged_text
 
     t = Table("HOST", "STATE", "STEP", "STAGED", "", box=None, pad_edge=False)
     for h in v["hosts"]:
@@ -170,8 +172,8 @@ def _show_status(v: dict, headline: str) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def hosts(as_json: bool) -> None:
-    from daccore.admin_views import host_rows
-    from daccore.bb_policy import site_warnings
+    from daccore.services.admin_views import host_rows
+    from daccore.settings.bb_policy import site_warnings
 
     config = load_config()
     store = _store(config)
@@ -197,7 +199,7 @@ def hosts(as_json: bool) -> None:
 @click.option("--pool", help="only buffers in this pool")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def buffers(user: str | None, state: str | None, pool: str | None, as_json: bool) -> None:
-    from daccore.admin_views import resolve_uid
+    from daccore.services.admin_views import resolve_uid
 
     owner = resolve_uid(user) if user else None
     rows = _answer("buffers", owner_uid=owner, state=state, pool=pool)["buffers"]
@@ -237,7 +239,7 @@ def undrain(host: str) -> None:
 
 
 def _set_drained(host: str, drained: bool) -> None:
-    from daccore import admin
+    from daccore.services import admin
 
     uid = _rights()
     admin.require_root(uid, "drain hosts" if drained else "undrain hosts")
@@ -313,7 +315,7 @@ def destroy_persistent(name: str, hurry: bool) -> None:
 )
 @click.argument("buffer")
 def forget(buffer: str) -> None:
-    from daccore import admin
+    from daccore.services import admin
 
     uid = _rights()
     admin.require_root(uid, "forget buffers")
@@ -334,7 +336,7 @@ def owed(as_json: bool) -> None:
     import json
     import time
 
-    from daccore import admin
+    from daccore.services import admin
 
     admin.require_root(_rights(), "list what nodes owe")
     debts = _store().owed()
@@ -363,8 +365,8 @@ def owed(as_json: bool) -> None:
 )
 @click.argument("node")
 def forget_node(node: str) -> None:
-    from daccore import admin
     from daccore.escape import printable
+    from daccore.services import admin
 
     admin.require_root(_rights(), "forget nodes")
     dropped = _store().drop_owed(node)
@@ -396,9 +398,9 @@ def forget_node(node: str) -> None:
 def estimate(script: Path, margin, output: int, as_json: bool) -> None:
     import os
 
-    from daccore import estimate as est
-    from daccore.directives import parse_script
     from daccore.errors import UserError
+    from daccore.rules.directives import parse_script
+    from daccore.services import estimate as est
 
     config = load_config()
     try:
@@ -475,7 +477,7 @@ def etcd_certs(directory: Path, members: tuple[str, ...], force: bool) -> None:
 def user_service() -> None:
     import logging
 
-    from daccore.user_service import serve
+    from dacservice.users import serve
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s dac-user-service[%(process)d] %(message)s"

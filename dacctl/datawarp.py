@@ -13,11 +13,11 @@ Slurm shows the user (sbatch's error, or the job's Reason). Never a traceback: u
 become one line too, with the traceback on stderr only under --debug.
 
 job_process, pools and paths run inside slurmctld under its locks, so they take the lean path:
-the cached config (`daccore.config_cache`), the standard-library `http` etcd transport with
+the cached config (`daccore.settings.cache`), the standard-library `http` etcd transport with
 retries capped at HOT_TIMEOUT seconds, and JSON reads; no pydantic, yaml or grpc is imported
 (bench/hot_path.py, docs/performance.md). The other functions run in slurmscriptd with the
 same cached config and transport: setup and create_persistent build a spec with the pydantic
-records; the calls after it read and change specs as JSON (daccore/jobs.py says why).
+records; the calls after it read and change specs as JSON (daccore/services/jobs.py says why).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _settings_for_caller() -> dict:
     or a misconfigured GetSysStatus gets nothing done as root)."""
     import os
 
-    from daccore.config_cache import load_settings
+    from daccore.settings.cache import load_settings
     from dacctl.slurm_args import require_slurm
 
     try:
@@ -149,7 +149,7 @@ def _check_args(args, settings: dict) -> None:
     trusted, minimum = settings["trusted_uids"], settings["min_owner_uid"]
     if args.token is not None:
         if args.function == "create_persistent":
-            from daccore.directives import PERSISTENT_NAME
+            from daccore.rules.directives import PERSISTENT_NAME
 
             if not PERSISTENT_NAME.fullmatch(args.token):
                 raise sa.Refused(
@@ -226,8 +226,8 @@ def _array_of(job: str) -> str | None:
 
 
 def _script(args, lua_directive: str):
-    from daccore.directives import parse_script
     from daccore.errors import AdminError
+    from daccore.rules.directives import parse_script
 
     fd = _script_fd(args)
     try:  # read from the start each time: a call run again after etcd came back reads it anew
@@ -292,9 +292,10 @@ def _riding_out_etcd(call, grace: float) -> str:
 def _nothing_to_stage(args, settings: dict) -> bool:
     """No buffer, or one without stage_in (stage_out) lines whose hosts all live: data_in
     (data_out) has nothing to do, so it answers on the lean path. dacd still walks the buffer
-    through the (empty) stage step on its way to the next state (daccore/lifecycle.py). A host
+    through the (empty) stage step on its way to the next state (daccore/records/lifecycle.py). A
+    host
     down is the full path's to report."""
-    from daccore import buffer_doc
+    from daccore.records import buffer_doc
     from daccore.store import Store
 
     store = Store.from_dict(settings["etcd"], transport="http")
@@ -314,7 +315,7 @@ def _hot(args, settings: dict) -> str:
     f = args.function
     store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
     if f == "pools":
-        from daccore.inventory import summarize
+        from daccore.rules.inventory import summarize
 
         return json.dumps(
             {
@@ -330,7 +331,7 @@ def _hot(args, settings: dict) -> str:
                 ]
             }
         )
-    from daccore import jobs
+    from daccore.services import jobs
 
     if f == "job_process":
         _need(args, "job")
@@ -368,16 +369,19 @@ def _full(args, settings: dict) -> str:
     """The functions Slurm runs in slurmscriptd, with the cached config and the http transport
     as on the lean path (each call is a process: yaml, config validation and grpc would cost
     0.25 s of it; docs/performance.md)."""
-    from daccore import buffer_doc, jobs
-    from daccore.states import State
+    from daccore.records import buffer_doc
+    from daccore.records.states import State
+    from daccore.rules.trust import check_owner
+    from daccore.services import jobs
     from daccore.store import Store
-    from daccore.trust import check_owner
 
     f = args.function
     config = _Settings(settings)
     store = Store.from_dict(settings["etcd"], transport="http")
     if f in ("show_instances", "show_sessions", "show_configurations"):
-        from daccore.dws import sessions  # what `scontrol show dwstat` shows too (bbstat.py)
+        from daccore.services.dws import (
+            sessions,
+        )  # what `scontrol show dwstat` shows too (bbstat.py)
 
         found = sessions(store.buffer_docs())
         if f == "show_instances":
@@ -448,8 +452,8 @@ def _full(args, settings: dict) -> str:
         return ""
     # create_persistent
     _need(args, "token", "user", "capacity")
-    from daccore.directives import PERSISTENT_NAME
     from daccore.errors import UserError
+    from daccore.rules.directives import PERSISTENT_NAME
     from daccore.units import parse_size
 
     if not PERSISTENT_NAME.match(args.token):
@@ -516,9 +520,10 @@ def _primary_gid(uid: int, minimum: int) -> int:
 
 def _pre_run(store, config, args) -> None:
     """Mount the job's buffer and the persistent buffers it attaches on its nodes."""
-    from daccore import buffer_doc, jobs
     from daccore.errors import UserError
-    from daccore.states import State
+    from daccore.records import buffer_doc
+    from daccore.records.states import State
+    from daccore.services import jobs
     from daccore.units import format_size
     from dacctl.slurmjob import job_nodes
 
@@ -548,8 +553,8 @@ def _pre_run(store, config, args) -> None:
 
 def _post_run(store, config, job: str) -> None:
     """Unmount the job's buffers from its nodes (the job buffer stays for stage-out)."""
-    from daccore import jobs
-    from daccore.states import State
+    from daccore.records.states import State
+    from daccore.services import jobs
 
     persistent = jobs.attached_by(store, job)
     jobs.detach(store, job, persistent)
@@ -565,8 +570,8 @@ def _teardown(store, config, token: str, hurry: bool = False) -> None:
     destroy_persistent. A job that ran but whose data_out never came is staged out first,
     unless hurry; a failed stage-out fails the teardown and keeps the buffer (Slurm holds the
     job; `scancel --hurry` then tears it down)."""
-    from daccore import jobs
-    from daccore.states import State
+    from daccore.records.states import State
+    from daccore.services import jobs
 
     current = store.buffer_json(token)
     if current is not None and current.get("persistent"):

@@ -20,7 +20,7 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
 
 def hosts_table(rows: list[dict]) -> str:
     """`dacctl hosts`: bricks as free/total per pool, the buffers holding them."""
-    from daccore.admin_views import shorten
+    from daccore.services.admin_views import shorten
 
     text = table(
         ["HOST", "STATE", "LEASE", "BRICKS FREE/TOTAL", "BUFFERS"],
@@ -45,7 +45,7 @@ def hosts_table(rows: list[dict]) -> str:
 
 def buffers_table(rows: list[dict]) -> str:
     """`dacctl buffers`."""
-    from daccore.admin_views import age, shorten
+    from daccore.services.admin_views import age, shorten
     from daccore.units import format_size
 
     return table(
@@ -76,7 +76,7 @@ def buffer_detail(d: dict) -> str:
     tail."""
     import time
 
-    from daccore.admin_views import age
+    from daccore.services.admin_views import age
     from daccore.units import format_size
 
     b, req = d["buffer"], d["buffer"]["request"]
@@ -132,7 +132,7 @@ def buffer_detail(d: dict) -> str:
 
 
 def _statuses_table(statuses: dict) -> str:
-    from daccore.status_view import staged_text
+    from daccore.records.status_view import staged_text
 
     rows = []
     for host, s in statuses.items():

@@ -93,7 +93,7 @@ def token(value: str, persistent_ok: bool) -> str:
     if JOB_ID.fullmatch(value):
         return value
     if persistent_ok:
-        from daccore.directives import PERSISTENT_NAME
+        from daccore.rules.directives import PERSISTENT_NAME
 
         if PERSISTENT_NAME.fullmatch(value):
             return value

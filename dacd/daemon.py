@@ -7,10 +7,10 @@ import functools
 import logging
 import threading
 
-from daccore.config import DacConfig
 from daccore.etcd.stream import LeaseKeeper
+from daccore.rules.trust import shown
+from daccore.settings.config import DacConfig
 from daccore.store import Store
-from daccore.trust import shown
 from dacd import metrics, runner
 from dacd.reconciler import Reconciler
 from dacd.registration import check_devices, exposure, host_record, host_settings, pool_records

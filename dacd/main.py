@@ -9,8 +9,8 @@ import signal
 import socket
 import sys
 
-from daccore.config import DEFAULT_PATH, config_path, load_config
 from daccore.errors import DacError
+from daccore.settings.config import DEFAULT_PATH, config_path, load_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,9 +38,9 @@ from daccore.errors import (
     PlaybookFailed,
     StoreUnavailable,
 )
-from daccore.inventory import summarize
-from daccore.lifecycle import STEP_FOR
-from daccore.models import State
+from daccore.records.lifecycle import STEP_FOR
+from daccore.records.models import State
+from daccore.rules.inventory import summarize
 
 log = logging.getLogger(__name__)
 

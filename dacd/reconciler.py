@@ -12,7 +12,7 @@ host: the net for a write cut short between a big buffer's spec and the rest of 
 keys, and for a stray key. Each buffer is worked on by one
 worker at a time, from a pool of `concurrency` workers, so one slow buffer never blocks the
 others; changes that arrive meanwhile are folded into one more pass. A pass asks
-`daccore.lifecycle.next_step`, runs that step's playbook, records the state reached (or the
+`daccore.records.lifecycle.next_step`, runs that step's playbook, records the state reached (or the
 error, with who must act) in status/<buffer>/<host>, and repeats. When every host of a buffer
 has reached DELETED, the primary host's dacd removes the spec, the statuses and the claims in
 one transaction (claims first, in chunks, for a buffer too big for one): the bricks are free
@@ -27,7 +27,7 @@ For a backend whose steps run once for all hosts (lustre, daos: daccore.backends
 primary host's dacd works on the buffer, and it records each state for every host of it.
 
 Nothing read from etcd is trusted: the watch carries names only, and each pass reads the spec
-and the statuses unparsed and checks them (daccore.trust). A record that breaks a rule is
+and the statuses unparsed and checks them (daccore.rules.trust). A record that breaks a rule is
 logged once (one line naming its key and the rule; again only if the reason changes) and
 skipped until it changes, and the host's status says so (category admin) when the record
 names this host; the watch and every other buffer go on.
@@ -46,7 +46,6 @@ from typing import Callable
 
 from daccore.backends import get as get_backend
 from daccore.backends import runs_once_for_all_hosts
-from daccore.bounds import BUFFER_NAME
 from daccore.errors import (
     Conflict,
     DacError,
@@ -58,9 +57,10 @@ from daccore.errors import (
 )
 from daccore.escape import printable
 from daccore.etcd.types import WatchCompacted
-from daccore.lifecycle import next_step
-from daccore.models import Progress, State, Status, StatusError
-from daccore.trust import Untrusted, parse_buffer, shown
+from daccore.records.bounds import BUFFER_NAME
+from daccore.records.lifecycle import next_step
+from daccore.records.models import Progress, State, Status, StatusError
+from daccore.rules.trust import Untrusted, parse_buffer, shown
 from dacd import metrics
 from dacd.owed import RETRY as OWED_RETRY
 from dacd.owed import leave_owed, retry_owed

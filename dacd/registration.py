@@ -6,9 +6,9 @@ import os
 import stat
 
 import dacd
-from daccore.config import DacConfig, HostSettings
 from daccore.errors import AdminError, ConfigError
-from daccore.models import Backend, Brick, Host, Pool
+from daccore.records.models import Backend, Brick, Host, Pool
+from daccore.settings.config import DacConfig, HostSettings
 
 __all__ = ["host_settings", "check_devices", "exposure", "host_record", "pool_records"]
 

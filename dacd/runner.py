@@ -27,7 +27,7 @@ from daccore.share import asset
 from dacd.warm_ansible import WarmAnsible
 
 if TYPE_CHECKING:
-    from daccore.config import SshSettings
+    from daccore.settings.config import SshSettings
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,9 @@ def run_step(
 ) -> None:
     """Run playbooks/<backend>/<step>.yml for `host`'s dacd on `inventory`
     (default: this machine), through `warm`'s server when given, reaching other hosts as
-    `ssh` says (default: daccore.config's defaults); PlaybookFailed, naming the host whose
+    `ssh` says (default: daccore.settings.config's defaults); PlaybookFailed, naming the host whose
     task failed, or HostsUnreachable, naming those that did not answer, on failure."""
-    from daccore.config import SshSettings
+    from daccore.settings.config import SshSettings
 
     ssh = ssh or SshSettings()
     import ansible_runner  # ~100 ms: only dacd pays it

@@ -31,9 +31,9 @@ import threading
 import time
 from typing import Callable
 
-from daccore.directives import BUFFER_PATH
 from daccore.errors import InternalError, UserError
 from daccore.escape import escape
+from daccore.rules.directives import BUFFER_PATH
 from dacd.copier import encode_plan
 from dacd.metrics import StageMeter
 
@@ -95,7 +95,7 @@ def _buffer_path(path: str, fs_path: str, direction: str) -> str:
     var, rest = m.group(1) or m.group(2), (m.group(3) or "").lstrip("/")
     if var == "DW_JOB_STRIPED":
         return os.path.join(fs_path, "striped", rest)
-    # the grammar refuses other targets at submission (daccore/directives.py); a spec written
+    # the grammar refuses other targets at submission (daccore/rules/directives.py); a spec written
     # before it did still fails here in one line
     raise UserError(f"stage_{direction}: ${var} cannot be staged; stage through $DW_JOB_STRIPED")
 

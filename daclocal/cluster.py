@@ -26,9 +26,9 @@ from typing import Any
 
 import yaml
 
-from daccore.config import load_config
 from daccore.errors import AdminError, DacError
-from daccore.inventory import summarize
+from daccore.rules.inventory import summarize
+from daccore.settings.config import load_config
 from daccore.store import Store
 from daclocal import loopdev, releases, userbin
 from daclocal.etcd_server import EtcdCluster, EtcdServer

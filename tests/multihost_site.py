@@ -29,7 +29,7 @@ from clitools import pools, wait_for
 from recorded_site import SITE_BIN, RecordedSite
 from sshd import Sshd, keygen
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 from daclocal.etcd_server import EtcdServer
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from daccore.backends import get
-from daccore.config import DacConfig
-from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.records.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.settings.config import DacConfig
 from dacd.runner import run_step
 
 SITE_BIN = Path(__file__).resolve().parent / "site" / "bin"

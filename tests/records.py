@@ -1,6 +1,6 @@
 """Records for store tests."""
 
-from daccore.models import Brick, Buffer, BufferRequest, Host, Pool
+from daccore.records.models import Brick, Buffer, BufferRequest, Host, Pool
 
 
 def pool(name="p", granularity=100, backend="local", placement="across_servers", swap=False):

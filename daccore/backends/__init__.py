@@ -25,7 +25,7 @@ from daccore.backends.base import (
 from daccore.errors import ConfigError
 
 if TYPE_CHECKING:
-    from daccore.config import DacConfig
+    from daccore.settings.config import DacConfig
 
 __all__ = [
     "Backend",

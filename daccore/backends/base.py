@@ -9,11 +9,11 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Callable
 
 from daccore.errors import AdminError
-from daccore.layout import mount_path
+from daccore.records.layout import mount_path
 
 if TYPE_CHECKING:
-    from daccore.config import BrickSettings, DacConfig
-    from daccore.models import BrickRef, Buffer
+    from daccore.records.models import BrickRef, Buffer
+    from daccore.settings.config import BrickSettings, DacConfig
 
 __all__ = [
     "Backend",
@@ -76,7 +76,7 @@ class Backend(ABC):
 
     def brick(self, buffer: Buffer, ref: BrickRef) -> BrickSettings:
         """A brick of the allocation as the config has it: its device comes from there, never
-        from the record (daccore.trust)."""
+        from the record (daccore.rules.trust)."""
         host = self.config.hosts.get(ref.host)
         brick = next((b for b in host.bricks if b.brick_name == ref.brick), None) if host else None
         if brick is None:
@@ -130,7 +130,8 @@ def node_mounts(
     access: list[str],
 ) -> dict[str, dict[str, str]]:
     """What each compute node mounts for these attachments: node -> {mount point: the part of
-    the buffer seen there}, the part being `striped` or `private/<node>` (daccore.layout says
+    the buffer seen there}, the part being `striped` or `private/<node>` (daccore.records.layout
+    says
     where, for every backend)."""
     out: dict[str, dict[str, str]] = {}
     for job, nodes in attachments.items():

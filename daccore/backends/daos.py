@@ -15,7 +15,7 @@ checks the caller's identity against the pool's ACL itself, and a user's dfuse m
 
     primary   dmg pool create / delete-acl, daos container create, dfuse at
               <fs_root>/<buffer>/striped for staging (the container's root is the striped dir)
-    clients   dfuse at the daccore.layout path; fusermount3 -u when detached
+    clients   dfuse at the daccore.records.layout path; fusermount3 -u when detached
 
 Every dfuse runs with --disable-caching: the staging mount lives as long as the buffer while the
 nodes change the files, and dfuse's default caching would let stage-out read pages up to ten

@@ -6,7 +6,7 @@ Compute nodes see the buffer through bind mounts made on the storage server unde
 root (`node_root`, default mount_root: near-node flash, where the server is the node; the local
 DAC gives every fake node its own root). Bind mounts keep the source's nodev,nosuid.
 
-    <node root>/<daccore.layout path>  <- <fs>/striped, or <fs>/private/<node>
+    <node root>/<daccore.records.layout path>  <- <fs>/striped, or <fs>/private/<node>
     <fs>/swap/<node>                      swap file of that node, when the job asked for swap
 """
 

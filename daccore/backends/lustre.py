@@ -12,7 +12,7 @@ targets and clients always name the same MGS NID, `mgs_nid`.
               then striped/ (lfs setstripe -c -1: over every OST), 0700, the user's, and private/,
               root's, 0711 (each node's private/<node> is the user's)
     clients   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname>/striped (or
-              /private/<node>: a subdirectory mount) at the daccore.layout path
+              /private/<node>: a subdirectory mount) at the daccore.records.layout path
 
 The fsname is 8 lower-case letters derived from the buffer's name and creation time: the same
 on every run of every step, and a new one for a new buffer of the same name.

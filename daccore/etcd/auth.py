@@ -141,7 +141,7 @@ class Credential:
     def _cache_file(self) -> str | None:
         import hashlib
 
-        from daccore.config_cache import cache_dir
+        from daccore.settings.cache import cache_dir
 
         d = cache_dir()
         if d is None:
@@ -184,6 +184,6 @@ class Credential:
         if cache is None:
             return
         tokens = {**self._read_cache(), endpoint: token}
-        from daccore.config_cache import write_private_json
+        from daccore.settings.cache import write_private_json
 
         write_private_json(cache, {"credential": self._identity(), "tokens": tokens})

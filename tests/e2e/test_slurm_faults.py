@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 from daclocal.cluster import LocalState
 from daclocal.procs import child_env, spawn

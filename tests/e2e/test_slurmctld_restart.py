@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 from daclocal.cluster import LocalState, restart_slurmctld
 from daclocal.slurm import SUBMIT_USER

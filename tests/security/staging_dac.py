@@ -15,7 +15,7 @@ import pytest
 import yaml
 from clitools import pools, run, setup, slurm, wait_for
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 from dacd.staging import _python
 from daclocal.cluster import LocalState

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from clitools import BIN, reached, run, setup, slurm, wait_for
 
-from daccore.allocator import place
-from daccore.buffers import allocation_of
-from daccore.config import load_config
 from daccore.etcd.types import put_op
-from daccore.models import Buffer, BufferRequest, State
+from daccore.records.models import Buffer, BufferRequest, State
+from daccore.rules.allocator import place
+from daccore.services.buffers import allocation_of
+from daccore.settings.config import load_config
 from daccore.store import Store
 from daclocal import loopdev
 

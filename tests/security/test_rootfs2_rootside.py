@@ -13,7 +13,7 @@ import pytest
 from clitools import pools, run, setup, slurm
 from mounts import mounts
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 UID, GID = 1234, 4321

@@ -12,10 +12,10 @@ from clitools import run, wait_for
 from security.entry_helpers import ALICE, dacctl_as
 from security.sbatch_dac import sbatch, script_file, slurm_dac
 
-from daccore import admin
-from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
-from daccore.config import load_config
 from daccore.errors import UserError
+from daccore.records.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
+from daccore.services import admin
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 JOBDW = "#DW jobdw capacity={} access_mode=striped type=scratch pool=default\n"

@@ -1,4 +1,4 @@
-"""dac's user service (daccore.user_service) against a real local DAC, real munged and two
+"""dac's user service (dacservice.users) against a real local DAC, real munged and two
 real unprivileged users, A (1234:4321) and B (5678:8765).
 
 Users' dacctl commands go through the service, which knows the caller only from the munge
@@ -23,10 +23,10 @@ import pytest
 import yaml
 from clitools import run, setup
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.share import asset
 from daccore.store import Store
-from daccore.user_service import MAX_CLIENTS, MAX_REQUEST, READ_TIMEOUT
+from dacservice.users import MAX_CLIENTS, MAX_REQUEST, READ_TIMEOUT
 
 A, B = (1234, 4321), (5678, 8765)
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -11,11 +11,11 @@ import pytest
 from conftest import client_of
 from records import buffer_maker, host, pool
 
-from daccore.buffers import allocate_buffer
 from daccore.errors import NoCredential
 from daccore.etcd.auth import Credential
 from daccore.etcd.types import TRANSPORTS, EtcdRequestError
-from daccore.models import State, Status
+from daccore.records.models import State, Status
+from daccore.services.buffers import allocate_buffer
 from daccore.store import Store
 from daclocal.etcd_server import PREFIX, EtcdServer
 

@@ -11,10 +11,10 @@ import pytest
 from records import buffer_maker, host, pool
 
 from daccore import store as store_module
-from daccore.buffers import allocate_buffer
 from daccore.errors import CapacityError
 from daccore.etcd.types import EtcdRequestError, put_op
-from daccore.inventory import summarize
+from daccore.rules.inventory import summarize
+from daccore.services.buffers import allocate_buffer
 from daccore.store import CLAIMS_PER_TXN, AllocationConflict, Store
 
 HOSTS, BRICKS = 128, 16  # 2,048 bricks: 2 PiB of 1 TiB bricks, the biggest pool the issue names
@@ -67,7 +67,7 @@ def test_a_2048_brick_buffer_is_claimed_whole_and_released_whole(big):
 def test_a_big_buffer_that_loses_a_brick_leaves_nothing(big):
     inv = big.inventory()
     bricks = [b for h in sorted(inv.free_bricks("p")) for b in inv.free_bricks("p")[h]]
-    from daccore.buffers import allocation_of
+    from daccore.services.buffers import allocation_of
 
     taken = bricks[3 * CLAIMS_PER_TXN + 5]  # in the fourth chunk
     big.create_buffer(buffer_maker("small", 100)(allocation_of([taken])))
@@ -133,7 +133,7 @@ def test_a_call_whose_intent_expired_can_neither_claim_nor_commit(big, monkeypat
         return real_chunk(self, name, alive, claim, keys)
 
     monkeypatch.setattr(Store, "_claim_chunk", expiring_chunk)
-    from daccore.buffers import allocation_of
+    from daccore.services.buffers import allocation_of
 
     inv = big.inventory()
     bricks = [b for h in sorted(inv.free_bricks("p")) for b in inv.free_bricks("p")[h]]

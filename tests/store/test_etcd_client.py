@@ -17,7 +17,7 @@ from daccore.etcd.types import (
     put_op,
     range_op,
 )
-from daccore.keys import prefix_end
+from daccore.records.keys import prefix_end
 
 
 def test_put_get_range_delete(etcd):

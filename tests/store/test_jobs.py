@@ -4,10 +4,10 @@ detaching and destroying change a buffer's spec (dacd then acts on it: tests/sys
 import pytest
 from records import host, pool
 
-from daccore import jobs
-from daccore.directives import parse_script
 from daccore.errors import NotFound, UserError
-from daccore.models import State
+from daccore.records.models import State
+from daccore.rules.directives import parse_script
+from daccore.services import jobs
 
 SWAP_OFF = pool("noswap", granularity=100, backend="local", placement="single_host")
 SWAP_ON = pool("swap", granularity=100, backend="local", placement="single_host", swap=True)
@@ -125,7 +125,7 @@ def test_destroy_is_refused_while_attached_and_for_another_user(site):
 def test_destroy_asked_again_after_a_failed_delete_makes_a_new_generation(site):
     """dacd runs a failed delete again only for a new generation: destroying again (and
     Slurm's teardown, set_desired with retry) makes one; with no failure, nothing changes."""
-    from daccore.models import Status, StatusError
+    from daccore.records.models import Status, StatusError
 
     persistent(site)
     jobs.destroy(site, "pbuf")

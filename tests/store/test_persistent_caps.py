@@ -7,8 +7,8 @@ import threading
 import pytest
 from records import host, pool
 
-from daccore import jobs
 from daccore.errors import UserError
+from daccore.services import jobs
 
 POOL = pool("p", granularity=100, backend="local", placement="single_host")
 CAPS = {"user_share": 0.25, "user_buffers": 0, "group_share": 1.0, "group_buffers": 0}

@@ -8,12 +8,13 @@ import random
 import pytest
 from records import buffer_maker, host, pool
 
-from daccore import allocator, buffers
-from daccore.allocator import SAMPLE_HOSTS, plan
-from daccore.buffers import allocate_buffer
 from daccore.errors import CapacityError
 from daccore.etcd.types import put_op
-from daccore.models import Host
+from daccore.records.models import Host
+from daccore.rules import allocator
+from daccore.rules.allocator import SAMPLE_HOSTS, plan
+from daccore.services import buffers
+from daccore.services.buffers import allocate_buffer
 
 HOSTS, BRICKS = 2 * SAMPLE_HOSTS, 4  # twice a sample: half the hosts are left out of each
 

@@ -10,12 +10,12 @@ import time
 import pytest
 from records import buffer_maker
 
-from daccore.buffers import allocate_buffer
-from daccore.config import DacConfig
 from daccore.etcd.types import put_op
-from daccore.jobs import set_desired
-from daccore.models import State
-from daccore.states import State as S
+from daccore.records.models import State
+from daccore.records.states import State as S
+from daccore.services.buffers import allocate_buffer
+from daccore.services.jobs import set_desired
+from daccore.settings.config import DacConfig
 from daccore.store import Store
 from dacd.reconciler import Reconciler
 
@@ -204,7 +204,7 @@ def test_a_desired_state_change_reaches_only_the_acting_hosts_work_watch(store, 
     """local: every host of the buffer runs its own steps, so each is woken; lustre: the
     primary runs them for all, so it alone is. A third host, holding no brick, never is."""
     cfg = site_of(store, backend)
-    from daccore.buffers import allocation_of
+    from daccore.services.buffers import allocation_of
 
     inv = store.inventory()
     bricks = [inv.free_bricks("p")[h][0] for h in HOSTS[:2]]

@@ -3,7 +3,6 @@ import threading
 import pytest
 from records import buffer_maker, host, pool
 
-from daccore.buffers import allocate_buffer, allocation_of
 from daccore.errors import (
     AdminError,
     BadRecord,
@@ -12,8 +11,9 @@ from daccore.errors import (
     NotFound,
     UserError,
 )
-from daccore.inventory import summarize
-from daccore.models import State, Status, StatusError
+from daccore.records.models import State, Status, StatusError
+from daccore.rules.inventory import summarize
+from daccore.services.buffers import allocate_buffer, allocation_of
 from daccore.store import AllocationConflict
 
 

@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
-from daccore.config import load_config
 from daccore.errors import StoreUnavailable
 from daccore.etcd.types import TRANSPORTS
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 

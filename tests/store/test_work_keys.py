@@ -5,10 +5,10 @@ every spec, so a writer that forgot them would leave a buffer unseen. Real etcd.
 import pytest
 from records import buffer_maker, host, pool
 
-from daccore import admin, jobs
-from daccore.buffers import allocation_of
-from daccore.keys import prefix_end
-from daccore.models import State
+from daccore.records.keys import prefix_end
+from daccore.records.models import State
+from daccore.services import admin, jobs
+from daccore.services.buffers import allocation_of
 from daccore.store import CLAIMS_PER_TXN, AllocationConflict
 
 

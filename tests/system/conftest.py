@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from clitools import run
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 

@@ -278,7 +278,7 @@ def test_data_in_and_out_with_nothing_to_stage_take_the_lean_path(local_dac, job
         )
         assert r.returncode == 0 and r.stdout == ""
         imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines()}
-        assert "pydantic" not in imported and "daccore.models" not in imported, f
+        assert "pydantic" not in imported and "daccore.records.models" not in imported, f
     nodes = tmp_path / "nodes"
     nodes.write_text("node1\n")
     for f in ("pre_run", "post_run", "teardown"):

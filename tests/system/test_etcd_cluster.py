@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from clitools import pools, run, setup, slurm
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 

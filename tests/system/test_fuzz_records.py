@@ -1,6 +1,6 @@
 """Fuzzing what dacd reads from etcd (issue 19): malformed and wrongly typed records
 (tests/fuzzgen.py: not JSON, not UTF-8, not an object, each field missing, of another type,
-huge, hostile) under every key prefix of daccore/keys.py, under odd key names too, written
+huge, hostile) under every key prefix of daccore/records/keys.py, under odd key names too, written
 straight into etcd while real dacds run, and one dacd restarted among them. Each dacd logs a
 bad buffer or status it meets and skips it, writes no traceback, stays up, serves /metrics, and
 builds and tears down a good buffer afterwards; the admin commands and Slurm's hooks answer
@@ -26,8 +26,8 @@ from clitools import pools, setup, slurm, wait_for
 from fuzzgen import ODD_NAMES, bad_values, cli_fault, seed, summary
 from fuzzrun import in_process, local_dac
 
-from daccore.config import load_config
 from daccore.escape import printable
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 HOSTS = ("dac-server-1", "dac-server-2")

@@ -13,8 +13,8 @@ import pytest
 from clitools import pools, reached, revision, run, setup, slurm, step_started, wait_for
 from mounts import mount_of, mounts, swaps
 
-from daccore.config import load_config
-from daccore.models import State
+from daccore.records.models import State
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 GiB = 1 << 30

@@ -7,9 +7,9 @@ import pytest
 from mounts import mount_of
 
 from daccore.backends import get
-from daccore.config import DacConfig
 from daccore.errors import ConfigError, Kind, PlaybookFailed
-from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.records.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.settings.config import DacConfig
 from dacd.runner import run_step
 from daclocal import loopdev
 

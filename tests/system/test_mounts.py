@@ -9,7 +9,7 @@ import pytest
 from clitools import pools, run, setup, slurm
 from mounts import mounts, swaps
 
-from daccore.models import State
+from daccore.records.models import State
 
 UID, GID = 1234, 4321
 

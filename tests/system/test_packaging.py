@@ -135,7 +135,7 @@ def test_every_package_in_the_checkout_is_in_the_explicit_list():
     )
     on_disk = {
         ".".join(p.parent.relative_to(root).parts)
-        for top in ("daccore", "dacctl", "dacd", "daclocal")
+        for top in ("daccore", "dacctl", "dacd", "dacservice", "daclocal")
         for p in (root / top).rglob("__init__.py")
         if "__pycache__" not in p.parts
     }

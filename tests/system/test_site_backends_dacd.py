@@ -14,7 +14,7 @@ from leftovers import LEFTOVER, account
 from recorded_site import RecordedSite
 from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 from daclocal.slurm import ensure_submit_user
 

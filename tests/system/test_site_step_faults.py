@@ -14,7 +14,7 @@ import pytest
 from clitools import pools, slurm, wait_for
 from recorded_site import RecordedSite
 
-from daccore.config import load_config
+from daccore.settings.config import load_config
 from daccore.store import Store
 
 _prefixes = itertools.count()

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from sshd import Sshd, keygen
 
-from daccore.config import SshSettings
 from daccore.errors import HostsUnreachable
+from daccore.settings.config import SshSettings
 from dacd import runner
 
 PLAY = """- hosts: all

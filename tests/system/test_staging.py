@@ -231,7 +231,7 @@ def test_the_copier_starts_where_the_user_cannot_reach_dacs_files(open_dir, tmp_
     import shutil
     from types import SimpleNamespace
 
-    from daccore.models import StageType
+    from daccore.records.models import StageType
     from dacd import staging
 
     private = tmp_path / "root-only"

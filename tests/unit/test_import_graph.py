@@ -8,7 +8,7 @@ from pathlib import Path
 
 import daccore
 
-PACKAGES = ("daccore", "dacctl", "dacd", "daclocal")
+PACKAGES = ("daccore", "dacctl", "dacd", "dacservice", "daclocal")
 
 
 def modules() -> dict[str, Path]:
@@ -95,6 +95,71 @@ def test_no_module_imports_itself_back():
 
 def test_the_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: daccore's layers, lowest first: a module imports its own layer or one below, never above
+#: (daccore/__init__.py says what each owns). A module of no listed layer fails the test.
+LAYERS = (
+    ("daccore.errors", "daccore.units", "daccore.escape", "daccore.gcpause", "daccore.share"),
+    ("daccore.records",),
+    ("daccore.settings",),
+    ("daccore.rules", "daccore.etcd", "daccore.backends"),
+    ("daccore.store",),
+    ("daccore.services",),
+)
+#: the processes: each imports daccore, never the reverse; dacctl's thin commands start the user
+#: service (`dacctl user-service`) and the local DAC (`dacctl local`) lazily; daclocal, the
+#: all-in-one site, drives any of them
+PROCESSES = {
+    "dacctl": {"dacservice", "daclocal"},
+    "dacd": set(),
+    "dacservice": set(),
+    "daclocal": {"dacctl", "dacd", "dacservice"},
+}
+
+
+def layer_of(module: str) -> int:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    if module == "daccore":
+        return 0
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and daccore/__init__.py")
+
+
+def wrong_directions(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for name, deps in sorted(graph.items()):
+        top = name.split(".")[0]
+        for dep in sorted(deps):
+            dep_top = dep.split(".")[0]
+            if top == "daccore" and dep_top == "daccore":
+                if layer_of(dep) > layer_of(name):
+                    wrong.append(f"{name} imports {dep}, a layer above it")
+            elif dep_top != top and dep_top != "daccore" and dep_top not in PROCESSES[top]:
+                wrong.append(f"{name} imports {dep}, another process")
+    return wrong
+
+
+def test_daccore_imports_only_downward_and_each_process_only_daccore():
+    found = modules()
+    graph = {name: imports_of(path, set(found)) - {name} for name, path in found.items()}
+    assert {layer_of(name) for name in graph if name.startswith("daccore")} == set(
+        range(len(LAYERS))
+    )
+    assert wrong_directions(graph) == []
+
+
+def test_the_direction_check_finds_an_upward_import():
+    graph = {
+        "daccore.records.models": {"daccore.store"},
+        "dacd.main": {"dacctl.cli"},
+        "daccore.services.jobs": {"daccore.records.models"},
+    }
+    assert wrong_directions(graph) == [
+        "daccore.records.models imports daccore.store, a layer above it",
+        "dacd.main imports dacctl.cli, another process",
+    ]
 
 
 def test_daccore_imports_nothing_of_the_programs():

@@ -2,7 +2,18 @@ import json
 
 import pytest
 
-from daccore.admin_views import (
+from daccore.errors import Kind, NotFound
+from daccore.records.models import (
+    Allocation,
+    BrickRef,
+    Buffer,
+    BufferRequest,
+    State,
+    Status,
+    StatusError,
+)
+from daccore.rules.inventory import Inventory
+from daccore.services.admin_views import (
     age,
     buffer_detail,
     buffer_rows,
@@ -13,9 +24,6 @@ from daccore.admin_views import (
     sort_names,
     visible,
 )
-from daccore.errors import Kind, NotFound
-from daccore.inventory import Inventory
-from daccore.models import Allocation, BrickRef, Buffer, BufferRequest, State, Status, StatusError
 
 MiB = 1 << 20
 

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daccore.allocator import SAMPLE_HEADROOM, SAMPLE_HOSTS, crowded, place, sample
 from daccore.errors import CapacityError, NotFound, UserError
-from daccore.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
+from daccore.rules.allocator import SAMPLE_HEADROOM, SAMPLE_HOSTS, crowded, place, sample
+from daccore.rules.inventory import BrickInfo, HostInfo, Inventory, PoolInfo
 
 G = 100  # granularity of the test pool
 

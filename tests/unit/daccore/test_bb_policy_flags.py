@@ -1,7 +1,7 @@
 """burst_buffer.conf's Flags as dac reads them: TeardownFailure, whose absence an admin is
 warned of (`dacctl hosts`), since without it a held job keeps its pool capacity in Slurm."""
 
-from daccore.bb_policy import read_rules, site_warnings
+from daccore.settings.bb_policy import read_rules, site_warnings
 
 
 def test_teardown_failure_is_read_case_insensitively_among_other_flags(tmp_path):

@@ -1,12 +1,13 @@
-"""daccore.buffer_doc (the JSON readers' derived values) against daccore.models (the model's):
+"""daccore.records.buffer_doc (the JSON readers' derived values) against daccore.records.models
+(the model's):
 the same answers for the same buffer, so neither can drift from the other."""
 
 import grp
 import os
 
-from daccore import buffer_doc, status_view
 from daccore.errors import Kind
-from daccore.models import (
+from daccore.records import buffer_doc, status_view
+from daccore.records.models import (
     Allocation,
     BrickRef,
     Buffer,
@@ -16,7 +17,7 @@ from daccore.models import (
     Status,
     StatusError,
 )
-from daccore.rights import groups_of, rights
+from daccore.rules.rights import groups_of, rights
 
 MiB = 1 << 20
 

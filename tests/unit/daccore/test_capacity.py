@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daccore.directives import DirectiveError, parse_script
+from daccore.rules.directives import DirectiveError, parse_script
 from daccore.units import MAX_CAPACITY, parse_capacity, parse_size
 
 _MULT = {

@@ -1,7 +1,7 @@
 import pytest
 
-from daccore.config import load_config
 from daccore.errors import ConfigError
+from daccore.settings.config import load_config
 from daccore.share import asset
 
 
@@ -221,7 +221,7 @@ def _fields(model, seen=None):
 
 def test_the_sample_config_is_valid_and_shows_every_setting():
 
-    from daccore.config import DacConfig
+    from daccore.settings.config import DacConfig
 
     sample = asset("packaging", "dac.yaml")
     cfg = load_config(str(sample), env={})
@@ -243,7 +243,7 @@ def test_a_big_config_is_parsed_apart_and_means_the_same(tmp_path):
         for h in range(800)
     )
     text = "pools:\n  default: {granularity: 1TiB}\nhosts:\n" + hosts
-    from daccore import config as config_module
+    from daccore.settings import config as config_module
 
     assert len(text) > config_module._BIG_FILE
     c = load_config(write(tmp_path, text), env={})

@@ -2,9 +2,9 @@ import os
 
 import pytest
 
-from daccore import config_cache
-from daccore.config import load_config
 from daccore.errors import ConfigError
+from daccore.settings import cache as config_cache
+from daccore.settings.config import load_config
 
 
 @pytest.fixture

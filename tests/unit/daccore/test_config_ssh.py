@@ -2,7 +2,7 @@
 
 import pytest
 
-from daccore.config import DacConfig, SshSettings
+from daccore.settings.config import DacConfig, SshSettings
 
 
 def test_ssh_defaults_check_host_keys_and_give_up_on_a_silent_host_within_60s():

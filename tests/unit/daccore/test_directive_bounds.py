@@ -1,12 +1,12 @@
-"""Every bound a buffer record holds (daccore.bounds, enforced by the models at setup) is
+"""Every bound a buffer record holds (daccore.records.bounds, enforced by the models at setup) is
 refused by the directive grammar already, so at sbatch, in one line (issue 30): a script the
 grammar accepts always makes a record, never a ValidationError at setup."""
 
 import pytest
 
-from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
-from daccore.directives import DirectiveError, parse_script
-from daccore.models import BufferRequest, StageRequest
+from daccore.records.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
+from daccore.records.models import BufferRequest, StageRequest
+from daccore.rules.directives import DirectiveError, parse_script
 
 JOBDW = "#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=striped type=scratch pool=p\n"
 

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daccore.directives import DirectiveError, parse_script
+from daccore.rules.directives import DirectiveError, parse_script
 
 GiB = 1024**3
 

@@ -1,6 +1,6 @@
-"""daccore/dws.py: which specs are DWS sessions (Slurm takes their names for tokens)."""
+"""daccore/services/dws.py: which specs are DWS sessions (Slurm takes their names for tokens)."""
 
-from daccore.dws import sessions
+from daccore.services.dws import sessions
 
 
 def spec(name, **change):

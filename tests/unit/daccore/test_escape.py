@@ -89,7 +89,7 @@ def test_printable_with_newlines_kept_has_no_other_control(text):
 
 
 def test_a_status_naming_a_non_utf8_path_serializes_and_reads_back_unchanged():
-    from daccore.models import DETAIL_MAX, Status, StatusError
+    from daccore.records.models import DETAIL_MAX, Status, StatusError
 
     name = b"/src/\xff\x1b]0;pwned\x07\r".decode("utf-8", "surrogateescape")
     s = Status(

@@ -3,10 +3,10 @@ from fractions import Fraction
 
 import pytest
 
-from daccore import estimate as est
-from daccore.directives import parse_script
 from daccore.errors import StoreUnavailable
-from daccore.models import Pool
+from daccore.records.models import Pool
+from daccore.rules.directives import parse_script
+from daccore.services import estimate as est
 from dacd import copier
 
 MiB, GiB = 1 << 20, 1 << 30

@@ -3,7 +3,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daccore.inventory import ClaimCounts, Inventory, summarize, views_of
+from daccore.rules.inventory import ClaimCounts, Inventory, summarize, views_of
 
 
 def test_summary_counts_live_free_used_and_drained():
@@ -34,7 +34,7 @@ def test_summary_counts_live_free_used_and_drained():
     assert sorted(inv.free_bricks("p")) == ["up"]
 
 
-from daccore.models import Brick, Host, HostCapacity  # noqa: E402
+from daccore.records.models import Brick, Host, HostCapacity  # noqa: E402
 
 
 @st.composite

@@ -1,7 +1,7 @@
 import pytest
 
-from daccore.lifecycle import next_step
-from daccore.models import State
+from daccore.records.lifecycle import next_step
+from daccore.records.models import State
 
 S = State
 

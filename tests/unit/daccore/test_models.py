@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from daccore.models import Allocation, Brick, BrickRef, Host, State, Status
+from daccore.records.models import Allocation, Brick, BrickRef, Host, State, Status
 
 
 def test_states_are_ordered_and_next_walks_the_lifecycle():

@@ -1,6 +1,6 @@
 import json
 
-from daccore import schema
+from daccore.settings import schema
 
 
 def test_schema_dir_matches_the_models():

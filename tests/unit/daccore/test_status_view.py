@@ -1,6 +1,6 @@
 """The one-line staging summary `dacctl status --line` and `scontrol show bbstat` print."""
 
-from daccore.status_view import staged_text, summary_line
+from daccore.records.status_view import staged_text, summary_line
 from daccore.units import format_duration
 
 MiB = 1 << 20

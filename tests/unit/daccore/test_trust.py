@@ -1,12 +1,12 @@
-"""daccore.trust: the rules a buffer record must keep before dacd acts on it (pure)."""
+"""daccore.rules.trust: the rules a buffer record must keep before dacd acts on it (pure)."""
 
 import json
 
 import pytest
 
-from daccore.config import DacConfig
 from daccore.errors import AdminError, UserError
-from daccore.trust import Untrusted, check_attachment, check_owner, parse_buffer
+from daccore.rules.trust import Untrusted, check_attachment, check_owner, parse_buffer
+from daccore.settings.config import DacConfig
 
 GiB = 1 << 30
 KEY = "/dac/v1/buffers/42"

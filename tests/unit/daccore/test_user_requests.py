@@ -3,7 +3,7 @@
 import pytest
 
 from daccore.errors import UserError
-from daccore.user_requests import VERBS, check_args
+from daccore.services.user_requests import VERBS, check_args
 
 
 def test_check_args_fills_what_was_not_given_with_none():

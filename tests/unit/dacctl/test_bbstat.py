@@ -7,9 +7,10 @@ import time
 import pytest
 from records import host, pool
 
-from daccore import buffer_doc, jobs
-from daccore.directives import parse_script
-from daccore.states import State
+from daccore.records import buffer_doc
+from daccore.records.states import State
+from daccore.rules.directives import parse_script
+from daccore.services import jobs
 from dacctl import bbstat
 
 GIB = 2**30
@@ -123,7 +124,7 @@ def test_dwstat_says_so_in_crays_words_when_there_is_nothing(store):
 
 
 def test_a_buffer_in_teardown_is_flagged_destroyed():
-    from daccore.dws import state_flags
+    from daccore.services.dws import state_flags
 
     assert state_flags("deleted", [{"state": "mounted"}, {"state": "deleted"}]) == "D--T-"
     assert state_flags("deleted", [{"state": "deleted"}]) == "D----"

@@ -1,10 +1,7 @@
 from fractions import Fraction
 
-from daccore.admin_views import buffer_detail
-from daccore.directives import parse_script
 from daccore.errors import Kind
-from daccore.estimate import report
-from daccore.models import (
+from daccore.records.models import (
     Allocation,
     BrickRef,
     Buffer,
@@ -13,6 +10,9 @@ from daccore.models import (
     Status,
     StatusError,
 )
+from daccore.rules.directives import parse_script
+from daccore.services.admin_views import buffer_detail
+from daccore.services.estimate import report
 from dacctl import render
 
 MiB = 1 << 20

@@ -1,6 +1,5 @@
-from daccore.admin_views import buffer_detail
 from daccore.errors import Kind
-from daccore.models import (
+from daccore.records.models import (
     Allocation,
     BrickRef,
     Buffer,
@@ -9,6 +8,7 @@ from daccore.models import (
     Status,
     StatusError,
 )
+from daccore.services.admin_views import buffer_detail
 from dacctl import render
 
 MiB = 1 << 20

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import REGISTRY
 
-from daccore.config import DacConfig
 from daccore.errors import AdminError, PlaybookFailed, StoreUnavailable, UserError
-from daccore.inventory import ClaimCounts, HostView, Inventory, PoolInfo
-from daccore.models import State
+from daccore.records.models import State
+from daccore.rules.inventory import ClaimCounts, HostView, Inventory, PoolInfo
+from daccore.settings.config import DacConfig
 from dacd import metrics
 
 

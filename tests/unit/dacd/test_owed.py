@@ -4,9 +4,9 @@ touches nothing an owed record names outside a node's mount root."""
 from recorded_site import RecordedSite
 
 from daccore.backends import get
-from daccore.config import DacConfig
 from daccore.errors import HostsUnreachable, PlaybookFailed
-from daccore.models import Owed
+from daccore.records.models import Owed
+from daccore.settings.config import DacConfig
 from dacd import owed
 
 

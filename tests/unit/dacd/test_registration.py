@@ -2,7 +2,7 @@
 
 import os
 
-from daccore.config import HostSettings
+from daccore.settings.config import HostSettings
 from dacd.registration import exposure
 
 

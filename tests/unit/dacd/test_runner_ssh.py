@@ -3,8 +3,8 @@ step leaves recorded as attached."""
 
 import shlex
 
-from daccore.config import SshSettings
 from daccore.errors import HostsUnreachable, Kind, PlaybookFailed
+from daccore.settings.config import SshSettings
 from dacd.reconciler import may_be_attached
 from dacd.runner import _hosts, ssh_environment
 

@@ -3,9 +3,9 @@
 import pytest
 
 from daccore.backends import get
-from daccore.config import DacConfig
 from daccore.errors import AdminError
-from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.records.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.settings.config import DacConfig
 
 GiB = 1 << 30
 

@@ -4,8 +4,8 @@ import pytest
 
 from daccore.backends import get
 from daccore.backends.lustre import fsname, partition
-from daccore.config import DacConfig
-from daccore.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.records.models import Allocation, BrickRef, Buffer, BufferRequest
+from daccore.settings.config import DacConfig
 
 GiB = 1 << 30
 

@@ -1,5 +1,5 @@
-"""The patterns and bounds every record obeys: what `daccore.models` validates with and
-`daccore.trust` checks by, in one place that imports nothing (the Slurm hooks use the patterns
+"""The patterns and bounds every record obeys: what `daccore.records.models` validates with and
+`daccore.rules.trust` checks by, in one place that imports nothing (the Slurm hooks use the patterns
 on their hot path, and the models and the checks both need them)."""
 
 __all__ = [

@@ -1,6 +1,6 @@
 """dac's state in etcd: records in, records out. The only module that reads or writes keys.
 
-Writers are unique per key (see `daccore.keys`); every read-modify-write compares the key's
+Writers are unique per key (see `daccore.records.keys`); every read-modify-write compares the key's
 mod_revision, and the allocation of a buffer is one transaction that creates the buffer and all
 of its claim keys, or changes nothing.
 
@@ -42,7 +42,8 @@ from daccore.etcd.types import (
     range_op,
 )
 from daccore.gcpause import gc_paused
-from daccore.inventory import (
+from daccore.records.keys import Keys, prefix_end
+from daccore.rules.inventory import (
     BrickInfo,
     ClaimCounts,
     Inventory,
@@ -50,17 +51,16 @@ from daccore.inventory import (
     parse_pools,
     views_of,
 )
-from daccore.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
     from typing import Callable, Iterable, Iterator, TypeVar
 
     from pydantic import BaseModel
 
-    from daccore.config import EtcdSettings
     from daccore.etcd.stream import LeaseKeeper, Watch
-    from daccore.inventory import PoolInfo
-    from daccore.models import Buffer, Host, Owed, Pool, Status
+    from daccore.records.models import Buffer, Host, Owed, Pool, Status
+    from daccore.rules.inventory import PoolInfo
+    from daccore.settings.config import EtcdSettings
 
     R = TypeVar("R", bound=BaseModel)
 
@@ -70,7 +70,7 @@ __all__ = ["Store", "Versioned", "Change", "PlacementView", "AllocationConflict"
 def _m():
     """The record models, imported on first use: pydantic costs ~150 ms to import, and the
     Slurm hooks that run inside slurmctld read what they need without it (`*_json` methods)."""
-    from daccore import models
+    from daccore.records import models
 
     return models
 
@@ -388,7 +388,7 @@ class Store:
         (`min_mod_revision`): a put shows, a delete alone lowers the count. At 1,000 servers
         these 2,000 keys were most of `pools` (the gateway marshals each: ~20 ms) and read
         twice by every setup; the cache is a file in the caller's 0700 cache directory, as
-        the config's is (daccore/config_cache.py), and a copy in memory."""
+        the config's is (daccore/settings/cache.py), and a copy in memory."""
         k = self.keys
         cached = self._views_cache()
         n = len(extra)
@@ -458,7 +458,7 @@ class Store:
         return extra_ranges, values, names, r.revision
 
     def _views_file(self) -> str | None:
-        from daccore.config_cache import cache_dir
+        from daccore.settings.cache import cache_dir
 
         d = cache_dir()
         if d is None:
@@ -494,7 +494,7 @@ class Store:
         try:
             path = self._views_file()
             if path is not None:
-                from daccore.config_cache import write_private_json
+                from daccore.settings.cache import write_private_json
 
                 write_private_json(path, doc)
         except OSError:
@@ -1028,7 +1028,7 @@ class Store:
 
     def buffer_text(self, name: str) -> Versioned | None:
         """The spec as etcd holds it, unparsed, with its key: for dacd, which checks every
-        record itself (daccore.trust) so that a bad one is skipped, not raised."""
+        record itself (daccore.rules.trust) so that a bad one is skipped, not raised."""
         key = self.keys.buffer(name)
         kv = self.client.get(key)
         return Versioned((key, kv.value), kv.mod_revision, kv.create_revision) if kv else None

@@ -10,9 +10,10 @@ __all__ = ["view", "summary_line", "staged_text"]
 
 
 def view(buf, statuses: dict) -> dict:
-    """A plain dict (the --json form), from the model (`daccore.buffer_doc.status_view`, which
+    """A plain dict (the --json form), from the model (`daccore.records.buffer_doc.status_view`,
+    which
     the JSON readers use, is the one place of its shape)."""
-    from daccore.buffer_doc import status_view
+    from daccore.records.buffer_doc import status_view
 
     return status_view(
         buf.model_dump(mode="json"),

@@ -13,8 +13,9 @@ one before acting (docs/security.md, "dacd trusts nothing it reads"):
 - sizes and counts are bounded: the request fits in the bricks allocated, swap in the
   request, stage lines and attachments in fixed limits.
 
-Static rules (patterns, bounds) are in `daccore.models` through the constants of
-`daccore.bounds`; the rules that need dacd's config are `check_buffer`. No pydantic at import:
+Static rules (patterns, bounds) are in `daccore.records.models` through the constants of
+`daccore.records.bounds`; the rules that need dacd's config are `check_buffer`. No pydantic at
+import:
 the Slurm hooks use the patterns on their hot path.
 """
 
@@ -23,12 +24,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from daccore.bounds import JOB_KEY, MAX_NODES, NAME
 from daccore.errors import AdminError, UserError
+from daccore.records.bounds import JOB_KEY, MAX_NODES, NAME
 
 if TYPE_CHECKING:
-    from daccore.config import DacConfig
-    from daccore.models import Buffer
+    from daccore.records.models import Buffer
+    from daccore.settings.config import DacConfig
 
 __all__ = ["Untrusted", "check_buffer", "check_owner", "check_attachment", "parse_buffer", "shown"]
 
@@ -71,7 +72,7 @@ def parse_buffer(key: str, text: str | bytes, config: DacConfig) -> Buffer:
     the key and the first rule it breaks."""
     from pydantic import ValidationError
 
-    from daccore.models import Buffer
+    from daccore.records.models import Buffer
 
     try:
         buf = Buffer.model_validate_json(text)

@@ -1,7 +1,8 @@
 """The records dac keeps in etcd, one pydantic model each.
 
-Every record is JSON in one etcd key (the layout is in `daccore.keys`); `schema/`
-holds the JSON Schema generated from these models (`python -m daccore.schema`). Records ignore
+Every record is JSON in one etcd key (the layout is in `daccore.records.keys`); `schema/`
+holds the JSON Schema generated from these models (`python -m daccore.settings.schema`). Records
+ignore
 unknown fields so that an older dacd can still read what a newer one wrote during a rolling upgrade.
 
 The scheduler side (dacctl) writes a buffer's spec: `Buffer`. Each storage host (dacd) writes
@@ -15,10 +16,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from daccore import bounds
 from daccore.errors import Kind
 from daccore.escape import printable
-from daccore.states import State
+from daccore.records import bounds
+from daccore.records.states import State
 
 __all__ = [
     "Name",
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 #: Names that are safe inside an etcd key and a path: hosts, bricks, pools, compute nodes.
-#: The patterns and bounds are daccore.bounds', which dacd checks every record against.
+#: The patterns and bounds are daccore.records.bounds', which dacd checks every record against.
 Name = Annotated[str, Field(pattern=bounds.NAME)]
 #: A job id (a job's buffer) or a persistent buffer's name.
 BufferName = Annotated[str, Field(pattern=bounds.BUFFER_NAME)]
@@ -208,7 +209,7 @@ class BrickRef(Record):
     brick: Name
     device: str = Field(
         description="for people reading the record: dacd takes the device from "
-        "its own config, by brick name (daccore.trust)"
+        "its own config, by brick name (daccore.rules.trust)"
     )
     capacity: Bytes
 
@@ -248,7 +249,7 @@ class Buffer(Record):
 
     name: BufferName
     owner_uid: int = Field(
-        ge=0, lt=2**32, description="at or above the config's min_owner_uid (daccore.trust)"
+        ge=0, lt=2**32, description="at or above the config's min_owner_uid (daccore.rules.trust)"
     )
     owner_gid: int = Field(ge=0, lt=2**32)
     job_id: int | None = Field(None, ge=0, lt=2**32)

@@ -187,7 +187,7 @@ def find_pool(
     """(pool, granularity, None), or (pool or None, None, why it is unknown). `read_pools()`
     returns the pools by name (Store.pools); an unreachable etcd (or user service) makes the
     pool unknown, not the estimate fail."""
-    from daccore.jobs import pick_pool
+    from daccore.services.jobs import pick_pool
 
     try:
         pools = read_pools()

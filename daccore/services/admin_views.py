@@ -2,7 +2,8 @@
 pure functions from records already read, so every rule here is tested without etcd.
 
 Who sees what: a user sees only the buffers they own; root sees every one (`visible`). The
-config's `admin_group` makes its members root here: `daccore.admin.rights` maps them to uid 0
+config's `admin_group` makes its members root here: `daccore.services.admin.rights` maps them to
+uid 0
 before these functions are called.
 """
 
@@ -35,7 +36,7 @@ STATES = ("new", "created", "staged_in", "mounted", "unmounted", "staged_out", "
 
 def visible(uid: int, buf) -> bool:
     """The rule of `dacctl status`: the owner sees their buffer, admins (uid 0 as
-    daccore.admin.rights gives it) see all."""
+    daccore.services.admin.rights gives it) see all."""
     return uid in (0, buf.owner_uid)
 
 

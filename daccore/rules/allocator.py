@@ -13,7 +13,7 @@ sample of them only (`sample`, "power of d choices": each count is an etcd range
 1,000 servers counting every host was most of etcd's cost of a setup). The single_host best
 fit is then the best fit within the sample, and across_servers takes the emptiest servers of
 the sample. A sample that cannot hold the request, or would give a server a second brick
-across servers (`crowded`), is widened to every host (daccore.buffers): a CapacityError
+across servers (`crowded`), is widened to every host (daccore.services.buffers): a CapacityError
 always comes from every host's count, with the same message as without sampling.
 
 Within a host, bricks spread over (socket, PCIe switch) groups before a group is used twice:
@@ -29,8 +29,8 @@ from __future__ import annotations
 import random
 
 from daccore.errors import CapacityError, NotFound, UserError
-from daccore.inventory import BrickInfo, Inventory, PoolInfo
-from daccore.models import PlacementPolicy
+from daccore.records.models import PlacementPolicy
+from daccore.rules.inventory import BrickInfo, Inventory, PoolInfo
 from daccore.units import bricks_needed, format_size
 
 __all__ = ["place", "plan", "pick", "sample", "crowded", "SAMPLE_HOSTS", "SAMPLE_HEADROOM"]

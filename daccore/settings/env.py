@@ -1,5 +1,6 @@
-"""Where the config comes from and how the environment overlays it: what `daccore.config` (the
-validating reader, pydantic and yaml) and `daccore.config_cache` (the hooks' cached reader,
+"""Where the config comes from and how the environment overlays it: what `daccore.settings.config`
+(the
+validating reader, pydantic and yaml) and `daccore.settings.cache` (the hooks' cached reader,
 standard library only) both need, so each imports this and neither imports the other's
 dependencies. Standard library only."""
 

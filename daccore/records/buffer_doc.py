@@ -1,6 +1,6 @@
 """A buffer's spec and statuses as etcd holds them (JSON): what Slurm's hooks and dac-bbstat
 read without pydantic (which costs them ~0.2 s, docs/performance.md). Every value they derive
-from a spec is computed here, once; `daccore.models` derives the same from the model, and
+from a spec is computed here, once; `daccore.records.models` derives the same from the model, and
 tests/unit/daccore/test_buffer_doc.py ties the two, so neither can drift. Standard library
 only."""
 

@@ -28,9 +28,9 @@ from pydantic import (
     model_validator,
 )
 
-from daccore.config_env import DEFAULT_PATH, apply_env, config_path, etcd_urls
 from daccore.errors import ConfigError
-from daccore.models import Backend, Name, PlacementPolicy
+from daccore.records.models import Backend, Name, PlacementPolicy
+from daccore.settings.env import DEFAULT_PATH, apply_env, config_path, etcd_urls
 from daccore.units import format_size, parse_size
 
 __all__ = [

@@ -19,11 +19,11 @@ import random
 import time
 from typing import Callable
 
-from daccore.allocator import crowded, pick, plan, sample
 from daccore.errors import CapacityError
 from daccore.gcpause import gc_paused
-from daccore.inventory import BrickInfo
-from daccore.models import Allocation, BrickRef, Buffer
+from daccore.records.models import Allocation, BrickRef, Buffer
+from daccore.rules.allocator import crowded, pick, plan, sample
+from daccore.rules.inventory import BrickInfo
 from daccore.store import AllocationConflict, PlacementView, Store
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,9 @@
 destroy-persistent), and the one set of rules that scopes them to the caller's own buffers.
 
 Two paths reach `answer`: dacctl itself, for root and admins, who read etcd with their own
-credential; and dac's user service (daccore.user_service), for everyone else, with the uid
-and gid munge verified. Both pass the caller's rights (daccore.admin.rights) the same way, so
+credential; and dac's user service (dacservice.users), for everyone else, with the uid
+and gid munge verified. Both pass the caller's rights (daccore.services.admin.rights) the same way,
+so
 what a user sees cannot depend on the path. Every answer is a plain JSON-ready dict: the
 service sends it as it is, and dacctl prints it the same whichever path it came by.
 """
@@ -21,14 +22,14 @@ __all__ = ["Caller", "VERBS", "answer", "check_args"]
 
 @dataclass(frozen=True)
 class Caller:
-    """Who asks: `rights` is `daccore.admin.rights` of uid (0 for root and admins)."""
+    """Who asks: `rights` is `daccore.services.admin.rights` of uid (0 for root and admins)."""
 
     uid: int
     gid: int
     rights: int
 
 
-#: a buffer's or pool's name, as daccore.models.Name: nothing else may reach a store key
+#: a buffer's or pool's name, as daccore.records.models.Name: nothing else may reach a store key
 _NAME = (str, re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"))
 _WORD = (str, re.compile(r"^[a-z_,]{1,64}$"))  # a state, access mode or type: its rule checks it
 _INT = (int, None)
@@ -80,7 +81,7 @@ def answer(store, config, caller: Caller, verb: object, args: object) -> dict:
 
 
 def _mine(store, caller: Caller, name: str):
-    from daccore.admin_views import visible
+    from daccore.services.admin_views import visible
 
     current = store.buffer(name)
     if current is None or not visible(caller.rights, current.record):
@@ -89,19 +90,19 @@ def _mine(store, caller: Caller, name: str):
 
 
 def _status(store, config, caller, buffer):
-    from daccore.status_view import view
+    from daccore.records.status_view import view
 
     return view(_mine(store, caller, buffer), store.statuses(buffer))
 
 
 def _pools(store, config, caller):
-    from daccore.inventory import summarize
+    from daccore.rules.inventory import summarize
 
     return {"pools": [s.as_dict() for s in summarize(store.summary_inventory())]}
 
 
 def _buffers(store, config, caller, owner_uid, state, pool):
-    from daccore.admin_views import STATES, buffer_rows
+    from daccore.services.admin_views import STATES, buffer_rows
 
     if state is not None and state not in STATES:
         raise UserError(f"no state '{state}' (states: {', '.join(STATES)})")
@@ -118,13 +119,13 @@ def _buffers(store, config, caller, owner_uid, state, pool):
 
 
 def _show(store, config, caller, buffer):
-    from daccore.admin_views import buffer_detail
+    from daccore.services.admin_views import buffer_detail
 
     return buffer_detail(_mine(store, caller, buffer), store.statuses(buffer))
 
 
 def _create(store, config, caller, name, capacity, pool, access, type, owner_uid, owner_gid):
-    from daccore import admin
+    from daccore.services import admin
 
     if name is None or capacity is None or capacity <= 0:
         raise UserError("create-persistent: give a name and a capacity greater than zero")
@@ -149,7 +150,7 @@ def _create(store, config, caller, name, capacity, pool, access, type, owner_uid
 
 
 def _destroy(store, config, caller, name):
-    from daccore import admin
+    from daccore.services import admin
 
     if name is None:
         raise UserError("destroy-persistent: give the buffer's name")

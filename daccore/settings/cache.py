@@ -1,11 +1,12 @@
 """The config as the hooks inside slurmctld read it: no yaml, no pydantic.
 
-`daccore.config` validates the YAML file with pydantic; importing the two costs ~200 ms, about
+`daccore.settings.config` validates the YAML file with pydantic; importing the two costs ~200 ms,
+about
 three times the whole budget of job_process, pools and paths (docs/performance.md). So the
 validated config is cached as JSON, keyed by the file's identity (path, inode, size, mtime):
 the first call after an edit validates and writes the cache, the others read it. The
 environment (DAC_ETCD_ENDPOINTS, ETCDCTL_*) is applied on every read, by the same functions
-`daccore.config` uses (`daccore.config_env`), so both paths always agree.
+`daccore.settings.config` uses (`daccore.settings.env`), so both paths always agree.
 
 The cache lives in $DAC_CACHE_DIR, else /var/cache/dac, else a 0700 directory of the calling
 user under the temp dir; a cache file not owned by the caller, or writable by others, is ignored.
@@ -17,7 +18,7 @@ import json
 import os
 from typing import Mapping
 
-from daccore.config_env import apply_env, config_path, etcd_urls
+from daccore.settings.env import apply_env, config_path, etcd_urls
 
 __all__ = ["load_settings", "cache_dir", "write_private_json"]
 
@@ -32,7 +33,7 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
     cache = _cache_file(source, env)
     data = _read_cache(cache, identity) if cache else None
     if data is None:
-        from daccore.config import load_config  # validates; raises ConfigError
+        from daccore.settings.config import load_config  # validates; raises ConfigError
 
         config = load_config(source, env={})
         # no `hosts`: no function that reads the cache needs them, and on a site of 1,000
@@ -55,7 +56,7 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
 
 
 def _identity(source: str) -> list:
-    # The schema's identity too: after an upgrade that changes daccore/config.py, a copy
+    # The schema's identity too: after an upgrade that changes daccore/settings/config.py, a copy
     # validated by the old code must not be served.
     schema = os.stat(os.path.join(os.path.dirname(__file__), "config.py"))
     code = [_VERSION, schema.st_size, schema.st_mtime_ns]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 import time
 
-from daccore import buffer_doc
-from daccore.directives import Directives
 from daccore.errors import CapacityError, NotFound, UserError
-from daccore.inventory import summarize
-from daccore.states import State
+from daccore.records import buffer_doc
+from daccore.records.states import State
+from daccore.rules.directives import Directives
+from daccore.rules.inventory import summarize
 from daccore.units import format_size
 
 __all__ = [
@@ -187,7 +187,7 @@ def _check_swap(d: Directives, pool, capacity: int) -> None:
 def _buffer(
     name: str, uid: int, gid: int, job_id: int | None, persistent: bool, request, allocation
 ):
-    from daccore.models import Buffer
+    from daccore.records.models import Buffer
 
     return Buffer(
         name=name,
@@ -213,8 +213,8 @@ def create_job_buffer(
     """Allocate the job's jobdw buffer (named after the job). False when the job has none.
     Idempotent: Slurm may run setup again after a slurmctld restart. A buffer in one of
     `own_mgs_pools` (DacConfig.own_mgs_pools) also takes its primary host's MGS slot."""
-    from daccore.buffers import allocate_buffer
-    from daccore.models import BufferRequest, StageRequest
+    from daccore.records.models import BufferRequest, StageRequest
+    from daccore.services.buffers import allocate_buffer
 
     validate(store, d, default_pool, uid, at_setup=True)
     if d.jobdw is None:
@@ -274,9 +274,9 @@ def create_persistent(
     persistent_caps as a dict, as every command passes it; None: no caps), checked and
     allocated under the owner's lock in etcd so that parallel creates never pass a cap
     together."""
-    from daccore.bounds import MAX_BYTES
-    from daccore.buffers import allocate_buffer
-    from daccore.models import BufferRequest
+    from daccore.records.bounds import MAX_BYTES
+    from daccore.records.models import BufferRequest
+    from daccore.services.buffers import allocate_buffer
 
     if access != "striped":
         raise UserError(
@@ -410,7 +410,7 @@ def _attachment(job: str, nodes: list[str] | None, state: State | None):
 def attach(store, job: str, nodes: list[str], names: list[str], state: State | None = None):
     """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
     them to it (a job buffer: MOUNTED, in the same change)."""
-    from daccore.trust import check_attachment
+    from daccore.rules.trust import check_attachment
 
     check_attachment(job, nodes)  # what dacd would refuse to act on is never written
     for name in names:
@@ -597,7 +597,7 @@ def _down_line(
 
 def paths_for(job: str, access: str, persistent: list[str], mount_root: str) -> list[str]:
     """The KEY=VALUE lines Slurm adds to the job's environment (DataWarp's names)."""
-    from daccore.layout import mount_path
+    from daccore.records.layout import mount_path
 
     modes = access.split(",")
     lines = [

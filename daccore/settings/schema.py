@@ -1,8 +1,8 @@
 """JSON Schema of every record and of the config, generated from the models into
 `schema/`.
 
-    python -m daccore.schema write    regenerate schema/*.json
-    python -m daccore.schema check    exit 1 when schema/ differs from the models
+    python -m daccore.settings.schema write    regenerate schema/*.json
+    python -m daccore.settings.schema check    exit 1 when schema/ differs from the models
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from daccore.config import DacConfig
-from daccore.models import RECORDS
+from daccore.records.models import RECORDS
+from daccore.settings.config import DacConfig
 from daccore.share import asset
 
 __all__ = ["schemas", "SCHEMA_DIR"]

@@ -28,7 +28,7 @@ import threading
 import time
 
 from daccore.errors import AdminError, DacError, InternalError, Kind, UserError
-from daccore.user_requests import Caller, answer
+from daccore.services.user_requests import Caller, answer
 
 __all__ = [
     "serve",
@@ -118,7 +118,7 @@ def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
 def caller(uid: int, gid: int, admin_group: str) -> Caller:
     """The rights of `uid`, from the group database: its primary group as munge gave it and
     the groups the system lists it in (a user unknown to passwd has only the munge gid)."""
-    from daccore.rights import groups_of, rights
+    from daccore.rules.rights import groups_of, rights
 
     return Caller(uid, gid, rights(uid, groups_of(uid, gid), admin_group))
 

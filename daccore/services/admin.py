@@ -1,19 +1,20 @@
 """What the admin commands change: draining hosts, and persistent buffers made and destroyed
-outside a job. The buffer rules are `daccore.jobs`'s, the ones Slurm's create_persistent and
+outside a job. The buffer rules are `daccore.services.jobs`'s, the ones Slurm's create_persistent
+and
 teardown go through; this module adds only who may ask.
 
-Admins are root and the members of the config's `admin_group` (`daccore.rights`).
+Admins are root and the members of the config's `admin_group` (`daccore.rules.rights`).
 """
 
 from __future__ import annotations
 
-from daccore import jobs
-from daccore.bb_policy import check_persistent
-from daccore.directives import PERSISTENT_NAME
 from daccore.errors import NotFound, UserError
-from daccore.models import State
-from daccore.rights import rights
-from daccore.trust import check_owner
+from daccore.records.models import State
+from daccore.rules.directives import PERSISTENT_NAME
+from daccore.rules.rights import rights
+from daccore.rules.trust import check_owner
+from daccore.services import jobs
+from daccore.settings.bb_policy import check_persistent
 
 __all__ = [
     "rights",
@@ -40,7 +41,7 @@ def set_drained(store, host: str, drained: bool, uid: int) -> list[str]:
     except NotFound:
         known = ", ".join(sorted(store.hosts())) or "none registered"
         raise NotFound(f"unknown host '{host}' (hosts: {known})") from None
-    from daccore.admin_views import sort_names
+    from daccore.services.admin_views import sort_names
 
     return sort_names({b for (h, _), b in store.claims().items() if h == host})
 

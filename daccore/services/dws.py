@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from daccore import buffer_doc
-from daccore.bounds import BUFFER_NAME, JOB_KEY
+from daccore.records import buffer_doc
+from daccore.records.bounds import BUFFER_NAME, JOB_KEY
 
 __all__ = ["Session", "sessions", "state_flags"]
 

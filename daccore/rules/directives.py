@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-from daccore.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
 from daccore.errors import UserError
+from daccore.records.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
 from daccore.units import parse_capacity
 
 __all__ = [
@@ -136,7 +136,7 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
                 raise DirectiveError(number, directive, f"'{name}' is attached twice")
             found.persistent.append(name)
             found.persistent_lines.append(number)
-            if len(found.persistent) > MAX_STAGE_LINES:  # a record's bound (daccore.bounds)
+            if len(found.persistent) > MAX_STAGE_LINES:  # a record's bound (daccore.records.bounds)
                 raise DirectiveError(
                     number, directive, f"more than {MAX_STAGE_LINES} persistentdw lines"
                 )

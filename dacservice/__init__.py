@@ -1,0 +1,5 @@
+"""The user service, a process of its own (`dacctl user-service`, systemd unit dac-users): users'
+dacctl commands, authenticated with munge, answered from the controller so users hold no etcd
+credential (docs/security.md).
+
+    users   the server, and `ask`, the client dacctl calls"""
