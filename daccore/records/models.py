@@ -148,7 +148,7 @@ class HostCapacity(Record):
 
     name: Name
     drained: bool = False
-    pools: dict[Name, int] = Field({}, description="bricks per pool")
+    pools: dict[Name, Annotated[int, Field(ge=0)]] = Field({}, description="bricks per pool")
 
     @classmethod
     def of(cls, host: Host) -> HostCapacity:
