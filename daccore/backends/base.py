@@ -131,8 +131,7 @@ def node_mounts(
 ) -> dict[str, dict[str, str]]:
     """What each compute node mounts for these attachments: node -> {mount point: the part of
     the buffer seen there}, the part being `striped` or `private/<node>` (daccore.records.layout
-    says
-    where, for every backend)."""
+    says where, for every backend)."""
     out: dict[str, dict[str, str]] = {}
     for job, nodes in attachments.items():
         for node in nodes:

@@ -2,13 +2,11 @@
 host has reached. dacd runs the step, records the state it reached, and asks again.
 
 Desired states come in lifecycle order (daccore.records.models.State); a host walks one state at a
-time
-toward the desired one, so a spec that jumps from created to mounted still gets stage_in first.
-Teardown (desired DELETED) may come from anywhere and always proceeds, even after a failure,
-so a broken buffer can still be cleaned up. After any other failure the host waits until the
-spec changes (a higher generation): Slurm answers a failed step by holding or tearing down the
-job; a stage asked for again after it failed comes as a newer spec
-(daccore.services.jobs.set_desired).
+time toward the desired one, so a spec that jumps from created to mounted still gets stage_in first.
+Teardown (desired DELETED) may come from anywhere and always proceeds, even after a failure, so a
+broken buffer can still be cleaned up. After any other failure the host waits until the spec changes
+(a higher generation): Slurm answers a failed step by holding or tearing down the job; a stage asked
+for again after it failed comes as a newer spec (daccore.services.jobs.set_desired).
 
 Mounts on compute nodes follow the spec's attachments (job id -> nodes): the "mount" step
 makes the host's mounts match them, mounting what is new and unmounting what is gone. A job

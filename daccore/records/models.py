@@ -2,8 +2,8 @@
 
 Every record is JSON in one etcd key (the layout is in `daccore.records.keys`); `schema/`
 holds the JSON Schema generated from these models (`python -m daccore.settings.schema`). Records
-ignore
-unknown fields so that an older dacd can still read what a newer one wrote during a rolling upgrade.
+ignore unknown fields so that an older dacd can still read what a newer one wrote during a rolling
+upgrade.
 
 The scheduler side (dacctl) writes a buffer's spec: `Buffer`. Each storage host (dacd) writes
 what it observed: `Status`. Neither writes the other's key.

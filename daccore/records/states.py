@@ -1,7 +1,6 @@
 """A buffer's lifecycle states, in order. Standard library only: the Slurm functions walk them
 on plain JSON records without importing pydantic (docs/performance.md); `daccore.records.models`
-uses
-the same enum for its records."""
+uses the same enum for its records."""
 
 from __future__ import annotations
 

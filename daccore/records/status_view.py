@@ -11,8 +11,7 @@ __all__ = ["view", "summary_line", "staged_text"]
 
 def view(buf, statuses: dict) -> dict:
     """A plain dict (the --json form), from the model (`daccore.records.buffer_doc.status_view`,
-    which
-    the JSON readers use, is the one place of its shape)."""
+    which the JSON readers use, is the one place of its shape)."""
     from daccore.records.buffer_doc import status_view
 
     return status_view(

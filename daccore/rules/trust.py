@@ -15,8 +15,7 @@ one before acting (docs/security.md, "dacd trusts nothing it reads"):
 
 Static rules (patterns, bounds) are in `daccore.records.models` through the constants of
 `daccore.records.bounds`; the rules that need dacd's config are `check_buffer`. No pydantic at
-import:
-the Slurm hooks use the patterns on their hot path.
+import: the Slurm hooks use the patterns on their hot path.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """What the admin commands change: draining hosts, and persistent buffers made and destroyed
 outside a job. The buffer rules are `daccore.services.jobs`'s, the ones Slurm's create_persistent
-and
-teardown go through; this module adds only who may ask.
+and teardown go through; this module adds only who may ask.
 
 Admins are root and the members of the config's `admin_group` (`daccore.rules.rights`).
 """

@@ -4,9 +4,8 @@ destroy-persistent), and the one set of rules that scopes them to the caller's o
 Two paths reach `answer`: dacctl itself, for root and admins, who read etcd with their own
 credential; and dac's user service (dacservice.users), for everyone else, with the uid
 and gid munge verified. Both pass the caller's rights (daccore.services.admin.rights) the same way,
-so
-what a user sees cannot depend on the path. Every answer is a plain JSON-ready dict: the
-service sends it as it is, and dacctl prints it the same whichever path it came by.
+so what a user sees cannot depend on the path. Every answer is a plain JSON-ready dict: the service
+sends it as it is, and dacctl prints it the same whichever path it came by.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The config as the hooks inside slurmctld read it: no yaml, no pydantic.
 
 `daccore.settings.config` validates the YAML file with pydantic; importing the two costs ~200 ms,
-about
-three times the whole budget of job_process, pools and paths (docs/performance.md). So the
-validated config is cached as JSON, keyed by the file's identity (path, inode, size, mtime):
-the first call after an edit validates and writes the cache, the others read it. The
-environment (DAC_ETCD_ENDPOINTS, ETCDCTL_*) is applied on every read, by the same functions
+about three times the whole budget of job_process, pools and paths (docs/performance.md). So the
+validated config is cached as JSON, keyed by the file's identity (path, inode, size, mtime): the
+first call after an edit validates and writes the cache, the others read it. The environment
+(DAC_ETCD_ENDPOINTS, ETCDCTL_*) is applied on every read, by the same functions
 `daccore.settings.config` uses (`daccore.settings.env`), so both paths always agree.
 
 The cache lives in $DAC_CACHE_DIR, else /var/cache/dac, else a 0700 directory of the calling
