@@ -1,8 +1,7 @@
 """Budget: allocator over 1,000 hosts x 24 bricks with 30 % claimed, p99 decision <= 50 ms.
 
 Each decision is timed with the garbage collector paused, as
-`daccore.services.buffers.allocate_buffer`
-runs it (see daccore/gcpause.py for why).
+`daccore.services.buffers.allocate_buffer` runs it (see daccore/gcpause.py for why).
 
     .venv/bin/python bench/allocator.py
 """

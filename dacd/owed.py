@@ -1,15 +1,14 @@
 """A compute node dead at teardown never holds a buffer's bricks (docs/reliability.md, "A node
 dead at teardown").
 
-When a teardown (delete) reached every storage server and every live node, and only compute
-nodes did not answer, the buffer's filesystem is gone: its targets are stopped and wiped on
-the servers, so a node that comes back can reach nothing of it, and the bricks can serve the
-next buffer (under a new Lustre fsname, a new DAOS pool). What such a node still owes is its
-client mounts of the dead filesystem: recorded as `owed/<node>/<buffer>`
-(daccore.records.models.Owed),
-shown by `dacctl owed`, unmounted by the primary's dacd once the node answers again, or
-declared gone by an admin (`dacctl forget-node`). A storage server that does not answer never
-counts as done: its bricks may still hold the filesystem.
+When a teardown (delete) reached every storage server and every live node, and only compute nodes
+did not answer, the buffer's filesystem is gone: its targets are stopped and wiped on the servers,
+so a node that comes back can reach nothing of it, and the bricks can serve the next buffer (under a
+new Lustre fsname, a new DAOS pool). What such a node still owes is its client mounts of the dead
+filesystem: recorded as `owed/<node>/<buffer>` (daccore.records.models.Owed), shown by `dacctl
+owed`, unmounted by the primary's dacd once the node answers again, or declared gone by an admin
+(`dacctl forget-node`). A storage server that does not answer never counts as done: its bricks may
+still hold the filesystem.
 """
 
 from __future__ import annotations

@@ -75,8 +75,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 # Directive=DW: burst_buffer/lua then hands DataWarp's #DW lines to the hooks unchanged.
-# Flags=EnablePersistent: users may make persistent buffers with dacctl
-# (daccore/settings/bb_policy.py).
+# Flags=EnablePersistent: users may make persistent buffers with dacctl (settings/bb_policy.py).
 # TeardownFailure: a job held by a failed setup or stage-in is torn down at once, so it keeps
 # no pool capacity in Slurm or dac while held (issue 30; docs/slurm.md, "A job held by a
 # failed setup or stage-in").

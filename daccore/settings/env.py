@@ -1,8 +1,7 @@
 """Where the config comes from and how the environment overlays it: what `daccore.settings.config`
-(the
-validating reader, pydantic and yaml) and `daccore.settings.cache` (the hooks' cached reader,
-standard library only) both need, so each imports this and neither imports the other's
-dependencies. Standard library only."""
+(the validating reader, pydantic and yaml) and `daccore.settings.cache` (the hooks' cached reader,
+standard library only) both need, so each imports this and neither imports the other's dependencies.
+Standard library only."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""daccore.records.buffer_doc (the JSON readers' derived values) against daccore.records.models
-(the model's):
-the same answers for the same buffer, so neither can drift from the other."""
+"""daccore.records.buffer_doc (the JSON readers' derived values) against daccore.records.models (the
+model's): the same answers for the same buffer, so neither can drift from the other."""
 
 import grp
 import os
