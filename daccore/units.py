@@ -16,7 +16,7 @@ _DECIMAL = {"kb": 1, "mb": 2, "gb": 3, "tb": 4, "pb": 5}
 _SIZE = re.compile(r"^[ \t]*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)[ \t]*([A-Za-z]*)[ \t]*$")
 #: Slurm's suffix_mult (src/common/slurm_protocol_defs.c, unchanged 22.05 to 26.05), plus "b",
 #: which it does not know and so reads as bytes, as dac does
-_SLURM_UNITS = {
+_SLURM_UNITS: dict[str, int] = {  # int ** int is Any to mypy (a negative power is a float)
     "": 1,
     "b": 1,
     **{u: 1024**e for e, p in enumerate("kmgtp", 1) for u in (p, p + "ib")},
@@ -56,8 +56,9 @@ def parse_size(text: str | int) -> int:
     if "." in number:
         # Exact decimal arithmetic: float would turn 1.1GB into 1100000000.0000002.
         whole, frac = number.split(".")
-        num = int(whole or "0") * 10 ** len(frac) + int(frac)
-        return -(-num * scale // 10 ** len(frac))
+        ten_to: int = 10 ** len(frac)  # typed: int ** int is Any to mypy
+        num = int(whole or "0") * ten_to + int(frac)
+        return -(-num * scale // ten_to)
     return int(number) * scale
 
 

@@ -6,20 +6,27 @@ only."""
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from typing import Any
+
+    #: a JSON object as etcd holds it (a spec, a status, a progress): its shape is the model's
+    Doc = dict[str, Any]
+
 __all__ = ["hosts", "size", "status_view"]
 
 
-def hosts(doc: dict) -> list[str]:
+def hosts(doc: Doc) -> list[str]:
     """The storage hosts holding its bricks (`Allocation.hosts`)."""
     return sorted({b["host"] for b in doc["allocation"]["bricks"]})
 
 
-def size(doc: dict) -> int:
+def size(doc: Doc) -> int:
     """Its bytes, the bricks' capacities summed (`Allocation.size`)."""
     return sum(b["capacity"] for b in doc["allocation"]["bricks"])
 
 
-def status_view(doc: dict, statuses: dict[str, dict]) -> dict:
+def status_view(doc: Doc, statuses: dict[str, Doc]) -> Doc:
     """The buffer's status as `dacctl status --json` prints it: the spec's desired state and,
     per host, what it reached, the running step, staging progress and any error. `statuses`:
     host -> status document."""

@@ -6,10 +6,17 @@ from __future__ import annotations
 from daccore.escape import printable
 from daccore.units import format_duration, format_size
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from daccore.records.buffer_doc import Doc
+    from daccore.records.models import Buffer, Status
+
 __all__ = ["view", "summary_line", "staged_text"]
 
 
-def view(buf, statuses: dict) -> dict:
+def view(buf: Buffer, statuses: Mapping[str, Status | None]) -> Doc:
     """A plain dict (the --json form), from the model (`daccore.records.buffer_doc.status_view`,
     which the JSON readers use, is the one place of its shape)."""
     from daccore.records.buffer_doc import status_view
@@ -20,7 +27,7 @@ def view(buf, statuses: dict) -> dict:
     )
 
 
-def summary_line(v: dict) -> str:
+def summary_line(v: Doc) -> str:
     """e.g. `buffer 7: staged_in -> mounted, stage_in, staged 12.0MiB/40.0MiB 30% 120/400 files
     at 20.0MiB/s, 1s left`."""
     states = sorted({h["state"] or "new" for h in v["hosts"]})
@@ -39,7 +46,7 @@ def summary_line(v: dict) -> str:
     return printable(line)  # Slurm prints it to whoever ran scontrol show bbstat
 
 
-def staged_text(progress: list[dict]) -> str:
+def staged_text(progress: list[Doc]) -> str:
     """Bytes and files done of the total, the rate and the time left, summed over hosts (only
     the primary stages): `12.0MiB/40.0MiB 30% 120/400 files at 20.0MiB/s, 1s left`. While the
     copier still walks the tree the totals only grow: `counting` stands for the percentage and
