@@ -30,6 +30,10 @@ from daccore.errors import UserError
 from daccore.records.bounds import MAX_PATH, MAX_STAGE_LINES, MAX_STAGE_TEXT
 from daccore.units import parse_capacity
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 __all__ = [
     "DirectiveError",
     "JobDW",
@@ -178,7 +182,7 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
     return found
 
 
-def _directive_lines(script: str, prefixes: set[str]):
+def _directive_lines(script: str, prefixes: set[str]) -> Iterator[tuple[int, str]]:
     """(line number, text after the prefix) of each directive in the leading comment block,
     with `\\` continuations joined (numbered by their first line)."""
     lines = script.split("\n")

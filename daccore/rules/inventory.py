@@ -21,6 +21,13 @@ from collections import Counter, namedtuple
 
 from daccore.errors import InternalError
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the pools hook; mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from daccore.records.buffer_doc import Doc
+
 __all__ = [
     "PoolInfo",
     "BrickInfo",
@@ -55,8 +62,8 @@ class HostInfo:
         name: str,
         alive: bool,
         drained: bool,
-        bricks: list | None = None,
-        warnings: list | None = None,
+        bricks: list[BrickInfo] | None = None,
+        warnings: list[str] | None = None,
     ):
         self.name, self.alive, self.drained = name, alive, drained
         self.bricks: list[BrickInfo] = bricks if bricks is not None else []
@@ -69,7 +76,11 @@ class ClaimCounts:
 
     __slots__ = ("per_pool", "per_host")
 
-    def __init__(self, per_pool: dict | None = None, per_host: dict | None = None):
+    def __init__(
+        self,
+        per_pool: dict[str, int] | None = None,
+        per_host: dict[tuple[str, str], int] | None = None,
+    ):
         self.per_pool: dict[str, int] = per_pool if per_pool is not None else {}
         self.per_host: dict[tuple[str, str], int] = per_host if per_host is not None else {}
 
@@ -92,7 +103,7 @@ class Inventory:
         #: buffers whose chunked allocation was cut short (daccore.store: intents)
         self.dead_intents: list[str] = []
         self._hosts: dict[str, HostInfo] | None = hosts
-        self._raw: dict[str, dict] | None = None
+        self._raw: dict[str, Doc] | None = None
         self._alive: set[str] = set()
         self._views: list[HostView] | None = None
         self._counts: ClaimCounts | None = None
@@ -148,7 +159,7 @@ class Inventory:
             self._hosts = {name: self._host(name) for name in self._records()}
         return self._hosts
 
-    def _records(self) -> dict[str, dict]:
+    def _records(self) -> dict[str, Doc]:
         if self._raw is None:
             raise InternalError("this inventory was read without host records")
         return self._raw
@@ -238,7 +249,7 @@ def parse_pools(pools: list[bytes]) -> dict[str, PoolInfo]:
     }
 
 
-def parse_hosts(hosts: list[bytes]) -> list[dict]:
+def parse_hosts(hosts: list[bytes]) -> list[Doc]:
     """Host records as plain JSON, those of a host record's shape."""
     return _loads_all(hosts, _host_ok)
 
@@ -251,7 +262,7 @@ def views_of(capacities: list[bytes], alive: set[str]) -> list[HostView]:
     ]
 
 
-def _loads_all(values: list[bytes], ok=None) -> list[dict]:
+def _loads_all(values: list[bytes], ok: Callable[[Doc], bool] | None = None) -> list[Doc]:
     """The records that are JSON objects of the right shape (`ok`); any other is left out, as
     a pool or host no dacd registered: a record no dac writer wrote (dacd's log and the admin
     commands name it) must not stop the pools hook, job_process or placement for every job."""
@@ -269,14 +280,14 @@ def _loads_all(values: list[bytes], ok=None) -> list[dict]:
     ]
 
 
-def _loads(value: bytes):
+def _loads(value: bytes) -> Any:
     try:
         return json.loads(value)
     except (ValueError, RecursionError):
         return None
 
 
-def _pool_ok(p: dict) -> bool:
+def _pool_ok(p: Doc) -> bool:
     return (
         type(p.get("granularity")) is int
         and p["granularity"] > 0
@@ -284,7 +295,7 @@ def _pool_ok(p: dict) -> bool:
     )
 
 
-def _capacity_ok(c: dict) -> bool:
+def _capacity_ok(c: Doc) -> bool:
     pools = c.get("pools", {})
     return (
         isinstance(c.get("drained", False), bool)
@@ -293,7 +304,7 @@ def _capacity_ok(c: dict) -> bool:
     )
 
 
-def _host_ok(h: dict) -> bool:
+def _host_ok(h: Doc) -> bool:
     bricks = h.get("bricks", [])
     return (
         isinstance(h.get("drained", False), bool)
@@ -318,7 +329,7 @@ class PoolSummary(
 
     __slots__ = ()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "backend": self.backend,

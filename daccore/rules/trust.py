@@ -40,7 +40,7 @@ class Untrusted(AdminError):
     validated writers, or the dacds' configs disagree. An admin must look."""
 
 
-def shown(value, limit: int = 60) -> str:
+def shown(value: object, limit: int = 60) -> str:
     """An untrusted value fit for one log line: quoted, escaped, cut short."""
     text = ascii(value)
     return text if len(text) <= limit else text[:limit] + "..."

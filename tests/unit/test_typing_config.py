@@ -16,6 +16,7 @@ STRICT = {
     "daccore.escape",
     "daccore.gcpause",
     "daccore.records.*",
+    "daccore.rules.*",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only
