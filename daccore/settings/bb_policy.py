@@ -20,10 +20,26 @@ import pwd
 
 from daccore.errors import AdminError, UserError
 
+TYPE_CHECKING = False  # typing's own: the user service imports no more for it; mypy: True
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from daccore.settings.config import DacConfig
+
+    class Rules(TypedDict):
+        """What read_rules finds: AllowUsers (None: not given), DenyUsers, the flags."""
+
+        allow: set[str] | None
+        deny: set[str]
+        enable: bool
+        disable: bool
+        teardown_failure: bool
+
+
 __all__ = ["check_persistent", "read_rules", "site_warnings"]
 
 
-def read_rules(path: str) -> dict:
+def read_rules(path: str) -> Rules:
     """{"allow": set|None, "deny": set, "enable": bool} from burst_buffer.conf; keys are
     case-insensitive and a later line wins, as in Slurm's parser."""
     try:
@@ -34,7 +50,7 @@ def read_rules(path: str) -> dict:
             f"burst_buffer_conf {path}: {e.strerror}: an admin must make it "
             "readable by dac's user service, or set burst_buffer_conf to ''"
         ) from None
-    rules: dict = {
+    rules: Rules = {
         "allow": None,
         "deny": set(),
         "enable": False,
@@ -91,7 +107,7 @@ def _uids(words: set[str]) -> set[int]:
     return out
 
 
-def check_persistent(config, uid: int, rights: int, verb: str) -> None:
+def check_persistent(config: DacConfig, uid: int, rights: int, verb: str) -> None:
     """UserError, one line naming the rule, unless user `uid` (dac's `rights` of it: 0 for
     root and admins) may `verb` ("create" or "destroy") a persistent buffer."""
     path = config.burst_buffer_conf

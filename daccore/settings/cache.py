@@ -15,16 +15,24 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Mapping
 
 from daccore.settings.env import apply_env, config_path, etcd_urls
+
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    #: the config as JSON data (DacConfig's fields but `hosts`, plus `own_mgs_pools`), or any
+    #: JSON document written with write_private_json
+    Json = dict[str, Any]
 
 __all__ = ["load_settings", "cache_dir", "write_private_json"]
 
 _VERSION = 2
 
 
-def load_settings(path: str | None = None, env: Mapping[str, str] | None = None) -> dict:
+def load_settings(path: str | None = None, env: Mapping[str, str] | None = None) -> Json:
     """The validated config as plain JSON data, environment applied. Raises ConfigError."""
     env = os.environ if env is None else env
     source = config_path(path, env)
@@ -54,7 +62,7 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
     return data
 
 
-def _identity(source: str) -> list:
+def _identity(source: str) -> list[object]:
     # The schema's identity too: after an upgrade that changes daccore/settings/config.py, a copy
     # validated by the old code must not be served.
     schema = os.stat(os.path.join(os.path.dirname(__file__), "config.py"))
@@ -99,7 +107,7 @@ def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def _read_cache(cache: str, identity: list) -> dict | None:
+def _read_cache(cache: str, identity: list[object]) -> Json | None:
     try:
         fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -115,11 +123,11 @@ def _read_cache(cache: str, identity: list) -> dict | None:
     return cached.get("config") if cached.get("identity") == identity else None
 
 
-def _write_cache(cache: str, identity: list, data: dict) -> None:
+def _write_cache(cache: str, identity: list[object], data: Json) -> None:
     write_private_json(cache, {"identity": identity, "config": data})
 
 
-def write_private_json(path: str, doc: dict) -> None:
+def write_private_json(path: str, doc: Json) -> None:
     """Replace `path` atomically with `doc`, readable by the caller alone; best effort (a
     cache that cannot be written is only slower). Never writes through a link."""
     import threading

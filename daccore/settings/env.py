@@ -6,7 +6,11 @@ Standard library only."""
 from __future__ import annotations
 
 import os
-from typing import Mapping
+
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 __all__ = ["DEFAULT_PATH", "config_path", "apply_env", "etcd_urls"]
 
@@ -19,7 +23,7 @@ def config_path(path: str | None = None, env: Mapping[str, str] | None = None) -
     return path or env.get("DAC_CONFIG") or DEFAULT_PATH
 
 
-def apply_env(data: dict, env: Mapping[str, str]) -> dict:
+def apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     """Overlay the environment on config data, as etcdctl does: DAC_ETCD_ENDPOINTS, else
     ETCDCTL_ENDPOINTS; ETCDCTL_CACERT/CERT/KEY."""
     etcd = data.setdefault("etcd", {})

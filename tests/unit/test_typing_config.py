@@ -17,6 +17,7 @@ STRICT = {
     "daccore.gcpause",
     "daccore.records.*",
     "daccore.rules.*",
+    "daccore.settings.*",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only
