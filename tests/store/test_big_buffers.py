@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 from records import buffer_maker, host, pool
 
-from daccore import store as store_module
 from daccore.errors import CapacityError
 from daccore.etcd.types import EtcdRequestError, put_op
 from daccore.rules.inventory import summarize
 from daccore.services.buffers import allocate_buffer
 from daccore.store import CLAIMS_PER_TXN, AllocationConflict, Store
+from daccore.store import claims as claims_module
 
 HOSTS, BRICKS = 128, 16  # 2,048 bricks: 2 PiB of 1 TiB bricks, the biggest pool the issue names
 
@@ -82,7 +82,7 @@ class Crash(BaseException):
 
 
 def test_a_call_cut_short_between_chunks_is_rolled_back_by_the_next(big, monkeypatch):
-    monkeypatch.setattr(store_module, "INTENT_TTL", 2)
+    monkeypatch.setattr(claims_module, "INTENT_TTL", 2)
     real_chunk = Store._claim_chunk
     chunks = Counter()
 
@@ -101,7 +101,7 @@ def test_a_call_cut_short_between_chunks_is_rolled_back_by_the_next(big, monkeyp
     with pytest.raises(Crash):
         allocate_buffer(big, buffer_maker("huge", 1000 * 100), capacity=1000 * 100, pool="p")
     monkeypatch.undo()
-    monkeypatch.setattr(store_module, "INTENT_TTL", 2)
+    monkeypatch.setattr(claims_module, "INTENT_TTL", 2)
     held = big.claims()
     assert len(held) == 2 * CLAIMS_PER_TXN and set(held.values()) == {"huge"}
     assert big.buffer("huge") is None
