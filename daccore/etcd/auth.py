@@ -128,7 +128,7 @@ class Credential:
 
     # -- the token cache of short-lived processes ---------------------------------------------
 
-    def _identity(self) -> list | None:
+    def _identity(self) -> list[object] | None:
         """The credential file's identity: a token cached under another file (or an edited
         one) is not served. Stat needs only the directory's search permission, so an account
         without it learns so here, before any network round trip."""

@@ -28,7 +28,17 @@ from daccore.etcd.types import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
     from daccore.etcd.auth import Credential
+
+    T = TypeVar("T")
+    #: a call's gRPC metadata: the role's token, when there is a credential
+    Metadata = tuple[tuple[str, str], ...]
+
+# aetcd's generated messages carry no types (they are Any to mypy): the fields dac reads from an
+# answer are put in typed names before they leave this module.
 
 __all__ = ["GrpcTransport"]
 
@@ -121,7 +131,7 @@ class GrpcTransport:
         self._watch = rpc_pb2_grpc.WatchStub(self._channel)
         self._auth = rpc_pb2_grpc.AuthStub(self._channel)
 
-    def _authed(self, fn):
+    def _authed(self, fn: Callable[[Metadata | None], T]) -> T:
         """`fn(metadata)`, with the role's token when there is a credential."""
         if self.credential is None:
             return fn(None)
@@ -131,14 +141,15 @@ class GrpcTransport:
 
     def authenticate(self, user: str, password: str) -> str:
         try:
-            return self._auth.Authenticate(
+            token: str = self._auth.Authenticate(
                 rpc_pb2.AuthenticateRequest(name=user, password=password), timeout=self.timeout
             ).token
         except grpc.RpcError as e:
             raise _translate(e, "authenticate") from e
+        return token
 
-    def _unary(self, method, request, what: str):
-        def once(metadata):
+    def _unary(self, method: Callable[..., Any], request: object, what: str) -> Any:
+        def once(metadata: Metadata | None) -> Any:
             try:
                 return method(request, timeout=self.timeout, metadata=metadata)
             except grpc.RpcError as e:
@@ -168,7 +179,8 @@ class GrpcTransport:
         r = self._unary(
             self._kv.Put, rpc_pb2.PutRequest(key=key_bytes(key), value=value, lease=lease), "put"
         )
-        return r.header.revision
+        revision: int = r.header.revision
+        return revision
 
     def delete(self, key: str, range_end: str | None) -> int:
         r = self._unary(
@@ -178,7 +190,8 @@ class GrpcTransport:
             ),
             "delete",
         )
-        return r.deleted
+        deleted: int = r.deleted
+        return deleted
 
     def txn(self, compare: list[Compare], success: list[Op], failure: list[Op]) -> TxnResult:
         r = self._unary(
@@ -209,17 +222,19 @@ class GrpcTransport:
         r = self._unary(self._lease.LeaseGrant, rpc_pb2.LeaseGrantRequest(TTL=ttl), "lease grant")
         if r.error:
             raise EtcdRequestError("lease grant", None, r.error)
-        return r.ID
+        lease: int = r.ID
+        return lease
 
     def lease_keepalive(self, lease: int) -> int:
-        def once(metadata):
+        def once(metadata: Metadata | None) -> int:
             try:
                 for r in self._lease.LeaseKeepAlive(
                     iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease)]),
                     timeout=self.timeout,
                     metadata=metadata,
                 ):
-                    return r.TTL
+                    ttl: int = r.TTL
+                    return ttl
             except grpc.RpcError as e:
                 raise _translate(e, "lease keepalive") from e
             raise Unreachable("lease keepalive stream ended without an answer")
@@ -251,9 +266,11 @@ class _GrpcWatch:
     """One bidirectional Watch stream. The request side stays open until close(): etcd ends a
     watch whose client has half-closed the stream."""
 
-    def __init__(self, transport: GrpcTransport, request: rpc_pb2.WatchRequest, metadata):
+    def __init__(
+        self, transport: GrpcTransport, request: rpc_pb2.WatchRequest, metadata: Metadata | None
+    ):
         self._transport, self._metadata = transport, metadata
-        self._requests: queue.Queue = queue.Queue()
+        self._requests: queue.Queue[rpc_pb2.WatchRequest | None] = queue.Queue()
         self._requests.put(request)
         self._call = transport._watch.Watch(iter(self._requests.get, None), metadata=metadata)
 
@@ -295,7 +312,7 @@ class _GrpcWatch:
         self._call.cancel()
 
 
-def _credentials(cacert: str | None, cert: str | None, key: str | None):
+def _credentials(cacert: str | None, cert: str | None, key: str | None) -> grpc.ChannelCredentials:
     def read(path: str | None) -> bytes | None:
         if not path:
             return None

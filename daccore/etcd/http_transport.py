@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
     from daccore.etcd.auth import Credential
 
+    #: a JSON object, as the gateway takes and answers it
+    Json = dict[str, Any]
+
 from daccore.errors import AdminError
 from daccore.etcd.types import (
     KV,
@@ -53,7 +56,7 @@ def _b64(data: str | bytes) -> str:
     return base64.b64encode(key_bytes(data) if isinstance(data, str) else data).decode()
 
 
-def _kv(d: dict) -> KV:
+def _kv(d: Json) -> KV:
     value = d.get("value")
     return KV(
         key=key_text(binascii.a2b_base64(d["key"])),
@@ -65,7 +68,7 @@ def _kv(d: dict) -> KV:
     )
 
 
-def _op(op: Op) -> dict:
+def _op(op: Op) -> Json:
     body: dict[str, Any] = {"key": _b64(op.key)}
     if op.range_end:
         body["range_end"] = _b64(op.range_end)
@@ -87,7 +90,7 @@ def _op(op: Op) -> dict:
     return {"request_range": body}
 
 
-def _compare(c: Compare) -> dict:
+def _compare(c: Compare) -> Json:
     field = "create_revision" if c.target == "CREATE" else "mod_revision"
     return {"key": _b64(c.key), "target": c.target, "result": "EQUAL", field: str(c.revision)}
 
@@ -242,7 +245,7 @@ class HttpTransport:
         except (OSError, ValueError) as e:
             raise Unreachable(_describe(e)) from e
 
-    def call(self, path: str, body: dict) -> dict:
+    def call(self, path: str, body: Json) -> Json:
         payload = json.dumps(body).encode()
         if self.credential is None:
             return self._post(path, payload, None)
@@ -252,9 +255,10 @@ class HttpTransport:
 
     def authenticate(self, user: str, password: str) -> str:
         body = json.dumps({"name": user, "password": password}).encode()
-        return self._post("/v3/auth/authenticate", body, None)["token"]
+        token: str = self._post("/v3/auth/authenticate", body, None)["token"]
+        return token
 
-    def _post(self, path: str, payload: bytes, token: str | None) -> dict:
+    def _post(self, path: str, payload: bytes, token: str | None) -> Json:
         conn = getattr(self._local, "conn", None)
         fresh = conn is None
         for _ in range(2):
@@ -271,7 +275,8 @@ class HttpTransport:
                     raise Unreachable(_describe(e)) from e
                 fresh = True  # a kept-alive connection the server had closed: one fresh try
         if status == 200:
-            return json.loads(data)
+            answer: Json = json.loads(data)
+            return answer
         code, message = _gateway_error(status, data)
         if code in _RETRY_CODES or status in (502, 503, 504):
             raise Unreachable(message)

@@ -132,7 +132,7 @@ class WatchMessage:
     def __init__(
         self,
         revision: int,
-        events: list,
+        events: list[Event],
         created: bool = False,
         compact_revision: int = 0,
         canceled: bool = False,

@@ -18,6 +18,7 @@ STRICT = {
     "daccore.records.*",
     "daccore.rules.*",
     "daccore.settings.*",
+    "daccore.etcd.*",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only
