@@ -16,6 +16,7 @@ controller (only hugetlb; the others are cgroup v1), so the limits are rlimits, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -37,10 +38,12 @@ from daccore.rules.directives import BUFFER_PATH
 from dacd.copier import encode_plan
 from dacd.metrics import StageMeter
 
-__all__ = ["Run", "stage", "time_limit"]
+__all__ = ["Run", "check_result", "pairs_of", "run_copier", "stage", "time_limit"]
 
 #: the one file of dac's the user's process runs (it imports nothing of dac's)
 COPIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "copier.py")
+#: ... and what a split stage's copier runs over it (it loads the copier from its descriptor)
+SHARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "copy_share.py")
 #: address space of each copier process: Python, a 1 MiB buffer, a list of LIST_ENTRIES pairs
 STAGE_MEMORY = 1 << 30
 STAGE_FILES = 1024  # open files per process: a batch holds 64 sources at once
@@ -54,17 +57,18 @@ def time_limit(stage_timeout: float) -> float:
 
 
 class Run:
-    """A running stage that another thread may stop: `cancel(reason)` kills the copier's
-    process group at once (or the copier about to start) and the stage fails with `reason`."""
+    """A running stage that another thread may stop: `cancel(reason)` kills the process group
+    of every copier it has started (a split stage runs several) or is about to start, and the
+    stage fails with `reason`."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pgid: int | None = None
+        self._pgids: set[int] = set()
         self.reason: str | None = None
 
     def started(self, pgid: int) -> None:
         with self._lock:
-            self._pgid = pgid
+            self._pgids.add(pgid)
             if self.reason is not None:
                 self._kill()
 
@@ -74,18 +78,28 @@ class Run:
                 self.reason = reason
             self._kill()
 
-    def ended(self, kill: bool) -> None:
+    def ended(self, pgid: int, kill: bool) -> None:
         with self._lock:
             if kill:
-                self._kill()
-            self._pgid = None
+                _killpg(pgid)
+            self._pgids.discard(pgid)
+
+    def kill(self) -> None:
+        """Every copier of the stage killed, no reason given: a split stage whose one share
+        failed stops the others, and says the failed one's line."""
+        with self._lock:
+            self._kill()
 
     def _kill(self) -> None:
-        if self._pgid is not None:
-            try:
-                os.killpg(self._pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for pgid in self._pgids:
+            _killpg(pgid)
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _buffer_path(path: str, fs_path: str, direction: str) -> str:
@@ -132,6 +146,20 @@ def _set_limits(limits: list[tuple[int, int]]) -> None:
         resource.setrlimit(what, (value, value))
 
 
+def pairs_of(buffer, direction: str, fs_path: str) -> list[dict]:
+    """The buffer's stage_<direction> lines as the copier's pairs, the buffer side made the
+    path of its filesystem on this host."""
+    requests = buffer.request.stage_in if direction == "in" else buffer.request.stage_out
+    return [
+        {
+            "type": r.type.value,
+            "source": _buffer_path(r.source, fs_path, direction),
+            "destination": _buffer_path(r.destination, fs_path, direction),
+        }
+        for r in requests
+    ]
+
+
 def stage(
     buffer,
     direction: str,
@@ -142,33 +170,79 @@ def stage(
     run: Run | None = None,
 ) -> None:
     """Copy every stage_<direction> line of the buffer; UserError naming the path on failure,
-    or saying the stage was stopped (`run.cancel`) or ran out of `timeout` seconds."""
-    requests = buffer.request.stage_in if direction == "in" else buffer.request.stage_out
-    if not requests:
+    or saying the stage was stopped (`run.cancel`) or ran out of `timeout` seconds.
+
+    DAC_STAGE_SPLIT=K in dacd's environment (tests and bench/staging.py only) splits every
+    stage across K in-process servers (dacd.staging_split.split_here): the split copy, every
+    share on this host."""
+    pairs = pairs_of(buffer, direction, fs_path)
+    if not pairs:
         return
     run = run or Run()
-    pairs = [
-        {
-            "type": r.type.value,
-            "source": _buffer_path(r.source, fs_path, direction),
-            "destination": _buffer_path(r.destination, fs_path, direction),
-        }
-        for r in requests
-    ]
+    split = int(os.environ.get("DAC_STAGE_SPLIT") or 0)
+    if split > 1:
+        from dacd.staging_split import split_here
+
+        split_here(buffer, direction, fs_path, workers, on_progress, timeout, run, split)
+        return
     plan = encode_plan(
         pairs,
         os.path.join(fs_path, "striped"),
         "destination" if direction == "in" else "source",
         workers,
     )
+    timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
+    timer.daemon = True
+    timer.start()
+    try:
+        result, stderr, rc = run_copier(buffer, plan, direction, on_progress, timeout, run)
+    finally:
+        timer.cancel()
+    check_result(direction, run, result, stderr, rc)
+
+
+def check_result(
+    direction: str, run: Run, result: dict, stderr: str, rc: int, where: str = ""
+) -> None:
+    """The copier's outcome as dacd's error: the reason the stage was stopped, the copier's
+    one line (`where` names the server of a split stage's share), or its exit."""
+    if run.reason is not None:
+        raise UserError(f"stage_{direction} {run.reason}")
+    # the copier's JSON carries a name's bytes as \udcXX surrogates: escaped here, once
+    if "error" in result:
+        raise UserError(f"stage_{direction} failed{where}: {escape(result['error'])}")
+    if rc != 0 or not result.get("done"):
+        raise InternalError(
+            f"stage_{direction}: the copier ended with exit {rc}{where}: "
+            f"{escape((stderr.strip().splitlines() or ['no output'])[-1])}"
+        )
+
+
+def run_copier(
+    buffer,
+    plan: bytes,
+    direction: str,
+    on_progress: Callable[[dict], None],
+    timeout: float,
+    run: Run,
+    share: bool = False,
+) -> tuple[dict, str, int]:
+    """One copier (`share`: dacd/copy_share.py over it) as the buffer's owner, `plan` on its
+    stdin, followed to its end: (result, stderr, exit)."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    if os.environ.get("DAC_BENCH_RATE"):  # bench/staging.py's per-server cap (dacd/copier.py)
+        env["DAC_BENCH_RATE"] = os.environ["DAC_BENCH_RATE"]
     # The copier's file is opened here, as root, and run as /dev/fd/N: dac may be installed
     # where the user cannot go (a clone under /root, 0700), and a file the user opens through
     # its own open descriptor needs only the file's own read permission.
-    with open(COPIER, "rb") as source:
+    with contextlib.ExitStack() as files:
+        fds = [
+            files.enter_context(open(f, "rb")).fileno()
+            for f in ((SHARE,) if share else ()) + (COPIER,)
+        ]
         proc = subprocess.Popen(
-            [_python(), "-I", "-S", f"/dev/fd/{source.fileno()}"],
-            pass_fds=(source.fileno(),),
+            [_python(), "-I", "-S", *(f"/dev/fd/{fd}" for fd in fds)],
+            pass_fds=fds,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -182,9 +256,6 @@ def stage(
             preexec_fn=functools.partial(_set_limits, _limits(timeout)),
         )
     run.started(proc.pid)
-    timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
-    timer.daemon = True
-    timer.start()
     try:
         try:
             stdin = proc.stdin
@@ -193,22 +264,11 @@ def stage(
             stdin.close()
         except OSError:  # killed already (cancelled): the reason says why
             pass
-        result, stderr, rc = _follow(proc, direction, on_progress)
+        return _follow(proc, direction, on_progress)
     finally:
-        timer.cancel()
-        run.ended(kill=True)  # nothing of the copier's outlives the stage: not a worker
+        run.ended(proc.pid, kill=True)  # nothing of the copier's outlives it: not a worker
         proc.wait()
         _wait_gone(proc.pid)
-    if run.reason is not None:
-        raise UserError(f"stage_{direction} {run.reason}")
-    # the copier's JSON carries a name's bytes as \udcXX surrogates: escaped here, once
-    if "error" in result:
-        raise UserError(f"stage_{direction} failed: {escape(result['error'])}")
-    if rc != 0 or not result.get("done"):
-        raise InternalError(
-            f"stage_{direction}: the copier ended with exit {rc}: "
-            f"{escape((stderr.strip().splitlines() or ['no output'])[-1])}"
-        )
 
 
 def _wait_gone(pgid: int, timeout: float = 30.0) -> None:
@@ -237,7 +297,7 @@ def _follow(proc, direction: str, on_progress) -> tuple[dict, str, int]:
             meter.progress(message)
             on_progress(message)
         else:
-            result = message
+            result.update(message)
     stderr = proc.stderr.read()
     rc = proc.wait()
     if result.get("done") and rc == 0:

@@ -1,0 +1,410 @@
+"""A stage split across the buffer's storage servers: the plan, and each server's share of it.
+
+The copy is the copier's (dacd/copier.py): the same process started the same way (the user's
+uid, gid and groups taken before exec, rlimits, its own process group, the stage's timeout),
+the same checks of every pair, the same walk (lstat only: no link followed, FIFOs, devices and
+sockets skipped), the same destinations opened beneath their anchors, the same workers. This
+module adds what a split needs, in three roles a server's copier plays:
+
+    prepare   the primary, once: walk the sources, check the room, make every directory, every
+              symlink and every split file at its final size (sparse: ftruncate); say the plan
+    share i   each server (the primary too): walk again, check the walk is the planned one
+              (its digest), deal the same shares (a pure function), copy its own: whole files
+              made anew with their mode and times, byte ranges pwritten in place (holes
+              skipped: SEEK_DATA/SEEK_HOLE, so sparse stays sparse)
+    finish    the primary, once every share is done: walk again, check the digest, set the
+              split files' modes and times and the directories', deepest first
+
+The plan is small by construction. What is recorded (in etcd, per buffer and stage) is the
+walk's digest (BLAKE2b of every entry's relative path, kind, size, mode and mtime, in walk
+order), the server list and its order, the split threshold and each share's totals: tens of
+bytes per server, whatever the tree. The file lists are not recorded: every server walks the
+source itself (metadata only: a walk of 10,000 files takes ~50 ms against seconds of copying)
+and deals the same shares from it, since `deal` is a pure function of the walk, sorted by name.
+A walk that differs from the planned one (the user changed the source mid-stage) fails that
+share naming the source, rather than copy a file twice or not at all. So a plan never nears
+etcd's value limit (1.5 MiB) and a restarted dacd needs only the record to resume its share.
+
+Dealing (`deal`): a file holding more than SPLIT bytes of data (256 MiB, the copier's CHUNK: a
+file that size is split among one server's own workers already) is cut into ranges of at most
+SPLIT bytes of apparent size rounded up to ALIGN (1 MiB: no two servers write one page or one
+Lustre stripe's lock extent... of a 1 MiB stripe); every other file goes whole. Each piece
+weighs its data bytes plus FILE_COST (the creates, opens and utimes a small file costs in
+byte-equivalents), and pieces go heaviest first to the least loaded share (LPT), ties to the
+lowest index. So every byte of every file is in exactly one piece, and two shares' weights
+differ by at most one piece: SPLIT + ALIGN + FILE_COST (tests/unit/dacd/test_copy_share.py).
+
+This file is run by the user's interpreter as `python3 -I -S /dev/fd/M /dev/fd/N`, M this
+file and N the copier (dacd/staging.py opens both as root): with no dac on the path it loads
+the copier from N and becomes the same standard-library-only process.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import stat
+import sys
+import time
+import types
+
+try:  # dacd and the tests import it as a module of dacd
+    from dacd import copier
+except ImportError:  # the user's copier: -I -S, no dac on the path; the copier's file on argv[1]
+    copier = types.ModuleType("copier")
+    with open(sys.argv[1], "rb") as _f:
+        exec(compile(_f.read(), "dacd/copier.py", "exec"), copier.__dict__)
+    sys.modules["copier"] = copier
+
+CopyError = copier.CopyError
+SPLIT = copier.CHUNK  # a file with more data than this is cut into ranges across servers
+ALIGN = 1 << 20  # a range starts on a multiple of this
+FILE_COST = 64 << 10  # what a file weighs beyond its data (opens, creates, utimes)
+MAGIC = b"dac-copier-share/1"
+ROLES = ("prepare", "share", "finish")
+
+
+# -- dealing (pure) -------------------------------------------------------------------------------
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pieces(size: int, data: int, split: int = SPLIT) -> list[tuple[int, int]]:
+    """[start, end) ranges covering a file of apparent `size` holding `data` bytes: one when
+    `data` <= `split`, else ceil(data / split) of equal length rounded up to ALIGN."""
+    if data <= split or size <= ALIGN:
+        return [(0, size)]
+    step = _ceil(_ceil(size, _ceil(data, split)), ALIGN) * ALIGN
+    return [(start, min(start + step, size)) for start in range(0, size, step)]
+
+
+def deal(
+    files: list[tuple[int, int]], n: int, split: int = SPLIT
+) -> list[list[tuple[int, int, int, bool]]]:
+    """Files as (size, data bytes), in walk order, dealt into `n` shares of (file index, start,
+    end, whole) in walk order; `whole` False for a range of a split file."""
+    items: list[tuple[int, int, int, int, bool]] = []  # (-weight, index, start, end, whole)
+    for i, (size, data) in enumerate(files):
+        ranges = pieces(size, data, split) if n > 1 else [(0, size)]
+        for start, end in ranges:
+            share = (end - start) * data // size if size else 0
+            items.append((-(share + FILE_COST), i, start, end, len(ranges) == 1))
+    items.sort()
+    loads = [(0, k) for k in range(n)]
+    shares: list[list[tuple[int, int, int, bool]]] = [[] for _ in range(n)]
+    for neg, i, start, end, whole in items:
+        load, k = heapq.heappop(loads)
+        shares[k].append((i, start, end, whole))
+        heapq.heappush(loads, (load - neg, k))
+    for dealt in shares:
+        dealt.sort()
+    return shares
+
+
+def weight(files: list[tuple[int, int]], share: list[tuple[int, int, int, bool]]) -> int:
+    """What `deal` counted for a share."""
+    return sum(
+        (end - start) * files[i][1] // files[i][0] + FILE_COST if files[i][0] else FILE_COST
+        for i, start, end, _ in share
+    )
+
+
+# -- the walk (as the user) -----------------------------------------------------------------------
+
+
+class Listing:
+    """One walk of every checked pair, sorted by name so every server walks it alike: the
+    directories (parents first), links and regular files as (source, destination, lstat),
+    and the digest of it all."""
+
+    def __init__(self) -> None:
+        import hashlib  # here: the single copier never pays for it
+
+        self.dirs: list[tuple[str, str, os.stat_result]] = []
+        self.links: list[tuple[str, str, os.stat_result]] = []
+        self.files: list[tuple[str, str, os.stat_result]] = []
+        self._hash = hashlib.blake2b(digest_size=16)
+
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+    def _note(self, kind: bytes, rel: str, st: os.stat_result) -> None:
+        size = st.st_size if kind != b"d" else 0  # a directory's size is its entries' count
+        self._hash.update(
+            b"%s\0%s\0%d\0%o\0%d\n"
+            % (kind, os.fsencode(rel), size, st.st_mode, st.st_mtime_ns if kind == b"f" else 0)
+        )
+
+    def add(self, src: str, dst: str, st: os.stat_result, rel: str) -> None:
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            self.links.append((src, dst, st))
+            self._note(b"l", rel, st)
+        elif stat.S_ISREG(mode):
+            self.files.append((src, dst, st))
+            self._note(b"f", rel, st)
+
+    def walk(self, n: int, src: str, dst: str, st: os.stat_result) -> None:
+        """Depth first, children by name; only regular files, links and directories."""
+        todo = [(src, dst, st, f"{n}:")]
+        while todo:
+            src, dst, st, rel = todo.pop()
+            self.dirs.append((src, dst, st))
+            self._note(b"d", rel, st)
+            try:
+                with os.scandir(src) as it:
+                    entries = sorted(it, key=lambda e: os.fsencode(e.name))
+            except OSError as e:
+                raise copier._fail(src, e) from None
+            below = []
+            for entry in entries:
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except OSError as e:
+                    raise copier._fail(entry.path, e) from None
+                path, name = dst.rstrip("/") + "/" + entry.name, rel + "/" + entry.name
+                if stat.S_ISDIR(est.st_mode):
+                    below.append((entry.path, path, est, name))
+                else:
+                    self.add(entry.path, path, est, name)
+            todo += below[::-1]
+
+
+def listing(checked: list[tuple]) -> Listing:
+    out = Listing()
+    for n, (kind, src, dst, st) in enumerate(checked):
+        if kind == "directory":
+            out.walk(n, src, dst, st)
+        else:
+            out.add(src, dst, st, f"{n}:")
+    return out
+
+
+def _data(st: os.stat_result) -> int:
+    return min(st.st_size, st.st_blocks * 512)
+
+
+def sizes(walk: Listing) -> list[tuple[int, int]]:
+    return [(st.st_size, _data(st)) for _, _, st in walk.files]
+
+
+# -- the three roles ------------------------------------------------------------------------------
+
+
+def _room(walk: Listing) -> None:
+    """The data fits each destination filesystem, counting what a file it replaces frees."""
+    need: dict[int, list] = {}
+    for _, dst, st in walk.files:
+        anchor, fd = copier._root_of(dst)
+        dev = os.fstat(fd).st_dev
+        if dev not in need:
+            vfs = os.fstatvfs(fd)
+            need[dev] = [anchor, vfs.f_bavail * vfs.f_frsize, 0]
+        need[dev][2] += _data(st) - copier._replaced_blocks(dst)
+    for anchor, free, wanted in need.values():
+        if wanted > free:
+            raise CopyError(
+                f"{anchor}: not enough space for the data to stage ({copier._size(free)} free)"
+            )
+
+
+def prepare(checked: list[tuple], count: int, split: int) -> tuple[Listing, list]:
+    """Make every directory, symlink and split file (at its final size, mode 0600 until
+    finish); the walk and the shares."""
+    walk = listing(checked)
+    _room(walk)
+    for kind, _src, dst, _st in checked:
+        if kind != "directory":
+            copier._dir(os.path.dirname(dst))
+    for _src, dst, _st in walk.dirs:
+        copier._dir(dst)
+    for src, dst, _st in walk.links:
+        pfd, name = copier._parent(dst)
+        try:
+            target = os.readlink(src)
+            try:
+                os.symlink(target, name, dir_fd=pfd)
+            except FileExistsError:
+                os.unlink(name, dir_fd=pfd)
+                os.symlink(target, name, dir_fd=pfd)
+        except OSError as e:
+            raise copier._fail(dst, e) from None
+    shares = deal(sizes(walk), count, split)
+    for i in sorted({i for share in shares for i, _s, _e, whole in share if not whole}):
+        _src, dst, st = walk.files[i]
+        fd = copier._create(dst, 0o600)
+        try:
+            os.ftruncate(fd, st.st_size)
+        except OSError as e:
+            raise copier._fail(dst, e) from None
+        finally:
+            os.close(fd)
+    return walk, shares
+
+
+def _checked_walk(checked: list[tuple], digest: str) -> Listing:
+    walk = listing(checked)
+    if walk.digest() != digest:
+        first = checked[0][1] if checked else "the source"
+        raise CopyError(f"{first}: the source changed after the stage was planned")
+    return walk
+
+
+class ShareCopy(copier.Copy):
+    """One server's share through the copier's own workers: whole files in batches, each
+    range in chunks (so one range still uses every worker)."""
+
+    def share(self, walk: Listing, items: list[tuple[int, int, int, bool]]) -> None:
+        for i, start, end, whole in items:
+            src, dst, st = walk.files[i]
+            size = st.st_size
+            self.bytes_total += end - start
+            self.files_total += 1 if start == 0 else 0
+            mode, sparse = stat.S_IMODE(st.st_mode), _data(st) < size
+            item = (src, dst, size, mode, st.st_atime_ns, st.st_mtime_ns, sparse)
+            if whole:
+                self.batch.append(item)
+                self.batch_bytes += size
+                if len(self.batch) >= copier.BATCH_FILES or self.batch_bytes >= copier.BATCH_BYTES:
+                    self._flush()
+                continue
+            self._flush()
+            for piece in range(start, end, self.chunk):
+                self.workers.send(
+                    ("chunk", item + (piece, min(piece + self.chunk, end))), self._done
+                )
+        self._flush()
+        self.counting = False
+        self.workers.drain(self._done)
+        self.files_done = self.files_total
+        self.report(self, final=True)
+
+
+def finish(walk: Listing, shares: list) -> None:
+    """Split files' modes and times, then every directory's, deepest first."""
+    split = sorted({i for share in shares for i, _s, _e, whole in share if not whole})
+    todo = [(walk.files[i][1], walk.files[i][2], False) for i in split]
+    todo += [(dst, st, True) for _src, dst, st in walk.dirs[::-1]]
+    for dst, st, directory in todo:
+        try:
+            copier._finish(dst, st, directory)
+        except OSError as e:
+            raise copier._fail(dst, e) from None
+
+
+# -- the plan on stdin, the outcome on stdout ---------------------------------------------------
+
+
+def encode(
+    pairs: list[dict],
+    inside: str,
+    buffer_side: str,
+    workers: int,
+    role: str,
+    count: int,
+    index: int = 0,
+    digest: str = "",
+    split: int = SPLIT,
+    chunk: int = copier.CHUNK,
+) -> bytes:
+    """A role's plan, NUL-separated as copier.encode_plan's."""
+    head = [inside, buffer_side, str(workers), str(chunk), role, str(count), str(index)]
+    fields = head + [digest, str(split)]
+    for pair in pairs:
+        fields += [pair["type"], pair["source"], pair["destination"]]
+    if any("\0" in f for f in fields):
+        raise ValueError("a path holds a NUL byte")
+    return b"\0".join([MAGIC] + [os.fsencode(f) for f in fields])
+
+
+def decode(data: bytes) -> tuple[list[dict], str, str, int, int, str, int, int, str, int]:
+    """(pairs, inside, buffer_side, workers, chunk, role, count, index, digest, split)."""
+    fields = data.split(b"\0")
+    if fields[0] != MAGIC or len(fields) < 10 or (len(fields) - 10) % 3:
+        raise CopyError("copier failed: stdin holds no share plan")
+    f = [os.fsdecode(x) for x in fields]
+    if f[5] not in ROLES or not 0 <= int(f[7]) < int(f[6]):
+        raise CopyError("copier failed: stdin holds no share plan")
+    pairs = [
+        {"type": t, "source": s, "destination": d}
+        for t, s, d in zip(f[10::3], f[11::3], f[12::3], strict=False)
+    ]
+    return pairs, f[1], f[2], int(f[3]), int(f[4]), f[5], int(f[6]), int(f[7]), f[8], int(f[9])
+
+
+def _plan_line(walk: Listing, shares: list) -> str:
+    """The plan as prepare says it: digest, links made, each share's (bytes, files)."""
+    totals = [
+        [sum(end - start for _i, start, end, _w in s), sum(1 for _i, st, _e, _w in s if st == 0)]
+        for s in shares
+    ]
+    return (
+        f'{{"plan": {{"digest": "{walk.digest()}", "links": {len(walk.links)}, '
+        f'"shares": {totals}}}}}\n'
+    )
+
+
+def main() -> int:
+    def emit(line: str) -> None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+    def fail(message: str) -> int:
+        import json
+
+        emit(json.dumps({"error": message}) + "\n")
+        return 1
+
+    os.umask(0)
+    started = last = time.monotonic()
+
+    def report(c: copier.Copy, final: bool = False) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if final or now - last >= (0.25 if now - started < 3.0 else 1.0):
+            last = now
+            rate = c.bytes_done / max(now - started, 1e-3)
+            left = c.bytes_total - c.bytes_done
+            eta = (
+                None
+                if c.counting or (left and not rate)
+                else round(left / rate, 1)
+                if left
+                else 0.0
+            )
+            emit(copier._progress_line(c, round(rate), eta))
+
+    workers = None
+    try:
+        pairs, inside, side, n, chunk, role, count, index, digest, split = decode(
+            sys.stdin.buffer.read()
+        )
+        checked = copier.check(pairs, inside, side)
+        if role == "prepare":
+            walk, shares = prepare(checked, count, split)
+            emit(_plan_line(walk, shares))
+        elif role == "finish":
+            walk = _checked_walk(checked, digest)
+            finish(walk, deal(sizes(walk), count, split))
+        else:
+            walk = _checked_walk(checked, digest)
+            workers = copier.Workers(n)
+            copy = ShareCopy(workers, report, chunk)
+            emit(copier._progress_line(copy, 0, None))
+            copy.share(walk, deal(sizes(walk), count, split)[index])
+            workers.stop(kill=False)
+    except CopyError as e:
+        return fail(str(e))
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback, for Slurm's Reason
+        return fail(f"copier failed: {type(e).__name__}: {e}")
+    finally:
+        if workers and workers.procs:
+            workers.stop(kill=True)
+    emit('{"done": true}\n')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
