@@ -1,6 +1,6 @@
 """The user service under abuse (issue 30) — budget: while one user floods it with silent and
 slow connections, another user's `dacctl status` is answered within 1 s p99: the round trip
-from the credential's making to the answer (`user_service.ask`), which is what the service
+from the credential's making to the answer (`user_client.ask`), which is what the service
 decides. The whole command (Python's start-up and imports besides) is measured too, quiet and
 flooded: what the flood adds to it is the round trip's share.
 
@@ -9,7 +9,7 @@ flooders (the system python3, as that uid): one opens connections as fast as it 
 up to HOLD of them silent, reopening each the service drops; the other holds SLOW connections
 that send one byte every 0.2 s. Meanwhile uid 1234 runs `DIR/bin/dacctl status abuf --line` N
 times in a row (the whole command: Python start-up, imports, munge, the round trip), and then
-`user_service.ask` N times in one process (the round trip alone). The same is measured without
+`user_client.ask` N times in one process (the round trip alone). The same is measured without
 the flood first. Prints the figures, then PASS or FAIL on the round trip's p99.
 
     .venv/bin/python bench/usersvc_flood.py [--n 60] [--hold 3000] [--slow 300]
@@ -97,7 +97,7 @@ _ASK = r"""
 import json, site, sys, time
 site.addsitedir(sys.argv[1])
 from daccore.settings.config import load_config
-from dacservice.users import ask
+from daccore.services.user_client import ask
 config = load_config()
 out = []
 for _ in range(int(sys.argv[2])):
@@ -189,9 +189,9 @@ def main() -> int:
             flood.terminate()
             out = flood.communicate(timeout=30)[0].split()
     print(summary("quiet: dacctl status (whole command)", quiet[0]))
-    print(summary("quiet: user_service.ask round trip", quiet[1]))
+    print(summary("quiet: user_client.ask round trip", quiet[1]))
     print(summary("flood: dacctl status (whole command)", loud[0]))
-    print(summary("flood: user_service.ask round trip", loud[1]))
+    print(summary("flood: user_client.ask round trip", loud[1]))
     if len(out) == 2:
         print(
             f"flood: {out[0]} connections opened, {out[1]} answered or dropped by the service "

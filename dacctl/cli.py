@@ -70,7 +70,7 @@ def _answer(verb: str, config=None, **args) -> dict:
     config = config or load_config()
     rights = _rights(config)
     if rights != 0 and config.user_service:
-        from dacservice.users import ask
+        from daccore.services.user_client import ask
 
         return ask(config, verb, args)
     return answer(_store(config), config, Caller(os.getuid(), os.getgid(), rights), verb, args)

@@ -2,4 +2,4 @@
 dacctl commands, authenticated with munge, answered from the controller so users hold no etcd
 credential (docs/security.md).
 
-    users   the server, and `ask`, the client dacctl calls"""
+    users   the server; the client dacctl calls, `ask`, is daccore.services.user_client"""

@@ -3,15 +3,9 @@
 Ordinary users hold no etcd credential (docs/security.md). Their `dacctl status`, `pools`,
 `buffers`, `show`, `estimate`, `create-persistent` and `destroy-persistent` reach etcd through
 this service, which runs as SlurmUser with its own credential on `user_service` (host:port).
-
-The wire protocol is one request per TCP connection: the client sends one munge credential
-(`munge -s <request>`, base64 text) and a newline; the service answers one JSON line and
-closes. The request (a JSON object: verb and arguments) is the credential's payload, so munge
-authenticates it together with the uid and gid: it cannot be altered, and munged refuses it a
-second time (replay) or after its TTL. The caller's rights come from the verified uid and the
-system's group database, never from anything the client says (`caller`).
-
-Reply: {"ok": answer} or {"error": {"kind": "user"|"admin"|"internal", "message": one line}}.
+Their dacctl asks with `daccore.services.user_client.ask`, which also holds the wire protocol:
+one munge credential in, one JSON line out. The caller's rights come from the uid munged
+verified and the system's group database, never from anything the client says (`caller`).
 """
 
 from __future__ import annotations
@@ -23,16 +17,15 @@ import logging
 import queue
 import selectors
 import socket
-import subprocess
 import threading
 import time
 
-from daccore.errors import AdminError, DacError, InternalError, Kind, UserError
+from daccore.errors import AdminError, DacError, UserError
+from daccore.services.user_client import MAGIC, munge_argv, run_munge, split_address
 from daccore.services.user_requests import Caller, answer
 
 __all__ = [
     "serve",
-    "ask",
     "caller",
     "decode",
     "MAX_REQUEST",
@@ -64,37 +57,12 @@ MAX_QUEUED = 1024
 #: one turn of the reader
 BACKLOG = 4096
 ACCEPT_BATCH = 256
-#: seconds munge or unmunge may take (a local socket round trip: ~1.3 ms measured)
-MUNGE_TIMEOUT = 10.0
-_MAGIC = "dac-user/1"  # in every payload: a munge credential made for something else is refused
-
-
-def _munge_argv(tool: str, socket_path: str) -> list[str]:
-    return [tool, *([f"--socket={socket_path}"] if socket_path else [])]
-
-
-def _run_munge(argv: list[str], data: bytes | None) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, input=data, capture_output=True, timeout=MUNGE_TIMEOUT)
-    except FileNotFoundError:
-        raise AdminError(
-            f"{argv[0]} is not installed on this host: an admin must install munge "
-            "(dac's user service authenticates users with it)"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise AdminError(
-            f"{argv[0]} did not answer in {MUNGE_TIMEOUT:.0f}s: an admin must check "
-            "munged on this host"
-        ) from None
-
-
-# -- the service's side ------------------------------------------------------------------------
 
 
 def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
     """(uid, gid, request) from a credential, as munged verified it; UserError when munged
     refuses it (bad, altered, replayed, expired, another key) or its payload is no request."""
-    r = _run_munge(_munge_argv("unmunge", socket_path), credential)
+    r = run_munge(munge_argv("unmunge", socket_path), credential)
     meta, _, payload = r.stdout.partition(b"\n\n")
     # "STATUS: Replayed credential (17)", "UID: alice (1234)": the text, then the number
     fields = {
@@ -110,7 +78,7 @@ def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
         request = json.loads(payload)
     except (KeyError, ValueError):
         raise UserError("credential refused: its payload is not a dac request") from None
-    if not isinstance(request, dict) or request.get("magic") != _MAGIC:
+    if not isinstance(request, dict) or request.get("magic") != MAGIC:
         raise UserError("credential refused: its payload is not a dac request")
     return uid, gid, request
 
@@ -384,11 +352,6 @@ def _send(sock: socket.socket, reply: dict) -> None:
         sock.close()
 
 
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 def _more_descriptors() -> None:
     """Every descriptor the hard limit allows: each waiting connection holds one."""
     import resource
@@ -412,7 +375,7 @@ def serve(config, ready=None) -> None:
     store = Store.from_settings(config.etcd, role="slurm")  # Slurm's rights, no more
     _more_descriptors()
     try:
-        server = _Service(_split(config.user_service), config, store)
+        server = _Service(split_address(config.user_service), config, store)
     except OSError as e:
         raise AdminError(
             f"user service cannot listen on {config.user_service}: {e.strerror}"
@@ -431,56 +394,3 @@ def serve(config, ready=None) -> None:
     if ready:
         ready()
     server.serve_forever()
-
-
-# -- the client's side -------------------------------------------------------------------------
-
-_KINDS = {
-    Kind.USER.value: UserError,
-    Kind.ADMIN.value: AdminError,
-    Kind.INTERNAL.value: InternalError,
-}
-
-
-def ask(config, verb: str, args: dict, timeout: float | None = None) -> dict:
-    """`verb`'s answer from the user service, for the uid this process runs as; the service's
-    refusal is raised as the DacError of its kind, with its line."""
-    payload = json.dumps({"magic": _MAGIC, "verb": verb, "args": args})
-    r = _run_munge([*_munge_argv("munge", config.munge_socket), "-s", payload], None)
-    if r.returncode != 0:
-        why = r.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
-        raise AdminError(
-            f"munge cannot make a credential here: {why[-1]} (an admin must "
-            "start munged on this host)"
-        )
-    # create/destroy wait for dacd as long as the service does; reads answer in milliseconds
-    timeout = timeout or config.step_timeout + 30
-    where = config.user_service
-    try:
-        with socket.create_connection(_split(where), timeout=10) as s:
-            s.settimeout(timeout)
-            s.sendall(r.stdout.strip() + b"\n")
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-    except OSError as e:
-        raise AdminError(
-            f"dac's user service at {where} is unreachable: "
-            f"{e.strerror or e} (an admin must start it: systemctl start "
-            "dac-users)"
-        ) from None
-    try:
-        reply = json.loads(data)
-        if "ok" in reply:
-            return reply["ok"]
-        kind, message = reply["error"]["kind"], reply["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        raise AdminError(
-            f"dac's user service at {where} answered something that is not a "
-            "reply: an admin must check it is dac's"
-        ) from None
-    # one line, and nothing a terminal would act on, whatever the other end sent
-    line = "".join(
-        c if c.isprintable() else f"\\x{ord(c):02x}" for c in " ".join(str(message).split())
-    )
-    raise _KINDS.get(kind, InternalError)(line)
