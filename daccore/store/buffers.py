@@ -28,7 +28,7 @@ class BufferSpecs(BrickClaims, Leases):
     """Owns `buffers/`: reading specs (`buffer`, `buffer_text`, `buffer_doc`, ...), writing
     them back (`update_buffer`), deleting them (`delete_buffer`), watching them, and what is
     summed over them (`persistent_usage`, `buffer_owners`). Creating one is `create_buffer`
-    (BrickClaims): a spec never exists without its claims."""
+    (BrickClaims): a spec is created only once every one of its claims is held."""
 
     def buffer(self, name: str) -> Versioned | None:
         kv = self.client.get(self.keys.buffer(name))
@@ -89,6 +89,11 @@ class BufferSpecs(BrickClaims, Leases):
             for name, doc in self.buffer_docs().items()
             if isinstance(doc.get("owner_uid"), int)
         }
+
+    # The Slurm functions read and change specs as plain JSON, unvalidated: importing pydantic
+    # would cost each call 0.2 s (docs/performance.md). Specs are written whole by validated
+    # code; what those functions change (desired state, attachments, generation) they take
+    # from validated input, as a pydantic model_copy would, which does not validate either.
 
     def buffer_json(self, name: str) -> dict | None:
         current = self.buffer_doc(name)

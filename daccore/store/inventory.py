@@ -40,7 +40,7 @@ PlacementView = namedtuple(
 
 class InventoryReads(WorkKeys):
     """Owns the reads over pools, capacity indexes, alive keys and claim counts: `inventory`
-    (everything, for placement by hand and the admin's views), `summary_inventory` and
+    (every record, for `dacctl hosts` and tests), `summary_inventory` and
     `host_summary_inventory` (counts), `placement_view`, `count_rest` and `free_bricks_on`
     (a setup's placement); and the cache of capacity records and alive keys they share."""
 
