@@ -2,9 +2,8 @@
 pure functions from records already read, so every rule here is tested without etcd.
 
 Who sees what: a user sees only the buffers they own; root sees every one (`visible`). The
-config's `admin_group` makes its members root here: `daccore.services.admin.rights` maps them to
-uid 0
-before these functions are called.
+config's `admin_group` (daccore/settings/config.py) makes its members root here:
+`daccore.rules.rights.rights` maps them to uid 0 before these functions are called.
 """
 
 from __future__ import annotations
