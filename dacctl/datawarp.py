@@ -23,6 +23,7 @@ records; the calls after it read and change specs as JSON (daccore/services/jobs
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -34,6 +35,16 @@ HOT_TIMEOUT = 2.0
 #: burst_buffer/lua cannot, and holds it once setup fails, for its owner to release.
 PERSISTENT_WAIT = 30.0
 HOT = ("job_process", "pools", "paths")
+
+
+def hot_timeout() -> float:
+    """HOT_TIMEOUT, or what burst_buffer.lua has left of it (DAC_HOT_TIMEOUT) when it forks
+    dacctl after the answerer could not answer: slurmctld waits 2 s at most in all."""
+    try:
+        return min(HOT_TIMEOUT, max(0.1, float(os.environ["DAC_HOT_TIMEOUT"])))
+    except (KeyError, ValueError):
+        return HOT_TIMEOUT
+
 
 FUNCTIONS = (
     "pools",
@@ -62,6 +73,7 @@ class _Usage(Exception):
     pass
 
 
+@functools.cache  # built once: the answerer parses every call with it (0.4 ms to build)
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dacctl", add_help=False)
     p.add_argument("--function", required=True, choices=FUNCTIONS)
@@ -88,38 +100,61 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str]) -> int:
+    rc, out, err = answer(argv)
+    sys.stderr.write(err)
+    sys.stdout.write(out)
+    return rc
+
+
+def answer(argv: list[str], settings: dict | None = None, store=None) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `dacctl --function argv`: the one place of every
+    answer, for the forked command and for the warm answerer (dacservice/answerer.py), which
+    passes `settings` (settings_for_caller's, once it has checked its peer's credentials) and
+    a `store` reading its in-memory mirror. Files this call opened are closed when it ends:
+    the answerer lives on."""
     debug = "--debug" in argv
     from dacctl.slurm_args import Refused
 
+    args = None
     try:
-        settings = _settings_for_caller()
+        if settings is None:
+            settings = settings_for_caller()
         args = _parser().parse_args(argv)
         _check_args(args, settings)
-        out = _dispatch(args, settings)
-        if out:
-            sys.stdout.write(out if out.endswith("\n") else out + "\n")
-        return 0
+        out = _dispatch(args, settings, store)
+        return 0, (out if not out or out.endswith("\n") else out + "\n"), ""
     except _Usage as e:
-        print(_one_line(f"dacctl: {e}"))
-        return 1
+        return 1, _one_line(f"dacctl: {e}") + "\n", ""
     except Refused as e:
-        print(_one_line(str(e)))
-        return 1
+        return 1, _one_line(str(e)) + "\n", ""
     except Exception as e:  # noqa: BLE001 - the one place every error becomes one line
         from daccore.errors import DacError
 
+        err = ""
         if debug:
             import traceback
 
-            traceback.print_exc()
+            err = traceback.format_exc()
         if isinstance(e, DacError):
-            print(_one_line(str(e)))
-        else:
-            print(_one_line(f"dac internal error: {type(e).__name__}: {e} (rerun with --debug)"))
-        return 1
+            return 1, _one_line(str(e)) + "\n", err
+        line = f"dac internal error: {type(e).__name__}: {e} (rerun with --debug)"
+        return 1, _one_line(line) + "\n", err
+    finally:
+        if args is not None and store is not None:
+            _close_files(args)
 
 
-def _settings_for_caller() -> dict:
+def _close_files(args) -> None:
+    """The job script's and the path file's descriptors, if still open (the lean functions
+    leave the script's to the process's exit, and the path file's on an error before it)."""
+    for name in ("job_fd", "pathfile"):
+        fd = getattr(args, name, None)
+        if isinstance(fd, int):
+            setattr(args, name, None)
+            os.close(fd)
+
+
+def settings_for_caller() -> dict:
     """The cached config, once the caller is known to be root or SlurmUser. Anyone else is
     refused before any argument is looked at (a user reaching dacctl through a setuid wrapper
     or a misconfigured GetSysStatus gets nothing done as root)."""
@@ -248,9 +283,9 @@ def _script(args, lua_directive: str):
 RIDE_OUT = ("setup", "data_in", "pre_run", "post_run", "data_out", "teardown")
 
 
-def _dispatch(args, settings: dict) -> str:
+def _dispatch(args, settings: dict, store=None) -> str:
     if args.function in HOT:
-        return _hot(args, settings)
+        return _hot(args, settings, store)
     if args.function not in RIDE_OUT:
         return _full(args, settings)
     return _riding_out_etcd(lambda: _slurmscriptd(args, settings), settings["restart_grace"])
@@ -307,13 +342,15 @@ def _nothing_to_stage(args, settings: dict) -> bool:
     return not buffer["request"].get(lines) and set(hosts) <= store.alive_among(hosts)
 
 
-def _hot(args, settings: dict) -> str:
+def _hot(args, settings: dict, store=None) -> str:
     """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc; and pools
-    no more than its read (slurmctld calls it every scheduling pass)."""
+    no more than its read (slurmctld calls it every scheduling pass). `store`: the
+    answerer's, else etcd through the http transport."""
     from daccore.store import Store
 
     f = args.function
-    store = Store.from_dict(settings["etcd"], transport="http", max_timeout=HOT_TIMEOUT)
+    if store is None:
+        store = Store.from_dict(settings["etcd"], transport="http", max_timeout=hot_timeout())
     if f == "pools":
         from daccore.rules.inventory import summarize
 
@@ -347,7 +384,8 @@ def _hot(args, settings: dict) -> str:
         access = ""
         persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
     lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
-    with open(args.pathfile, "w", closefd=True) as out:  # the fd _check_args opened
+    fd, args.pathfile = args.pathfile, None
+    with open(fd, "w", closefd=True) as out:  # the fd _check_args opened
         out.write("".join(line + "\n" for line in lines))
     return ""
 

@@ -11,6 +11,8 @@ with an empty environment):
   DAC_BBSTAT      path of dac-bbstat, for `scontrol show bbstat` (default /usr/local/bin/dac-bbstat)
   DAC_CONFIG      dac's config file, passed through to dacctl
   DAC_SLURM_LOG   file that receives dacctl's stderr (default /dev/null)
+  DAC_ANSWERER_SOCKET  the answerer's socket (default /run/dac-answerer/socket; "none": never ask)
+  DAC_ANSWERER_TIMEOUT seconds to wait for its reply (default 0.5)
   SLURM_CONF, PATH  passed through to dacctl when the environment lacks them
 
 Why it is written this way:
@@ -25,6 +27,13 @@ Why it is written this way:
     only dacctl's one line on stdout is ever seen.
   * 23.02+ hands pre_run the job's nodes (job_info.nodes): dacctl gets them from there, never
     from an scontrol that might be another release than slurmctld.
+  * job_process, pools and paths run inside slurmctld under its job lock: they ask dac's
+    answerer (dac-answerer, dacservice/answerer.py) over its unix socket first, in this
+    process, with lua-socket (Debian's lua-socket for Lua 5.1), which answers what dacctl would
+    in well under a millisecond. When lua-socket is missing, the socket absent, the answerer
+    refuses or is slower than DAC_ANSWERER_TIMEOUT, they fork dacctl as every other hook does,
+    with what is left of 2 s (DAC_HOT_TIMEOUT). Slurm reloads this script for every call, so
+    lua-socket is required only by these three.
 --]]
 
 -- burst_buffer.env beside this file (or beside slurm.conf): what a stripped environment lacks
@@ -72,6 +81,19 @@ for _, k in ipairs({ "DAC_CONFIG", "SLURM_CONF", "PATH" }) do
 	end
 end
 
+-- An exit status and stdout as Slurm wants them: slurm.SUCCESS or slurm.ERROR, and the text.
+local function finish(what, rc, body)
+	body = string.gsub(body, "%s+$", "")
+	if tonumber(rc) ~= 0 then
+		slurm.log_info("dac: %s failed (exit %s): %s", what, rc, body)
+		if body == "" then
+			body = "dac: " .. what .. " failed with exit code " .. rc
+		end
+		return slurm.ERROR, body
+	end
+	return slurm.SUCCESS, body
+end
+
 -- Run a shell command line; returns slurm.SUCCESS or slurm.ERROR, and its stdout.
 local function run(what, cmd)
 	-- umask 077: DAC_SLURM_LOG, made by the redirection below if missing, names other users'
@@ -87,24 +109,88 @@ local function run(what, cmd)
 		slurm.log_error("dac: %s was killed before it finished", what)
 		return slurm.ERROR, "dac: " .. what .. " was killed before it finished"
 	end
-	body = string.gsub(body, "%s+$", "")
-	if tonumber(rc) ~= 0 then
-		slurm.log_info("dac: %s failed (exit %s): %s", what, rc, body)
-		if body == "" then
-			body = "dac: " .. what .. " failed with exit code " .. rc
-		end
-		return slurm.ERROR, body
-	end
-	return slurm.SUCCESS, body
+	return finish(what, rc, body)
 end
 
--- dacctl --function <fn> <args...>, its stderr to DAC_SLURM_LOG.
-local function dacctl(fn, args)
-	local cmd = PASS_ENV .. quote(DACCTL) .. " --function " .. quote(fn)
+-- dacctl --function <fn> <args...>, its stderr to DAC_SLURM_LOG; `env`: "K='v' " words.
+local function dacctl(fn, args, env)
+	local cmd = PASS_ENV .. (env or "") .. quote(DACCTL) .. " --function " .. quote(fn)
 	for _, a in ipairs(args) do
 		cmd = cmd .. " " .. quote(a)
 	end
 	return run(fn, cmd .. " 2>>" .. quote(LOG))
+end
+
+local ANSWERER = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
+local ANSWERER_TIMEOUT = tonumber(setting("DAC_ANSWERER_TIMEOUT", "0.5")) or 0.5
+-- what slurmctld waits at most for a hook it runs itself, answerer and fork together
+local HOT_BUDGET = 2.0
+
+local function encode(s)
+	return (string.gsub(tostring(s), "[^%w%-%._/:=,]", function(c)
+		return string.format("%%%02X", string.byte(c))
+	end))
+end
+
+-- The answerer's reply: (exit status, stdout), or nil and why it gave none.
+local function ask(fn, args, clock, deadline)
+	local c = require("socket.unix").stream()
+	local function step(ok, err)
+		if ok == nil then
+			error(err or "closed", 0)
+		end
+		c:settimeout(math.max(0, deadline - clock()))
+		return ok
+	end
+	local ok, rc, out = pcall(function()
+		local line = "dac-answer/1 " .. fn
+		for _, a in ipairs(args) do
+			line = line .. " " .. encode(a)
+		end
+		c:settimeout(math.max(0, deadline - clock()))
+		step(c:connect(ANSWERER))
+		step(c:send(line .. "\n"))
+		local head = step(c:receive("*l"))
+		local status, n = string.match(head, "^ANSWER (%d+) (%d+)$")
+		if status == nil then
+			error(string.match(head, "^REFUSE (.*)$") or "no answer", 0)
+		end
+		local rest, err, partial = c:receive("*a") -- to the close, which ends the reply
+		if rest == nil and err ~= "closed" then
+			error(err, 0)
+		end
+		rest = rest or partial or ""
+		if #rest < tonumber(n) then
+			error("a reply cut short", 0)
+		end
+		return status, string.sub(rest, 1, tonumber(n))
+	end)
+	c:close()
+	if not ok then
+		return nil, rc
+	end
+	return rc, out
+end
+
+-- job_process, pools, paths: the answerer's answer, else dacctl's (the header says why).
+local function hot(fn, args)
+	if ANSWERER == "" or ANSWERER == "none" then
+		return dacctl(fn, args)
+	end
+	local loaded, core = pcall(require, "socket.core")
+	if not loaded or type(core) ~= "table" or not pcall(require, "socket.unix") then
+		return dacctl(fn, args) -- no lua-socket here: the fork, as before it existed
+	end
+	local start = core.gettime()
+	local rc, out = ask(fn, args, core.gettime, start + ANSWERER_TIMEOUT)
+	if rc ~= nil then
+		return finish(fn, rc, out)
+	end
+	if out ~= "No such file or directory" then -- the answerer is not installed: nothing to say
+		slurm.log_info("dac: answerer %s: %s; forking dacctl", ANSWERER, tostring(out))
+	end
+	local left = math.max(0.1, HOT_BUDGET - (core.gettime() - start))
+	return dacctl(fn, args, string.format("DAC_HOT_TIMEOUT=%.3f ", left))
 end
 
 -- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing.
@@ -114,11 +200,11 @@ function slurm_bb_job_process(job_script, uid, ...)
 		table.insert(args, "--user")
 		table.insert(args, uid)
 	end
-	return dacctl("job_process", args)
+	return hot("job_process", args)
 end
 
 function slurm_bb_pools(...)
-	return dacctl("pools", {})
+	return hot("pools", {})
 end
 
 function slurm_bb_job_teardown(job_id, job_script, hurry, ...)
@@ -162,7 +248,7 @@ function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
 		table.insert(args, "--array-job")
 		table.insert(args, string.format("%d", array))
 	end
-	return dacctl("paths", args)
+	return hot("paths", args)
 end
 
 -- 23.02+: (job_id, job_script, uid, gid, job_info), job_info.nodes the allocated nodes.

@@ -1,0 +1,385 @@
+"""dac's answerer: the three hooks slurmctld runs synchronously, under its job lock
+(`slurm_bb_job_process`, `slurm_bb_pools`, `slurm_bb_paths`), answered by a warm process
+instead of a forked `dacctl --function`, over a unix socket burst_buffer.lua reaches
+in-process (lua-socket). Slurm's real_size, in every release, runs in slurmscriptd: not here.
+
+The answers are dacctl's own: each request runs `dacctl.datawarp.answer`, the very code of
+`dacctl --function`, with the config this process keeps (reloaded when the file changes) and
+a store that reads the in-memory mirror of etcd (mirror.py) while the mirror is confirmed
+current, etcd itself (bounded by DIRECT_TIMEOUT) otherwise or where the mirror is unsure. When
+neither can answer for sure, the answerer refuses, and burst_buffer.lua forks `dacctl
+--function` with what is left of its 2 s: Slurm never loses a hook.
+
+Wire protocol, one request per connection. Request: one line, `dac-answer/1 <function>
+<arg>...`, each word percent-encoded (every byte but letters, digits and `-._/:=,` as %XX).
+Reply, then the close:
+  `ANSWER <exit status> <n>\\n` then dacctl's stdout (n bytes), then its stderr;
+  `REFUSE <reason>\\n`: the caller forks dacctl.
+`dac-answer/1 stats` answers `ANSWER 0 <n>\\n` and a JSON object of counters.
+
+Who may connect: root and SlurmUser (the config's `slurm_user`, as for `dacctl --function`),
+checked on every connection with the peer's credentials (SO_PEERCRED); anyone else is refused
+before a byte is read. The socket's directory is this process's own, 0700, or 0750 with
+SlurmUser's group when it runs as root: no one else may reach the socket or list it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pwd
+import socket
+import struct
+import threading
+import time
+import urllib.parse
+from typing import TYPE_CHECKING, cast
+
+from daccore.errors import AdminError, StoreUnavailable
+from dacctl import datawarp
+from dacservice.mirror import Mirror, MirrorClient, Unsure
+
+if TYPE_CHECKING:
+    from daccore.etcd.client import EtcdClient
+    from daccore.store import Store
+
+__all__ = ["Answerer", "serve", "ask", "SOCKET", "MAGIC", "main"]
+
+log = logging.getLogger(__name__)
+
+#: where burst_buffer.lua looks unless DAC_ANSWERER_SOCKET says otherwise
+SOCKET = "/run/dac-answerer/socket"
+MAGIC = "dac-answer/1"
+#: seconds a client has to send its line (slurmctld sends it at once)
+READ_TIMEOUT = 1.0
+#: seconds an answer may wait for etcd when the mirror cannot give it: burst_buffer.lua waits
+#: 0.5 s for the reply (DAC_ANSWERER_TIMEOUT), then forks dacctl with the rest of its 2 s
+DIRECT_TIMEOUT = 0.3
+MAX_LINE = 65536
+#: connections answered at once (worker threads); past that one waits in the listen backlog
+MAX_CLIENTS = 8
+
+
+def _encode(word: str) -> str:
+    return urllib.parse.quote(word, safe="-._/:=,")
+
+
+class Answerer:
+    """`serve_forever()` answers on `path` until `shutdown()`."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        from daccore.settings.env import config_path
+
+        self._config_path = config_path(None, os.environ)  # the environment is fixed
+        self._identity: tuple | None = None
+        self._settings: dict = {}
+        self._etcd: dict | None = None
+        self.mirror: Mirror | None = None
+        self._mirror_store: Store | None = None
+        self._direct: Store | None = None
+        self._stopping = False
+        self._reload()  # a config that cannot be read stops the start, with its one line
+        self.listener = _listen(path, self._settings["slurm_user"])
+
+    # -- the config and the stores -------------------------------------------------------------
+
+    def _reload(self) -> dict:
+        """The config as dacctl reads it, again whenever its file changed: a new etcd (another
+        endpoint, prefix, credential) gets a new mirror."""
+        path = self._config_path
+        try:
+            st = os.stat(path)
+            identity: tuple = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            identity = (path, None)
+        if identity == self._identity:
+            return self._settings
+        with self._lock:
+            if identity == self._identity:
+                return self._settings
+            settings = datawarp.settings_for_caller()  # raises: the caller refuses
+            if settings["etcd"] != self._etcd:
+                self._connect(settings["etcd"])
+            self._settings, self._identity = settings, identity
+            log.info("config %s read; answering for uids %s", path, sorted(self._allowed()))
+        return self._settings
+
+    def _connect(self, etcd: dict) -> None:
+        from daccore.store import Store
+
+        old = self.mirror
+        self._direct = _bounded(Store.from_dict(etcd, transport="http", max_timeout=DIRECT_TIMEOUT))
+        watching = Store.from_dict(etcd, transport="http")
+        self.mirror = Mirror(watching.client, etcd["prefix"])
+        # a MirrorClient answers the reads Store makes of an EtcdClient (mirror.py)
+        client = cast("EtcdClient", MirrorClient(self.mirror, watching.client.endpoints))
+        self._mirror_store = Store(client, etcd["prefix"])
+        self._etcd = etcd
+        if old is not None:
+            old.stop()
+        mirror = self.mirror
+        threading.Thread(target=self._start_mirror, args=(mirror,), daemon=True).start()
+
+    def _start_mirror(self, mirror: Mirror) -> None:
+        """Until etcd answers a first listing: meanwhile every answer reads etcd (or is
+        refused)."""
+        while not self._stopping and mirror is self.mirror:
+            try:
+                mirror.start()
+                return
+            except StoreUnavailable as e:
+                log.warning("cannot list etcd for the mirror yet: %s", e)
+                time.sleep(1.0)
+
+    def _allowed(self) -> frozenset[int]:
+        return self._settings.get("trusted_uids", frozenset({0}))
+
+    # -- serving ------------------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        """MAX_CLIENTS threads, each accepting and answering one connection at a time: no
+        thread is started, and no socket handed over, per request."""
+        workers = [
+            threading.Thread(target=self._work, name=f"answer-{i}", daemon=True)
+            for i in range(MAX_CLIENTS)
+        ]
+        for w in workers:
+            w.start()
+        self._stopped.wait()
+        for w in workers:
+            w.join(timeout=READ_TIMEOUT + DIRECT_TIMEOUT + 1)
+
+    def _work(self) -> None:
+        while not self._stopping:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                if self._stopping:
+                    return
+                time.sleep(0.01)  # out of descriptors, say: the backlog waits
+                continue
+            try:
+                with sock:
+                    sock.sendall(self._reply(sock))
+            except OSError:
+                pass  # the caller went away (timed out, and forks dacctl)
+            except Exception:  # noqa: BLE001 - a bug must not end the worker; the caller forks
+                log.exception("answering failed")
+
+    def shutdown(self) -> None:
+        """From any thread (a signal handler too): the workers stop accepting."""
+        self._stopping = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the workers' accept()
+        except OSError:
+            pass
+        self._stopped.set()
+
+    def close(self) -> None:
+        self.shutdown()
+        if self.mirror is not None:
+            self.mirror.stop()
+        self.listener.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] = self.counts.get(what, 0) + 1
+
+    def _reply(self, sock: socket.socket) -> bytes:
+        _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if uid not in self._allowed():
+            self._count("refused_peer")
+            log.warning("uid %d refused: only root and SlurmUser may ask", uid)
+            return b"REFUSE only root and SlurmUser may ask\n"
+        sock.settimeout(READ_TIMEOUT)
+        words = _read_line(sock).split(" ")
+        if words[0] != MAGIC or len(words) < 2:
+            return b"REFUSE not a dac-answer/1 request\n"
+        function, args = words[1], [urllib.parse.unquote(w) for w in words[2:]]
+        if function == "stats":
+            with self._lock:
+                body = json.dumps(
+                    {**self.counts, "fresh": bool(self.mirror and self.mirror.fresh())}
+                )
+            return b"ANSWER 0 %d\n" % len(body) + body.encode()
+        if function not in datawarp.HOT:
+            return b"REFUSE only job_process, pools and paths are answered here\n"
+        source, result = self.answer(function, args)
+        if source is None:
+            self._count(f"{function}:refused")
+            log.info("%s refused: %s", function, result)
+            return f"REFUSE {' '.join(str(result).split())}\n".encode()
+        self._count(f"{function}:{source}")
+        rc, out, err = result
+        body = out.encode("utf-8", "surrogateescape")
+        return b"ANSWER %d %d\n" % (rc, len(body)) + body + err.encode("utf-8", "surrogateescape")
+
+    def answer(self, function: str, args: list[str]):
+        """(source, (rc, stdout, stderr)): source "mirror" or "etcd"; (None, why) refused."""
+        try:
+            settings = self._reload()
+        except Exception as e:  # noqa: BLE001 - dacctl forked will say it in its one line
+            return None, f"config: {e}"
+        argv = ["--function", function, *args]
+        mirror, store, why = self.mirror, self._mirror_store, "no mirror yet"
+        if mirror is not None and mirror.fresh():
+            try:
+                with mirror.lock:
+                    if mirror.fresh():
+                        return "mirror", datawarp.answer(argv, settings, store)
+                    why = "the mirror is not confirmed current"
+            except Unsure as e:
+                why = str(e)
+        elif mirror is not None:
+            why = "the mirror is not confirmed current"
+            gone = mirror.out_of_reach()
+            if gone:  # no read of etcd would be answered in time: refused at once
+                return None, f"{why}; {gone}"
+        try:
+            return "etcd", datawarp.answer(argv, settings, self._direct)
+        except Unsure as e:
+            return None, f"{why}; {e}"
+
+
+def _bounded(store):
+    """`store` whose etcd out of reach (past DIRECT_TIMEOUT) is `Unsure`, not an answer: the
+    fork that follows has the rest of the 2 s, and its own one line."""
+    call = store.client._call
+
+    def bounded(fn):
+        try:
+            return call(fn)
+        except StoreUnavailable as e:
+            raise Unsure(f"etcd out of reach: {e}") from None
+
+    store.client._call = bounded
+    return store
+
+
+def _read_line(sock: socket.socket) -> str:
+    data = b""
+    while b"\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_LINE:
+            return ""
+    return data.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+
+
+def _listen(path: str, slurm_user: str | None) -> socket.socket:
+    """The socket, in a directory of this process's own that no one but root and SlurmUser
+    may enter (module docstring); AdminError when the directory is someone else's or another
+    answerer listens there."""
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.lstat(directory)
+    except OSError as e:
+        raise AdminError(f"answerer: cannot make {directory}: {e.strerror}") from None
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise AdminError(
+            f"answerer: {directory} must be a directory of uid {os.geteuid()}'s (the "
+            f"answerer's own), not uid {st.st_uid}'s"
+        )
+    group, mode = st.st_gid, 0o700
+    if os.geteuid() == 0 and slurm_user:
+        try:
+            pw = pwd.getpwnam(slurm_user)
+        except KeyError:
+            pw = None
+        if pw is not None and pw.pw_uid != 0:
+            group, mode = pw.pw_gid, 0o750
+    os.chown(directory, os.geteuid(), group)
+    os.chmod(directory, mode)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        raise AdminError(f"answerer: another answerer listens on {path}")
+    except (FileNotFoundError, ConnectionRefusedError):
+        pass
+    finally:
+        probe.close()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o660)
+    listener.listen(128)
+    return listener
+
+
+def serve(path: str, ready=None) -> None:
+    """Answer on `path` until SIGTERM or SIGINT; `ready()` once it listens."""
+    import signal
+
+    server = Answerer(path)
+
+    def stop(signum, frame):
+        server.shutdown()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("dac answerer on %s", path)
+    if ready:
+        ready()
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+
+
+def ask(path: str, function: str, args: list[str], timeout: float = 2.0) -> tuple:
+    """What burst_buffer.lua does, in Python (tests, bench): ("ANSWER", rc, stdout, stderr)
+    or ("REFUSE", reason)."""
+    line = " ".join([MAGIC, function, *(_encode(a) for a in args)]) + "\n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(line.encode("utf-8", "surrogateescape"))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\n")
+    words = head.decode().split(" ", 3)
+    if words[0] == "ANSWER":
+        n = int(words[2])
+        return ("ANSWER", int(words[1]), body[:n].decode(), body[n:].decode())
+    return ("REFUSE", head.decode().partition(" ")[2])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`dac-answerer [--socket PATH]`: run as SlurmUser (or root) on the Slurm controller,
+    with the DAC_CONFIG slurmctld's hooks use (daccore/share/packaging/dac-answerer.service)."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="dac-answerer", description=main.__doc__)
+    p.add_argument("--socket", default=os.environ.get("DAC_ANSWERER_SOCKET") or SOCKET)
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s dac-answerer[%(process)d] %(message)s"
+    )
+    from daccore.errors import DacError
+    from dacctl.slurm_args import Refused
+
+    try:
+        serve(args.socket)
+    except (DacError, Refused) as e:
+        print(f"dac-answerer: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,250 @@
+"""dac's answerer (issue 34) against a real local DAC: job_process, pools and paths answered
+over its socket exactly as the forked `dacctl --function` answers them (exit status, stdout,
+stderr, the path file's bytes), for every directive case the suite uses and hundreds of
+generated scripts (tests/fuzzgen.py); answers that follow etcd's changes, a config edited
+under it, and a refusal, within its bound, when etcd is out of reach."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fuzzgen import job_scripts
+from fuzzrun import as_process, local_dac
+
+from dacservice.answerer import ask
+
+BIN = Path(sys.executable).parent
+
+#: the directive cases tests/system/test_datawarp_protocol.py, tests/store/test_jobs.py and
+#: the e2e tests submit, each a whole script (a {home} for the stage lines)
+CASES = [
+    "#!/bin/bash\n#SBATCH -N 2\n#DW jobdw capacity=600MiB access_mode=striped,private "
+    "type=scratch\n#DW stage_in type=directory source={home}/in destination=$DW_JOB_STRIPED/in\n"
+    "#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination={home}/out\nsrun x\n",
+    "#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped type=scratch pool=default\n",
+    "#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=private pool=default\n",
+    "#!/bin/sh\n#DW jobdw capacity=100TiB access_mode=striped pool=default\n",
+    "#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=striped pool=nosuch\n",
+    "#!/bin/sh\n#DW jobdw capacity=0GiB access_mode=striped\n",
+    "#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=sideways\n",
+    "#!/bin/sh\n#DW jobdw capacity=1GiB\n#DW jobdw capacity=1GiB\n",
+    "#!/bin/sh\n#DW jobdw capacity=1GiB type=cache\n",
+    "#!/bin/sh\n#DW persistentdw name=proj1\n",
+    "#!/bin/sh\n#DW persistentdw name=nosuch\n",
+    "#!/bin/sh\n#DW jobdw capacity=1GiB\n#DW persistentdw name=proj1\n#DW swap 1GiB\n",
+    "#!/bin/sh\n#DW swap 100TiB\n#DW jobdw capacity=1GiB\n",
+    "#!/bin/sh\n#BB create_persistent name=p2 capacity=512MiB access=striped type=scratch\n",
+    "#!/bin/sh\n#BB create_persistent name=9bad capacity=1GiB\n",
+    "#!/bin/sh\n#BB destroy_persistent name=proj1\n",
+    "#!/bin/sh\n#BB destroy_persistent name=nosuch\n",
+    "#!/bin/sh\n#DW stage_in type=file source=/etc/hosts\n",
+    "#!/bin/sh\n#DW frobnicate now\n",
+    "#!/bin/sh\necho no directives at all\n",
+    "",
+]
+
+
+class Answerer:
+    def __init__(self, env: dict, path: Path):
+        self.path, self.env = path, env
+        self.log = open(path.parent.parent / "answerer.log", "ab")
+        self.proc = subprocess.Popen(
+            [str(BIN / "dac-answerer"), "--socket", str(path)],
+            env={**os.environ, **env},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.wait_fresh()
+
+    def wait_fresh(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(ask(str(self.path), "stats", [])[2])["fresh"]:
+                    return
+            except (OSError, ValueError):
+                pass
+            assert self.proc.poll() is None, "dac-answerer exited"
+            time.sleep(0.05)
+        raise AssertionError("the answerer's mirror never became current")
+
+    def stats(self) -> dict:
+        return json.loads(ask(str(self.path), "stats", [])[2])
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=10)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def dac():
+    """A local DAC with uid 1000's persistent buffer proj1 and job 7's striped,private
+    buffer; an answerer on it. Yields (workdir, env, answerer, scratch directory)."""
+    with local_dac() as (workdir, env):
+        fn(env, "create_persistent", "--token", "proj1", "--caller", "CLI", "--user", "1000",
+           "--capacity", "default:512MiB")  # fmt: skip
+        scratch = workdir.parent / "scripts"
+        scratch.mkdir()
+        job7 = scratch / "job7.sh"
+        job7.write_text("#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped,private\n"
+                        "#DW persistentdw name=proj1\n")  # fmt: skip
+        fn(env, "setup", "--token", "7", "--caller", "SLURM", "--user", "1000", "--groupid",
+           "1000", "--capacity", "default:100MiB", "--job", str(job7))  # fmt: skip
+        a = Answerer(env, workdir.parent / "run" / "socket")
+        try:
+            yield workdir, env, a, scratch
+        finally:
+            a.stop()
+
+
+def fn(env, function, *args):
+    rc, out, err = as_process(["--function", function, *args], env)
+    assert rc == 0, (function, out, err)
+    return out
+
+
+def both(dac, function, args):
+    """The forked dacctl's (rc, stdout, stderr) and the answerer's, for the same call."""
+    _, env, a, _ = dac
+    forked = as_process(["--function", function, *args], env)
+    reply = ask(str(a.path), function, args)
+    assert reply[0] == "ANSWER", reply
+    return forked, reply[1:]
+
+
+def test_job_process_answers_every_directive_case_as_the_fork_does(dac):
+    workdir, _, a, scratch = dac
+    scripts = [c.format(home=workdir.parent).encode() for c in CASES]
+    scripts += job_scripts(random.Random(34), 150)
+    before = a.stats().get("job_process:mirror", 0)
+    differ = []
+    for i, script in enumerate(scripts):
+        path = scratch / f"jp{i}.sh"
+        path.write_bytes(script)
+        for user in ([], ["--user", "1000"], ["--user", "1001"]) if i < len(CASES) else ([],):
+            forked, answered = both(dac, "job_process", ["--job", str(path), *user])
+            if forked != answered:
+                differ.append((script[:200], user, forked, answered))
+    assert differ == []
+    forked, answered = both(dac, "job_process", ["--job", str(scratch / "absent.sh")])
+    assert forked == answered and forked[0] == 1
+    forked, answered = both(dac, "job_process", [])  # no --job: the usage line
+    assert forked == answered and forked[0] == 1
+    # the answers came from the mirror, not from etcd
+    assert a.stats()["job_process:mirror"] - before >= len(scripts)
+
+
+def test_pools_answers_as_the_fork_does_and_follows_etcd(dac):
+    _, env, a, scratch = dac
+    forked, answered = both(dac, "pools", [])
+    assert forked == answered and forked[0] == 0
+    job = scratch / "job8.sh"
+    job.write_text("#!/bin/sh\n#DW jobdw capacity=600MiB access_mode=striped\n")
+    fn(env, "setup", "--token", "8", "--caller", "SLURM", "--user", "1000", "--groupid", "1000",
+       "--capacity", "default:600MiB", "--job", str(job))  # fmt: skip
+    try:
+        changed, answered = both(dac, "pools", [])  # two more bricks claimed, at once
+        assert changed == answered and changed != forked
+    finally:
+        fn(env, "teardown", "--token", "8", "--job", str(job))
+    forked, answered = both(dac, "pools", [])
+    assert forked == answered
+
+
+def _paths(dac, token: str, script: Path, *more: str):
+    workdir = dac[0]
+    files = [workdir.parent / f"pathfile.{token}.{n}" for n in ("fork", "answer")]
+    forked = as_process(
+        ["--function", "paths", "--token", token, "--job", str(script), "--pathfile",
+         str(files[0]), *more], dac[1])  # fmt: skip
+    reply = ask(
+        str(dac[2].path),
+        "paths",
+        ["--token", token, "--job", str(script), "--pathfile", str(files[1]), *more],
+    )
+    assert reply[0] == "ANSWER", reply
+    texts = [f.read_bytes() if f.exists() else None for f in files]
+    return (forked, texts[0]), (reply[1:], texts[1])
+
+
+def test_paths_answers_as_the_fork_does(dac):
+    workdir, env, a, scratch = dac
+    persistent = scratch / "p.sh"
+    persistent.write_text("#!/bin/sh\n#DW persistentdw name=proj1\n")
+    before = a.stats().get("paths:mirror", 0)
+    forked, answered = _paths(dac, "7", scratch / "job7.sh")
+    assert forked == answered and forked[0][0] == 0
+    assert forked[1].startswith(
+        f"DW_JOB_STRIPED={workdir}/mnt/7/striped\nDW_JOB_PRIVATE={workdir}/mnt/7/private\n"
+        "DW_PERSISTENT_STRIPED_proj1=".encode()
+    )
+    assert a.stats()["paths:mirror"] == before + 1
+    # no buffer for job 21: its persistentdw names from the script, read from etcd to be sure
+    assert _paths(dac, "21", persistent)[0] == _paths(dac, "21", persistent)[1]
+    for bad in (["--array-job", "x"], ["--array-job", "5"]):
+        forked, answered = _paths(dac, "22", scratch / "absent.sh", *bad)
+        assert forked == answered
+    forked, answered = _paths(dac, "not-a-job", persistent)
+    assert forked == answered and forked[0][0] == 1
+
+
+def test_paths_of_a_buffer_made_a_moment_ago_is_that_buffers(dac):
+    workdir, env, a, scratch = dac
+    job = scratch / "job9.sh"
+    job.write_text("#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=private\n")
+    fn(env, "setup", "--token", "9", "--caller", "SLURM", "--user", "1000", "--groupid", "1000",
+       "--capacity", "default:100MiB", "--job", str(job))  # fmt: skip
+    try:
+        forked, answered = _paths(dac, "9", job)
+        assert forked == answered
+        assert answered[1] == f"DW_JOB_PRIVATE={workdir}/mnt/9/private\n".encode()
+    finally:
+        fn(env, "teardown", "--token", "9", "--job", str(job))
+
+
+def test_a_config_change_is_answered_without_a_restart(dac):
+    workdir, env, a, scratch = dac
+    config = Path(env["DAC_CONFIG"])
+    text = config.read_text()
+    assert f"mount_root: {workdir}/mnt" in text
+    try:
+        config.write_text(text.replace(f"mount_root: {workdir}/mnt", "mount_root: /elsewhere"))
+        forked, answered = _paths(dac, "7", scratch / "job7.sh")
+        assert forked == answered
+        assert answered[1].startswith(b"DW_JOB_STRIPED=/elsewhere/7/striped\n")
+    finally:
+        config.write_text(text)
+    assert _paths(dac, "7", scratch / "job7.sh")[1][1].startswith(
+        f"DW_JOB_STRIPED={workdir}".encode()
+    )
+
+
+def test_etcd_out_of_reach_is_refused_within_the_bound_then_answered_again(dac):
+    workdir, env, a, scratch = dac
+    state = json.loads((workdir / "state.json").read_text())
+    members = state["etcd"].get("members") or [state["etcd"]]
+    pids = [m["pid"] for m in members]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)  # etcd answers nothing, and closes nothing
+    try:
+        time.sleep(0.7)  # past FRESH_FOR: the mirror is no longer confirmed current
+        for function, args in (("pools", []), ("job_process", ["--job", str(scratch / "job7.sh")])):
+            started = time.monotonic()
+            reply = ask(str(a.path), function, args)
+            took = time.monotonic() - started
+            assert reply[0] == "REFUSE", reply
+            assert "not confirmed current" in reply[1] and "etcd" in reply[1]
+            assert took < 0.5  # burst_buffer.lua waits 0.5 s, then forks with what is left
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    a.wait_fresh()
+    forked, answered = both(dac, "pools", [])
+    assert forked == answered and forked[0] == 0

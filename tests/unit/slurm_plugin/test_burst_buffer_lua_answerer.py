@@ -1,0 +1,223 @@
+"""burst_buffer.lua's in-process path to dac's answerer (issue 34): job_process, pools and
+paths ask the answerer's unix socket with lua-socket and take its answer; when the socket is
+absent, the answerer refuses, is too slow, or lua-socket is missing, they fork dacctl as
+before, with what is left of 2 s. A stand-in answerer (a thread here) records each request."""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from daccore.share import asset
+
+LUA = asset("slurm", "burst_buffer.lua")
+
+HARNESS = r"""
+slurm = {SUCCESS = 0, ERROR = -1,
+         log_info = function(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end,
+         log_error = function(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end}
+dofile(%(lua)s)
+local rc, out = %(call)s
+io.write(tostring(rc), "\n", tostring(out))
+"""
+
+FAKE_DACCTL = """#!/bin/sh
+printf '%%s\\n' "$@" > %(dir)s/argv
+printf '%%s' "$DAC_HOT_TIMEOUT" > %(dir)s/budget
+echo forked
+"""
+
+
+def _lua_socket() -> bool:
+    r = subprocess.run(["lua5.1", "-e", 'require("socket.unix")'], capture_output=True)
+    return r.returncode == 0
+
+
+@pytest.fixture(autouse=True)
+def lua_socket():
+    if not _lua_socket():
+        if os.environ.get("CI") == "true":
+            pytest.fail("lua-socket is not installed for Lua 5.1 (make deps installs it)")
+        pytest.skip("lua-socket is not installed for Lua 5.1 (make deps installs it)")
+
+
+class FakeAnswerer:
+    """Answers every connection with `reply` after `delay` seconds; keeps the request lines."""
+
+    def __init__(self, path: Path, reply: bytes, delay: float = 0.0):
+        self.path, self.reply, self.delay, self.lines = path, reply, delay, []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(8)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.lines.append(data.decode())
+                time.sleep(self.delay)
+                try:
+                    conn.sendall(self.reply)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+def hook(tmp_path, lua_call, socket_path, **env):
+    """(rc, message, dacctl's argv or None, DAC_HOT_TIMEOUT it got, seconds, lua's stderr)."""
+    fake = tmp_path / "dacctl"
+    fake.write_text(FAKE_DACCTL % {"dir": tmp_path})
+    fake.chmod(0o755)
+    for f in ("argv", "budget"):
+        (tmp_path / f).unlink(missing_ok=True)
+    script = tmp_path / "run.lua"
+    script.write_text(HARNESS % {"lua": json.dumps(str(LUA)), "call": lua_call})
+    started = time.monotonic()
+    r = subprocess.run(
+        ["lua5.1", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={
+            "DACCTL": str(fake),
+            "PATH": "/usr/bin:/bin",
+            "DAC_ANSWERER_SOCKET": str(socket_path),
+            **env,
+        },
+    )
+    took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    rc, _, message = r.stdout.partition("\n")
+    argv = (tmp_path / "argv").read_text().splitlines() if (tmp_path / "argv").exists() else None
+    budget = (tmp_path / "budget").read_text() if (tmp_path / "budget").exists() else None
+    return int(rc), message, argv, budget, took, r.stderr
+
+
+def test_the_answerers_answer_is_the_hooks_and_nothing_is_forked(tmp_path):
+    pools = '{"pools": [{"id": "default", "free": 4}]}\n'
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(pools) + pools.encode() + b"err\n")
+    try:
+        rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, pools.strip(), None)  # stderr is not part of the answer
+    assert a.lines == ["dac-answer/1 pools\n"]
+
+
+def test_a_refusing_answer_is_an_error_with_its_line(tmp_path):
+    line = b"line 3: jobdw: unknown pool 'x' (pools: default)\n"
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 1 %d\n" % len(line) + line)
+    try:
+        rc, out, argv, _, _, _ = hook(tmp_path, 'slurm_bb_job_process("/s/job 1%.sh")', a.path)
+    finally:
+        a.close()
+    assert (rc, out, argv) == (-1, line.decode().strip(), None)
+    # every byte but letters, digits and -._/:=, percent-encoded
+    assert a.lines == ["dac-answer/1 job_process --job /s/job%201%25.sh\n"]
+
+
+def test_paths_sends_every_argument_slurm_gives(tmp_path):
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n")
+    try:
+        rc, out, argv, _, _, _ = hook(
+            tmp_path,
+            'slurm_bb_paths("12", "/s/script", "/s/p", "1001", "1002", {array_job_id = 9})',
+            a.path,
+        )
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, "", None)
+    assert a.lines == [
+        "dac-answer/1 paths --token 12 --job /s/script --pathfile /s/p --array-job 9\n"
+    ]
+
+
+def test_no_socket_forks_dacctl_with_the_whole_budget(tmp_path):
+    rc, out, argv, budget, _, err = hook(
+        tmp_path, 'slurm_bb_job_process("/s/script")', tmp_path / "absent"
+    )
+    assert (rc, out) == (0, "forked")
+    assert argv == ["--function", "job_process", "--job", "/s/script"]
+    assert 1.9 <= float(budget) <= 2.0
+    assert err == ""  # an answerer not installed is nothing to log
+
+
+def test_a_refusal_forks_dacctl(tmp_path):
+    a = FakeAnswerer(tmp_path / "s", b"REFUSE the mirror is not confirmed current; etcd out\n")
+    try:
+        rc, out, argv, budget, _, err = hook(tmp_path, "slurm_bb_pools()", a.path)
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
+    assert "the mirror is not confirmed current" in err  # slurmctld's log says why
+    assert 1.5 < float(budget) <= 2.0
+
+
+def test_a_slow_answerer_is_given_up_on_time_and_the_fork_gets_the_rest(tmp_path):
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n", delay=3.0)
+    try:
+        rc, out, argv, budget, took, _ = hook(
+            tmp_path, "slurm_bb_pools()", a.path, DAC_ANSWERER_TIMEOUT="0.3"
+        )
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
+    assert 1.6 <= float(budget) <= 1.75  # 2 s less the 0.3 s waited
+    assert took < 1.5
+
+
+def test_a_socket_nobody_listens_on_forks_dacctl(tmp_path):
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(tmp_path / "s"))
+    dead.close()  # the file stays: an answerer that died
+    rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", tmp_path / "s")
+    assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
+
+
+def test_without_lua_socket_the_hooks_fork_as_before(tmp_path):
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot")
+    try:
+        rc, out, argv, budget, _, _ = hook(
+            tmp_path,
+            "slurm_bb_pools()",
+            a.path,
+            LUA_CPATH="/nonexistent/?.so",
+            LUA_PATH="/nonexistent/?.lua",
+        )
+    finally:
+        a.close()
+    assert (rc, out, argv, budget) == (0, "forked", ["--function", "pools"], "")
+    assert a.lines == []
+
+
+def test_none_turns_the_answerer_off(tmp_path):
+    rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", "none")
+    assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
+
+
+def test_the_other_hooks_never_ask_the_answerer(tmp_path):
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n")
+    try:
+        rc, out, argv, _, _, _ = hook(tmp_path, 'slurm_bb_data_in("7", "/s")', a.path)
+    finally:
+        a.close()
+    assert (rc, out, argv[:2]) == (0, "forked", ["--function", "data_in"])
+    assert a.lines == []
