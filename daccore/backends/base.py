@@ -12,8 +12,13 @@ from daccore.errors import AdminError
 from daccore.records.layout import mount_path
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from daccore.records.models import BrickRef, Buffer
     from daccore.settings.config import BrickSettings, DacConfig
+
+    #: playbook variables, an Ansible inventory or a part of one: what ansible_runner takes
+    Vars = dict[str, Any]
 
 __all__ = [
     "Backend",
@@ -40,13 +45,13 @@ class Backend(ABC):
 
     def inventory(
         self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
-    ) -> dict:
+    ) -> Vars:
         """The Ansible inventory of a step: by default this host, over the local connection."""
         return {"all": {"hosts": {self.host: self.host_vars(self.host)}}}
 
     def client_changes(
         self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None, access: list[str]
-    ) -> tuple[dict, dict]:
+    ) -> tuple[dict[str, dict[str, str]], dict[str, Vars]]:
         """For backends that mount on compute nodes themselves: (the parts the spec wants
         mounted, node -> {mount point: part}; per node touched, its inventory variables:
         `mounts` (new mount point -> part), `unmounts` and `prune` (daccore.backends.prune_list)).
@@ -57,7 +62,7 @@ class Backend(ABC):
         if step == "delete":
             have = {n: {**have.get(n, {}), **want.get(n, {})} for n in {*have, *want}}
             want = {}
-        clients = {}
+        clients: dict[str, Vars] = {}
         for node in sorted({*want, *have}):
             mine, had = want.get(node, {}), have.get(node, {})
             gone = sorted(t for t in had if t not in mine)
@@ -69,7 +74,7 @@ class Backend(ABC):
             }
         return want, clients
 
-    def host_vars(self, host: str) -> dict:
+    def host_vars(self, host: str) -> Vars:
         """How Ansible reaches a storage server: this one locally, others as the config says."""
         local = {"ansible_connection": "local"} if host == self.host else {}
         return {**local, **templated(self.config.hosts[host].ansible_vars)}
@@ -92,7 +97,7 @@ class Backend(ABC):
     @abstractmethod
     def variables(
         self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
-    ) -> dict:
+    ) -> Vars:
         """The extravars of `playbooks/<name>/<step>.yml` for this buffer on this
         host; `attached` is what this host has mounted on compute nodes so far (job -> nodes)."""
 
@@ -103,8 +108,8 @@ class Templated(str):
     nothing read from a record is ever rendered as Jinja."""
 
 
-def templated(value):
-    """`value` with every string in it marked Templated."""
+def templated(value: Any) -> Any:
+    """`value` (config data, as YAML gave it) with every string in it marked Templated."""
     if isinstance(value, str):
         return Templated(value)
     if isinstance(value, dict):

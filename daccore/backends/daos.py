@@ -29,17 +29,22 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from typing import TYPE_CHECKING
 
 from daccore.backends.base import Backend, register
 from daccore.errors import AdminError
 from daccore.units import format_size
+
+if TYPE_CHECKING:
+    from daccore.backends.base import Vars
+    from daccore.records.models import Buffer
 
 __all__ = ["DaosBackend", "pool_label", "CONTAINER"]
 
 CONTAINER = "posix"
 
 
-def pool_label(buffer) -> str:
+def pool_label(buffer: Buffer) -> str:
     return f"dac-{buffer.name}"[:127]  # DAOS labels hold 127 characters
 
 
@@ -47,11 +52,11 @@ def pool_label(buffer) -> str:
 class DaosBackend(Backend):
     one_run_for_all_hosts = True
 
-    def ranks(self, buffer) -> list[int]:
+    def ranks(self, buffer: Buffer) -> list[int]:
         """The engine ranks of the buffer's bricks."""
         return sorted(self._per_rank(buffer))
 
-    def _per_rank(self, buffer) -> dict[int, int]:
+    def _per_rank(self, buffer: Buffer) -> dict[int, int]:
         """Bytes dac allocated to the buffer on each engine rank."""
         out: dict[int, int] = {}
         for ref in buffer.allocation.bricks:
@@ -59,7 +64,7 @@ class DaosBackend(Backend):
             out[rank] = out.get(rank, 0) + ref.capacity
         return out
 
-    def tier_bytes(self, buffer) -> tuple[int, int]:
+    def tier_bytes(self, buffer: Buffer) -> tuple[int, int]:
         """(SCM, NVMe) bytes per rank: the same on every rank, as DAOS allocates them."""
         per_rank = self._per_rank(buffer)
         nvme = min(per_rank.values()) >> 20 << 20
@@ -76,7 +81,9 @@ class DaosBackend(Backend):
         assert settings is not None  # a daos pool has its settings (validated at load)
         return settings.scm_for(nvme), nvme
 
-    def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
+    def variables(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
+    ) -> Vars:
         user, group = _names(buffer.owner_uid, buffer.owner_gid, self.host)
         scm, nvme = self.tier_bytes(buffer) if step == "create" else (0, 0)
         fs_path = os.path.join(
@@ -103,7 +110,9 @@ class DaosBackend(Backend):
             "staging_mount": os.path.join(fs_path, "striped"),
         }
 
-    def inventory(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
+    def inventory(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
+    ) -> Vars:
         primary = buffer.allocation.primary_host
         _, clients = self.client_changes(buffer, step, attached, ["striped"])
         for node in clients.values():  # dfuse mounts the container: the mount points suffice

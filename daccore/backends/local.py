@@ -13,15 +13,30 @@ DAC gives every fake node its own root). Bind mounts keep the source's nodev,nos
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from daccore.backends.base import Backend, node_mounts, register
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from daccore.backends.base import Vars
+    from daccore.records.models import Buffer
+
+    class _Mounts(TypedDict):
+        binds: dict[str, tuple[str, str]]  # target -> (source, node root)
+        swaps: dict[str, int]  # swap file -> bytes
+        dirs: dict[str, None]  # nodes' private directories, in order
+
 
 __all__ = ["LocalBackend"]
 
 
 @register("local")
 class LocalBackend(Backend):
-    def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
+    def variables(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
+    ) -> Vars:
         host = self.config.hosts[self.host]
         fs_path = os.path.join(host.fs_root, buffer.name)
         devices = [self.device(buffer, b) for b in buffer.allocation.bricks if b.host == self.host]
@@ -77,8 +92,8 @@ class LocalBackend(Backend):
         }
 
     def _mounts(
-        self, buffer, fs_path: str, access: list[str], attachments: dict[str, list[str]]
-    ) -> dict:
+        self, buffer: Buffer, fs_path: str, access: list[str], attachments: dict[str, list[str]]
+    ) -> _Mounts:
         binds: dict[str, tuple[str, str]] = {}  # target -> (source, node root)
         swaps: dict[str, int] = {}
         dirs: dict[str, None] = {}

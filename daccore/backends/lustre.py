@@ -23,8 +23,14 @@ from __future__ import annotations
 import hashlib
 import os
 import string
+from typing import TYPE_CHECKING
 
 from daccore.backends.base import Backend, register, templated
+
+if TYPE_CHECKING:
+    from daccore.backends.base import Vars
+    from daccore.records.models import Buffer
+    from daccore.settings.config import LustreSettings
 
 __all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
 
@@ -59,7 +65,7 @@ MDT_MOD_RPCS = "mdt.{fs}-MDT*.max_mod_rpcs_in_flight"
 IO500_MOD_RPCS = 127
 
 
-def fsname(buffer) -> str:
+def fsname(buffer: Buffer) -> str:
     digest = hashlib.sha256(f"{buffer.name}/{buffer.created_at!r}".encode()).digest()
     return "".join(string.ascii_lowercase[b % 26] for b in digest[:8])
 
@@ -86,26 +92,28 @@ def partition(disk: str, number: int) -> str:
 class LustreBackend(Backend):
     one_run_for_all_hosts = True
 
-    def _settings(self, buffer):
-        return self.config.pools[buffer.request.pool].lustre
+    def _settings(self, buffer: Buffer) -> LustreSettings:
+        s = self.config.pools[buffer.request.pool].lustre
+        assert s is not None  # a lustre pool has its settings (validated at load)
+        return s
 
-    def _servers(self, buffer) -> list[str]:
+    def _servers(self, buffer: Buffer) -> list[str]:
         primary = buffer.allocation.primary_host
         return [primary] + [h for h in buffer.allocation.hosts if h != primary]
 
-    def mgs_nid(self, buffer) -> str:
+    def mgs_nid(self, buffer: Buffer) -> str:
         mgs = self._settings(buffer).mgs
         if mgs == "per_buffer":
             return self.config.lnet_nid(buffer.allocation.primary_host, buffer.request.pool)
         return mgs.nid
 
-    def targets(self, buffer) -> dict[str, dict]:
+    def targets(self, buffer: Buffer) -> dict[str, Vars]:
         """Per server: its disks' partitioning and its targets, in mount order."""
         s = self._settings(buffer)
         fs, nid = fsname(buffer), self.mgs_nid(buffer)
         per_buffer_mgs = s.mgs == "per_buffer"
         mdt_end = 1 + -(-s.mdt_size // MiB)
-        out: dict[str, dict] = {}
+        out: dict[str, Vars] = {}
         mdts = osts = 0
         for host in self._servers(buffer):
             disks, targets = [], []
@@ -163,7 +171,7 @@ class LustreBackend(Backend):
             }
         return out
 
-    def tuning(self, buffer, side: str, has_mdt: bool = False) -> list[str]:
+    def tuning(self, buffer: Buffer, side: str, has_mdt: bool = False) -> list[str]:
         """The profile's `lctl set_param` words for a client, or for a server (with its MDT's
         limit first, where the release has one)."""
         s = self._settings(buffer)
@@ -184,7 +192,9 @@ class LustreBackend(Backend):
             words.insert(0, f"{MDT_MOD_RPCS.format(fs=fs)}={IO500_MOD_RPCS}")
         return words
 
-    def variables(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
+    def variables(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
+    ) -> Vars:
         s, primary = self._settings(buffer), buffer.allocation.primary_host
         fs, nid = fsname(buffer), self.mgs_nid(buffer)
         return {
@@ -205,7 +215,9 @@ class LustreBackend(Backend):
             "client_tuning": self.tuning(buffer, "client"),
         }
 
-    def inventory(self, buffer, step: str, attached: dict[str, list[str]] | None = None) -> dict:
+    def inventory(
+        self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
+    ) -> Vars:
         s, primary = self._settings(buffer), buffer.allocation.primary_host
         fs, nid = fsname(buffer), self.mgs_nid(buffer)
         access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
@@ -231,7 +243,7 @@ class LustreBackend(Backend):
 
 def _target(
     fs: str, kind: str, index: int, device: str, mgsnode: str | None, root: str, mgs: bool = False
-) -> dict:
+) -> Vars:
     argv = [
         "mkfs.lustre",
         *(["--mgs"] if mgs else []),

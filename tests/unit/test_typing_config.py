@@ -19,6 +19,7 @@ STRICT = {
     "daccore.rules.*",
     "daccore.settings.*",
     "daccore.etcd.*",
+    "daccore.backends.*",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only
