@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -86,7 +87,12 @@ PACKAGES = (
     "zlib1g",
     "libuuid1",
     "libcrypt1",
+    # burst_buffer.lua reaches dac's answerer in-process with it (Lua 5.1's socket library)
+    "lua-socket",
 )
+#: PACKAGES that chroots cached before them lack: `ensure_chroot` adds them to such a chroot
+#: at its next use (one `apt-get install`, a few seconds), so no cache is rebuilt for them
+ADDED_LATER = ("lua-socket",)
 #: the client commands `dacctl local env` puts first on PATH
 CLIENTS = (
     "sbatch",
@@ -196,15 +202,18 @@ def _run(
 def ensure_chroot(rel: Release, log=None) -> Path:
     """The release's chroot, built now if the cache has none (about a minute and 280 MB)."""
     root = chroot_dir(rel)
-    if (root / ".ok").exists():
+    if (root / ".ok").exists() and not _missing(root):
         return root
     cache = cache_dir()
     _root_only_dir(cache)
     with open(cache / f".slurm-{rel.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another `up` may be building it: wait for it
-        if (root / ".ok").exists():
-            return root
         try:
+            if (root / ".ok").exists():
+                missing = _missing(root)
+                if missing:
+                    _add_packages(rel, root, missing, cache, log)
+                return root
             return _build_chroot(rel, root, cache, log)
         except OSError as e:  # one line for the admin, never a traceback
             raise AdminError(
@@ -251,28 +260,7 @@ def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
     for f in ("etc/resolv.conf", "etc/hosts"):
         (build / f).unlink(missing_ok=True)
         shutil.copy(f"/{f}", build / f)
-    apt = (
-        "DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install "
-        "-y --no-install-recommends " + " ".join(PACKAGES) + " && apt-get clean"
-    )
-    _run(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            'mount -t proc proc "$1/proc" && exec chroot "$1" sh -c "$2"',
-            "sh",
-            str(build),
-            "apt-get update -q && " + apt,
-        ],
-        "apt-get install",
-        blog,
-        900,
-    )
+    _apt_install(build, PACKAGES, blog)
     version = subprocess.run(
         ["chroot", str(build), "dpkg-query", "-W", "-f", "${Version}", "slurmctld"],
         capture_output=True,
@@ -288,6 +276,61 @@ def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
         f"slurmctld {version.stdout} built in {time.monotonic() - started:.0f}s\n"
     )
     return root
+
+
+def _apt_install(root: Path, packages, blog: Path) -> None:
+    """`apt-get install` of `packages` inside the chroot at `root`, its lists fetched anew."""
+    apt = (
+        "DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install "
+        "-y --no-install-recommends " + " ".join(packages) + " && apt-get clean"
+    )
+    _run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            'mount -t proc proc "$1/proc" && exec chroot "$1" sh -c "$2"',
+            "sh",
+            str(root),
+            "apt-get update -q && " + apt,
+        ],
+        "apt-get install",
+        blog,
+        900,
+    )
+
+
+def _missing(root: Path) -> list[str]:
+    """The packages of ADDED_LATER that the chroot at `root` has not installed (read from its
+    dpkg status file: no process)."""
+    try:
+        status = (root / "var/lib/dpkg/status").read_text(errors="replace")
+    except OSError:
+        return list(ADDED_LATER)
+    installed = set(
+        re.findall(r"^Package: (\S+)\n(?:[^\n]+\n)*?Status: install ok installed", status, re.M)
+    )
+    return [p for p in ADDED_LATER if p not in installed]
+
+
+def _add_packages(rel: Release, root: Path, packages: list[str], cache: Path, log) -> None:
+    """`packages` into a cached chroot that predates them (ADDED_LATER), in place."""
+    if log:
+        log(f"adding {', '.join(packages)} to the cached Slurm {rel.name} chroot {root}")
+    started = time.monotonic()
+    blog = cache / f"slurm-{rel.name}.log"
+    _apt_install(root, packages, blog)
+    left = _missing(root)
+    if left:
+        raise AdminError(
+            f"the Slurm {rel.name} chroot: {', '.join(left)} not installed (log: {blog})"
+        )
+    with open(root / ".ok", "a") as ok:
+        ok.write(f"{' '.join(packages)} added in {time.monotonic() - started:.0f}s\n")
 
 
 def version(rel: Release) -> str:
