@@ -35,7 +35,16 @@ from daclocal.etcd_server import EtcdCluster, EtcdServer
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 from daclocal.slurm import SlurmCluster, check_chroot_reachable, munge_socket, start_munged
 
-__all__ = ["LocalState", "up", "down", "status", "env_lines", "restart_slurmctld", "POOL"]
+__all__ = [
+    "LocalState",
+    "up",
+    "down",
+    "status",
+    "env_lines",
+    "restart_slurmctld",
+    "restart_answerer",
+    "POOL",
+]
 
 POOL = "default"
 #: where jobs see buffers on every fake node, and where each node's own view lives
@@ -280,6 +289,7 @@ def up(
                 node_roots=str(workdir / NODE_ROOTS),
                 release=rel.name,
             )
+            state.slurm["answerer"] = cluster.answerer  # DAC_LOCAL_ANSWERER, once for `down`
 
             def record(name: str, pid: int) -> None:
                 state.slurm["pids"][name] = pid
@@ -445,6 +455,7 @@ def down(workdir: Path) -> list[str]:
         workdir / "slurm" / "spool",
         workdir / "slurm" / "munge",
         workdir / "slurm" / "bin",
+        workdir / "slurm" / "answerer",
         workdir / "fs",
         workdir / NODE_ROOTS,
         workdir / MOUNT_ROOT,
@@ -516,6 +527,7 @@ def _cluster(state: LocalState) -> SlurmCluster:
         mount_root=str(workdir / MOUNT_ROOT),
         node_roots=str(workdir / NODE_ROOTS),
         release=s.get("release", releases.HOST_RELEASE),
+        answerer=s.get("answerer", False),
     )
 
 
@@ -531,6 +543,20 @@ def restart_slurmctld(workdir: Path, timeout: float = 30.0) -> int:
         state.save()
 
     return _cluster(state).restart_slurmctld(timeout, on_started=record)
+
+
+def restart_answerer(workdir: Path, timeout: float = 30.0) -> int:
+    """The local DAC's dac-answerer started again (SlurmCluster.restart_answerer); its new pid
+    is recorded for `down`."""
+    state = _require(workdir.resolve())
+    if not state.slurm.get("answerer"):
+        raise AdminError(f"the local DAC in {state.workdir} runs no answerer")
+
+    def record(pid: int) -> None:
+        state.slurm["pids"]["answerer"] = pid
+        state.save()
+
+    return _cluster(state).restart_answerer(timeout, on_started=record)
 
 
 def status(workdir: Path) -> dict:

@@ -233,6 +233,24 @@ def _terminate_session(sid: int) -> None:
             return
 
 
+def answerer_default() -> bool:
+    """Whether the local DAC runs dac-answerer under burst_buffer/lua: yes, as a site does
+    (docs/slurm.md, The answerer), unless DAC_LOCAL_ANSWERER=0 (every hook then forks
+    dacctl: the fallback's own path, kept under test)."""
+    return os.environ.get("DAC_LOCAL_ANSWERER", "1") != "0"
+
+
+def _listens(path: Path) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(path))
+            return True
+        except OSError:
+            return False
+
+
 def _node_root(path: str) -> None:
     """A node's root, seen by its jobs at the mount root: passable, never listable (it shows
     every buffer of every job on the node; docs/security.md)."""
@@ -258,6 +276,7 @@ class SlurmCluster:
         mount_root: str = "",
         node_roots: str = "",
         release: str = releases.HOST_RELEASE,
+        answerer: bool | None = None,
     ):
         if plugin not in PLUGINS:
             raise AdminError(f"unknown burst buffer plugin '{plugin}' (choose lua or datawarp)")
@@ -267,6 +286,16 @@ class SlurmCluster:
         self.pids: dict = pids or {}
         self.procs: dict = {}  # what this start spawned, so a daemon that dies says how
         self.mount_root, self.node_roots = mount_root, node_roots
+        if answerer is None:
+            answerer = answerer_default()
+        # burst_buffer/datawarp forks dacctl itself (dw_wlm_cli): no socket to ask there
+        self.answerer = answerer and plugin == "lua"
+
+    @property
+    def answerer_socket(self) -> Path:
+        """dac-answerer's socket: under the workdir, which a chroot's slurmctld sees at the same
+        path; its directory SlurmUser's own (the answerer keeps it 0700)."""
+        return self.base / "answerer" / "socket"
 
     @property
     def conf(self) -> Path:
@@ -316,6 +345,8 @@ class SlurmCluster:
         if munged:
             started("munged", start_munged(self.base.parent, timeout, rel))
         env = self._daemon_env()
+        if self.answerer:  # before slurmctld: its first pools call is answered warm
+            started("answerer", self._spawn_answerer(timeout))
         started("slurmctld", self._spawn_slurmctld(clean=True))
         self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
         for node in self.node_names:
@@ -346,6 +377,42 @@ class SlurmCluster:
         self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
         return proc.pid
 
+    def restart_answerer(self, timeout: float = 30.0, on_started=None) -> int:
+        """dac-answerer again (after it was killed, say), as systemd's Restart= would: the old
+        one stopped if it still runs, a new one listening before this returns; its pid in
+        `pids`, and given to `on_started(pid)` as soon as it exists."""
+        old = self.pids.get("answerer")
+        if old and is_running(old, "answerer"):
+            stop_pid(old, "answerer")
+        proc = self._spawn_answerer(timeout)
+        self.pids["answerer"], self.procs["answerer"] = proc.pid, proc
+        if on_started:
+            on_started(proc.pid)
+        return proc.pid
+
+    def _spawn_answerer(self, timeout: float) -> subprocess.Popen:
+        """dac-answerer as SlurmUser, where slurmctld runs (a chroot release's: in its chroot,
+        as its hooks' dacctl runs), on `answerer_socket`; returns once the socket answers."""
+        rel, sock = self.release, self.answerer_socket
+        pw = pwd.getpwnam(rel.slurm_user)
+        sock.parent.mkdir(mode=0o700, exist_ok=True)
+        os.chown(sock.parent, pw.pw_uid, pw.pw_gid)
+        sock.unlink(missing_ok=True)
+        argv = [str(Path(sys.executable).parent / "dac-answerer"), "--socket", str(sock)]
+        if not rel.host:
+            argv = releases.daemon_argv(rel, self.base.parent, argv, rel.slurm_user)
+        proc = spawn(argv, self.base / "log" / "answerer.log", self._daemon_env())
+        deadline = time.monotonic() + timeout
+        while not _listens(sock):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = self._how_ended_proc(proc) if proc.poll() is not None else "no socket"
+                stop_pid(proc.pid, "answerer")
+                raise AdminError(
+                    f"dac-answerer did not start: {why} (log: {self.base}/log/answerer.log)"
+                )
+            time.sleep(0.02)
+        return proc
+
     def _daemon_env(self) -> dict[str, str]:
         env = child_env(**self.hook_env())
         if not self.release.host:  # the chroot's own commands (scontrol in a hook: no skew)
@@ -370,6 +437,8 @@ class SlurmCluster:
             "DACCTL": str(bin_ / "dacctl"),
             "DAC_BBSTAT": str(bin_ / "dac-bbstat"),
             "DAC_SLURM_LOG": str(self.base / "log" / "dacctl.log"),
+            # "none": every hook forks dacctl (DAC_LOCAL_ANSWERER=0)
+            "DAC_ANSWERER_SOCKET": str(self.answerer_socket) if self.answerer else "none",
         }
 
     def _slurmd_argv(self, node: str) -> list[str]:
@@ -487,7 +556,10 @@ class SlurmCluster:
     def _how_ended(self, name: str) -> str:
         """`exited (status 1)`, `killed by SIGTERM`: a daemon that dies before it logs
         anything leaves only this to go on."""
-        proc = self.procs.get(name)
+        return self._how_ended_proc(self.procs.get(name))
+
+    @staticmethod
+    def _how_ended_proc(proc) -> str:
         rc = proc.poll() if proc else None
         if rc is None:
             return "exited"
@@ -500,7 +572,11 @@ class SlurmCluster:
 
     def stop(self) -> list[str]:
         stopped = []
-        order = [n for n in self.pids if n.startswith("slurmd")] + ["slurmctld", "munged"]
+        order = [n for n in self.pids if n.startswith("slurmd")] + [
+            "slurmctld",
+            "answerer",
+            "munged",
+        ]
         for name in order:
             pid = self.pids.get(name)
             if pid and is_running(pid, _marker(name)):

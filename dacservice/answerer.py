@@ -319,6 +319,7 @@ def _listen(path: str, slurm_user: str | None) -> socket.socket:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     os.chmod(path, 0o660)
+    os.chown(path, os.geteuid(), group)  # run as root: SlurmUser connects through its group
     listener.listen(128)
     return listener
 

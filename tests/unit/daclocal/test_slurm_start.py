@@ -54,3 +54,28 @@ def test_a_signal_without_a_name_is_given_by_number(tmp_path):
     proc.wait()
     with pytest.raises(AdminError, match=f"start: munged killed by signal {signal.SIGRTMIN + 2} "):
         cluster._wait(lambda: False, 5, "munged")
+
+
+def test_the_hooks_ask_the_answerer_unless_told_not_to_or_under_datawarp(tmp_path, monkeypatch):
+    monkeypatch.delenv("DAC_LOCAL_ANSWERER", raising=False)
+    on = SlurmCluster(tmp_path)
+    sock = f"{tmp_path.resolve()}/slurm/answerer/socket"
+    assert on.answerer and on.hook_env()["DAC_ANSWERER_SOCKET"] == sock
+    assert not SlurmCluster(tmp_path, plugin="datawarp").answerer
+    assert SlurmCluster(tmp_path, answerer=False).hook_env()["DAC_ANSWERER_SOCKET"] == "none"
+    monkeypatch.setenv("DAC_LOCAL_ANSWERER", "0")
+    off = SlurmCluster(tmp_path)
+    assert not off.answerer and off.hook_env()["DAC_ANSWERER_SOCKET"] == "none"
+    assert SlurmCluster(tmp_path, answerer=True).answerer  # what `up` recorded wins
+
+
+def test_an_answerer_that_exits_at_start_says_how_in_one_line(tmp_path, monkeypatch):
+    cluster = SlurmCluster(tmp_path, answerer=True)
+    (cluster.base / "log").mkdir(parents=True)
+    bindir = tmp_path / "venv" / "bin"  # a dac-answerer that cannot read its config
+    bindir.mkdir(parents=True)
+    (bindir / "dac-answerer").write_text("#!/bin/sh\nexit 1\n")
+    (bindir / "dac-answerer").chmod(0o755)
+    monkeypatch.setattr("daclocal.slurm.sys.executable", str(bindir / "python"))
+    with pytest.raises(AdminError, match=r"^dac-answerer did not start: exited \(status 1\)"):
+        cluster._spawn_answerer(5)
