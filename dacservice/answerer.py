@@ -268,7 +268,10 @@ def _bounded(store):
 def _read_line(sock: socket.socket) -> str:
     data = b""
     while b"\n" not in data:
-        chunk = sock.recv(4096)
+        try:
+            chunk = sock.recv(4096)
+        except TimeoutError:  # silent past READ_TIMEOUT: refused in one line, as garbage is
+            return ""
         if not chunk:
             break
         data += chunk
