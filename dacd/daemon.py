@@ -12,6 +12,7 @@ from daccore.rules.trust import shown
 from daccore.settings.config import DacConfig
 from daccore.store import Store
 from dacd import metrics, runner
+from dacd.injob import InJobStager
 from dacd.reconciler import Reconciler
 from dacd.registration import check_devices, exposure, host_record, host_settings, pool_records
 from dacd.warm_ansible import WarmAnsible
@@ -33,6 +34,7 @@ class Daemon:
         self.store = Store.from_settings(config.etcd, transport="http", role="dacd")
         self._lease: LeaseKeeper | None = None
         self.reconciler: Reconciler | None = None
+        self.injob: InJobStager | None = None
         self.metrics: metrics.MetricsServer | None = None
         self.warm: WarmAnsible | None = None
         self.stopping = threading.Event()
@@ -75,8 +77,10 @@ class Daemon:
             self.warm = WarmAnsible()
             self.warm.ensure()  # listening before the first step asks
             run_step = functools.partial(runner.run_step, warm=self.warm)
-        self.reconciler = Reconciler(self.store, self.config, self.host, run_step)
+        self.injob = InJobStager(self.store, self.config, self.host)
+        self.reconciler = Reconciler(self.store, self.config, self.host, run_step, injob=self.injob)
         self.reconciler.start()
+        self.injob.start()
 
     def _relist(self) -> None:
         if self.reconciler is not None:
@@ -93,6 +97,9 @@ class Daemon:
     def stop(self) -> None:
         """Revoke the lease so the host leaves the pools now, not after the TTL."""
         self.stopping.set()
+        if self.injob is not None:
+            self.injob.stop()
+            self.injob = None
         if self.reconciler is not None:
             self.reconciler.stop()
             self.reconciler = None

@@ -84,6 +84,7 @@ class Reconciler:
         run_step: Callable | None = None,
         resync: float = RESYNC,
         owed_retry: float = OWED_RETRY,
+        injob=None,
     ):
         from dacd.runner import run_step as default_run
 
@@ -115,6 +116,8 @@ class Reconciler:
         self._threads: list[threading.Thread] = []
         self._resync, self._owed_retry = resync, owed_retry
         self._acted: dict[str, int] = {}  # buffer name -> the spec revision last reconciled
+        #: the stages jobs ask for while they run (dacd.injob.InJobStager), or None
+        self.injob = injob
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -364,6 +367,13 @@ class Reconciler:
                 if buf.desired_state is State.DELETED:
                     run.cancel("stopped: the buffer is being torn down")
                 return
+            if (
+                buf.desired_state is State.DELETED
+                and self.injob is not None
+                and self.host == buf.allocation.primary_host
+                and not buf.persistent
+            ):  # teardown: what the job's stages left running stops (scancel --hurry too)
+                self.injob.torn_down(name)
             backend = self.config.pools[buf.request.pool].backend.value  # parse_buffer checked
             together = runs_once_for_all_hosts(backend)
             if together and self.host != buf.allocation.primary_host:

@@ -251,6 +251,10 @@ def up(
             if slurm_nodes
             else "",
         }
+        if slurm_nodes:  # the user service asks this Slurm about jobs (in-job stages)
+            site = SlurmCluster(workdir, slurm_nodes, release=rel.name)
+            config["slurm_conf"] = str(site.conf)
+            config["slurm_bin"] = str(site.bindir or "")
         state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         for host in hosts:  # one config for all; each dacd serves /metrics on its own port
             metrics = f"127.0.0.1:{free_port()}"

@@ -136,11 +136,15 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
       buffers/, claims/, mgs/ and work/ too (it also drops its host's stray work keys); and it
       rolls back a big allocation cut short (intents/, intent-leases/: Store.recover_intents)
       when it starts; and records what a compute node dead at a teardown still owes, and
-      drops it once done (owed/: dacd/owed.py).
+      drops it once done (owed/: dacd/owed.py); runs the stages jobs ask for while they run
+      (stage-status/), and drops them with their index once the job's buffer is gone
+      (stages/, stage-index/: dacd/injob.py).
     - slurm (the Slurm hooks, the user service) writes buffers/, claims/ and mgs/ (the
       allocation transaction), work/ (with every write of a spec), intents/ and intent-leases/
       (a big buffer's chunked claim), owner-locks/ (one persistent buffer of an owner made at
-      a time, its caps kept) and reads the rest: placement reads the whole inventory.
+      a time, its caps kept), stages/ and stage-index/ (the stages a running job asks for,
+      through the user service: daccore.services.injob) and reads the rest: placement reads
+      the whole inventory.
     - admin (root on admin hosts) writes all of the prefix: drain (hosts/, capacity/), forget.
     Reading covers txn compares, which etcd checks as reads.
     """
@@ -158,6 +162,9 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
         "intent-leases/",
         "work/",
         "owed/",
+        "stages/",
+        "stage-status/",
+        "stage-index/",
     ]
     slurm_writes = [
         "buffers/",
@@ -167,6 +174,8 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
         "intent-leases/",
         "work/",
         "owner-locks/",
+        "stages/",
+        "stage-index/",
     ]
     return {
         "dacd": [("read", p)] + [("readwrite", p + k) for k in dacd_writes],

@@ -184,6 +184,9 @@ def start_munged(
         f"--pid-file={base}/run/munged.pid",
         f"--log-file={base}/log/munged.log",
         f"--seed-file={m}/munged.seed",
+        # the address each credential carries (ENCODE_HOST): the nodes' NodeAddr, which is
+        # what the user service checks an in-job stage's origin against (daccore.services.injob)
+        "--origin=127.0.0.1",
     ]
     if rel is not None and not rel.host:
         argv = releases.daemon_argv(rel, workdir, argv)

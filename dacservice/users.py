@@ -28,6 +28,7 @@ __all__ = [
     "serve",
     "caller",
     "decode",
+    "decode_origin",
     "MAX_REQUEST",
     "READ_TIMEOUT",
     "MAX_CLIENTS",
@@ -62,6 +63,14 @@ ACCEPT_BATCH = 256
 def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
     """(uid, gid, request) from a credential, as munged verified it; UserError when munged
     refuses it (bad, altered, replayed, expired, another key) or its payload is no request."""
+    uid, gid, _, request = decode_origin(credential, socket_path)
+    return uid, gid, request
+
+
+def decode_origin(credential: bytes, socket_path: str = "") -> tuple[int, int, str, dict]:
+    """(uid, gid, origin, request): `decode`'s, and the address the encoding munged wrote
+    into the credential (ENCODE_HOST: munged's own, which the client cannot choose), '' when
+    munged gave none. In-job stages check it against the job's node (daccore.services.injob)."""
     r = run_munge(munge_argv("unmunge", socket_path), credential)
     meta, _, payload = r.stdout.partition(b"\n\n")
     # "STATUS: Replayed credential (17)", "UID: alice (1234)": the text, then the number
@@ -80,15 +89,17 @@ def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
         raise UserError("credential refused: its payload is not a dac request") from None
     if not isinstance(request, dict) or request.get("magic") != MAGIC:
         raise UserError("credential refused: its payload is not a dac request")
-    return uid, gid, request
+    # "ENCODE_HOST: node1 (10.0.0.1)": the address in parentheses
+    origin = fields.get(b"ENCODE_HOST", "").rpartition("(")[2].rstrip(")")
+    return uid, gid, origin, request
 
 
-def caller(uid: int, gid: int, admin_group: str) -> Caller:
+def caller(uid: int, gid: int, admin_group: str, origin: str = "") -> Caller:
     """The rights of `uid`, from the group database: its primary group as munge gave it and
     the groups the system lists it in (a user unknown to passwd has only the munge gid)."""
     from daccore.rules.rights import groups_of, rights
 
-    return Caller(uid, gid, rights(uid, groups_of(uid, gid), admin_group))
+    return Caller(uid, gid, rights(uid, groups_of(uid, gid), admin_group), origin)
 
 
 class _Conn:
@@ -257,7 +268,7 @@ class _Service:
             sock, line = item
             uid = None
             try:
-                uid, gid, request = decode(line, self.config.munge_socket)
+                uid, gid, origin, request = decode_origin(line, self.config.munge_socket)
             except DacError as e:
                 log.info("uid None: null: refused: %s", e)
                 _send(sock, _error(e))
@@ -266,7 +277,7 @@ class _Service:
                 log.exception("uid None: null: failed")
                 _send(sock, _INTERNAL)
                 continue
-            task: tuple | None = (sock, uid, gid, request)
+            task: tuple | None = (sock, uid, gid, origin, request)
             full = False
             with self.lock:
                 if self.active.get(uid, 0) >= PER_UID:
@@ -288,9 +299,9 @@ class _Service:
                     _send(sock, _busy(f"{PER_UID + MAX_PARKED} requests of yours are under way"))
                 continue
             while task is not None:  # then this uid's parked requests, one by one
-                sock, uid, gid, request = task
+                sock, uid, gid, origin, request = task
                 try:
-                    _send(sock, self._answer(uid, gid, request))
+                    _send(sock, self._answer(uid, gid, request, origin))
                 finally:
                     task = self._next_of(uid)
 
@@ -307,10 +318,10 @@ class _Service:
                 del self.active[uid]
             return None
 
-    def _answer(self, uid: int, gid: int, request: dict) -> dict:
+    def _answer(self, uid: int, gid: int, request: dict, origin: str = "") -> dict:
         verb = request.get("verb")
         try:
-            who = caller(uid, gid, self.config.admin_group)
+            who = caller(uid, gid, self.config.admin_group, origin)
             result = answer(self.store, self.config, who, verb, request.get("args", {}))
             log.info("uid %s: %s %s: ok", uid, json.dumps(verb), json.dumps(request.get("args")))
             return {"ok": result}

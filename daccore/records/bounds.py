@@ -12,6 +12,8 @@ __all__ = [
     "MAX_STAGE_TEXT",
     "MAX_JOBS",
     "MAX_NODES",
+    "MAX_INJOB_STAGES",
+    "MAX_INJOB_HOSTS",
 ]
 
 #: hosts, bricks, pools, compute nodes: safe inside an etcd key, a path and an argv.
@@ -33,3 +35,8 @@ MAX_STAGE_TEXT = 512 << 10
 #: jobs attaching one persistent buffer at once, and compute nodes of one job.
 MAX_JOBS = 10_000
 MAX_NODES = 100_000
+#: in-job stage ids of one job (dacd drops finished records past the newest few: a job may
+#: drain a checkpoint every few seconds for days)
+MAX_INJOB_STAGES = 2**31 - 1
+#: storage servers one job's in-job stages may run on: its buffer's and its persistent ones'
+MAX_INJOB_HOSTS = 64

@@ -16,6 +16,11 @@
 <prefix>owed/<node>/<name>         Owed         the primary's dacd: what a compute node that
                                                 did not answer at teardown still owes
 <prefix>status/<name>/<host>       Status       the dacd of <host>
+<prefix>stages/<host>/<job>/<id>   InJobStage   the user service (a running job's request);
+                                                the dacd of <host> drops it when done with it
+<prefix>stage-status/<host>/<job>/<id>  InJobStageStatus  the dacd of <host>
+<prefix>stage-index/<job>          StageIndex   the user service, with each new stage: the
+                                                job's last id and the hosts holding its stages
 <prefix>work/<host>/<name>         generation   whoever writes buffers/<name>, same txn: a
                                                 wake-up for each host that acts on it (its
                                                 primary alone for lustre and daos), so a
@@ -48,6 +53,9 @@ class Keys:
         self.intent_leases = prefix + "intent-leases/"
         self.works = prefix + "work/"
         self.owed_all = prefix + "owed/"
+        self.stages = prefix + "stages/"
+        self.stage_statuses = prefix + "stage-status/"
+        self.stage_indexes = prefix + "stage-index/"
 
     def pool(self, name: str) -> str:
         return self.pools + name
@@ -94,6 +102,24 @@ class Keys:
 
     def owed(self, node: str, buffer: str) -> str:
         return f"{self.owed_all}{node}/{buffer}"
+
+    def stage(self, host: str, job: str, id: int) -> str:
+        return f"{self.stages}{host}/{job}/{id:010d}"  # zero-padded: key order is id order
+
+    def host_stages(self, host: str) -> str:
+        return f"{self.stages}{host}/"
+
+    def job_stages(self, host: str, job: str) -> str:
+        return f"{self.stages}{host}/{job}/"
+
+    def stage_status(self, host: str, job: str, id: int) -> str:
+        return f"{self.stage_statuses}{host}/{job}/{id:010d}"
+
+    def job_stage_statuses(self, host: str, job: str) -> str:
+        return f"{self.stage_statuses}{host}/{job}/"
+
+    def stage_index(self, job: str) -> str:
+        return self.stage_indexes + job
 
     def status(self, buffer: str, host: str) -> str:
         return f"{self.statuses}{buffer}/{host}"

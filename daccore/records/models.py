@@ -44,6 +44,12 @@ __all__ = [
     "Progress",
     "StatusError",
     "Status",
+    "StageDirection",
+    "StageWhen",
+    "StageState",
+    "InJobStage",
+    "InJobStageStatus",
+    "StageIndex",
     "RECORDS",
 ]
 
@@ -336,6 +342,98 @@ class Owed(Record):
     since: float = 0.0
 
 
+class StageDirection(str, Enum):
+    IN = "in"  # into the buffer, from a path of the user's
+    OUT = "out"  # out of the buffer, to a path of the user's
+
+
+class StageWhen(str, Enum):
+    NOW = "now"  # at once, in the background
+    AT_JOB_END = "at_job_end"  # with the job's own #DW stage_out lines, before teardown
+
+
+class StageState(str, Enum):
+    """An in-job stage's state; the last four are final."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REVOKED = "revoked"  # a later at-job-end stage to the same destination took its place
+
+    @property
+    def final(self) -> bool:
+        return self not in (StageState.QUEUED, StageState.RUNNING)
+
+
+#: the part of a job's buffer an in-job stage's buffer side is in, as dacd finds it under the
+#: buffer's filesystem: striped, or private/<node>
+StagePart = Annotated[
+    str, Field(pattern=r"^(?:striped|private/[A-Za-z0-9][A-Za-z0-9_.:-]{0,127})$")
+]
+
+
+class InJobStage(Record):
+    """A stage a running job asked for (`dacctl stage`, libdacstage), written by dac's user
+    service alone once it checked the caller, the job and the paths
+    (daccore.services.injob); run by the dacd of `host`, the buffer's primary. `cancel` is the
+    one field changed afterwards (the user's `dacctl stage cancel`, `scancel --hurry`)."""
+
+    id: int = Field(ge=1, le=bounds.MAX_INJOB_STAGES)
+    job: JobKey
+    buffer: BufferName = Field(description="the buffer whose filesystem holds the buffer side")
+    host: Name = Field(description="that buffer's primary host, whose dacd runs the stage")
+    owner_uid: int = Field(ge=0, lt=2**32)
+    owner_gid: int = Field(ge=0, lt=2**32)
+    direction: StageDirection
+    type: StageType = Field(description="file or directory")
+    source: StagePath = Field(description="as the job named it, on its node")
+    destination: StagePath
+    part: StagePart
+    inner: Annotated[str, Field(max_length=bounds.MAX_PATH)] = Field(
+        description="the buffer side's path below the part, '' for the part itself"
+    )
+    when: StageWhen = StageWhen.NOW
+    revocable: bool = False
+    node: Name = Field(description="the job's node that asked")
+    cancel: bool = False
+    created_at: float = 0.0
+
+    @model_validator(mode="after")
+    def _plain(self) -> InJobStage:
+        if self.type is StageType.LIST:
+            raise ValueError("an in-job stage copies a file or a directory")
+        if self.inner.startswith("/") or ".." in self.inner.split("/"):
+            raise ValueError("inner must be relative, without '..'")
+        return self
+
+
+class InJobStageStatus(Record):
+    """What the dacd of `host` observed of one in-job stage: written by that dacd alone."""
+
+    id: int = Field(ge=1, le=bounds.MAX_INJOB_STAGES)
+    job: JobKey
+    host: Name
+    state: StageState = StageState.QUEUED
+    progress: Progress | None = None
+    error: StatusError | None = None
+    attempt: int = Field(0, ge=0)
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class StageIndex(Record):
+    """A job's in-job stages: the last id given and the hosts whose `stages/<host>/<job>/`
+    hold them. Written by the user service with each new stage, in one transaction, so ids
+    are unique and the job's cap on open stages holds under parallel requests."""
+
+    job: JobKey
+    last: int = Field(0, ge=0, le=bounds.MAX_INJOB_STAGES)
+    hosts: list[Name] = Field([], max_length=bounds.MAX_INJOB_HOSTS)
+
+
 #: schema file stem -> model, for `schema/` and its drift test
 RECORDS: dict[str, type[Record]] = {
     "pool": Pool,
@@ -345,4 +443,7 @@ RECORDS: dict[str, type[Record]] = {
     "buffer": Buffer,
     "status": Status,
     "owed": Owed,
+    "injob_stage": InJobStage,
+    "injob_stage_status": InJobStageStatus,
+    "stage_index": StageIndex,
 }

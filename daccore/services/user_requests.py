@@ -15,17 +15,21 @@ from dataclasses import dataclass
 from typing import Callable
 
 from daccore.errors import NotFound, UserError
+from daccore.services import injob
 
 __all__ = ["Caller", "VERBS", "answer", "check_args"]
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who asks: `rights` is `daccore.services.admin.rights` of uid (0 for root and admins)."""
+    """Who asks: `rights` is `daccore.services.admin.rights` of uid (0 for root and admins);
+    `origin` the address munged wrote into the credential (ENCODE_HOST), '' when the caller
+    came by no credential (root's and admins' own dacctl)."""
 
     uid: int
     gid: int
     rights: int
+    origin: str = ""
 
 
 #: a buffer's or pool's name, as daccore.records.models.Name: nothing else may reach a store key
@@ -49,6 +53,7 @@ VERBS: dict[str, dict[str, tuple]] = {
         "owner_gid": _INT,
     },
     "destroy-persistent": {"name": _NAME},
+    **injob.ARGS,  # stages a running job asks for (daccore.services.injob)
 }
 
 
@@ -164,4 +169,5 @@ _HANDLERS: dict[str, Callable[..., dict]] = {
     "show": _show,
     "create-persistent": _create,
     "destroy-persistent": _destroy,
+    **injob.HANDLERS,
 }

@@ -444,6 +444,31 @@ class DacConfig(Settings):
         description="munged's socket, for the user service and its clients ('' = munge's "
         "default, /run/munge/munge.socket.2)",
     )
+    slurm_bin: str = Field(
+        "",
+        pattern=r"^(/.*)?$",
+        description="the directory of Slurm's squeue and sinfo, which the user service asks "
+        "whether a job is running and where its nodes are, for in-job stages ('' = PATH)",
+    )
+    slurm_conf: str = Field(
+        "",
+        pattern=r"^(/.*)?$",
+        description="SLURM_CONF for those commands ('' = the service's environment, or "
+        "Slurm's default)",
+    )
+    injob_open: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="in-job stages one job may have queued or running at once "
+        "(`dacctl stage`, docs/users.md)",
+    )
+    injob_running: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="of those, how many its buffer's server copies at once; the rest queue",
+    )
 
     @model_validator(mode="after")
     def _ssh_within_step(self) -> DacConfig:

@@ -22,6 +22,8 @@ One face, `Store`, composed of a class per concern, each in its own module and o
     buffers     buffers/: specs read in three shapes, changed, deleted, watched (`BufferSpecs`)
     statuses    status/: what each host's dacd reports, fenced on its lease (`BufferStatuses`)
     owed        owed/: what a compute node dead at teardown still owes (`OwedMounts`)
+    injob       stages/, stage-status/, stage-index/: stages a running job asked for, their
+                statuses, the job's index of them (`InJobStages`)
 
 The modules import only `base` and the concerns they build on (`buffers` deletes claims and
 work keys and is fenced; `claims` puts work keys), never this face.
@@ -33,6 +35,7 @@ from daccore.store.base import Change, Versioned
 from daccore.store.buffers import BufferSpecs
 from daccore.store.claims import CLAIMS_PER_TXN, INTENT_TTL, AllocationConflict, BrickClaims
 from daccore.store.hosts import PoolsAndHosts
+from daccore.store.injob import InJobStages
 from daccore.store.inventory import InventoryReads, PlacementView
 from daccore.store.leases import OWNER_LOCK_TTL, Leases
 from daccore.store.owed import OwedMounts
@@ -57,6 +60,7 @@ class Store(
     InventoryReads,
     BrickClaims,
     WorkKeys,
+    InJobStages,
     Leases,
     PoolsAndHosts,
     OwedMounts,

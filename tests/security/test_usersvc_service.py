@@ -310,7 +310,8 @@ def test_usersvc_refuses_replayed_altered_foreign_and_malformed_credentials(user
         (
             usersvc_request("drain", host="dac-server-1"),
             "unknown request 'drain' (requests: "
-            "status, pools, buffers, show, create-persistent, destroy-persistent)",
+            "status, pools, buffers, show, create-persistent, destroy-persistent, "
+            "stage-start, stage-list, stage-status, stage-wait, stage-cancel)",
         ),
         (
             usersvc_request("show", buffer="abuf", rights=0),

@@ -18,6 +18,9 @@ def test_every_record_and_the_config_has_a_schema():
         "buffer.json",
         "status.json",
         "owed.json",
+        "injob_stage.json",
+        "injob_stage_status.json",
+        "stage_index.json",
         "config.json",
     }
     buffer = json.loads(schema.schemas()["buffer.json"])
