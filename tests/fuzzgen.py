@@ -388,7 +388,7 @@ WORDS = [
     "nobody",
 ]
 #: verb -> options it takes (None: a flag); the positional arguments come from WORDS
-VERBS = {
+VERBS: dict[str, dict[str, list[str] | None]] = {
     "pools": {"--json": None},
     "status": {"--json": None, "--line": None},
     "hosts": {"--json": None},

@@ -176,7 +176,7 @@ class Site:
         self.known_hosts = root / "ssh_known_hosts"
         self.bin = root / "bin"
         self.dacds: dict[str, subprocess.Popen] = {}
-        self.etcd = None
+        self.etcd: EtcdServer | None = None
 
     def etc_hosts(self) -> str:
         return "127.0.0.1 localhost\n" + "".join(

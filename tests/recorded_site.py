@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -49,7 +50,7 @@ class RecordedSite:
         self.bricks_per_host = bricks_per_host
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o777)  # the stand-ins also run as the job's user (setpriv)
-        facts = {
+        facts: dict[str, Any] = {
             "hosts": {
                 h: {"nid": f"10.0.0.{i}@tcp", "ranks": [2 * i - 2, 2 * i - 1], **(daos or {})}
                 for i, h in enumerate(self.hosts, 1)
@@ -84,7 +85,7 @@ class RecordedSite:
 
     def config(self, backend: str, etcd: str | dict | None = None, **settings) -> dict:
         """A dac config (as data) with one pool `p` of this backend over every brick."""
-        pool = {"granularity": self.granularity, "backend": backend}
+        pool: dict[str, Any] = {"granularity": self.granularity, "backend": backend}
         if backend == "lustre":
             pool["lustre"] = {
                 "mgs": "per_buffer",

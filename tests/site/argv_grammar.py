@@ -18,7 +18,7 @@ getopt_long (GNU)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = [
     "Flag",
@@ -80,8 +80,9 @@ class Command:
 @dataclass
 class Parsed:
     path: list[str]  # command names from the root, e.g. ["pool", "create"]
-    opts: dict[str, object]  # by long name; bool flags present map to True
-    args: dict[str, object]  # by positional name
+    # values as each Flag's and Arg's `convert` makes them: their types are the spec's
+    opts: dict[str, Any]  # by long name; bool flags present map to True
+    args: dict[str, Any]  # by positional name
     rest: list[str]  # left-over operands (NoArgsCmd refuses them)
     help: bool = False
 
@@ -120,7 +121,8 @@ def _unknown_command(cmd: Command, word: str | None) -> FlagsError:
 
 def parse_goflags(root: Command, argv: list[str]) -> Parsed:
     """Parse argv the way go-flags does for a tree of commands; raise FlagsError."""
-    cmd, path = root, []
+    cmd = root
+    path: list[str] = []
     lookup: dict[str, Flag] = {}
     out = Parsed(path, {}, {}, [])
 

@@ -9,6 +9,7 @@ import os
 import stat
 import sys
 import uuid
+from typing import Any
 
 from argv_grammar import Arg, Command, Flag, GetoptError, Parsed, getopt_long
 from daos_rules import DER, Identity, default_cont_acl, effective_perms, is_uuid, label_ok
@@ -298,14 +299,14 @@ def _fuse_path(mnt: str) -> str:
     return os.path.join(os.path.realpath(head), last)
 
 
-def _dfuse_args(args: list[str]) -> tuple[dict, str | None, str, str]:
+def _dfuse_args(args: list[str]) -> tuple[dict[str, Any], str | None, str | None, str | None]:
     """getopt_long plus dfuse's own rules: (options, mount point, pool, container)."""
     try:
         opts, operands = getopt_long("dfuse", args, "Mm:St:o:fhe:v", DFUSE_LONG)
     except GetoptError as e:
         print(DFUSE_USAGE)
         raise Refused(str(e), 3, whole=True) from None
-    given = dict(opts)
+    given: dict[str, Any] = dict(opts)
     # --enable-caching and --disable-caching: the last one given wins (dfuse_main.c:486-495)
     given["caching"] = next((ch == "E" for ch, _ in reversed(opts) if ch in "EA"), True)
     if len(operands) > 3:
@@ -316,7 +317,7 @@ def _dfuse_args(args: list[str]) -> tuple[dict, str | None, str, str]:
     cont = operands[2] if len(operands) > 2 else cont
     for ch, value in opts:
         if ch == "o":  # parse_mount_option: its loop breaks after the first known key
-            for token in value.split(","):
+            for token in (value or "").split(","):  # (-o takes a value: never None)
                 if token.startswith("pool="):
                     pool = token[5:]
                 elif token.startswith("container="):
@@ -377,6 +378,7 @@ def dfuse(site: Site, args: list[str]) -> int:
                 errno, text = ERRNO[e.der]
                 raise _dfuse_fail([f"Failed to connect to pool: {errno} ({text})"], e.der) from None
         if cont_name:
+            assert pool is not None  # a container is named with its pool (refused above if not)
             problem = _cont_problem(find_cont(pool, cont_name), who)
             if problem:
                 errno, text = ERRNO[problem]

@@ -219,8 +219,12 @@ def _tier_bytes(site: Site, daos: dict, o: dict, ranks: list[int]) -> list[int]:
     targets, has_nvme = _engine_facts(site, ranks)
     prefix = "pool create failed: "
     if o.get("size", ("",))[0] == "ratio":
-        free = [_free(site, daos, r) for r in ranks]
-        if any(s is None or n is None for s, n in free):
+        free = [
+            (s, n)
+            for s, n in (_free(site, daos, r) for r in ranks)
+            if s is not None and n is not None
+        ]
+        if len(free) < len(ranks):
             raise Fail("stand-in: an N% size needs hosts.<h>.scm_bytes and nvme_bytes in site.json")
         frac = o["size"][1] / 100
         tiers = [int(min(s for s, _ in free) * frac), int(min(n for _, n in free) * frac)]

@@ -103,6 +103,7 @@ _UNITS = {
 def parse_bytes(s: str) -> int:
     """go-humanize v1.0.0 ParseBytes: digits and dots, then an optional SI/IEC suffix."""
     m = re.match(r"[0-9.]*", s)
+    assert m is not None  # [0-9.]* matches any string
     number, suffix = m.group(0), s[m.end() :].strip().lower()
     try:
         value = float(number)

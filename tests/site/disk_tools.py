@@ -72,7 +72,7 @@ def udevadm(site: Site, args: list[str]) -> int:
         if (
             name == "timeout"
             and value != "infinity"
-            and not re.fullmatch(rf"(\s*\d+(\.\d+)?\s*{_SEC_UNITS})+\s*", value)
+            and not re.fullmatch(rf"(\s*\d+(\.\d+)?\s*{_SEC_UNITS})+\s*", value or "")
         ):
             raise Refused(f"Failed to parse timeout value '{value}': Invalid argument")
     return 0
@@ -124,6 +124,7 @@ def wipefs(site: Site, args: list[str]) -> int:
     if "offset" in opts:
         raise Refused("this site models only whole-device erasure (--all), not --offset")
     wanted = _type_filter(opts.get("types"))
+    error: Refused | None
     with site.state() as state:
         try:
             for path in map(os.path.abspath, devs):
@@ -513,6 +514,7 @@ class _Session:
             )
         if 0 < number < 1:
             raise _Stop("Error: Use a smaller unit instead of a value < 1")
+        radius: float
         if unit == "s":
             sector, radius = number, 0
         elif unit == "%":

@@ -24,7 +24,8 @@ class OptionError(Exception):
 
 
 def _table(spec: list[str]) -> tuple[dict, dict]:
-    shorts, longs = {}, {}
+    shorts: dict[str, tuple[str, str | None]] = {}
+    longs: dict[str, tuple[str, str | None]] = {}
     for entry in spec:
         kind = "optional" if entry.endswith("=?") else "required" if entry.endswith("=") else None
         names = entry.rstrip("?").rstrip("=").split("|")

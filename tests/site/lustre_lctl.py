@@ -14,6 +14,7 @@ import fnmatch
 import os
 import re
 import sys
+from typing import Any
 
 from disk_state import mounts
 from gnu_getopt import OptionError, parse
@@ -53,7 +54,7 @@ MiB = 1 << 20
 #: parameter type -> name -> value rule; the rules are the kernel's *_store() checks:
 #: uint (kstrtouint), int, bool (kstrtobool), size (sysfs_memparse; default unit given),
 #: (uint, lo, hi) ranges (ERANGE outside), rpc (max_rpc_store), brw (ofd brw_size_store)
-PARAMS = {
+PARAMS: dict[str, dict[str, Any]] = {
     "osc": {
         "max_pages_per_rpc": "rpc",
         "max_rpcs_in_flight": ("uint", 1, 256),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+from typing import Any
 
 from gnu_getopt import OptionError, parse
 from lustre_model import MAX_INDEX, client_mount_at, lustre_of, mounted_targets
@@ -172,7 +173,7 @@ def _layout(args: list[str]) -> tuple[list[dict], bool, list[str]]:
         options, paths = parse(args, _SETSTRIPE)
     except OptionError as e:
         raise _Usage(str(e)) from None
-    components = [
+    components: list[dict[str, Any]] = [
         {
             "end": None,
             "stripe_count": None,
@@ -184,7 +185,8 @@ def _layout(args: list[str]) -> tuple[list[dict], bool, list[str]]:
         }
     ]
     delete = False
-    for name, value in options:
+    for name, given in options:
+        value = given or ""  # None only for an option that takes no value
         current = components[-1]
         if name not in _MODELLED:
             raise Refused(f"lfs setstripe: this site does not model --{name}", 1, whole=True)
@@ -243,6 +245,7 @@ def _component_end(components: list[dict], value: str) -> None:
             previous, end=None, stripe_count=None, stripe_index=None, pattern="raid0", osts=[]
         )
         components.append(current)
+    end: int | str | None
     if value.lower() in ("-1", "eof"):
         end = "EOF"
     else:
@@ -273,7 +276,7 @@ def _pattern(components: list[dict], value: str) -> None:
 
 
 def _ost_list(value: str) -> list[int]:
-    indexes = []
+    indexes: list[int] = []
     for part in value.strip("[]").split(","):
         low, dash, high = part.partition("-")
         if not low.isdigit() or (dash and not high.isdigit()):

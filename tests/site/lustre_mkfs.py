@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from disk_state import busy, device
 from gnu_getopt import OptionError, parse
@@ -163,7 +164,7 @@ def mkfs_lustre(site: Site, args: list[str]) -> int:
 
 def _target_options(site: Site, options, limit: int) -> dict:
     """The second pass (parse_opts): option values in argv order, as the real tool checks them."""
-    t = {
+    t: dict[str, Any] = {
         "kinds": [],
         "fsname": "",
         "index": None,

@@ -217,7 +217,8 @@ def client_mount_at(state: dict, host: str, path: str) -> tuple[dict, str] | Non
     the innermost first, so a path under another host's mount point is not found here.
     """
     points = {entry["dir"]: entry for entry in mounts(state, host) if entry.get("kind") == "client"}
-    path, rest = os.path.abspath(path), []
+    path = os.path.abspath(path)
+    rest: list[str] = []
     while True:
         entry = points.get(mount_path(path))
         if entry is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from typing import Any
 
 from disk_state import mounts
 from gnu_getopt import OptionError, parse
@@ -262,9 +263,12 @@ def mount(site: Site, args: list[str]) -> int:
         print("mount from util-linux 2.38.1 (libmount 2.38.1)")
         return 0
     types = opts.get("types")
-    flags = [o for name, value in options if name == "options" for o in value.split(",") if o]
+    # (a value is None only for an option that takes none)
+    flags = [
+        o for name, value in options if name == "options" for o in (value or "").split(",") if o
+    ]
     flags += ["ro"] * ("read-only" in opts) + ["rw"] * ("read-write" in opts)
-    operands += [opts[k] for k in ("source", "target") if k in opts]
+    operands += [opts[k] or "" for k in ("source", "target") if k in opts]
     if not operands:
         with site.state() as state:
             for entry in mounts(state, site.host):
@@ -363,7 +367,7 @@ def _client(site: Site, state: dict, source: str, target: str, flags: list[str])
     lustre = state.setdefault("lustre", {})
     lustre["instances"] = lustre.get("instances", 0) + 1
     instance = f"ffff{lustre['instances']:012x}"
-    entry = {
+    entry: dict[str, Any] = {
         "source": source,
         "dir": target,
         "fstype": "lustre",
