@@ -119,7 +119,9 @@ def test_past_the_grace_the_job_is_held_with_our_line_and_its_remedy_works(slurm
         while store.buffer(job_id) is None:
             assert time.monotonic() < deadline, slurm.job(job_id)
             time.sleep(0.02)
-        host = store.buffer(job_id).record.allocation.primary_host
+        made = store.buffer(job_id)
+        assert made is not None
+        host = made.record.allocation.primary_host
         state = json.loads((workdir / "state.json").read_text())
         os.kill(next(d["pid"] for d in state["dacd"] if d["host"] == host), signal.SIGKILL)
         while (job := slurm.job(job_id)).get("Priority") != "0":

@@ -62,6 +62,7 @@ def up(workdir: Path, servers: int = 1, bricks: int = 2, stage_timeout: float = 
         "512MiB",
     )
     state = LocalState.load(workdir)
+    assert state is not None, workdir
     config = yaml.safe_load(state.config_path.read_text())
     config["stage_timeout"] = stage_timeout
     state.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -207,7 +208,14 @@ def stopping_copiers(uid=UID, gid=GID):
         cwd="/",
     )
     lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
+    out = proc.stdout
+    assert out is not None
+
+    def read() -> None:
+        for line in out:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
 
     def next_stopped(timeout: float = 30) -> int:

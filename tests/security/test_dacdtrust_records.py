@@ -90,7 +90,9 @@ def assert_skipped_once(
         timeout=90,
         what=f"the dacd of {sorted(hosts)} to log {key}",
     )
-    value = store.client.get(key).value
+    found = store.client.get(key)
+    assert found is not None, key
+    value = found.value
     for _ in range(3):  # three more events of the same bad record
         put_raw(store, name, value)
     time.sleep(2)

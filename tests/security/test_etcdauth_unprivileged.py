@@ -112,7 +112,7 @@ def test_credentials_client_key_token_cache_and_data_are_unreadable(dac, uid, gi
     etcd_dir = Path(dac.workdir) / "etcd"
     caches = glob.glob("/var/cache/dac/etcd-token-*.json")
     assert caches, "root's hook call left no token cache"
-    secrets = [
+    secrets: list[Path | str] = [
         *(etcd_dir / "credentials").iterdir(),
         etcd_dir / "pki" / "client.key",
         etcd_dir / "pki" / "server.key",

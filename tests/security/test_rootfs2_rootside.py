@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clitools import pools, run, setup, slurm
@@ -115,7 +116,12 @@ def test_processes_left_in_the_buffer_cannot_pin_it(rootfs2_dac, tmp_path):
     )
     node = workdir / "nodes" / "node1" / "8"
     fs = buffer_fs(workdir, store, 8)
-    kw = {"user": UID, "group": GID, "extra_groups": [], "stdin": subprocess.DEVNULL}
+    kw: dict[str, Any] = {
+        "user": UID,
+        "group": GID,
+        "extra_groups": [],
+        "stdin": subprocess.DEVNULL,
+    }
     in_cwd = subprocess.Popen(["sleep", "1000"], cwd=node / "striped", **kw)
     with_fd = subprocess.Popen(
         ["sh", "-c", 'exec 3>"$1"; exec sleep 1000', "sh", str(node / "private" / "held")],

@@ -130,7 +130,9 @@ def test_setup_builds_every_script_at_the_bounds_job_process_accepts(limits_slur
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
-        request = store.buffer(job).record.request
+        made = store.buffer(job)
+        assert made is not None
+        request = made.record.request
         assert (len(request.stage_in), len(request.stage_out)) == (MAX_STAGE_LINES,) * 2
         assert max(len(s.destination) for s in request.stage_out) == MAX_PATH
     finally:

@@ -136,6 +136,7 @@ def scontrol(env, *args) -> str:
 def test_another_user_reads_nothing_of_a_live_buffer_or_of_the_logs(storage):
     workdir, env, jobs = storage
     state = LocalState.load(workdir)
+    assert state is not None, workdir
     # built by the job's shell: the script itself never holds it
     live = sbatch(
         env,
@@ -230,6 +231,7 @@ def test_another_user_reads_nothing_of_a_live_buffer_or_of_the_logs(storage):
 
 def restart_dacd(workdir: Path, host: str) -> None:
     state = LocalState.load(workdir)
+    assert state is not None, workdir
     d = next(d for d in state.dacd if d["host"] == host)
     stop_pid(d["pid"], "dacd.main")
     proc = spawn(
@@ -266,6 +268,7 @@ def hosts(env) -> tuple[list[str], str]:
 def test_dacctl_hosts_warns_of_a_brick_or_fs_root_open_to_users(storage):
     workdir, env, _ = storage
     state = LocalState.load(workdir)
+    assert state is not None, workdir
     device, fs_root = state.bricks[0]["device"], workdir / "fs" / "dac-server-1"
     assert hosts(env)[0] == []  # as up lays it out: nothing open
     try:

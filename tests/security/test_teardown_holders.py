@@ -47,6 +47,7 @@ def as_user(argv, uid=UID, gid=GID) -> subprocess.Popen:
 def started(argv, uid=UID, gid=GID) -> int:
     """The pid the user's detached process prints."""
     proc = as_user(argv, uid, gid)
+    assert proc.stdout is not None
     line = proc.stdout.readline()
     proc.stdout.close()
     proc.wait(timeout=10)
@@ -290,6 +291,7 @@ def _dac_local():
 
     path = Path(daccore.__file__).parent / "share/playbooks/local/library/dac_local.py"
     spec = importlib.util.spec_from_file_location("dac_local_under_test", path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -323,6 +325,7 @@ def test_stopping_the_users_processes_lets_their_relaying_parents_go(open_dir):
         text=True,
         start_new_session=True,
     )
+    assert relay.stdout is not None
     try:
         bystander = int(relay.stdout.readline())
         relay.wait(timeout=10)  # its first fork has exited: runuser's child is gone, and

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -601,7 +602,7 @@ def test_usersvc_parallel_requests_each_get_their_own_callers_answer(usersvc_dac
         )
         for user in (A, B) * 12
     ]
-    replies = [None] * len(creds)
+    replies: list[Any] = [None] * len(creds)
 
     def send(i):
         replies[i] = usersvc_send(config.user_service, creds[i][1] + b"\n")

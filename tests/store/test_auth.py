@@ -111,6 +111,7 @@ def test_an_expired_token_is_renewed_for_requests_leases_and_watches(short_token
     try:
         lease = client.lease_grant(30)
         client.put("/r/leased", "v", lease=lease)
+        assert client.credential is not None
         token = client.credential._tokens[short_tokens.endpoint]
         events, seen = [], threading.Event()
         w = client.watch("/r/w/", "/r/w0")
@@ -122,7 +123,8 @@ def test_an_expired_token_is_renewed_for_requests_leases_and_watches(short_token
 
         threading.Thread(target=follow, daemon=True).start()
         time.sleep(2.5)  # the token expires in etcd
-        assert client.get("/r/leased").value == b"v"
+        leased = client.get("/r/leased")
+        assert leased is not None and leased.value == b"v"
         renewed = client.credential._tokens[short_tokens.endpoint]
         assert renewed != token
         assert client.lease_keepalive(lease) > 0

@@ -12,6 +12,7 @@ from records import buffer_maker, host, pool
 
 from daccore.errors import CapacityError
 from daccore.etcd.types import EtcdRequestError, put_op
+from daccore.records.models import Buffer
 from daccore.rules.inventory import summarize
 from daccore.services.buffers import allocate_buffer
 from daccore.store import CLAIMS_PER_TXN, AllocationConflict, Store
@@ -84,7 +85,7 @@ class Crash(BaseException):
 def test_a_call_cut_short_between_chunks_is_rolled_back_by_the_next(big, monkeypatch):
     monkeypatch.setattr(claims_module, "INTENT_TTL", 2)
     real_chunk = Store._claim_chunk
-    chunks = Counter()
+    chunks: Counter[str] = Counter()
 
     def dying_chunk(self, *args):
         if chunks["n"] == 2:
@@ -122,7 +123,7 @@ def test_a_call_cut_short_between_chunks_is_rolled_back_by_the_next(big, monkeyp
 
 def test_a_call_whose_intent_expired_can_neither_claim_nor_commit(big, monkeypatch):
     real_chunk = Store._claim_chunk
-    chunks = Counter()
+    chunks: Counter[str] = Counter()
 
     def expiring_chunk(self, name, alive, claim, keys):
         if chunks["n"] == 1:  # the lease is lost (e.g. a long pause) and someone rolls back
@@ -151,6 +152,7 @@ def test_a_storm_of_mixed_sizes_never_claims_a_brick_twice(big):
     def request(i):
         rng = random.Random(i)
         n = rng.choice([1, 1, 2, 3, 8, 24, 97, 150, 400]) if i % 10 else 1
+        outcome: Buffer | str
         try:
             buf, _ = allocate_buffer(
                 big, buffer_maker(f"j{i}", n * 100), capacity=n * 100, pool="p", rng=rng

@@ -100,9 +100,12 @@ def test_a_leases_time_to_live_tells_how_long_since_it_was_renewed(etcd):
 
 def test_lease_keeper_rebinds_after_losing_its_lease(etcd):
     bound = []
-    keeper = LeaseKeeper(
-        etcd, 2, lambda lease: (bound.append(lease), etcd.put("/c/rebind", "", lease))
-    )
+
+    def bind(lease: int) -> None:
+        bound.append(lease)
+        etcd.put("/c/rebind", "", lease)
+
+    keeper = LeaseKeeper(etcd, 2, bind)
     keeper.start()
     etcd.lease_revoke(keeper.lease)  # as if etcd had expired it during an outage
     deadline = time.monotonic() + 5

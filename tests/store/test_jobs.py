@@ -179,8 +179,8 @@ def test_a_persistentdw_of_a_buffer_not_made_yet_is_accepted_and_awaited(site):
     assert site.buffer("pbuf") is not None
     jobs.validate(site, attach, None, uid=1000, at_setup=True)
     # made, and someone else's: still refused at submission when Slurm says who submits
-    with pytest.raises(UserError) as e:
+    with pytest.raises(UserError) as refused:
         jobs.validate(site, attach, None, uid=2000)
-    assert str(e.value) == (
+    assert str(refused.value) == (
         "line 2: persistentdw: persistent buffer 'pbuf' belongs to another user"
     )

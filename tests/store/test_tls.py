@@ -32,7 +32,8 @@ def test_etcdctl_tls_variables_and_a_role_credential_reach_a_secure_etcd(
     store = Store.from_settings(load_config(str(cfg), env=env).etcd, role="admin")
     assert store.client.endpoints == [etcd_server.endpoint]  # https added, as etcdctl does
     store.client.put("/dac/v1/tls-probe", "ok")
-    assert store.client.get("/dac/v1/tls-probe").value == b"ok"
+    probe = store.client.get("/dac/v1/tls-probe")
+    assert probe is not None and probe.value == b"ok"
     # etcdctl itself, given the same variables and the admin user, sees what dac wrote
     user = open(f"{s['credentials_dir']}/admin").read().strip()
     out = subprocess.run(

@@ -149,7 +149,7 @@ def test_a_chunk_tells_its_progress_as_it_goes(tmp_path, monkeypatch):
     (tmp_path / "src").write_bytes(data)
     with open(tmp_path / "dst", "wb") as f:
         f.truncate(len(data))
-    told = []
+    told: list[int] = []
     item = (
         str(tmp_path / "src"),
         str(tmp_path / "dst"),

@@ -116,14 +116,22 @@ def test_a_leader_killed_keeps_leases_and_watches_on_both_transports(dac3, trans
     client = store.client
     key = "/dac/v1/test/leader-kill"
     bound = []
-    keeper = LeaseKeeper(
-        client, 5, lambda lease: (bound.append(lease), client.put(key + "/alive", "x", lease))
-    )
+
+    def bind(lease: int) -> None:
+        bound.append(lease)
+        client.put(key + "/alive", "x", lease)
+
+    keeper = LeaseKeeper(client, 5, bind)
     keeper.start()
     _, revision = client.range(key)
     watch = client.watch(key, key + "0", start_revision=revision + 1)
     seen = []
-    reader = threading.Thread(target=lambda: [seen.append(e.kv.key) for e in watch], daemon=True)
+
+    def read() -> None:
+        for e in watch:
+            seen.append(e.kv.key)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         victim = leader(workdir)
@@ -274,6 +282,7 @@ def test_quorum_lost_the_slurmctld_hooks_answer_in_one_line_and_it_all_goes_on(d
             text=True,
         )
         time.sleep(8)  # past etcd.timeout (5 s)
+        assert setup72.stdout is not None
         assert setup72.poll() is None, setup72.stdout.read()
         procs = [restart(workdir, argv, name) for name, argv in argvs]
         start = time.monotonic()
@@ -338,6 +347,7 @@ def test_quorum_lost_as_a_job_ends_its_calls_ride_it_out_within_restart_grace(da
             text=True,
         )
         time.sleep(8)  # past etcd.timeout (5 s)
+        assert call.stdout is not None
         assert call.poll() is None, call.stdout.read()
         procs += [restart(workdir, argv, name) for name, argv in argvs]
         start = time.monotonic()

@@ -84,7 +84,8 @@ def processes():
 
 def copiers(pid):
     """The job user's processes below `pid` (a stage's copier and its workers)."""
-    procs, found, parents = processes(), set(), {pid}
+    procs, parents = processes(), {pid}
+    found: set[int] = set()
     while True:
         more = {p for p, (ppid, uid) in procs.items() if ppid in parents and uid == UID} - found
         if not more:
@@ -315,6 +316,7 @@ def restart_etcd(workdir):
     from daclocal.procs import spawn
 
     state = LocalState.load(workdir)
+    assert state is not None, workdir
     pid = state.etcd["pid"]
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
     os.kill(pid, signal.SIGKILL)
@@ -407,10 +409,13 @@ def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_ag
         revision = store.client.range(key)[1]
         watch = store.client.watch(key, key + "\0", start_revision=revision + 1)
         writes = []
-        reader = threading.Thread(
-            target=lambda: [writes.append(e.kv.mod_revision) for e in watch if e.kv.value],
-            daemon=True,
-        )
+
+        def read() -> None:
+            for e in watch:
+                if e.kv.value:
+                    writes.append(e.kv.mod_revision)
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         call = call_in_background(env, "teardown", 13, "--job", str(script))
         poll(

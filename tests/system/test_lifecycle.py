@@ -190,6 +190,7 @@ def test_a_failing_playbook_fails_setup_with_the_task_and_who_must_act(open_dir,
         assert r.stdout.endswith(": Filesystem must be larger than 300MB.\n")
         store = Store.from_settings(load_config(env["DAC_CONFIG"], env={}).etcd)
         (status,) = store.statuses("9").values()
+        assert status.error is not None
         assert status.error.category.value == "admin" and "300MB" in status.error.detail
         # teardown still cleans up a buffer whose create failed
         run("dacctl", "--function", "teardown", "--token", "9", "--job", str(script), env=env)

@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from mounts import mount_of
@@ -18,7 +19,7 @@ MiB = 1 << 20
 
 @pytest.fixture
 def bricks(tmp_path):
-    made = []
+    made: list[tuple[str, Path]] = []
 
     def make(n, size=512 * MiB):
         for _ in range(n):
@@ -64,7 +65,7 @@ def setup_buffer(tmp_path, devices, access="striped,private"):
 def test_create_builds_mounts_and_owns_then_delete_leaves_nothing(tmp_path, bricks, n, fstype):
     devices = bricks(n)
     variables, fs = setup_buffer(tmp_path, devices)
-    tasks = []
+    tasks: list[str] = []
     run_step("local", "create", "h1", variables, tasks.append)
     assert "make and mount the filesystem" in tasks
     mount = mount_of(fs)

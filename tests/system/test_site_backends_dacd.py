@@ -148,6 +148,7 @@ def leftover(path, uid, gid) -> int:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None
     line = proc.stdout.readline()
     proc.stdout.close()
     proc.wait(timeout=10)

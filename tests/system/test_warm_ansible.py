@@ -187,6 +187,7 @@ def test_the_server_leaves_with_dacd(tmp_path):
     server = WarmAnsible()
     server.ensure()
     proc = server._proc
+    assert proc is not None and proc.stdin is not None
     proc.stdin.close()  # what dacd's death does to the pipe, kill -9 included
     assert proc.wait(10) == 0
     server.stop()

@@ -15,7 +15,9 @@ def modules() -> dict[str, Path]:
     """Every module of the four packages, from wherever they are installed."""
     found = {}
     for package in PACKAGES:
-        root = Path(find_spec(package).origin).parent
+        spec = find_spec(package)
+        assert spec is not None and spec.origin is not None, package
+        root = Path(spec.origin).parent
         for path in root.rglob("*.py"):
             rel = path.relative_to(root).parts
             if package == "daccore" and rel[0] == "share" and len(rel) > 2:

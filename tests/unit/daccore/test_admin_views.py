@@ -121,10 +121,10 @@ def test_buffer_rows_filter_by_owner_state_and_pool():
     def names(rows):
         return [r["name"] for r in rows]
 
-    assert names(buffer_rows(bufs, states.get, 0, owner_uid=999)) == ["8", "proj"]
-    assert names(buffer_rows(bufs, states.get, 0, state="mounted")) == ["7"]
-    assert names(buffer_rows(bufs, states.get, 0, state="new", pool="default")) == ["proj"]
-    assert names(buffer_rows(bufs, states.get, 1234, owner_uid=999)) == []
+    assert names(buffer_rows(bufs, states.__getitem__, 0, owner_uid=999)) == ["8", "proj"]
+    assert names(buffer_rows(bufs, states.__getitem__, 0, state="mounted")) == ["7"]
+    assert names(buffer_rows(bufs, states.__getitem__, 0, state="new", pool="default")) == ["proj"]
+    assert names(buffer_rows(bufs, states.__getitem__, 1234, owner_uid=999)) == []
 
 
 def test_a_buffer_row_names_its_owner_and_age():
@@ -133,7 +133,7 @@ def test_a_buffer_row_names_its_owner_and_age():
         lambda n: {},
         0,
         now=1090.0,
-        names={1234: "alice"}.get,
+        names={1234: "alice"}.__getitem__,
     )
     assert row["owner"] == "alice" and row["owner_uid"] == 1234 and row["age_seconds"] == 90
     assert row["size"] == 512 * MiB and row["hosts"] == ["h1"] and row["job"] == 7

@@ -133,6 +133,7 @@ def test_every_jobdw_line_dac_accepts_slurm_sizes_the_same(value):
         d = parse_script(f"#!/bin/sh\n{line}\n", "BB")
     except DirectiveError:
         return
+    assert d.jobdw is not None
     assert slurm_line(line.encode()[3:]) == d.jobdw.capacity
 
 

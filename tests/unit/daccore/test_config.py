@@ -54,9 +54,11 @@ hosts:
     )
     assert cfg.lnet_nid("dac1", "l") == "dac1-opa@o2ib1"
     assert cfg.lnet_nid("dac2", "l") == "10.0.0.2@o2ib1"
-    assert cfg.pools["l"].lustre.mgs.nid == "10.0.0.9@o2ib1"
-    assert cfg.pools["l"].lustre.mdt_size == 100 * 1024**2
-    assert cfg.pools["d"].daos.targets == 24 and cfg.hosts["dac1"].daos_ranks[1] == 1
+    lustre, daos = cfg.pools["l"].lustre, cfg.pools["d"].daos
+    assert lustre is not None and daos is not None
+    assert not isinstance(lustre.mgs, str) and lustre.mgs.nid == "10.0.0.9@o2ib1"
+    assert lustre.mdt_size == 100 * 1024**2
+    assert daos.targets == 24 and cfg.hosts["dac1"].daos_ranks[1] == 1
 
 
 def test_missing_default_file_means_defaults():

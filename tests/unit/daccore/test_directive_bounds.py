@@ -14,6 +14,7 @@ JOBDW = "#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=striped type=scratch poo
 def record(script: str) -> BufferRequest:
     """The request setup would build from the script (jobs.create_job_buffer)."""
     d = parse_script(script)
+    assert d.jobdw is not None
     return BufferRequest(
         capacity=d.jobdw.capacity,
         pool="p",

@@ -2,9 +2,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daccore.rules.directives import DirectiveError, parse_script
+from daccore.rules.directives import DirectiveError, Directives, JobDW, parse_script
 
 GiB = 1024**3
+
+
+def jobdw(d: Directives) -> JobDW:
+    """The script's jobdw line (every script here that reads it has one)."""
+    assert d.jobdw is not None
+    return d.jobdw
 
 
 def script(*lines, shebang=True):
@@ -22,7 +28,7 @@ def test_a_typical_datawarp_script():
             "#DW swap 4GiB",
         )
     )
-    assert d.jobdw.capacity == 2 * 1024**4 and d.jobdw.access == "striped" and d.jobdw.line == 3
+    assert jobdw(d).capacity == 2 * 1024**4 and jobdw(d).access == "striped" and jobdw(d).line == 3
     assert [(s.type, s.source, s.destination) for s in d.stage_in] == [
         ("directory", "/home/alice/in", "$DW_JOB_STRIPED/in")
     ]
@@ -32,14 +38,18 @@ def test_a_typical_datawarp_script():
 
 def test_every_prefix_carries_every_directive():
     for prefix in ("#DW", "#BB", "#BB_LUA"):
-        assert parse_script(script(f"{prefix} jobdw capacity=1GiB")).jobdw.capacity == GiB
+        assert jobdw(parse_script(script(f"{prefix} jobdw capacity=1GiB"))).capacity == GiB
     assert parse_script(script("#SITE jobdw capacity=1GiB"), lua_directive="SITE").jobdw
     assert parse_script(script("#BB_LUA jobdw capacity=1GiB"), lua_directive="X").empty
 
 
 def test_bare_key_values_are_a_jobdw_as_sbatch_bb_writes_them():
     d = parse_script(script("#BB capacity=3GiB access=striped,private type=scratch pool=fast"))
-    assert (d.jobdw.capacity, d.jobdw.access, d.jobdw.pool) == (3 * GiB, "striped,private", "fast")
+    assert (jobdw(d).capacity, jobdw(d).access, jobdw(d).pool) == (
+        3 * GiB,
+        "striped,private",
+        "fast",
+    )
 
 
 def test_persistent_buffers_are_created_and_destroyed():
@@ -58,7 +68,11 @@ def test_a_key_given_twice_with_the_same_value_counts_once():
     d = parse_script(
         script("#DW jobdw type=scratch capacity=1GiB access_mode=striped,private type=scratch")
     )
-    assert (d.jobdw.capacity, d.jobdw.access, d.jobdw.type) == (GiB, "striped,private", "scratch")
+    assert (jobdw(d).capacity, jobdw(d).access, jobdw(d).type) == (
+        GiB,
+        "striped,private",
+        "scratch",
+    )
     with pytest.raises(DirectiveError, match="^line 2: jobdw: type is given twice$"):
         parse_script(script("#DW jobdw type=scratch capacity=1GiB type=cache"))
     with pytest.raises(DirectiveError, match="^line 2: jobdw: capacity is given twice$"):
@@ -90,7 +104,7 @@ def test_only_the_leading_comment_block_counts_and_continuations_join():
             "#DW jobdw \\", "#   capacity=1GiB access_mode=private", "", "#DW jobdw capacity=bogus"
         )
     )
-    assert d.jobdw.capacity == GiB and d.jobdw.access == "private" and d.jobdw.line == 2
+    assert jobdw(d).capacity == GiB and jobdw(d).access == "private" and jobdw(d).line == 2
     assert parse_script("echo hi\n#DW jobdw capacity=0\n").empty
 
 
@@ -270,9 +284,9 @@ def test_huge_scripts_are_read_in_bounded_time():
 
     start = time.monotonic()
     big = "#!/bin/bash\n" + "#SBATCH --comment=x\n" * 200_000 + "#DW jobdw capacity=1GiB\n"
-    assert parse_script(big).jobdw.line == 200_002
+    assert jobdw(parse_script(big)).line == 200_002
     with pytest.raises(DirectiveError, match="line 3: jobdw: a job may have only one jobdw"):
         parse_script("#!/bin/sh\n" + "#DW jobdw capacity=1GiB\n" * 100_000)
     body = b"#!/bin/sh\n#DW jobdw capacity=1GiB\necho x\n" + b"\x00\xff" * 10_000_000
-    assert parse_script(body).jobdw.capacity == GiB
+    assert jobdw(parse_script(body)).capacity == GiB
     assert time.monotonic() - start < 10

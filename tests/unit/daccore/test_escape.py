@@ -102,6 +102,7 @@ def test_a_status_naming_a_non_utf8_path_serializes_and_reads_back_unchanged():
     )
     text = s.model_dump_json()  # today: PydanticSerializationError (surrogates)
     assert "\x1b" not in text and "\\\\x1b]0;pwned\\\\x07\\\\r" in text
+    assert s.error is not None
     assert s.error.message == "cannot read /src/\\xff\\x1b]0;pwned\\x07\\r"
     assert s.step == "stage_in: /src/\\xff\\x1b]0;pwned\\x07\\r"
     assert len(s.error.detail) <= DETAIL_MAX and s.error.detail.endswith("\\r\n")

@@ -5,7 +5,8 @@ from daccore.records.models import Allocation, Brick, BrickRef, Host, State, Sta
 
 
 def test_states_are_ordered_and_next_walks_the_lifecycle():
-    walk, s = [], State.CREATED
+    walk: list[str] = []
+    s: State | None = State.CREATED
     while s:
         walk.append(s.value)
         s = s.next()

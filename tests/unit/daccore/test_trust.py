@@ -1,6 +1,7 @@
 """daccore.rules.trust: the rules a buffer record must keep before dacd acts on it (pure)."""
 
 import json
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def doc(**changes):
     }
     for path, value in changes.items():
         *parents, last = path.split(".")
-        target = d
+        target: Any = d
         for p in parents:
             target = target[p] if not p.isdigit() else target[int(p)]
         target[last] = value

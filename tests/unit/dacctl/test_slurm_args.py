@@ -100,6 +100,11 @@ def test_a_file_in_slurms_layout_must_be_this_jobs(tmp_path, path):
         sa.open_write(str(d / path), "the path file", ROOT, "7", ("path",))
 
 
+def _fifo_instead(f):
+    f.unlink()
+    os.mkfifo(f)
+
+
 def test_a_job_arrays_script_linked_by_slurm_is_read(tmp_path):
     """Slurm 22.05 hard-links the array's script to each task's job directory (inside its
     own state directory, where no one else can link): the task's script has two names."""
@@ -120,7 +125,7 @@ def test_a_job_arrays_script_linked_by_slurm_is_read(tmp_path):
         (lambda f: f.chmod(0o666), "writable by others \\(mode 0666\\)"),
         (lambda f: f.chmod(0o620), "writable by others \\(mode 0620\\)"),
         (lambda f: os.chown(f, 1234, 0), "owned by uid 1234, not root or SlurmUser"),
-        (lambda f: (f.unlink(), os.mkfifo(f)), "not a regular file"),
+        (_fifo_instead, "not a regular file"),
     ],
 )
 def test_a_script_anyone_else_could_change_is_refused_even_with_one_name(tmp_path, make, why):

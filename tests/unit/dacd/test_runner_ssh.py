@@ -2,6 +2,7 @@
 step leaves recorded as attached."""
 
 import shlex
+from typing import Any
 
 from daccore.errors import HostsUnreachable, Kind, PlaybookFailed
 from daccore.settings.config import SshSettings
@@ -119,7 +120,7 @@ def test_an_unreachable_storage_server_is_drained_in_dac_not_in_slurm():
 
 
 def test_the_servers_of_an_inventory_are_its_hosts_but_the_clients():
-    inventory = {
+    inventory: dict[str, Any] = {
         "all": {
             "children": {
                 "servers": {"hosts": {"dac1": {}, "dac2": {}}},

@@ -50,7 +50,8 @@ class FakeAnswerer:
     """Answers every connection with `reply` after `delay` seconds; keeps the request lines."""
 
     def __init__(self, path: Path, reply: bytes, delay: float = 0.0):
-        self.path, self.reply, self.delay, self.lines = path, reply, delay, []
+        self.path, self.reply, self.delay = path, reply, delay
+        self.lines: list[str] = []
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(path))
         self.sock.listen(8)

@@ -3,11 +3,19 @@
 import pytest
 
 from daccore.backends import get
+from daccore.backends.daos import DaosBackend
 from daccore.errors import AdminError
 from daccore.records.models import Allocation, BrickRef, Buffer, BufferRequest
 from daccore.settings.config import DacConfig
 
 GiB = 1 << 30
+
+
+def daos_backend(config: DacConfig, host: str) -> DaosBackend:
+    """The backend `get` finds by name, as dacd gets it."""
+    backend = get("daos", config, host)
+    assert isinstance(backend, DaosBackend)
+    return backend
 
 
 def config(brick=100 * GiB, **daos):
@@ -53,20 +61,20 @@ def buffer(bricks, capacity, brick=100 * GiB):
 def test_each_rank_gives_the_nvme_of_its_fewest_bricks_and_scm_in_proportion():
     # dac1: nvme0n1 and nvme2n1 on socket 0 (rank 0), nvme1n1 on socket 1 (rank 1); dac2 rank 2
     b = buffer([("dac1", 0), ("dac1", 2), ("dac1", 1), ("dac2", 0)], 400 * GiB, 150 * GiB)
-    backend = get("daos", config(brick=150 * GiB), "dac1")
+    backend = daos_backend(config(brick=150 * GiB), "dac1")
     assert backend.ranks(b) == [0, 1, 2]
     scm, nvme = backend.tier_bytes(b)
     assert nvme == 150 * GiB and scm == int(150 * GiB * 6 / 94) >> 20 << 20
     v = backend.variables(b, "create")
     assert (v["scm_size"], v["nvme_size"], v["ranks"]) == (str(scm), str(nvme), "0,1,2")
-    b10 = get("daos", config(brick=150 * GiB, scm_percent=10), "dac1")
+    b10 = daos_backend(config(brick=150 * GiB, scm_percent=10), "dac1")
     assert b10.tier_bytes(b)[0] == int(150 * GiB / 9) >> 20 << 20
 
 
 def test_an_allocation_too_uneven_for_the_capacity_asked_is_refused_in_one_line():
     b = buffer([("dac1", 0), ("dac1", 2), ("dac2", 0)], 300 * GiB)
     with pytest.raises(AdminError) as e:
-        get("daos", config(), "dac1").tier_bytes(b)
+        daos_backend(config(), "dac1").tier_bytes(b)
     assert str(e.value).count("\n") == 0
     assert "the same NVMe on each of its ranks" in str(e.value)
     assert "would hold 200GiB of the 300GiB asked" in str(e.value)

@@ -3,11 +3,18 @@
 import pytest
 
 from daccore.backends import get
-from daccore.backends.lustre import fsname, partition
+from daccore.backends.lustre import LustreBackend, fsname, partition
 from daccore.records.models import Allocation, BrickRef, Buffer, BufferRequest
 from daccore.settings.config import DacConfig
 
 GiB = 1 << 30
+
+
+def lustre_backend(config: DacConfig, host: str) -> LustreBackend:
+    """The backend `get` finds by name, as dacd gets it."""
+    backend = get("lustre", config, host)
+    assert isinstance(backend, LustreBackend)
+    return backend
 
 
 def config(mgs="per_buffer", **lustre):
@@ -84,7 +91,7 @@ def test_partitions_are_named_as_the_kernel_or_udev_names_them(disk, first):
 
 def test_mdt0_and_the_mgs_sit_on_the_primary_and_each_server_has_one_mdt():
     b = buffer([("dac1", 0), ("dac1", 1), ("dac2", 0), ("dac2", 2)])
-    plan = get("lustre", config(), "dac2").targets(b)
+    plan = lustre_backend(config(), "dac2").targets(b)
     assert list(plan) == ["dac2", "dac1"]  # the primary first
     fs = fsname(b)
     mdt_end = f"{1 + 20 * 1024}MiB"
@@ -167,7 +174,7 @@ def test_mdt0_and_the_mgs_sit_on_the_primary_and_each_server_has_one_mdt():
 
 def test_the_mdt_ceiling_caps_the_count_across_servers():
     b = buffer([("dac1", 0), ("dac1", 1), ("dac2", 0), ("dac2", 1), ("dac3", 0)])
-    plan = get("lustre", config(max_mdts=2, max_mdts_per_host=2), "dac2").targets(b)
+    plan = lustre_backend(config(max_mdts=2, max_mdts_per_host=2), "dac2").targets(b)
     kinds = [(h, t["kind"], t["index"]) for h in plan for t in plan[h]["targets"]]
     assert [k for k in kinds if k[1] != "ost"] == [("dac2", "mgs", 0), ("dac2", "mdt", 1)]
     assert [k[2] for k in kinds if k[1] == "ost"] == [0, 1, 2, 3, 4]
@@ -175,7 +182,7 @@ def test_the_mdt_ceiling_caps_the_count_across_servers():
 
 def test_a_shared_mgs_is_named_by_every_target_and_client():
     b = buffer([("dac2", 0)], attachments={"7": ["n1"]})
-    backend = get("lustre", config(mgs={"host": "mgs1", "nid": "10.9.9.9@o2ib1"}), "dac2")
+    backend = lustre_backend(config(mgs={"host": "mgs1", "nid": "10.9.9.9@o2ib1"}), "dac2")
     plan = backend.targets(b)
     assert all(
         "--mgsnode=10.9.9.9@o2ib1" in t["mkfs"] and "--mgs" not in t["mkfs"]
@@ -192,7 +199,7 @@ def test_a_shared_mgs_is_named_by_every_target_and_client():
 
 def test_mounts_follow_attachments_and_private_dirs_are_made_by_the_primary():
     b = buffer([("dac2", 0)], access="striped,private", attachments={"7": ["n1", "n2"]})
-    backend = get("lustre", config(), "dac2")
+    backend = lustre_backend(config(), "dac2")
     fs = fsname(b)
     inv = backend.inventory(b, "mount", attached={"6": ["n2"]})["all"]["children"]
     assert inv["servers"]["hosts"]["dac2"]["private_dirs"] == ["private/n1", "private/n2"]
@@ -212,9 +219,9 @@ def test_mounts_follow_attachments_and_private_dirs_are_made_by_the_primary():
 
 def test_the_io500_profile_names_the_buffers_own_targets_only():
     b = buffer([("dac2", 0)])
-    v = get("lustre", config(tuning="io500"), "dac2").variables(b, "create")
+    v = lustre_backend(config(tuning="io500"), "dac2").variables(b, "create")
     fs = fsname(b)
-    plan = get("lustre", config(tuning="io500"), "dac2").targets(b)
+    plan = lustre_backend(config(tuning="io500"), "dac2").targets(b)
     assert plan["dac2"]["server_tuning"] == [
         f"obdfilter.{fs}-OST*.brw_size=16",
         f"obdfilter.{fs}-OST*.precreate_batch=1024",
@@ -225,7 +232,7 @@ def test_the_io500_profile_names_the_buffers_own_targets_only():
         p.split(".")[1].startswith(fs) or p.startswith(f"ldlm.namespaces.{fs}")
         for p in v["client_tuning"]
     )
-    assert get("lustre", config(), "dac2").variables(b, "create")["client_tuning"] == []
+    assert lustre_backend(config(), "dac2").variables(b, "create")["client_tuning"] == []
 
 
 @pytest.mark.parametrize(
@@ -236,8 +243,7 @@ def test_io500_keeps_clients_within_what_their_mdts_allow(release, per_client, m
     """A client refuses max_mod_rpcs_in_flight above its MDT's limit (ERANGE). 2.16 raises the
     MDT's own limit first, on servers with an MDT; 2.15 has only the module parameter."""
     b = buffer([("dac2", 0), ("dac1", 0), ("dac3", 0)])
-    backend = get(
-        "lustre",
+    backend = lustre_backend(
         config(tuning="io500", release=release, max_mdts=2, max_mod_rpcs_per_client=per_client),
         "dac2",
     )
@@ -258,7 +264,7 @@ def test_io500_keeps_clients_within_what_their_mdts_allow(release, per_client, m
 
 def test_the_shared_mgs_is_pinged_with_a_timeout_and_targets_start_mdt0_first():
     b = buffer([("dac2", 0), ("dac1", 0)])
-    backend = get("lustre", config(mgs={"host": "mgs1", "nid": "10.9.9.9@o2ib1"}), "dac2")
+    backend = lustre_backend(config(mgs={"host": "mgs1", "nid": "10.9.9.9@o2ib1"}), "dac2")
     assert backend.variables(b, "create")["ping_timeout"] == "10"
     roles = [
         (h, t["role"], t["index"]) for h, p in backend.targets(b).items() for t in p["targets"]
@@ -285,7 +291,7 @@ def test_unmounted_nodes_prune_their_mount_points_and_empty_parents_only():
         "/nodes/n1/8",
     ]
     b = buffer([("dac2", 0)], attachments={})
-    inv = get("lustre", config(), "dac2").inventory(b, "unmount", attached={"7": ["n1"]})
+    inv = lustre_backend(config(), "dac2").inventory(b, "unmount", attached={"7": ["n1"]})
     assert inv["all"]["children"]["clients"]["hosts"]["n1"]["prune"] == [
         "/nodes/n1/7/striped",
         "/nodes/n1/7",
