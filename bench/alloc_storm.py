@@ -32,7 +32,7 @@ def main() -> int:
         for h in host_records(HOSTS, BRICKS):
             store.register_host(h)
             store.client.put(store.keys.alive_key(h.name), "")
-        conflicts = Counter()
+        conflicts: Counter[str] = Counter()
         lock = threading.Lock()
         original = Store.create_buffer
 
@@ -44,7 +44,8 @@ def main() -> int:
                     conflicts["conflict"] += 1
                 raise
 
-        Store.create_buffer = counting_create  # count the retries the storm causes
+        # count the retries the storm causes
+        Store.create_buffer = counting_create  # type: ignore[method-assign]
 
         def request(i: int):
             rng = random.Random(i)

@@ -7,6 +7,7 @@ import statistics
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from daccore.etcd.auth import Credential
 from daccore.etcd.client import EtcdClient
@@ -50,7 +51,7 @@ def local_dac(
     with tempfile.TemporaryDirectory(prefix="dac-bench-") as d:
         work = Path(d)
         work.chmod(0o755)  # jobs enter the local DAC's workdir as their user
-        slurm = (
+        slurm: dict[str, Any] = (
             {"slurm_nodes": 2, "slurm_plugin": "lua", "slurm_release": release} if release else {}
         )
         state = cluster.up(

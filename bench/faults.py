@@ -89,7 +89,9 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.store, self.hosts = store, hosts
         self.stop = threading.Event()
-        self.double, self.down, self.samples, self.failed_reads = [], [], 0, 0
+        self.double: list[tuple[str, str]] = []  # a brick held by two buffers
+        self.down: list[int] = []  # hosts alive, when not all
+        self.samples, self.failed_reads = 0, 0
 
     def run(self) -> None:
         while not self.stop.wait(0.1):

@@ -104,7 +104,14 @@ def records(workdir, env, s) -> list[str]:
     """The records test's bad records for several seeds, all in etcd at once; then the admin
     commands, a good buffer's setup and teardown, and no traceback in any dacd's log."""
     from clitools import setup, slurm
-    from test_fuzz_records import admin_answers, bad_records, logs, templates
+
+    # tests/system is on sys.path (above), not on mypy's: its conftest would clash with tests'
+    from test_fuzz_records import (  # type: ignore[import-not-found]
+        admin_answers,
+        bad_records,
+        logs,
+        templates,
+    )
 
     from daccore.settings.config import load_config
     from daccore.store import Store

@@ -153,7 +153,7 @@ def run(bindir: Path, release: str | None) -> int:
             ],
         }
         commands = {name: prefix + argv for name, argv in commands.items()}
-        hook_rows = ()
+        hook_rows: tuple[str, ...] = ()
         if release:
             from daclocal.slurm import SlurmCluster
 

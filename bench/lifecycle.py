@@ -123,7 +123,9 @@ def main() -> int:
         device = loopdev.attach(img, 512 << 20)
         try:
             cpu = steal_meter()
-            dac, hand, per_function = [], [], {f: [] for f in FUNCTIONS}
+            dac: list[float] = []
+            hand: list[float] = []
+            per_function: dict[str, list[float]] = {f: [] for f in FUNCTIONS}
             for i in range(ROUNDS):
                 times = dac_lifecycle(dacctl, env, files, 100 + i, prefix)
                 for f, s in times.items():

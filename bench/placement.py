@@ -69,7 +69,7 @@ def main() -> int:
                 txns[0] += 1
                 return real(*a, **kw)
 
-            slurm.client.txn = counted
+            slurm.client.txn = counted  # type: ignore[method-assign]  # counting txns
             real_rest = slurm.count_rest
             widened = [0]
 
@@ -77,7 +77,7 @@ def main() -> int:
                 widened[0] += 1
                 return real_rest(*a, **kw)
 
-            slurm.count_rest = count_rest
+            slurm.count_rest = count_rest  # type: ignore[method-assign]  # counting widenings
             job = SEED_JOBS * 2
             for size in args.samples:
                 allocator.SAMPLE_HOSTS = 10**9 if size == "all" else int(size)

@@ -595,7 +595,9 @@ def main() -> int:
                 "bricks": args.biggest,
                 "setup_s": round(time.monotonic() - t0, 2),
             }
-            buf = admin.buffer("900000").record
+            biggest = admin.buffer("900000")
+            assert biggest is not None
+            buf = biggest.record
             hosts = len(buf.allocation.hosts)
             t0 = time.monotonic()
             slurm.teardown(900000)
