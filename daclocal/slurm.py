@@ -11,6 +11,7 @@ sessions so their pids are ours to stop. Facts this relies on are in ../shared/n
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -244,14 +245,14 @@ def answerer_default() -> bool:
 
 
 def _listens(path: Path) -> bool:
-    import socket
+    """Whether the answerer on `path` answers and its mirror of etcd is current (the first
+    hooks are then answered from memory, not refused while it lists etcd)."""
+    from dacservice.answerer import ask
 
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        try:
-            s.connect(str(path))
-            return True
-        except OSError:
-            return False
+    try:
+        return bool(json.loads(ask(str(path), "stats", [], timeout=1.0)[2])["fresh"])
+    except (OSError, ValueError, IndexError, KeyError):
+        return False
 
 
 def _node_root(path: str) -> None:
@@ -408,7 +409,11 @@ class SlurmCluster:
         deadline = time.monotonic() + timeout
         while not _listens(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
-                why = self._how_ended_proc(proc) if proc.poll() is not None else "no socket"
+                why = (
+                    self._how_ended_proc(proc)
+                    if proc.poll() is not None
+                    else f"not answering with etcd's current state in {timeout:.0f}s"
+                )
                 stop_pid(proc.pid, "answerer")
                 raise AdminError(
                     f"dac-answerer did not start: {why} (log: {self.base}/log/answerer.log)"

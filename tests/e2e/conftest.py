@@ -33,6 +33,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "every_etcd: also run on etcd 3.5 and 3.6 (the host's Slurm, burst_buffer/lua)"
     )
+    config.addinivalue_line(
+        "markers", "lua_only: burst_buffer/lua alone (dac's answerer: datawarp forks dacctl itself)"
+    )
 
 
 def pytest_generate_tests(metafunc):
@@ -42,7 +45,8 @@ def pytest_generate_tests(metafunc):
     if "slurm" not in metafunc.fixturenames:
         return
     every = metafunc.definition.get_closest_marker("every_release") is not None
-    params = [(r, p, HOST_ETCD) for r in (RELEASES if every else [HOST_RELEASE]) for p in PLUGINS]
+    plugins = ["lua"] if metafunc.definition.get_closest_marker("lua_only") else PLUGINS
+    params = [(r, p, HOST_ETCD) for r in (RELEASES if every else [HOST_RELEASE]) for p in plugins]
     if metafunc.definition.get_closest_marker("every_etcd") is not None:
         params += [(HOST_RELEASE, "lua", e) for e in ETCD_RELEASES if e != HOST_ETCD]
     metafunc.parametrize(
@@ -142,12 +146,20 @@ def slurm(request):
 
 
 @pytest.fixture(scope="module")
+def slurm_forked():
+    """The host's Slurm, burst_buffer/lua, without dac's answerer (DAC_LOCAL_ANSWERER=0): every
+    hook forks dacctl, the fallback's own path. Every other Slurm here runs the answerer, as a
+    site does (docs/slurm.md, The answerer)."""
+    yield from _local_slurm(HOST_RELEASE, "lua", HOST_ETCD, up_env={"DAC_LOCAL_ANSWERER": "0"})
+
+
+@pytest.fixture(scope="module")
 def slurm_etcd3():
     """The host's Slurm, burst_buffer/lua, on three etcd members (quorum can be lost)."""
     yield from _local_slurm(HOST_RELEASE, "lua", HOST_ETCD, "--etcd-members", "3")
 
 
-def _local_slurm(release: str, plugin: str, etcd: str, *more: str):
+def _local_slurm(release: str, plugin: str, etcd: str, *more: str, up_env=None):
     # Not under pytest's tmp dir: that is root-only, and sbatch (run as the submit user) must
     # read slurm.conf in here.
     workdir = tempfile.mkdtemp(prefix=f"dac-e2e-{release}-{plugin}-")
@@ -175,6 +187,7 @@ def _local_slurm(release: str, plugin: str, etcd: str, *more: str):
         etcd,
         *more,
         timeout=900,
+        env=up_env,
     )
     try:
         lines = run("dacctl", "local", "env", "--workdir", str(workdir)).stdout.splitlines()
