@@ -142,3 +142,18 @@ def test_every_package_in_the_checkout_is_in_the_explicit_list():
     on_disk |= {package.replace("/", ".") for package in TOP_LEVEL.values()}
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages"
     assert listed - on_disk == set()
+
+
+def test_the_answerers_systemd_unit_verifies_and_names_the_socket_burst_buffer_lua_asks(tmp_path):
+    unit = asset("packaging", "dac-answerer.service").read_text()
+    lua = asset("slurm", "burst_buffer.lua").read_text()
+    assert 'setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")' in lua
+    assert "--socket /run/dac-answerer/socket" in unit and "RuntimeDirectory=dac-answerer" in unit
+    assert "RuntimeDirectoryMode=0700" in unit and "User=slurm" in unit
+    local = unit.replace(
+        "/opt/dac/venv/bin/dac-answerer", str(Path(sys.executable).parent / "dac-answerer")
+    )
+    path = tmp_path / "dac-answerer.service"
+    path.write_text(local)
+    r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+    assert (r.returncode, r.stdout + r.stderr) == (0, "")
