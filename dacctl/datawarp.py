@@ -23,7 +23,6 @@ records; the calls after it read and change specs as JSON (daccore/services/jobs
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -46,83 +45,46 @@ def hot_timeout() -> float:
         return HOT_TIMEOUT
 
 
-FUNCTIONS = (
-    "pools",
-    "show_instances",
-    "show_sessions",
-    "show_configurations",
-    "job_process",
-    "setup",
-    "real_size",
-    "data_in",
-    "paths",
-    "pre_run",
-    "post_run",
-    "data_out",
-    "teardown",
-    "create_persistent",
-)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line on stdout, exit 1, like every other refusal
-        raise _Usage(message)
-
-
 class _Usage(Exception):
-    pass
+    """A function's arguments refused after parsing (`_need`): one line, exit 1."""
 
 
-@functools.cache  # built once: the answerer parses every call with it (0.4 ms to build)
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dacctl", add_help=False)
-    p.add_argument("--function", required=True, choices=FUNCTIONS)
-    p.add_argument("--token", "-t")
-    p.add_argument("--job", "-j")
-    p.add_argument("--caller", "-c")
-    p.add_argument("--user", "-u", type=int)
-    p.add_argument("--groupid", "--group", "-g", type=int)
-    p.add_argument("--capacity", "-C")
-    p.add_argument("--access", "-a")
-    p.add_argument("--type", "-T")
-    p.add_argument("--nodehostnamefile")
-    p.add_argument("--jobexecutionnodefile")
-    p.add_argument("--nidlistfile")
-    p.add_argument("--pathfile")
-    # burst_buffer.lua, 23.02+: the job's nodes as Slurm passes them (job_info.nodes)
-    p.add_argument("--nodes")
-    # burst_buffer.lua, 23.02+: paths of a job array's task, the array's id (job_info)
-    p.add_argument("--array-job")
-    # teardown --hurry (scancel --hurry): skip the stage-out a teardown would otherwise run
-    p.add_argument("--hurry", action="store_true")
-    p.add_argument("--debug", action="store_true")
-    return p
-
-
-def run(argv: list[str]) -> int:
-    rc, out, err = answer(argv)
+def run(parsed) -> int:
+    """`dacctl --function …` forked: dacctl.main's parse of its argv (dacctl/commands.py), the
+    arguments of a Slurm function or the Usage that refused them, answered by Slurm's protocol."""
+    rc, out, err = answer(parsed)
     sys.stderr.write(err)
     sys.stdout.write(out)
     return rc
 
 
-def answer(argv: list[str], settings: dict | None = None, store=None) -> tuple[int, str, str]:
+def answer(argv, settings: dict | None = None, store=None) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of `dacctl --function argv`: the one place of every
     answer, for the forked command and for the warm answerer (dacservice/answerer.py), which
     passes `settings` (settings_for_caller's, once it has checked its peer's credentials) and
     a `store` reading its in-memory mirror. Files this call opened are closed when it ends:
-    the answerer lives on."""
-    debug = "--debug" in argv
+    the answerer lives on. `argv`: the words after `dacctl`, or dacctl.main's parse of them
+    (a Namespace, or the Usage that refused them), told only once the caller is known."""
+    from dacctl.commands import Exit, Usage
     from dacctl.slurm_args import Refused
 
+    debug = (
+        argv.debug
+        if isinstance(argv, argparse.Namespace)
+        else isinstance(argv, list) and "--debug" in argv
+    )
     args = None
     try:
         if settings is None:
             settings = settings_for_caller()
-        args = _parser().parse_args(argv)
+        args = _parsed(argv)
         _check_args(args, settings)
         out = _dispatch(args, settings, store)
         return 0, (out if not out or out.endswith("\n") else out + "\n"), ""
+    except Usage as e:
+        return 1, _one_line(f"dacctl: {e.message}") + "\n", ""
+    except Exit:  # the answerer's words asked for --help: never Slurm's
+        return 1, "dacctl: --help is for people, not one of Slurm's calls\n", ""
     except _Usage as e:
         return 1, _one_line(f"dacctl: {e}") + "\n", ""
     except Refused as e:
@@ -142,6 +104,20 @@ def answer(argv: list[str], settings: dict | None = None, store=None) -> tuple[i
     finally:
         if args is not None and store is not None:
             _close_files(args)
+
+
+def _parsed(argv) -> argparse.Namespace:
+    """A Slurm function's arguments: dacctl.main's, or `argv` parsed by the one parser."""
+    from dacctl.commands import SLURM, Usage, parse
+
+    if isinstance(argv, Usage):
+        raise argv
+    if isinstance(argv, argparse.Namespace):
+        return argv
+    command, args = parse(list(argv))
+    if command.who != SLURM:
+        raise Usage("dacctl", f"dacctl {command.name} is not one of Slurm's functions", command)
+    return args
 
 
 def _close_files(args) -> None:
@@ -284,6 +260,10 @@ RIDE_OUT = ("setup", "data_in", "pre_run", "post_run", "data_out", "teardown")
 
 
 def _dispatch(args, settings: dict, store=None) -> str:
+    """Slurm's function `args.function`, after what it cannot do without (its `needs` in
+    dacctl/commands.py): the hooks inside slurmctld (HOT) on the lean path, the calls for a
+    job's buffer riding out etcd (RIDE_OUT), the others once."""
+    _need(args, *_function(args).needs)
     if args.function in HOT:
         return _hot(args, settings, store)
     if args.function not in RIDE_OUT:
@@ -346,48 +326,11 @@ def _hot(args, settings: dict, store=None) -> str:
     """job_process, pools, paths: inside slurmctld, so no pydantic, yaml or grpc; and pools
     no more than its read (slurmctld calls it every scheduling pass). `store`: the
     answerer's, else etcd through the http transport."""
-    from daccore.store import Store
-
-    f = args.function
     if store is None:
+        from daccore.store import Store
+
         store = Store.from_dict(settings["etcd"], transport="http", max_timeout=hot_timeout())
-    if f == "pools":
-        from daccore.rules.inventory import summarize
-
-        return json.dumps(
-            {
-                "pools": [
-                    {
-                        "id": s.name,
-                        "units": "bytes",
-                        "granularity": s.granularity,
-                        "quantity": s.total,
-                        "free": s.free,
-                    }
-                    for s in summarize(store.summary_inventory())
-                ]
-            }
-        )
-    from daccore.services import jobs
-
-    if f == "job_process":
-        _need(args, "job")
-        jobs.validate(
-            store, _script(args, settings["lua_directive"]), settings["default_pool"], args.user
-        )
-        return ""
-    _need(args, "token", "pathfile")
-    buffer = store.buffer_json(args.token)
-    if buffer is not None:
-        access, persistent = buffer["request"]["access"], buffer["request"]["persistent"]
-    else:  # no jobdw: the job may still attach persistent buffers
-        access = ""
-        persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
-    lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
-    fd, args.pathfile = args.pathfile, None
-    with open(fd, "w", closefd=True) as out:  # the fd _check_args opened
-        out.write("".join(line + "\n" for line in lines))
-    return ""
+    return _function(args).load()(args, settings, store)
 
 
 class _Settings:
@@ -407,93 +350,165 @@ def _full(args, settings: dict) -> str:
     """The functions Slurm runs in slurmscriptd, with the cached config and the http transport
     as on the lean path (each call is a process: yaml, config validation and grpc would cost
     0.25 s of it; docs/performance.md)."""
-    from daccore.records import buffer_doc
+    from daccore.store import Store
+
+    store = Store.from_dict(settings["etcd"], transport="http")
+    return _function(args).load()(args, settings, store)
+
+
+def _function(args):
+    """Slurm's function `args.function`: its entry in dacctl/commands.py's table."""
+    from dacctl.commands import command
+
+    return command(f"function {args.function}")
+
+
+# -- each function's handler, as the table names it: (args, settings, store) -> its stdout -----
+
+
+def pools(args, settings: dict, store) -> str:
+    from daccore.rules.inventory import summarize
+
+    return json.dumps(
+        {
+            "pools": [
+                {
+                    "id": s.name,
+                    "units": "bytes",
+                    "granularity": s.granularity,
+                    "quantity": s.total,
+                    "free": s.free,
+                }
+                for s in summarize(store.summary_inventory())
+            ]
+        }
+    )
+
+
+def job_process(args, settings: dict, store) -> str:
+    from daccore.services import jobs
+
+    jobs.validate(
+        store, _script(args, settings["lua_directive"]), settings["default_pool"], args.user
+    )
+    return ""
+
+
+def paths(args, settings: dict, store) -> str:
+    from daccore.services import jobs
+
+    buffer = store.buffer_json(args.token)
+    if buffer is not None:
+        access, persistent = buffer["request"]["access"], buffer["request"]["persistent"]
+    else:  # no jobdw: the job may still attach persistent buffers
+        access = ""
+        persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
+    lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
+    fd, args.pathfile = args.pathfile, None
+    with open(fd, "w", closefd=True) as out:  # the fd _check_args opened
+        out.write("".join(line + "\n" for line in lines))
+    return ""
+
+
+def show(args, settings: dict, store) -> str:
+    """show_instances, show_sessions, show_configurations: what `scontrol show dwstat` shows
+    too (bbstat.py)."""
+    from daccore.services.dws import sessions
+
+    found = sessions(store.buffer_docs())
+    if args.function == "show_instances":
+        return json.dumps(
+            {
+                "instances": [
+                    {
+                        "id": s.name,
+                        "capacity": {"bytes": s.size, "nodes": 0},
+                        "links": {"session": s.name},
+                    }
+                    for s in found
+                ]
+            }
+        )
+    if args.function == "show_sessions":
+        return json.dumps(
+            {
+                "sessions": [
+                    {"id": s.name, "created": s.created, "owner": s.owner, "token": s.name}
+                    for s in found
+                ]
+            }
+        )
+    return json.dumps(
+        {"configurations": [{"id": s.name, "links": {"instance": s.name}} for s in found]}
+    )
+
+
+def setup(args, settings: dict, store) -> str:
     from daccore.records.states import State
     from daccore.rules.trust import check_owner
     from daccore.services import jobs
-    from daccore.store import Store
 
-    f = args.function
     config = _Settings(settings)
-    store = Store.from_dict(settings["etcd"], transport="http")
-    if f in ("show_instances", "show_sessions", "show_configurations"):
-        from daccore.services.dws import (
-            sessions,
-        )  # what `scontrol show dwstat` shows too (bbstat.py)
+    check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))
+    directives = _script(args, config.lua_directive)
+    jobs.await_persistent(store, directives, min(config.step_timeout, PERSISTENT_WAIT), args.token)
+    if jobs.create_job_buffer(
+        _allocating(settings, store),
+        int(args.token),
+        args.user,
+        args.groupid,
+        directives,
+        config.default_pool,
+        config.own_mgs_pools(),
+    ):
+        jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
+    return ""
 
-        found = sessions(store.buffer_docs())
-        if f == "show_instances":
-            return json.dumps(
-                {
-                    "instances": [
-                        {
-                            "id": s.name,
-                            "capacity": {"bytes": s.size, "nodes": 0},
-                            "links": {"session": s.name},
-                        }
-                        for s in found
-                    ]
-                }
-            )
-        if f == "show_sessions":
-            return json.dumps(
-                {
-                    "sessions": [
-                        {"id": s.name, "created": s.created, "owner": s.owner, "token": s.name}
-                        for s in found
-                    ]
-                }
-            )
-        return json.dumps(
-            {"configurations": [{"id": s.name, "links": {"instance": s.name}} for s in found]}
-        )
-    if f == "setup":
-        _need(args, "token", "user", "groupid", "job")
-        check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))
-        directives = _script(args, config.lua_directive)
-        jobs.await_persistent(
-            store, directives, min(config.step_timeout, PERSISTENT_WAIT), args.token
-        )
-        if jobs.create_job_buffer(
-            _allocating(settings, store),
-            int(args.token),
-            args.user,
-            args.groupid,
-            directives,
-            config.default_pool,
-            config.own_mgs_pools(),
-        ):
-            jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
-        return ""
-    if f == "real_size":
-        _need(args, "token")
-        current = store.buffer_json(args.token)
-        size = buffer_doc.size(current) if current else 0
-        return json.dumps({"token": args.token, "capacity": size, "units": "bytes"})
-    if f == "pre_run":
-        _need(args, "token")
-        _pre_run(store, config, args)
-        return ""
-    if f == "post_run":
-        _need(args, "token")
-        _post_run(store, config, args.token)
-        return ""
-    if f == "teardown":
-        _need(args, "token")
-        _teardown(store, config, args.token, args.hurry)
-        return ""
-    states = {"data_in": State.STAGED_IN, "data_out": State.STAGED_OUT}
-    if f in states:
-        _need(args, "token")
-        if jobs.set_desired(store, args.token, states[f], retry=True):
-            jobs.wait_for(store, args.token, states[f], config.stage_timeout, grace=config.grace)
-        return ""
-    # create_persistent
-    _need(args, "token", "user", "capacity")
+
+def real_size(args, settings: dict, store) -> str:
+    from daccore.records import buffer_doc
+
+    current = store.buffer_json(args.token)
+    size = buffer_doc.size(current) if current else 0
+    return json.dumps({"token": args.token, "capacity": size, "units": "bytes"})
+
+
+def stage(args, settings: dict, store) -> str:
+    """data_in, data_out: the buffer's desired state staged_in, staged_out, and the wait."""
+    from daccore.records.states import State
+    from daccore.services import jobs
+
+    config = _Settings(settings)
+    state = State.STAGED_IN if args.function == "data_in" else State.STAGED_OUT
+    if jobs.set_desired(store, args.token, state, retry=True):
+        jobs.wait_for(store, args.token, state, config.stage_timeout, grace=config.grace)
+    return ""
+
+
+def pre_run(args, settings: dict, store) -> str:
+    _pre_run(store, _Settings(settings), args)
+    return ""
+
+
+def post_run(args, settings: dict, store) -> str:
+    _post_run(store, _Settings(settings), args.token)
+    return ""
+
+
+def teardown(args, settings: dict, store) -> str:
+    _teardown(store, _Settings(settings), args.token, args.hurry)
+    return ""
+
+
+def create_persistent(args, settings: dict, store) -> str:
     from daccore.errors import UserError
+    from daccore.records.states import State
     from daccore.rules.directives import PERSISTENT_NAME
+    from daccore.rules.trust import check_owner
+    from daccore.services import jobs
     from daccore.units import parse_size
 
+    config = _Settings(settings)
     if not PERSISTENT_NAME.match(args.token):
         raise UserError(
             f"create_persistent: name '{args.token}' must start with a letter and "

@@ -1,6 +1,8 @@
-"""The `dacctl` entry point: the one place that turns a DacError into a line and an exit code.
+"""The `dacctl` entry point: parses argv once (dacctl/commands.py), checks who may run the
+command, runs its handler, and is the one place that turns a DacError into a line and an exit
+code. Slurm's functions answer by their own protocol (dacctl/datawarp.py).
 
-Kept free of heavy imports: the commands load click, pydantic and the store only when they run.
+Kept free of heavy imports: a command loads pydantic, rich and the store only when it runs.
 """
 
 from __future__ import annotations
@@ -24,26 +26,42 @@ def _unblock_termination() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _unblock_termination()
-    # Slurm's dw_wlm_cli protocol: its own lean path and error rules, and root or SlurmUser
-    # only (dacctl/slurm_args.py); "--function=x" and argparse's abbreviations go there too
-    if any(a.startswith("--fu") for a in argv):
-        from dacctl.datawarp import run
-
-        return run(argv)
-    debug = "--debug" in argv
-    from daccore.errors import DacError
+    from dacctl.commands import SLURM, Exit, Usage, parse
 
     try:
-        from dacctl.cli import cli
+        command, args = parse(argv)
+    except Exit as e:
+        return e.status
+    except Usage as e:
+        if e.command is not None and e.command.who == SLURM:
+            from dacctl.datawarp import run
 
-        return (
-            cli.main(
-                args=[a for a in argv if a != "--debug"], prog_name="dacctl", standalone_mode=False
-            )
-            or 0
-        )
+            return run(e)  # the caller is checked before the refusal is told
+        from daccore.escape import printable
+
+        where, message = e.where, e.message.rstrip(".")
+        print(printable(f"{where}: usage error: {message} (see {where} --help)"), file=sys.stderr)
+        return 2
+    if command.who == SLURM:
+        from dacctl.datawarp import run
+
+        return run(args)
+    return _run(command, args)
+
+
+def _run(command, args) -> int:
+    """A people's command: its handler with its arguments; a DacError is one line on stderr
+    and the exit code of its kind."""
+    from daccore.errors import DacError
+    from dacctl.commands import ROOT
+
+    try:
+        if command.who == ROOT:
+            _require_root(command.name)
+        command.load()(**command.values(args))
+        return 0
     except DacError as e:
-        if debug:
+        if args.debug:
             raise
         from daccore.escape import printable
 
@@ -52,29 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dacctl: interrupted", file=sys.stderr)
         return 130
-    except _click_errors() as e:
-        import click
-
-        if isinstance(e, click.UsageError):  # click's own is four lines: usage, hint, error
-            from daccore.escape import printable
-
-            where = e.ctx.command_path if e.ctx else "dacctl"
-            message = e.format_message().rstrip(".")
-            print(
-                printable(f"{where}: usage error: {message} (see {where} --help)"), file=sys.stderr
-            )
-            return e.exit_code
-        if isinstance(e, click.ClickException):
-            e.show()
-            return e.exit_code
-        print("dacctl: aborted", file=sys.stderr)  # click.Abort: a prompt was interrupted
-        return 1
 
 
-def _click_errors() -> tuple[type[BaseException], ...]:
-    import click
+def _require_root(name: str) -> None:
+    """ROOT's commands: the local DAC's (its processes, loop devices and mounts are root's, and
+    daclocal.cluster refuses a workdir or state file anyone else could have written)."""
+    import os
 
-    return (click.ClickException, click.exceptions.Abort)
+    from daccore.errors import UserError
+
+    if os.geteuid() != 0 or os.getuid() != 0:
+        raise UserError(
+            f"dacctl {name} is for root only: it runs etcd, dacd and loop devices as root"
+        )
 
 
 if __name__ == "__main__":
