@@ -451,6 +451,8 @@ def setup(args, settings: dict, store) -> str:
     config = _Settings(settings)
     check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))
     directives = _script(args, config.lua_directive)
+    if args.capacity is not None:
+        _agrees_with_slurm(args.capacity, directives, config.default_pool, store)
     jobs.await_persistent(store, directives, min(config.step_timeout, PERSISTENT_WAIT), args.token)
     if jobs.create_job_buffer(
         _allocating(settings, store),
@@ -463,6 +465,47 @@ def setup(args, settings: dict, store) -> str:
     ):
         jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
     return ""
+
+
+def _agrees_with_slurm(capacity: str, d, default_pool: str | None, store) -> None:
+    """setup's `--capacity POOL:SIZE`, what Slurm accounts for the job, checked against the
+    script as dac reads it; AdminError naming both when they disagree. Slurm's size may be
+    more than the jobdw's capacity (it rounds up to a pool's granularity; burst_buffer/datawarp
+    adds `#DW swap`, burst_buffer/lua every line's `capacity=`), never less; its pool is the
+    jobdw's (burst_buffer/lua: the last `capacity=` line's, so a script that also creates a
+    persistent buffer is checked on its size alone). A Slurm that accounts a buffer the script
+    holds no jobdw for (nor a create_persistent) reads directives dac does not."""
+    from daccore.errors import AdminError
+    from daccore.services.jobs import pick_pool
+    from daccore.units import format_size
+    from dacctl.slurm_args import capacity as pool_size
+
+    pool, size = pool_size(capacity)
+    jobdw = d.jobdw
+    if jobdw is None:
+        if size and not d.create:
+            raise AdminError(
+                f"setup: Slurm accounts --capacity {capacity} for the job, but dac reads no "
+                "jobdw in its script: dac.yaml's lua_directive must be burst_buffer.conf's "
+                "Directive"
+            )
+        return
+    ours = pick_pool(
+        jobdw.pool, default_pool, [] if jobdw.pool or default_pool else [*store.pools()]
+    )
+    if size < jobdw.capacity:
+        why = "Slurm accounts less than dac would allocate"
+    elif pool != ours and not d.create:
+        why = (
+            "a different pool: burst_buffer.conf's DefaultPool and dac.yaml's default_pool "
+            "must name the same one"
+        )
+    else:
+        return
+    raise AdminError(
+        f"setup: Slurm's --capacity {capacity} disagrees with the script's jobdw (line "
+        f"{jobdw.line}: {format_size(jobdw.capacity)} in pool '{ours}'): {why}"
+    )
 
 
 def real_size(args, settings: dict, store) -> str:

@@ -42,6 +42,7 @@ __all__ = [
     "job_id",
     "token",
     "owner_id",
+    "capacity",
     "open_read",
     "open_write",
     "link_task_script",
@@ -108,6 +109,21 @@ def owner_id(value: int, what: str, minimum: int) -> int:
             f"{what} {value} is below min_owner_uid {minimum}: dac makes no buffer for that account"
         )
     return value
+
+
+def capacity(value: str) -> tuple[str, int]:
+    """(pool, bytes) of setup's `--capacity POOL:SIZE`: burst_buffer/datawarp's size as
+    bb_get_size_str prints it (`600MiB`, or bytes), burst_buffer.lua's in bytes. A job that
+    accounts nothing passes size 0 (and, under lua, pool `(null)`)."""
+    from daccore.units import parse_capacity
+
+    pool, sep, size = value.rpartition(":")
+    if not sep:
+        raise Refused(f"--capacity {value!r}: not POOL:SIZE, as Slurm passes it")
+    try:
+        return pool, parse_capacity(size)
+    except ValueError as e:
+        raise Refused(f"--capacity {value!r}: size {size!r} {e}") from None
 
 
 def open_read(

@@ -238,6 +238,49 @@ def test_usage_errors_and_an_unreachable_etcd_are_one_line_exit_1(local_dac, tmp
     assert r.stdout.count("\n") == 1 and "Traceback" not in r.stderr
 
 
+def test_setup_refuses_a_capacity_slurm_accounts_otherwise_naming_both(local_dac, job):
+    _, env = local_dac
+    script = job(GOOD)  # capacity=600MiB, no pool=: the only pool, default
+    owner = ("--caller", "SLURM", "--user", "1000", "--groupid", "1000", "--job", script)
+    for capacity, why in (
+        ("default:512MiB", "Slurm accounts less than dac would allocate"),
+        (
+            "fast:1GiB",
+            "a different pool: burst_buffer.conf's DefaultPool and dac.yaml's default_pool "
+            "must name the same one",
+        ),
+    ):
+        r = fn(env, "setup", "--token", "44", *owner, "--capacity", capacity)
+        assert (r.returncode, r.stdout) == (
+            1,
+            f"setup: Slurm's --capacity {capacity} disagrees with the script's jobdw (line 3: "
+            f"600MiB in pool 'default'): {why}\n",
+        )
+    r = fn(env, "setup", "--token", "44", *owner, "--capacity", "default")
+    assert (r.returncode, r.stdout) == (
+        1,
+        "--capacity 'default': not POOL:SIZE, as Slurm passes it\n",
+    )
+    assert json.loads(fn(env, "show_instances").stdout)["instances"] == []
+    # what Slurm passes when it agrees: rounded up to the bricks (lua), in bb_get_size_str's
+    # units (datawarp); the command form is the same function
+    r = run(
+        "dacctl",
+        "function",
+        "setup",
+        "--token",
+        "44",
+        *owner,
+        "--capacity",
+        f"default:{1024 * MiB}",
+        env=env,
+        check=False,
+    )
+    assert (r.returncode, r.stdout) == (0, "")
+    assert fn(env, "teardown", "--token", "44", "--job", script, "--hurry").returncode == 0
+    assert json.loads(fn(env, "pools").stdout)["pools"][0]["free"] == 8
+
+
 def test_data_in_and_out_with_nothing_to_stage_take_the_lean_path(local_dac, job, tmp_path):
     """No stage lines: data_in/data_out answer without pydantic or waiting for dacd, and the
     buffer still walks through its (empty) stage steps to mounted and back to deleted."""
