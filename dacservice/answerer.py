@@ -25,6 +25,7 @@ SlurmUser's group when it runs as root: no one else may reach the socket or list
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -59,6 +60,11 @@ DIRECT_TIMEOUT = 0.3
 MAX_LINE = 65536
 #: connections answered at once (worker threads); past that one waits in the listen backlog
 MAX_CLIENTS = 8
+#: the collector's thresholds while answering: an answer allocates a few thousand short-lived
+#: objects, all freed by reference counting (none makes a cycle); at Python's default (700)
+#: every answer paid one or more young-generation passes. The mirror's listing is frozen out of
+#: every pass (mirror.py, _load).
+GC_THRESHOLD = (20_000, 50, 100)
 
 
 def _encode(word: str) -> str:
@@ -332,6 +338,7 @@ def serve(path: str, ready=None) -> None:
     import signal
 
     server = Answerer(path)
+    gc.set_threshold(*GC_THRESHOLD)
 
     def stop(signum, frame):
         server.shutdown()
