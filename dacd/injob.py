@@ -10,13 +10,14 @@ directory), the other the user's path as the user gave it. Progress goes to
 `stage-status/<host>/<job>/<id>` as the copier reports it.
 
 Immediate stages (`now`) run as they come, at most `injob_running` of a job at once, the
-rest queued by id. At-job-end stages wait for the job's stage_out step (`finish_job`, which
-the reconciler calls), where they run after the immediate ones still running and the job's
-own `#DW stage_out` lines, in id order; a later one to the same destination revokes an
-earlier revocable one. A teardown (`stop_job`: Slurm's teardown, `scancel --hurry`) cancels
-whatever of the job is left. Nothing is kept in memory across a restart: at start every
-stage not final is looked at again, and one that was running is run again from the start
-(the copier makes each destination anew).
+rest queued by id. At-job-end stages wait for the job's stage_out step (`before_stage_out`
+and `at_job_end`, which the reconciler calls), where they run after the immediate ones still
+running and the job's own `#DW stage_out` lines, in id order; a later one to the same
+destination revokes an earlier revocable one. A teardown (`torn_down`: Slurm's teardown,
+`scancel --hurry`) cancels whatever of the job is left. Nothing is kept in memory across a
+restart: at start every stage not final is looked at again, and one that was running is run
+again from the start (the copier makes each destination anew); an at-job-end stage cut short
+runs again with the stage_out step, which the reconciler runs again.
 
 Nothing read from etcd is trusted: a stage must name this host, a buffer whose spec passes
 daccore.rules.trust, whose primary is this host, and that buffer's owner.
@@ -30,7 +31,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from daccore.errors import Conflict, DacError, Fenced, InternalError
+from daccore.errors import Conflict, DacError, Fenced, InternalError, UserError
 from daccore.escape import printable
 from daccore.records.models import (
     Buffer,
@@ -182,8 +183,11 @@ class InJobStager:
                 stage, incarnation, status, StageState.CANCELLED, "the job's buffer is gone"
             )
             return
-        if stage.when is StageWhen.AT_JOB_END or run is not None:
-            return  # finish_job runs it; or it runs already
+        if stage.when is StageWhen.AT_JOB_END:
+            self._revoke(stage.job)  # at once, so the user sees it; at_job_end runs the rest
+            return
+        if run is not None:
+            return  # it runs already
         with self._lock:
             queued = self._queued.setdefault(stage.job, [])
             if stage.id not in queued:
@@ -351,6 +355,68 @@ class InJobStager:
             self.store.drop_stages(self.host, job, finals[: len(finals) - KEEP])
 
     # -- the job's end -------------------------------------------------------------------------
+
+    def before_stage_out(self, buf, run: Run) -> None:
+        """At the job's stage_out step, before its `#DW stage_out` lines: wait until every
+        immediate stage of the job on this host has ended (queued ones run first; a
+        cancelled one ends at once), within stage_timeout; past it they are cancelled and the
+        step fails."""
+        from dacd.staging import time_limit
+
+        deadline = time.monotonic() + time_limit(self.config.stage_timeout)
+        while True:
+            left = [
+                s
+                for s, st in self.store.job_stages(buf.name, [self.host])
+                if s.when is StageWhen.NOW and (st is None or not st.state.final)
+            ]
+            if not left:
+                return
+            if run.reason is not None:
+                raise UserError(f"stage_out {run.reason}")
+            if time.monotonic() > deadline:
+                self.stop_job(buf.name, "stopped: still running when stage_out timed out")
+                raise UserError(
+                    f"stage_out: in-job stage {left[0].id} still ran after "
+                    f"{time_limit(self.config.stage_timeout):.0f} s: cancelled"
+                )
+            time.sleep(0.2)
+
+    def at_job_end(self, buf, run: Run) -> None:
+        """After the job's `#DW stage_out` lines: its at-job-end stages, in id order, each
+        revocable one a later one to the same destination revoked skipped; the first that
+        fails fails the step, as a failed `#DW stage_out` line does (Slurm keeps the buffer)."""
+        self._revoke(buf.name)
+        for stage, status in self.store.job_stages(buf.name, [self.host]):
+            if stage.when is not StageWhen.AT_JOB_END or (status and status.state.final):
+                continue
+            current = self.store.stage_text(self.host, stage.job, stage.id)
+            if current is None:
+                continue
+            if stage.cancel:
+                self._final(stage, current[1], status, StageState.CANCELLED)
+                continue
+            if not self.run_one(stage, buf, current[1], run):
+                if run.reason is not None:
+                    raise UserError(f"stage_out {run.reason}")
+                last = self.store.stage_status_of(self.host, stage.job, stage.id)
+                why = last.error.message if last and last.error else "failed"
+                raise UserError(f"stage_out: in-job stage {stage.id} failed: {why}")
+
+    def _revoke(self, job: str) -> None:
+        """Each revocable at-job-end stage that a later at-job-end stage of the job to the
+        same destination follows is revoked (a ring of checkpoints drains only its newest)."""
+        stages = [
+            (s, st)
+            for s, st in self.store.job_stages(job, [self.host])
+            if s.when is StageWhen.AT_JOB_END and not s.cancel
+        ]
+        for stage, status in stages:
+            later = any(o.id > stage.id and o.destination == stage.destination for o, _ in stages)
+            if stage.revocable and later and (status is None or not status.state.final):
+                current = self.store.stage_text(self.host, job, stage.id)
+                if current is not None:
+                    self._final(stage, current[1], status, StageState.REVOKED)
 
     def torn_down(self, job: str) -> None:
         """The job's buffer is being torn down (Slurm's teardown, `scancel --hurry`): what

@@ -633,9 +633,13 @@ class Reconciler:
     def _stage(self, buf, step: str, backend, on_progress, run) -> None:
         """Staging runs on the primary host, which has the filesystem mounted; progress goes
         to the status at most once a second (the copier's own pace)."""
-        from dacd.staging import stage, time_limit
+        from dacd.staging import Run, stage, time_limit
 
         fs_path = backend.variables(buf, step)["fs_path"]
+        run = run or Run()
+        injob = step == "stage_out" and self.injob is not None and not buf.persistent
+        if injob:  # the job's own stages still running end first (dacd/injob.py)
+            self.injob.before_stage_out(buf, run)
         stage(
             buf,
             step.removeprefix("stage_"),
@@ -645,6 +649,8 @@ class Reconciler:
             time_limit(self.config.stage_timeout),
             run,
         )
+        if injob:  # then those it asked to run at its end, in order
+            self.injob.at_job_end(buf, run)
 
     def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:
         everywhere = all(statuses.get(h) and statuses[h].state is State.DELETED for h in hosts)

@@ -195,6 +195,8 @@ def _start(store, config, caller, job, node, direction, type, source, destinatio
         raise UserError("stage: when must be now or at_job_end")
     if revocable and when != "at_job_end":
         raise UserError("stage: only an at_job_end stage may be revocable")
+    if when == "at_job_end" and direction != "out":
+        raise UserError("stage: an at_job_end stage goes out of the buffer")
     if job is None or node is None:
         raise UserError("stage: give the job and the node asking (dacctl does, from the job)")
     buf = _job_buffer(store, caller, job)

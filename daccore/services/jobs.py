@@ -434,9 +434,13 @@ def attached_by(store, job: str) -> list[str]:
 
 
 def needs_stage_out(store, buf: dict) -> bool:
-    """The job ran (its buffer was mounted on its nodes) and has stage_out lines not yet done
-    everywhere. A job cancelled before it ran has produced nothing to stage out."""
-    if not buf["request"].get("stage_out") or buf["desired_state"] == State.DELETED.value:
+    """The job ran (its buffer was mounted on its nodes) and has stage_out lines, or stages it
+    asked for while it ran (dacd/injob.py: those still running, those at its end), not yet
+    done everywhere. A job cancelled before it ran has produced nothing to stage out. (Its
+    data_out answers at once when it has no stage_out lines: this teardown stages out then.)"""
+    if buf["desired_state"] == State.DELETED.value:
+        return False
+    if not buf["request"].get("stage_out") and not store.stage_hosts(buf["name"]):
         return False
     reached = [s.get("state") for s in store.status_docs(buf["name"]).values()]
     return bool(reached) and all(

@@ -200,6 +200,15 @@ def test_a_request_from_another_host_than_the_nodes_is_refused(slurm):
         ({"destination": "/mnt/dac/43/striped/y"}, "not in this job's buffer"),
         ({"revocable": True}, "only an at_job_end stage may be revocable"),
         ({"when": "later"}, "when must be now or at_job_end"),
+        (
+            {
+                "when": "at_job_end",
+                "direction": "in",
+                "source": "/home/u/x",
+                "destination": "/mnt/dac/42/striped/x",
+            },
+            "an at_job_end stage goes out of the buffer",
+        ),
         ({"type": "list"}, "type file or directory"),
         ({"direction": "sideways"}, "direction must be in or out"),
     ],
