@@ -17,7 +17,7 @@ import os
 import stat
 
 from daccore.errors import AdminError, UserError
-from daccore.share import SLURM_FILES, asset
+from daccore.share import SLURM_EXECUTABLES, SLURM_FILES, asset
 
 __all__ = ["write_slurm_files"]
 
@@ -83,7 +83,8 @@ def _replace(dfd: int, name: str, data: bytes) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            os.fchmod(f.fileno(), 0o644)  # whatever the umask: slurmctld's user reads them
+            # whatever the umask: slurmctld's user reads them, and runs GetSysState's
+            os.fchmod(f.fileno(), 0o755 if name in SLURM_EXECUTABLES else 0o644)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except OSError as e:
         try:

@@ -238,10 +238,18 @@ def _terminate_session(sid: int) -> None:
 
 
 def answerer_default() -> bool:
-    """Whether the local DAC runs dac-answerer under burst_buffer/lua: yes, as a site does
-    (docs/slurm.md, The answerer), unless DAC_LOCAL_ANSWERER=0 (every hook then forks
-    dacctl: the fallback's own path, kept under test)."""
+    """Whether the local DAC runs dac-answerer (under burst_buffer/lua; under datawarp where
+    lua5.1 runs its forwarder): yes, as a site does (docs/slurm.md, The answerer), unless
+    DAC_LOCAL_ANSWERER=0 (every hook then forks dacctl: the fallback's own path, kept under
+    test)."""
     return os.environ.get("DAC_LOCAL_ANSWERER", "1") != "0"
+
+
+def _has_lua51(rel: releases.Release) -> bool:
+    """Whether `rel`'s slurmctld can run lua5.1 (the host's, or its chroot's): under
+    burst_buffer/datawarp the forwarder to the answerer needs it, else GetSysState is dacctl."""
+    root = Path("/") if rel.host else releases.chroot_dir(rel)
+    return (root / "usr" / "bin" / "lua5.1").exists()  # the forwarder's #! line
 
 
 def _listens(path: Path) -> bool:
@@ -292,8 +300,9 @@ class SlurmCluster:
         self.mount_root, self.node_roots = mount_root, node_roots
         if answerer is None:
             answerer = answerer_default()
-        # burst_buffer/datawarp forks dacctl itself (dw_wlm_cli): no socket to ask there
-        self.answerer = answerer and plugin == "lua"
+        # burst_buffer/datawarp forks GetSysState itself: there the answerer is asked by
+        # slurm-plugin/dw_wlm_cli.lua, which needs lua5.1 where slurmctld runs
+        self.answerer = answerer and (plugin == "lua" or _has_lua51(self.release))
 
     @property
     def answerer_socket(self) -> Path:
@@ -527,7 +536,12 @@ class SlurmCluster:
             _write_env_file(self.base / "etc" / "burst_buffer.env", self.hook_env())
         else:
             bin_ = Path(sys.executable).parent
-            bb.write_text(_BB_DATAWARP.format(dacctl=bin_ / "dacctl", bbstat=bin_ / "dac-bbstat"))
+            sys_state = bin_ / "dacctl"
+            if self.answerer:  # the forwarder asks it, and runs dacctl for the rest
+                sys_state = self.base / "etc" / "dw_wlm_cli"
+                shutil.copy(asset("slurm", "dw_wlm_cli.lua"), sys_state)
+                sys_state.chmod(0o755)
+            bb.write_text(_BB_DATAWARP.format(dacctl=sys_state, bbstat=bin_ / "dac-bbstat"))
 
     def _scontrol(self, *args: str) -> str:
         """scontrol's answer; "" when it hangs (slurmctld not answering yet, or a name it

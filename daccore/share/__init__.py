@@ -1,7 +1,8 @@
 """What dac ships besides code, inside the package so a wheel carries it: the Ansible playbooks
 (the checkout's top-level `playbooks/<backend>/`), Slurm's plugin files (`slurm-plugin/`:
-burst_buffer.lua and the two sample burst_buffer.conf), the JSON Schemas of the records and config
-(`schema/`), and, here, the sample dac.yaml and the systemd units (`packaging/`).
+burst_buffer.lua, the two sample burst_buffer.conf and burst_buffer/datawarp's forwarder
+dw_wlm_cli.lua), the JSON Schemas of the records and config (`schema/`), and, here, the sample
+dac.yaml and the systemd units (`packaging/`).
 
 The three top-level folders are the design's top level; pyproject.toml's `package-dir` maps each
 to a package below this one (`daccore.share.playbooks`, `daccore.share.slurm`,
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from daccore.errors import InternalError
 
-__all__ = ["asset", "SLURM_FILES"]
+__all__ = ["asset", "SLURM_FILES", "SLURM_EXECUTABLES"]
 
 #: what `dacctl slurm-files DIR` copies out for a site's Slurm configuration directory
 SLURM_FILES = (
@@ -28,7 +29,10 @@ SLURM_FILES = (
     "burst_buffer.env",
     "burst_buffer.conf.lua",
     "burst_buffer.conf.datawarp",
+    "dw_wlm_cli.lua",
 )
+#: those of SLURM_FILES slurmctld runs itself (burst_buffer/datawarp's GetSysState): 0755
+SLURM_EXECUTABLES = frozenset({"dw_wlm_cli.lua"})
 
 
 #: the asset folders that are packages of their own (mapped from the checkout's top level), and

@@ -36,6 +36,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "lua_only: burst_buffer/lua alone (dac's answerer: datawarp forks dacctl itself)"
     )
+    config.addinivalue_line(
+        "markers", "datawarp_only: burst_buffer/datawarp alone (its GetSysState forwarder)"
+    )
 
 
 def pytest_generate_tests(metafunc):
@@ -46,6 +49,8 @@ def pytest_generate_tests(metafunc):
         return
     every = metafunc.definition.get_closest_marker("every_release") is not None
     plugins = ["lua"] if metafunc.definition.get_closest_marker("lua_only") else PLUGINS
+    if metafunc.definition.get_closest_marker("datawarp_only"):
+        plugins = ["datawarp"]
     params = [(r, p, HOST_ETCD) for r in (RELEASES if every else [HOST_RELEASE]) for p in plugins]
     if metafunc.definition.get_closest_marker("every_etcd") is not None:
         params += [(HOST_RELEASE, "lua", e) for e in ETCD_RELEASES if e != HOST_ETCD]

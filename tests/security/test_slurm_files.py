@@ -8,7 +8,7 @@ import pytest
 from clitools import run
 from security.entry_helpers import ALICE, MALLORY, dacctl_as
 
-from daccore.share import SLURM_FILES, asset
+from daccore.share import SLURM_EXECUTABLES, SLURM_FILES, asset
 
 DECOY = b"root's own file\n"
 
@@ -45,7 +45,8 @@ def test_slurm_files_writes_the_installed_files(tmp_path):
     assert r.stdout.splitlines() == [f"{target / n}: written" for n in SLURM_FILES]
     for name in SLURM_FILES:
         assert (target / name).read_bytes() == shipped(name)
-        assert (target / name).stat().st_mode & 0o777 == 0o644
+        mode = 0o755 if name in SLURM_EXECUTABLES else 0o644
+        assert (target / name).stat().st_mode & 0o777 == mode
     # again: nothing to do; an edited file is kept unless --force
     r = run("dacctl", "slurm-files", str(target))
     assert r.stdout.splitlines() == [f"{target / n}: unchanged" for n in SLURM_FILES]
