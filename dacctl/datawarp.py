@@ -27,6 +27,8 @@ import json
 import os
 import sys
 
+from daccore.settings.cache import ConfigView  # the hooks load the config through it anyway
+
 #: Longest a hook inside slurmctld waits for an unreachable etcd before failing.
 HOT_TIMEOUT = 2.0
 #: Longest setup waits for a persistentdw buffer that does not exist yet (submitted before
@@ -333,19 +335,6 @@ def _hot(args, settings: dict, store=None) -> str:
     return _function(args).load()(args, settings, store)
 
 
-class _Settings:
-    """The cached config's values the slurmscriptd functions read, as attributes."""
-
-    def __init__(self, data: dict):
-        self.default_pool, self.lua_directive = data["default_pool"], data["lua_directive"]
-        self.step_timeout, self.stage_timeout = data["step_timeout"], data["stage_timeout"]
-        self.grace = data["restart_grace"]  # for a host whose dacd restarts (jobs.wait_for)
-        self._own_mgs = frozenset(data["own_mgs_pools"])
-
-    def own_mgs_pools(self) -> frozenset[str]:
-        return self._own_mgs
-
-
 def _full(args, settings: dict) -> str:
     """The functions Slurm runs in slurmscriptd, with the cached config and the http transport
     as on the lean path (each call is a process: yaml, config validation and grpc would cost
@@ -448,7 +437,7 @@ def setup(args, settings: dict, store) -> str:
     from daccore.rules.trust import check_owner
     from daccore.services import jobs
 
-    config = _Settings(settings)
+    config = ConfigView(settings)
     check_owner(args.user, args.groupid, settings.get("min_owner_uid", 1000))
     directives = _script(args, config.lua_directive)
     if args.capacity is not None:
@@ -463,7 +452,9 @@ def setup(args, settings: dict, store) -> str:
         config.default_pool,
         config.own_mgs_pools(),
     ):
-        jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
+        jobs.wait_for(
+            store, args.token, State.CREATED, config.step_timeout, grace=config.restart_grace
+        )
     return ""
 
 
@@ -521,25 +512,25 @@ def stage(args, settings: dict, store) -> str:
     from daccore.records.states import State
     from daccore.services import jobs
 
-    config = _Settings(settings)
+    config = ConfigView(settings)
     state = State.STAGED_IN if args.function == "data_in" else State.STAGED_OUT
     if jobs.set_desired(store, args.token, state, retry=True):
-        jobs.wait_for(store, args.token, state, config.stage_timeout, grace=config.grace)
+        jobs.wait_for(store, args.token, state, config.stage_timeout, grace=config.restart_grace)
     return ""
 
 
 def pre_run(args, settings: dict, store) -> str:
-    _pre_run(store, _Settings(settings), args)
+    _pre_run(store, ConfigView(settings), args)
     return ""
 
 
 def post_run(args, settings: dict, store) -> str:
-    _post_run(store, _Settings(settings), args.token)
+    _post_run(store, ConfigView(settings), args.token)
     return ""
 
 
 def teardown(args, settings: dict, store) -> str:
-    _teardown(store, _Settings(settings), args.token, args.hurry)
+    _teardown(store, ConfigView(settings), args.token, args.hurry)
     return ""
 
 
@@ -551,7 +542,7 @@ def create_persistent(args, settings: dict, store) -> str:
     from daccore.services import jobs
     from daccore.units import parse_size
 
-    config = _Settings(settings)
+    config = ConfigView(settings)
     if not PERSISTENT_NAME.match(args.token):
         raise UserError(
             f"create_persistent: name '{args.token}' must start with a letter and "
@@ -584,7 +575,7 @@ def create_persistent(args, settings: dict, store) -> str:
         config.own_mgs_pools(),
         settings.get("persistent_caps"),
     )
-    jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.grace)
+    jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.restart_grace)
     return f"created {args.token}"
 
 
@@ -642,9 +633,13 @@ def _pre_run(store, config, args) -> None:
     jobs.attach(store, job, nodes, persistent)
     if buf is not None:
         jobs.attach(store, job, nodes, [job], State.MOUNTED)
-        jobs.wait_for(store, job, State.MOUNTED, config.step_timeout, job, grace=config.grace)
+        jobs.wait_for(
+            store, job, State.MOUNTED, config.step_timeout, job, grace=config.restart_grace
+        )
     for name in persistent:
-        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job, grace=config.grace)
+        jobs.wait_for(
+            store, name, State.CREATED, config.step_timeout, job, grace=config.restart_grace
+        )
 
 
 def _post_run(store, config, job: str) -> None:
@@ -656,9 +651,13 @@ def _post_run(store, config, job: str) -> None:
     jobs.detach(store, job, persistent)
     if store.buffer_json(job) is not None:
         jobs.detach(store, job, [job], State.UNMOUNTED)
-        jobs.wait_for(store, job, State.UNMOUNTED, config.step_timeout, job, grace=config.grace)
+        jobs.wait_for(
+            store, job, State.UNMOUNTED, config.step_timeout, job, grace=config.restart_grace
+        )
     for name in persistent:
-        jobs.wait_for(store, name, State.CREATED, config.step_timeout, job, grace=config.grace)
+        jobs.wait_for(
+            store, name, State.CREATED, config.step_timeout, job, grace=config.restart_grace
+        )
 
 
 def _teardown(store, config, token: str, hurry: bool = False) -> None:
@@ -672,16 +671,20 @@ def _teardown(store, config, token: str, hurry: bool = False) -> None:
     current = store.buffer_json(token)
     if current is not None and current.get("persistent"):
         jobs.destroy(store, token)
-        jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.grace)
+        jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.restart_grace)
         return
     persistent = jobs.attached_by(store, token)  # pre_run failed, or post_run never came
     jobs.detach(store, token, persistent)
     if current is not None and not hurry and jobs.needs_stage_out(store, current):
         jobs.detach(store, token, [token], State.STAGED_OUT)
         jobs.set_desired(store, token, State.STAGED_OUT, retry=True)  # after a failed one
-        jobs.wait_for(store, token, State.STAGED_OUT, config.stage_timeout, grace=config.grace)
+        jobs.wait_for(
+            store, token, State.STAGED_OUT, config.stage_timeout, grace=config.restart_grace
+        )
     # a delete that failed (a mount of the buffer left elsewhere) runs again at Slurm's retry
     jobs.set_desired(store, token, State.DELETED, retry=True)
-    jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.grace)
+    jobs.wait_for(store, token, State.DELETED, config.step_timeout, grace=config.restart_grace)
     for name in persistent:
-        jobs.wait_for(store, name, State.CREATED, config.step_timeout, token, grace=config.grace)
+        jobs.wait_for(
+            store, name, State.CREATED, config.step_timeout, token, grace=config.restart_grace
+        )

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     #: JSON document written with write_private_json
     Json = dict[str, Any]
 
-__all__ = ["load_settings", "cache_dir", "write_private_json"]
+__all__ = ["load_settings", "ConfigView", "cache_dir", "write_private_json"]
 
 _VERSION = 2
 
@@ -60,6 +60,33 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
         etcd["endpoints"], bool(etcd.get("cacert") or etcd.get("cert") or etcd.get("key"))
     )
     return data
+
+
+class ConfigView:
+    """The cached config as the Slurm functions read it: DacConfig's attributes by DacConfig's
+    names, so code written against a DacConfig (daccore.services.jobs, admin) takes either. The
+    one lean view of the config; tests/unit/daccore/test_config_cache.py ties each attribute to
+    the model's for the sample config, so the two cannot drift."""
+
+    __slots__ = (
+        "default_pool",
+        "lua_directive",
+        "step_timeout",
+        "stage_timeout",
+        "restart_grace",
+        "_own_mgs",
+    )
+
+    def __init__(self, data: Json):
+        self.default_pool: str = data["default_pool"]
+        self.lua_directive: str = data["lua_directive"]
+        self.step_timeout: float = data["step_timeout"]
+        self.stage_timeout: float = data["stage_timeout"]
+        self.restart_grace: float = data["restart_grace"]
+        self._own_mgs = frozenset(data["own_mgs_pools"])  # derived once, by DacConfig
+
+    def own_mgs_pools(self) -> frozenset[str]:
+        return self._own_mgs
 
 
 def _identity(source: str) -> list[object]:

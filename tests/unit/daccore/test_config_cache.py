@@ -74,3 +74,27 @@ def test_a_cache_written_by_other_code_is_not_served(site, monkeypatch):
     assert config_cache.load_settings(cfg, env)["mount_root"] == "/stale"  # same code: served
     monkeypatch.setattr(config_cache, "_VERSION", config_cache._VERSION + 1)
     assert config_cache.load_settings(cfg, env)["mount_root"] == "/mnt/bb"  # new code: revalidated
+
+
+def test_the_config_view_reads_as_the_model(tmp_path):
+    # the sample config, every setting the view has given a value other than its default
+    cfg = tmp_path / "dac.yaml"
+    cfg.write_text(
+        "etcd: {endpoints: ['10.0.0.1:2379']}\n"
+        "pools:\n  default: {granularity: 1GiB}\n"
+        "  fast: {granularity: 100GiB, backend: lustre, lustre: {mgs: per_buffer}}\n"
+        "default_pool: fast\nlua_directive: BB\nstep_timeout: 123\nstage_timeout: 456\n"
+        "restart_grace: 7\n"
+    )
+    env = {"DAC_CACHE_DIR": str(tmp_path / "cache")}
+    model = load_config(str(cfg), env={})
+    for data in (
+        config_cache.load_settings(str(cfg), env),
+        config_cache.load_settings(str(cfg), env),
+    ):
+        view = config_cache.ConfigView(data)  # the second read is the cached copy
+        names = [n for n in config_cache.ConfigView.__slots__ if not n.startswith("_")]
+        for name in names:
+            assert getattr(view, name) == getattr(model, name), name
+        assert view.own_mgs_pools() == model.own_mgs_pools() == {"fast"}
+        assert view.default_pool == "fast" and view.step_timeout == 123
