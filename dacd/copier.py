@@ -353,6 +353,41 @@ _KERNEL_COPY = [True]  # copy_file_range, until the kernel refuses it across fil
 _BUFFER = memoryview(mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE))
 
 
+#: bench/staging.py's per-server rate cap, nothing else's: DAC_BENCH_RATE bytes per second
+#: shared by one copier's workers (rate, lock pipe's read and write ends, shared mmap holding
+#: the time the next byte may go); empty unless the variable is set (docs/performance.md)
+_PACE: list = []
+PACE_STEP = 1 << 20  # a paced copy moves this much at a time
+PACE_BURST = 0.05  # seconds of credit an idle copier may keep
+
+
+def pace_init() -> None:
+    """The token bucket of DAC_BENCH_RATE, before the workers fork: they share it."""
+    rate = float(os.environ.get("DAC_BENCH_RATE") or 0)
+    if rate > 0 and not _PACE:
+        r, w = os.pipe()
+        os.write(w, b"x")
+        mem = mmap.mmap(-1, 8)  # MAP_SHARED: every worker sees one clock
+        struct.pack_into("d", mem, 0, 0.0)
+        _PACE[:] = [rate, r, w, mem]
+
+
+def _throttle(n: int) -> None:
+    """Wait until `n` more bytes are within the rate (the pipe's one byte is the lock)."""
+    if not _PACE:
+        return
+    rate, r, w, mem = _PACE
+    os.read(r, 1)
+    try:
+        now = time.monotonic()
+        due = max(struct.unpack_from("d", mem)[0], now - PACE_BURST) + n / rate
+        struct.pack_into("d", mem, 0, due)
+    finally:
+        os.write(w, b"x")
+    if due > now:
+        time.sleep(due - now)
+
+
 def _move(src_fd: int, dst_fd: int, count: int, off: int) -> int:
     """Copy up to `count` bytes at `off`: copy_file_range within one filesystem (inside the
     kernel, reflinks where it can); across two (EXDEV since Linux 5.19) read and write through a
@@ -383,9 +418,10 @@ def _copy_dense(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> No
     off = flushed = start
     written: list[tuple[int, int]] = []  # steps sent to the disk, not yet dropped
     while off < end:
-        n = _move(src_fd, dst_fd, end - off, off)
+        n = _move(src_fd, dst_fd, min(end - off, PACE_STEP) if _PACE else end - off, off)
         if n == 0:
             raise OSError(errno.EIO, "the source shrank while being copied")
+        _throttle(n)
         off += n
         if part:
             part(n)
@@ -453,6 +489,7 @@ def copy_files(items: list) -> tuple[int, int]:
                     written = 0
                     while written < n:
                         written += os.pwrite(dfd, _BUFFER[written:n], written)
+                    _throttle(n)
                 else:
                     _copy_dense(sfd, dfd, 0, size)
                 os.utime(dfd, ns=(atime, mtime))
@@ -944,6 +981,7 @@ def main() -> int:
     try:
         pairs, inside, buffer_side, n, chunk = decode_plan(sys.stdin.buffer.read())
         checked = check(pairs, inside, buffer_side)
+        pace_init()
         workers = Workers(n)
         copy = Copy(workers, report, chunk)
         emit(_progress_line(copy, 0, None))

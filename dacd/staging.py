@@ -226,9 +226,11 @@ def run_copier(
     timeout: float,
     run: Run,
     share: bool = False,
+    on_plan: Callable[[dict], None] | None = None,
 ) -> tuple[dict, str, int]:
     """One copier (`share`: dacd/copy_share.py over it) as the buffer's owner, `plan` on its
-    stdin, followed to its end: (result, stderr, exit)."""
+    stdin, followed to its end: (result, stderr, exit); a split stage's plan, said by its
+    prepare step before it copies its own share, to `on_plan` at once."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
     if os.environ.get("DAC_BENCH_RATE"):  # bench/staging.py's per-server cap (dacd/copier.py)
         env["DAC_BENCH_RATE"] = os.environ["DAC_BENCH_RATE"]
@@ -264,7 +266,7 @@ def run_copier(
             stdin.close()
         except OSError:  # killed already (cancelled): the reason says why
             pass
-        return _follow(proc, direction, on_progress)
+        return _follow(proc, direction, on_progress, on_plan)
     finally:
         run.ended(proc.pid, kill=True)  # nothing of the copier's outlives it: not a worker
         proc.wait()
@@ -284,7 +286,7 @@ def _wait_gone(pgid: int, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def _follow(proc, direction: str, on_progress) -> tuple[dict, str, int]:
+def _follow(proc, direction: str, on_progress, on_plan=None) -> tuple[dict, str, int]:
     """The copier's progress lines into the status, until it ends: (result, stderr, exit)."""
     result: dict = {}
     meter = StageMeter(direction)
@@ -298,6 +300,8 @@ def _follow(proc, direction: str, on_progress) -> tuple[dict, str, int]:
             on_progress(message)
         else:
             result.update(message)
+            if "plan" in message and on_plan:
+                on_plan(message["plan"])
     stderr = proc.stderr.read()
     rc = proc.wait()
     if result.get("done") and rc == 0:

@@ -38,11 +38,11 @@ def tree(src):
         for f in range(150):
             write(src / f"d{d}" / f"f{f}", os.urandom(f * 13), 0o600 + (f % 2) * 0o44)
     write(src / "big", os.urandom(5 * MiB + 777), 0o604, (1_000_000_000, 2_000_000_000))
-    with open(src / "sparse", "wb") as f:  # 64 MiB apparent, 2 extents of 3 MiB
-        f.write(os.urandom(3 * MiB))
-        f.seek(40 * MiB)
-        f.write(os.urandom(3 * MiB))
-        f.truncate(64 * MiB)
+    with open(src / "sparse", "wb") as sparse:  # 64 MiB apparent, 2 extents of 3 MiB
+        sparse.write(os.urandom(3 * MiB))
+        sparse.seek(40 * MiB)
+        sparse.write(os.urandom(3 * MiB))
+        sparse.truncate(64 * MiB)
     os.chown(src / "sparse", UID, GID)
     write(src / "empty", b"")
     os.symlink("/etc/shadow", src / "link")
@@ -91,7 +91,7 @@ def test_a_split_copy_gives_the_tree_one_copier_gives(open_dir, servers):
     tree(src)
     one, split = fs_root(open_dir / "one"), fs_root(open_dir / "split")
     staging.stage(buffer_for(src), "in", str(one), 2, lambda p: None)
-    progress = []
+    progress: list[dict] = []
     staging_split.split_here(
         buffer_for(src), "in", str(split), 2, progress.append, 60, staging.Run(), servers, MiB
     )
@@ -135,9 +135,14 @@ def test_a_source_changed_after_the_plan_fails_the_share_not_the_copy(open_dir):
     tree(src)
     split = fs_root(open_dir / "split")
     run = staging.Run()
-    plan = staging_split.prepare(buffer_for(src), "in", str(split), 2, 60, run, MiB)
+    plans: list[dict] = []
+    result, _, rc = staging_split.lead(
+        buffer_for(src), "in", str(split), 2, 2, plans.append, lambda p: None, 60, run, MiB
+    )
+    assert (rc, result) == (0, {"plan": result["plan"], "done": True})
+    assert plans == [{**result["plan"], "split": MiB}]
     write(src / "d0" / "new", b"late")
     result, _, rc = staging_split.run_share(
-        buffer_for(src), "in", str(split), 2, plan, 1, lambda p: None, 60, run
+        buffer_for(src), "in", str(split), 2, plans[0], 1, lambda p: None, 60, run
     )
     assert (rc, result) == (1, {"error": f"{src}: the source changed after the stage was planned"})
