@@ -32,6 +32,7 @@ import os
 import pwd
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -65,6 +66,10 @@ MAX_CLIENTS = 8
 #: every answer paid one or more young-generation passes. The mirror's listing is frozen out of
 #: every pass (mirror.py, _load).
 GC_THRESHOLD = (20_000, 50, 100)
+#: seconds a thread holding the GIL (the mirror's watch or probe) keeps a woken worker waiting:
+#: Python's default, 5 ms, is the whole p99 budget; at 0.5 ms the in-process p99 fell (three
+#: runs each, A/B: the three hooks' p99 summed 11.3 ms against 14.8)
+SWITCH_INTERVAL = 0.0005
 
 
 def _encode(word: str) -> str:
@@ -339,6 +344,7 @@ def serve(path: str, ready=None) -> None:
 
     server = Answerer(path)
     gc.set_threshold(*GC_THRESHOLD)
+    sys.setswitchinterval(SWITCH_INTERVAL)
 
     def stop(signum, frame):
         server.shutdown()
@@ -377,7 +383,6 @@ def main(argv: list[str] | None = None) -> int:
     """`dac-answerer [--socket PATH]`: run as SlurmUser (or root) on the Slurm controller,
     with the DAC_CONFIG slurmctld's hooks use (daccore/share/packaging/dac-answerer.service)."""
     import argparse
-    import sys
 
     p = argparse.ArgumentParser(prog="dac-answerer", description=main.__doc__)
     p.add_argument("--socket", default=os.environ.get("DAC_ANSWERER_SOCKET") or SOCKET)

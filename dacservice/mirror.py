@@ -120,6 +120,11 @@ class Mirror:
             found = [kv._replace(value=b"") for kv in found]
         return found, count
 
+    def _count(self, prefix: str) -> int:
+        """How many keys under `prefix` (caller holds `lock`): no list built, every probe."""
+        lo = bisect.bisect_left(self._sorted, key_bytes(prefix))
+        return bisect.bisect_left(self._sorted, key_bytes(prefix_end(prefix))) - lo
+
     def covers(self, key: str, end: str | None) -> bool:
         for p in self.prefixes:
             if key.startswith(p) and (end is None or end <= prefix_end(p)):
@@ -225,7 +230,7 @@ class Mirror:
             if self.revision > mine:  # the watch went on meanwhile
                 ok = self.revision >= r.revision
             else:
-                counts = [self.read(p, prefix_end(p), True, 0)[1] for p in self.prefixes]
+                counts = [self._count(p) for p in self.prefixes]
                 ok = counts == list(r.counts[:n]) and not any(r.ranges[n:])
                 if ok:
                     self.revision = max(self.revision, r.revision)

@@ -46,7 +46,12 @@ try:
         pass
     data = b""
     while True:
-        chunk = s.recv(65536)
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:  # closed with our request unread (refused before reading
+            if not data:  # it): the refusal came first, then the reset
+                raise
+            break
         if not chunk:
             break
         data += chunk
