@@ -6,6 +6,7 @@ Runs against a local DAC (2 servers x 4 bricks of 512 MiB) with one job buffer b
 checks a pool and paths reads a real buffer. Needs root (the local DAC).
 
     .venv/bin/python bench/hot_path.py [--slurm-release 22.05|24.11|26.05] [--editable]
+        [--datawarp]
 
 The commands timed are dac as a site installs it: the wheel built from this checkout, in a
 fresh venv of the interpreter this venv was made from (Debian's python3), under /tmp (which a
@@ -16,6 +17,12 @@ With a release (or DAC_BENCH_SLURM_RELEASE), the local DAC also runs that releas
 command runs as its slurmctld runs a hook (bench/common.py as_slurm), and two more rows show
 Slurm's own cost of one slurmscriptd hook: `scontrol show bbstat` (slurm_bb_get_status, which runs
 dac-bbstat) against dac-bbstat run directly. 24.11 starts a fresh slurmctld for every such hook.
+
+`--datawarp` adds burst_buffer/datawarp's forked calls, interleaved, DATAWARP_ROUNDS each, while
+a dac-answerer runs: dac's forwarder (slurm-plugin/dw_wlm_cli.lua, as GetSysState) and dacctl
+itself for `pools` and `job_process`, and data-acc's Go dacctl for the same two against the
+local DAC's etcd when bench/dataacc_go.py can build it (else the row says why). Budget: the
+forwarder's median <= 0.5x data-acc's.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import as_slurm, local_dac, slurm_release, steal_meter  # noqa: E402
@@ -35,6 +44,9 @@ ROUNDS = 40
 #: issue 34: the three hooks in-process through dac's answerer, timed inside Lua
 INPROC_ROUNDS = 300
 INPROC_MEDIAN_MS, INPROC_P99_MS = 1.0, 5.0
+#: issue 34: burst_buffer/datawarp's forked GetSysState, dac's forwarder against data-acc's Go
+DATAWARP_ROUNDS = 40
+DATAWARP_RATIO = 0.5
 SCRIPT = """#!/bin/bash
 #SBATCH -N 2
 #SBATCH -t 10
@@ -89,7 +101,7 @@ def main() -> int:
     import tempfile
 
     root = Path(__file__).resolve().parent.parent
-    argv = [a for a in sys.argv[1:] if a != "--editable"]
+    argv = [a for a in sys.argv[1:] if a not in ("--editable", "--datawarp")]
     out = Path(tempfile.mkdtemp(prefix="dac-bench-wheel-", dir="/tmp"))
     try:
         if "--editable" in sys.argv[1:]:
@@ -102,12 +114,12 @@ def main() -> int:
             bindir = Path(sys.executable).parent
         else:
             bindir = installed(root, out)
-        return run(bindir, slurm_release(argv))
+        return run(bindir, slurm_release(argv), "--datawarp" in sys.argv[1:])
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def run(bindir: Path, release: str | None) -> int:
+def run(bindir: Path, release: str | None, datawarp: bool = False) -> int:
     print(f"timing {bindir.parent}'s dacctl")
     with local_dac(release=release) as (state, env, work):
         prefix, work = as_slurm(state, work)
@@ -167,6 +179,10 @@ def run(bindir: Path, release: str | None) -> int:
             commands["scontrol show bbstat"] = [cluster.client("scontrol"), "show", "bbstat"]
             hook_rows = ("dac-bbstat", "scontrol show bbstat")
         inproc = in_process(bindir, env, script, work / "paths-inproc", prefix)
+        dw_ok = True
+        if datawarp:
+            endpoints = ",".join(state.endpoints) if state.endpoints else state.endpoint
+            dw_ok = forked_datawarp(bindir, env, script, work, prefix, endpoints)
         times: dict[str, list[float]] = {name: [] for name in commands}
         cpu = steal_meter()
         for _ in range(ROUNDS):  # interleaved, so drift hits every command alike
@@ -207,7 +223,7 @@ def run(bindir: Path, release: str | None) -> int:
         f"budget in-process {INPROC_MEDIAN_MS:g} ms median, {INPROC_P99_MS:g} ms p99: "
         f"{'PASS' if in_ok else 'FAIL'}"
     )
-    return 0 if ok and in_ok else 1
+    return 0 if ok and in_ok and dw_ok else 1
 
 
 def _p99(samples: list[float]) -> float:
@@ -220,35 +236,12 @@ def in_process(bindir: Path, env: dict, script: Path, pathfile: Path, prefix: li
     (bench/hot_path_inprocess.lua), each call timed inside Lua, against a dac-answerer of
     `bindir` started here (as root, or as a chroot release's slurmctld runs: `prefix`)."""
     import json
-    import signal
 
     from daccore.share import asset
     from dacservice.answerer import ask
 
     sock = pathfile.parent / "answerer" / "socket"
-    sock.parent.mkdir(mode=0o700)
-    if prefix:  # SlurmUser's own directory, as the unit's RuntimeDirectory
-        import pwd
-
-        pw = pwd.getpwnam("slurm")
-        os.chown(sock.parent, pw.pw_uid, pw.pw_gid)
-    log = open(pathfile.parent / "answerer.log", "ab")
-    proc = subprocess.Popen(
-        [*prefix, str(bindir / "dac-answerer"), "--socket", str(sock)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if json.loads(ask(str(sock), "stats", [])[2])["fresh"]:
-                    break
-            except (OSError, ValueError, IndexError):
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "no answerer"
-            time.sleep(0.05)
+    with answerer(bindir, env, sock, prefix):
         r = subprocess.run(
             [
                 *prefix,
@@ -267,15 +260,120 @@ def in_process(bindir: Path, env: dict, script: Path, pathfile: Path, prefix: li
         assert r.returncode == 0, r.stderr
         stats = json.loads(ask(str(sock), "stats", [])[2])
         print(f"answerer: {stats}; {r.stderr.strip()}")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
-        log.close()
     samples: dict[str, list[float]] = {}
     for line in r.stdout.splitlines():
         name, ms = line.split()
         samples.setdefault(name, []).append(float(ms))
     return samples
+
+
+@contextmanager
+def answerer(bindir: Path, env: dict, sock: Path, prefix: list[str]) -> Iterator[None]:
+    """A dac-answerer of `bindir` on `sock` (as root, or as a chroot release's slurmctld
+    runs: `prefix`), its mirror current, until the block ends."""
+    import json
+    import signal
+
+    from dacservice.answerer import ask
+
+    sock.parent.mkdir(mode=0o700)
+    if prefix:  # SlurmUser's own directory, as the unit's RuntimeDirectory
+        import pwd
+
+        pw = pwd.getpwnam("slurm")
+        os.chown(sock.parent, pw.pw_uid, pw.pw_gid)
+    log = open(sock.parent.parent / f"{sock.parent.name}.log", "ab")
+    proc = subprocess.Popen(
+        [*prefix, str(bindir / "dac-answerer"), "--socket", str(sock)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if json.loads(ask(str(sock), "stats", [])[2])["fresh"]:
+                    break
+            except (OSError, ValueError, IndexError):
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "no answerer"
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        log.close()
+
+
+def forked_datawarp(
+    bindir: Path, env: dict, script: Path, work: Path, prefix: list[str], endpoints: str
+) -> bool:
+    """burst_buffer/datawarp's forked `pools` and `job_process`: dac's forwarder (answerer
+    running), dacctl, data-acc's Go dacctl; interleaved, DATAWARP_ROUNDS each. True when the
+    forwarder's medians are within DATAWARP_RATIO of data-acc's (or data-acc cannot be built:
+    then it says why, and only the forwarder and the fork are timed)."""
+    import json
+
+    from dataacc_go import build, command
+
+    from daccore.share import asset
+    from dacservice.answerer import ask
+
+    forwarder = work / "dw_wlm_cli"
+    forwarder.write_bytes(asset("slurm", "dw_wlm_cli.lua").read_bytes())
+    forwarder.chmod(0o755)
+    sock = work / "dw-answerer" / "socket"
+    fenv = {**env, "DAC_ANSWERER_SOCKET": str(sock), "DACCTL": str(bindir / "dacctl")}
+    calls = {"pools": [], "job_process": ["--job", str(script)]}
+    rows: dict[str, tuple[list[str], dict]] = {}
+    for fn, args in calls.items():
+        rows[f"forwarder {fn}"] = (prefix + [str(forwarder), "--function", fn, *args], fenv)
+        rows[f"dacctl {fn}"] = (prefix + [str(bindir / "dacctl"), "--function", fn, *args], env)
+    go, why = build()
+    if go is not None:
+        for fn, args in calls.items():
+            rows[f"data-acc {fn}"] = command(go, endpoints, fn, *args)
+    else:
+        print(f"data-acc's Go dacctl not timed: {why}")
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    answers: dict[str, tuple[int, bytes]] = {}
+    cpu, load = steal_meter(), Path("/proc/loadavg").read_text().split()[:3]
+    with answerer(bindir, fenv, sock, prefix):
+        before = json.loads(ask(str(sock), "stats", [])[2])
+        for _ in range(DATAWARP_ROUNDS):
+            for name, (argv, renv) in rows.items():
+                t = time.perf_counter()
+                r = subprocess.run(argv, env=renv, capture_output=True)
+                times[name].append((time.perf_counter() - t) * 1000)
+                answers[name] = (r.returncode, (r.stdout + r.stderr)[:160])
+                if not name.startswith("data-acc"):
+                    assert r.returncode == 0, (name, r.stdout, r.stderr)
+        after = json.loads(ask(str(sock), "stats", [])[2])
+    for fn in calls:  # the forwarder's answer is dacctl's, and came from the answerer
+        assert answers[f"forwarder {fn}"] == answers[f"dacctl {fn}"], answers
+        assert after.get(f"{fn}:mirror", 0) - before.get(f"{fn}:mirror", 0) >= DATAWARP_ROUNDS
+    ok = True
+    for name, samples in times.items():
+        med, fn = statistics.median(samples), name.split()[-1]
+        peer = times.get(f"data-acc {fn}")
+        ratio = med / statistics.median(peer) if peer else None
+        within = not name.startswith("forwarder") or ratio is None or ratio <= DATAWARP_RATIO
+        ok &= within
+        said = f"  answered rc={answers[name][0]} {answers[name][1]!r}" if peer is None else ""
+        print(
+            f"datawarp {name:22s} median {med:7.2f} ms  p99 {_p99(samples):7.2f} ms  "
+            f"min {min(samples):6.2f} ms  n={len(samples)}"
+            + (f"  {ratio:4.2f}x data-acc" if name.startswith("forwarder") and ratio else "")
+            + ("" if within else " OVER BUDGET")
+            + (said if name.startswith("data-acc") else "")
+        )
+    print(f"datawarp rows: load {' '.join(load)}; {cpu()}")
+    print(
+        f"budget datawarp forwarder <= {DATAWARP_RATIO}x data-acc's median: "
+        + ("PASS" if ok and "data-acc pools" in times else "FAIL" if not ok else "NOT MEASURED")
+    )
+    return ok
 
 
 if __name__ == "__main__":
