@@ -69,3 +69,12 @@ def test_no_other_override_loosens_a_strict_module() -> None:
         modules = o["module"] if isinstance(o["module"], list) else [o["module"]]
         hit = [m for m in modules for s in STRICT if _covers(s, m)]
         assert not (loosened and hit), f"{hit} loses {loosened}"
+
+
+def test_the_tests_and_benches_are_type_checked_and_no_module_is_skipped() -> None:
+    """The tests and benches are checked as httpx checks its tests (mypy's settings above, not
+    --strict); no override silences a module's errors."""
+    config = _mypy()
+    assert {"tests", "bench"} <= set(config["files"])
+    skipped = [o["module"] for o in config.get("overrides", []) if o.get("ignore_errors")]
+    assert skipped == []
