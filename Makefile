@@ -15,7 +15,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DEMO_DIR ?= .dac-local
 
-.PHONY: deps system-deps demo test test-dev unit lint wheel schema bench clean
+.PHONY: deps system-deps demo test test-dev unit lint wheel schema bench clean libdacstage
 
 deps: system-deps $(VENV)/.installed
 
@@ -38,10 +38,15 @@ demo: deps
 # or built on first use and cached in /var/cache/dac-local (daclocal/etcd_releases.py)
 ETCD_RELEASES_TOO = 3.5 3.6
 
-test: deps
+# the C library of in-job stages and its example, with the system's cc (libdacstage/Makefile);
+# the tests build it again from the installed package's sources, as users do
+libdacstage:
+	$(MAKE) -C libdacstage
+
+test: deps libdacstage
 	PYTHON="$(PYTHON)" DAC_TEST_ETCD_RELEASES_TOO="$(ETCD_RELEASES_TOO)" ./scripts/test-installed
 
-test-dev: deps
+test-dev: deps libdacstage
 	@status=0; $(PY) -m pytest -q tests || status=1; \
 	for e in $(ETCD_RELEASES_TOO); do echo "== tests/store on etcd $$e"; \
 	  DAC_TEST_ETCD=$$e $(PY) -m pytest -q tests/store || status=1; done; exit $$status

@@ -58,6 +58,7 @@ __all__ = [
     "Exit",
     "parse",
     "command",
+    "members",
 ]
 
 ANYONE, ADMIN, ROOT, SLURM = "anyone", "root or admin", "root", "Slurm"
@@ -435,6 +436,68 @@ COMMANDS: tuple[Command, ...] = (
         "A CA, one certificate per member naming every address and name it is dialled by, "
         "and one client certificate per role (dacd, slurm, admin), without a Common Name "
         "(docs/admin.md, 'etcd certificates'). Keys 0600.",
+    ),
+    Command(
+        "stage",
+        "Stages from inside a running job: copy to or from its buffer while it computes.",
+        ANYONE,
+        details="Run on one of the job's nodes (docs/users.md, 'Staging from inside the "
+        "job'). dac's user service checks the job is yours and runs there.",
+    ),
+    *(
+        Command(
+            f"stage {direction}",
+            f"Copy SOURCE {what}, in the background; prints the stage's id.",
+            ANYONE,
+            (
+                Arg("source", metavar="SOURCE"),
+                Arg("destination", metavar="DESTINATION"),
+                Arg("--directory", flag=True, help="SOURCE is a directory (default: as it is)"),
+                Arg(
+                    "--at-job-end",
+                    flag=True,
+                    help="run it with the job's #DW stage_out lines, before teardown",
+                ),
+                Arg(
+                    "--revocable",
+                    flag=True,
+                    help="with --at-job-end: a later one to the same DESTINATION replaces it",
+                ),
+                JSON,
+            ),
+            f"dacctl.stage:stage_{direction}",
+        )
+        for direction, what in (
+            ("in", "(yours) to DESTINATION in the job's buffer"),
+            ("out", "(in the job's buffer) to DESTINATION (yours)"),
+        )
+    ),
+    Command("stage list", "The job's stages.", ANYONE, (JSON,), "dacctl.stage:stage_list"),
+    Command(
+        "stage status",
+        "One stage: state, bytes and files done, rate, time left, error.",
+        ANYONE,
+        (Arg("id", metavar="ID", type=_int_range(1)), JSON),
+        "dacctl.stage:stage_status",
+    ),
+    Command(
+        "stage wait",
+        "Wait until the stages have ended; exit 1 when one failed.",
+        ANYONE,
+        (
+            Arg("ids", metavar="ID", nargs="*", type=_int_range(1)),
+            Arg("--all", dest="all_", flag=True, help="every stage of the job"),
+            Arg("--timeout", type=float, help="give up after this many seconds"),
+            JSON,
+        ),
+        "dacctl.stage:stage_wait",
+    ),
+    Command(
+        "stage cancel",
+        "Stop a stage: a running one is killed, a queued one never runs.",
+        ANYONE,
+        (Arg("id", metavar="ID", type=_int_range(1)), JSON),
+        "dacctl.stage:stage_cancel",
     ),
     Command(
         "user-service",

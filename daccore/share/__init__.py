@@ -1,8 +1,9 @@
 """What dac ships besides code, inside the package so a wheel carries it: the Ansible playbooks
 (the checkout's top-level `playbooks/<backend>/`), Slurm's plugin files (`slurm-plugin/`:
 burst_buffer.lua, the two sample burst_buffer.conf and burst_buffer/datawarp's forwarder
-dw_wlm_cli.lua), the JSON Schemas of the records and config (`schema/`), and, here, the sample
-dac.yaml and the systemd units (`packaging/`).
+dw_wlm_cli.lua), the JSON Schemas of the records and config (`schema/`), the C library of
+in-job stages with its example (`libdacstage/`: users build it with make), and, here, the
+sample dac.yaml and the systemd units (`packaging/`).
 
 The three top-level folders are the design's top level; pyproject.toml's `package-dir` maps each
 to a package below this one (`daccore.share.playbooks`, `daccore.share.slurm`,
@@ -37,7 +38,12 @@ SLURM_EXECUTABLES = frozenset({"dw_wlm_cli.lua"})
 
 #: the asset folders that are packages of their own (mapped from the checkout's top level), and
 #: the folder each is in a checkout, for messages
-_MAPPED = {"playbooks": "playbooks", "slurm": "slurm-plugin", "schema": "schema"}
+_MAPPED = {
+    "playbooks": "playbooks",
+    "slurm": "slurm-plugin",
+    "schema": "schema",
+    "libdacstage": "libdacstage",
+}
 
 
 def asset(*parts: str, directory: bool = False) -> Path:

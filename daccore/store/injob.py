@@ -11,17 +11,29 @@ from typing import TYPE_CHECKING
 from daccore.errors import BadRecord, Conflict, UserError
 from daccore.etcd.types import Compare, absent, delete_op, mod_is, put_op
 from daccore.records.keys import Keys, prefix_end
-from daccore.store.base import _dump, _load, _m
+from daccore.store.base import _dump, _load
 from daccore.store.leases import Leases
 
 if TYPE_CHECKING:
-    from typing import Callable, Iterator
+    from types import ModuleType
+    from typing import Callable, Iterator, TypeVar
+
+    from pydantic import BaseModel
 
     from daccore.etcd.stream import Watch
     from daccore.records.models import InJobStage, InJobStageStatus
     from daccore.store.base import Change
 
+    R = TypeVar("R", bound=BaseModel)
+
 __all__ = ["InJobStages"]
+
+
+def _models() -> ModuleType:
+    """The record models, on first use (pydantic is slow to import: daccore.store.base._m)."""
+    from daccore.records import models
+
+    return models
 
 
 class InJobStages(Leases):
@@ -32,7 +44,12 @@ class InJobStages(Leases):
     # -- the user service --------------------------------------------------------------------
 
     def add_stage(
-        self, job: str, host: str, make: Callable[[int], InJobStage], open_cap: int, attempts=20
+        self,
+        job: str,
+        host: str,
+        make: Callable[[int], InJobStage],
+        open_cap: int,
+        attempts: int = 20,
     ) -> InJobStage:
         """The stage `make(id)` (id: the job's next) put for `host`'s dacd, unless the job
         has `open_cap` stages queued or running already (UserError); retried when another
@@ -40,7 +57,7 @@ class InJobStages(Leases):
         key = self.keys.stage_index(job)
         for _ in range(attempts):
             kv = self.client.get(key)
-            index = _load(_m().StageIndex, kv) if kv else _m().StageIndex(job=job)
+            index = _load(_models().StageIndex, kv) if kv else _models().StageIndex(job=job)
             open_ = [
                 s for s, st in self.job_stages(job, index.hosts) if st is None or not st.state.final
             ]
@@ -63,13 +80,13 @@ class InJobStages(Leases):
 
     def stage_hosts(self, job: str) -> list[str]:
         kv = self.client.get(self.keys.stage_index(job))
-        return _load(_m().StageIndex, kv).hosts if kv else []
+        return _load(_models().StageIndex, kv).hosts if kv else []
 
     def job_stages(
         self, job: str, hosts: list[str] | None = None
     ) -> list[tuple[InJobStage, InJobStageStatus | None]]:
         """The job's stages, each with its dacd's status (None before the first), by id."""
-        m = _m()
+        m = _models()
         out = []
         for host in self.stage_hosts(job) if hosts is None else hosts:
             statuses = {
@@ -85,7 +102,7 @@ class InJobStages(Leases):
     def cancel_stage(self, stage: InJobStage) -> None:
         """Mark `stage` cancelled, for its dacd to stop (a no-op once it is marked)."""
         self._update(
-            _m().InJobStage,
+            _models().InJobStage,
             self.keys.stage(stage.host, stage.job, stage.id),
             lambda old: (old or stage).model_copy(update={"cancel": True}),
         )
@@ -107,7 +124,7 @@ class InJobStages(Leases):
     def stage_status_of(self, host: str, job: str, id: int) -> InJobStageStatus | None:
         kv = self.client.get(self.keys.stage_status(host, job, id))
         try:
-            return _load(_m().InJobStageStatus, kv) if kv else None
+            return _load(_models().InJobStageStatus, kv) if kv else None
         except BadRecord:
             return None
 
@@ -163,7 +180,7 @@ class InJobStages(Leases):
             for ev in w
         )
 
-    def _valid(self, model, prefix: str) -> list:
+    def _valid(self, model: type[R], prefix: str) -> list[R]:
         kvs, _ = self.client.range(prefix, prefix_end(prefix))
         out = []
         for kv in kvs:

@@ -188,3 +188,40 @@ until $C stage-wait job=$SLURM_JOB_ID timeout=30 > $J/wait.json && \\
     assert (wait["state"], wait["bytes_done"]) == ("done", 384 * MiB)
     assert wait["started_at"] > 0
     assert _sha(j / "big") == (j / "big.sha").read_text().strip()
+
+
+def test_the_c_example_drains_its_checkpoints_while_it_computes(slurm):
+    """libdacstage's example, built from the installed sources with the system cc, in a real
+    job: four 8 MiB checkpoints a second apart, each drained while the next is computed, all
+    on the destination byte for byte; then a ring of three at-job-end revocable ones, of which
+    the newest alone is there after the job."""
+    from daccore.share import asset
+
+    build = Path(slurm.jobs) / "cbuild"
+    r = subprocess.run(
+        ["make", "-C", str(asset("libdacstage", directory=True)), f"OUT={build}"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    j = Path(slurm.jobs) / "c"
+    job = _job(
+        slurm,
+        "c",
+        "",
+        f"""
+export DACCTL={slurm.workdir}/bin/dacctl
+{build}/checkpoint $J/drained 4 8 1 > $J/drain.txt 2>&1; echo $? > $J/drain.rc
+for i in 1 2 3 4; do cmp $S/ckpt.$i $J/drained/ckpt.$i && echo same; done > $J/cmp.txt
+{build}/checkpoint $J/ring 3 2 0.2 ring > $J/ring.txt 2>&1; echo $? > $J/ring.rc
+sha256sum < $S/ckpt.3 | cut -d' ' -f1 > $J/ring.sha
+""",
+    )
+    ended = slurm.wait(job, timeout=300)
+    assert ended["JobState"] == "COMPLETED", (ended, slurm.logs())
+    drain = (j / "drain.txt").read_text()
+    assert (j / "drain.rc").read_text().strip() == "0", drain
+    assert "drained: all 4 checkpoints (the first, stage 1: 8388608 bytes)" in drain
+    assert (j / "cmp.txt").read_text().split() == ["same"] * 4
+    assert (j / "ring.rc").read_text().strip() == "0", (j / "ring.txt").read_text()
+    assert _sha(j / "ring" / "ckpt") == (j / "ring.sha").read_text().strip()

@@ -106,6 +106,7 @@ TOP_LEVEL = {
     "playbooks": "daccore/share/playbooks",
     "slurm-plugin": "daccore/share/slurm",
     "schema": "daccore/share/schema",
+    "libdacstage": "daccore/share/libdacstage",
 }
 
 
