@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from daccore.errors import InternalError
 
 if TYPE_CHECKING:
-    from typing import Iterator, Protocol
+    from typing import Iterator, NamedTuple, Protocol, Sequence
 
 __all__ = [
     "KV",
@@ -84,7 +84,16 @@ Op = namedtuple(
     defaults=(None, b"", 0, False, False, 0, 0),
 )
 #: ranges: the kvs of each range op of the branch that ran; counts: their counts, in order.
-TxnResult = namedtuple("TxnResult", "succeeded revision ranges counts", defaults=((), ()))
+if TYPE_CHECKING:  # the same tuple with its fields typed, for mypy; at run time a plain namedtuple
+
+    class TxnResult(NamedTuple):
+        succeeded: bool
+        revision: int
+        ranges: Sequence[list[KV]] = ()
+        counts: Sequence[int] = ()
+
+else:
+    TxnResult = namedtuple("TxnResult", "succeeded revision ranges counts", defaults=((), ()))
 
 
 def absent(key: str) -> Compare:
