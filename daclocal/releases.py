@@ -89,10 +89,12 @@ PACKAGES = (
     "libcrypt1",
     # burst_buffer.lua reaches dac's answerer in-process with it (Lua 5.1's socket library)
     "lua-socket",
+    # burst_buffer/datawarp's GetSysState forwarder to it (slurm-plugin/dw_wlm_cli.lua's #!)
+    "lua5.1",
 )
 #: PACKAGES that chroots cached before them lack: `ensure_chroot` adds them to such a chroot
 #: at its next use (one `apt-get install`, a few seconds), so no cache is rebuilt for them
-ADDED_LATER = ("lua-socket",)
+ADDED_LATER = ("lua-socket", "lua5.1")
 #: the client commands `dacctl local env` puts first on PATH
 CLIENTS = (
     "sbatch",

@@ -246,10 +246,10 @@ def answerer_default() -> bool:
 
 
 def _has_lua51(rel: releases.Release) -> bool:
-    """Whether `rel`'s slurmctld can run lua5.1 (the host's, or its chroot's): under
-    burst_buffer/datawarp the forwarder to the answerer needs it, else GetSysState is dacctl."""
-    root = Path("/") if rel.host else releases.chroot_dir(rel)
-    return (root / "usr" / "bin" / "lua5.1").exists()  # the forwarder's #! line
+    """Whether `rel`'s slurmctld can run lua5.1: under burst_buffer/datawarp the forwarder to
+    the answerer needs it, else GetSysState is dacctl. A chroot release always can: lua5.1 is
+    in releases.PACKAGES, added to a cached chroot by `ensure_chroot` before slurmctld starts."""
+    return not rel.host or Path("/usr/bin/lua5.1").exists()  # the forwarder's #! line
 
 
 def _listens(path: Path) -> bool:

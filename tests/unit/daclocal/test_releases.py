@@ -174,7 +174,8 @@ def test_a_chroot_build_trusts_the_hosts_ca_and_fails_in_one_line(tmp_path, monk
 
 
 def test_a_cached_chroot_without_lua_socket_gets_it_in_place_once(tmp_path, monkeypatch):
-    # a chroot cached before lua-socket was in PACKAGES: one apt-get install, no rebuild
+    # a chroot cached before lua-socket and lua5.1 were in PACKAGES: one apt-get install of
+    # both, no rebuild
     monkeypatch.setenv("DAC_LOCAL_CACHE", str(tmp_path / "cache"))
     root = releases.chroot_dir(releases.release("26.05"))
     (root / "var/lib/dpkg").mkdir(parents=True)
@@ -190,14 +191,14 @@ def test_a_cached_chroot_without_lua_socket_gets_it_in_place_once(tmp_path, monk
         ran.append((what, argv[-1]))
         status.write_text(
             status.read_text() + "Package: lua-socket\nPriority: optional\n"
-            "Status: install ok installed\n\n"
+            "Status: install ok installed\n\nPackage: lua5.1\nStatus: install ok installed\n\n"
         )
 
     monkeypatch.setattr(releases, "_run", fake_run)
     assert releases.ensure_chroot(releases.release("26.05")) == root
     assert releases.ensure_chroot(releases.release("26.05")) == root
     assert len(ran) == 1 and ran[0][0] == "apt-get install"
-    assert ran[0][1].startswith("apt-get update -q && ") and " lua-socket " in ran[0][1]
-    assert "lua-socket added in" in (root / ".ok").read_text()
+    assert ran[0][1].startswith("apt-get update -q && ") and " lua-socket lua5.1 " in ran[0][1]
+    assert "lua-socket lua5.1 added in" in (root / ".ok").read_text()
     assert releases.version(releases.release("26.05")) == "26.05.5-1"
-    assert "lua-socket" in releases.PACKAGES
+    assert {"lua-socket", "lua5.1"} <= set(releases.PACKAGES)
