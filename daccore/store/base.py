@@ -1,6 +1,10 @@
 """The store's foundation: the etcd connection and the key layout, construction from the
 settings, the helpers every concern uses to read and write records (validated models, plain
-JSON, compare-and-swap), and the shapes reads return."""
+JSON, compare-and-swap), and the shapes reads return.
+
+The record models are imported on first use, in each method that needs one (`from
+daccore.records.models import ...` in the function): pydantic costs ~150 ms to import, and the
+Slurm hooks that run inside slurmctld read what they need without it (`*_json`, `*_doc`)."""
 
 from __future__ import annotations
 
@@ -14,11 +18,15 @@ from daccore.etcd.types import KV, Compare, Op, absent, key_bytes, mod_is, put_o
 from daccore.records.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Callable, Iterator, Self, TypeVar
 
     from pydantic import BaseModel
 
+    from daccore.etcd.auth import Credential
     from daccore.etcd.stream import Watch
+    from daccore.records.buffer_doc import Doc
+    from daccore.settings.cache import Json
     from daccore.settings.config import EtcdSettings
 
     R = TypeVar("R", bound=BaseModel)
@@ -26,9 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["Connection", "Versioned", "Change"]
 
 
-def _m():
-    """The record models, imported on first use: pydantic costs ~150 ms to import, and the
-    Slurm hooks that run inside slurmctld read what they need without it (`*_json` methods)."""
+def _m() -> ModuleType:
+    """The record models, imported on first use (see above). Untyped (a module's attributes
+    are Any to mypy): the typed concerns import the model they need in the method instead."""
     from daccore.records import models
 
     return models
@@ -80,7 +88,7 @@ class Connection:
     @classmethod
     def from_dict(
         cls,
-        etcd: dict,
+        etcd: Json,
         transport: str | None = None,
         max_timeout: float | None = None,
         role: str = "slurm",
@@ -158,7 +166,7 @@ def _claim_of(kv: KV) -> tuple[str, str | None] | None:
     return doc["buffer"], primary if isinstance(primary, str) else None
 
 
-def _credential(directory: str, role: str, cache: bool):
+def _credential(directory: str, role: str, cache: bool) -> Credential:
     from daccore.etcd.auth import ROLES, Credential
 
     if role not in ROLES:
@@ -190,7 +198,7 @@ def _named(kvs: list[KV], prefix: str) -> list[bytes]:
     ]
 
 
-def _doc(value: bytes) -> dict | None:
+def _doc(value: bytes) -> Doc | None:
     """A record read as plain JSON: the object, or None when it is not one (not JSON, not
     UTF-8, nested past the parser's depth: RecursionError is no ValueError)."""
     try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from daccore.errors import Conflict
 from daccore.etcd.types import delete_op, mod_is, put_op, range_op
 from daccore.records.keys import Keys, prefix_end
-from daccore.store.base import _MAX_TXN_OPS, Versioned, _doc, _load, _m
+from daccore.store.base import _MAX_TXN_OPS, Versioned, _doc, _load
 from daccore.store.claims import CLAIMS_PER_TXN, BrickClaims
 from daccore.store.leases import Leases
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Iterator
 
     from daccore.etcd.stream import Watch
+    from daccore.records.buffer_doc import Doc
     from daccore.records.models import Buffer
     from daccore.store.base import Change
 
@@ -31,10 +32,10 @@ class BufferSpecs(BrickClaims, Leases):
     (BrickClaims): a spec is created only once every one of its claims is held."""
 
     def buffer(self, name: str) -> Versioned | None:
+        from daccore.records.models import Buffer
+
         kv = self.client.get(self.keys.buffer(name))
-        return (
-            Versioned(_load(_m().Buffer, kv), kv.mod_revision, kv.create_revision) if kv else None
-        )
+        return Versioned(_load(Buffer, kv), kv.mod_revision, kv.create_revision) if kv else None
 
     def buffer_text(self, name: str) -> Versioned | None:
         """The spec as etcd holds it, unparsed, with its key: for dacd, which checks every
@@ -62,7 +63,9 @@ class BufferSpecs(BrickClaims, Leases):
             )
         return out
 
-    def persistent_usage(self, uid: int | None = None, gid: int | None = None) -> dict:
+    def persistent_usage(
+        self, uid: int | None = None, gid: int | None = None
+    ) -> dict[str, list[int]]:
         """{pool: [buffers, bytes]} of the persistent buffers owned by `uid` (or of group
         `gid`), from the specs as JSON."""
         usage: dict[str, list[int]] = {}
@@ -95,7 +98,7 @@ class BufferSpecs(BrickClaims, Leases):
     # code; what those functions change (desired state, attachments, generation) they take
     # from validated input, as a pydantic model_copy would, which does not validate either.
 
-    def buffer_json(self, name: str) -> dict | None:
+    def buffer_json(self, name: str) -> Doc | None:
         current = self.buffer_doc(name)
         return current.record if current else None
 
@@ -104,7 +107,7 @@ class BufferSpecs(BrickClaims, Leases):
         kv = self.client.get(self.keys.buffer(name))
         return Versioned(json.loads(kv.value), kv.mod_revision, kv.create_revision) if kv else None
 
-    def buffer_docs(self) -> dict[str, dict]:
+    def buffer_docs(self) -> dict[str, Doc]:
         """Every spec that is a JSON object: one that is not is no buffer any Slurm call can
         act on, and must not stop the calls for the others (dacd logs it, docs/security.md)."""
         kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
@@ -116,13 +119,15 @@ class BufferSpecs(BrickClaims, Leases):
         return docs
 
     def buffers(self) -> dict[str, Buffer]:
-        return {b.name: b for b in self._list(_m().Buffer, self.keys.buffers)}
+        from daccore.records.models import Buffer
+
+        return {b.name: b for b in self._list(Buffer, self.keys.buffers)}
 
     def update_buffer(self, buffer: Buffer, mod_revision: int) -> int:
         """Compare-and-swap the spec; Conflict when someone changed it since `mod_revision`."""
         return self.update_buffer_doc(buffer.model_dump(mode="json"), mod_revision)
 
-    def update_buffer_doc(self, doc: dict, mod_revision: int) -> int:
+    def update_buffer_doc(self, doc: Doc, mod_revision: int) -> int:
         """update_buffer of a spec in JSON; its work keys are put in the same transaction
         (those beyond one transaction's worth right after: `_wake_rest`)."""
         key = self.keys.buffer(doc["name"])
@@ -192,4 +197,6 @@ class BufferSpecs(BrickClaims, Leases):
 
     def watch_buffers(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
         """Every change to a buffer spec from `start_revision` on; the Watch closes it."""
-        return self._watch(_m().Buffer, self.keys.buffers, start_revision)
+        from daccore.records.models import Buffer
+
+        return self._watch(Buffer, self.keys.buffers, start_revision)

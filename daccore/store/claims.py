@@ -20,15 +20,14 @@ from daccore.store.base import (
     _doc,
     _dump,
     _load,
-    _m,
 )
 from daccore.store.work import WorkKeys
 
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Iterable, Iterator
 
     from daccore.etcd.stream import Watch
-    from daccore.records.models import Buffer
+    from daccore.records.models import BrickRef, Buffer
 
 __all__ = ["BrickClaims", "AllocationConflict", "CLAIMS_PER_TXN", "INTENT_TTL"]
 
@@ -68,12 +67,14 @@ class BrickClaims(WorkKeys):
         (`recover_intents`). No brick is ever claimed twice: a claim key is still created only
         where absent.
         """
+        from daccore.records.models import BrickClaim
+
         k = self.keys
         name = buffer.name
         claim_keys = self._claim_keys(
             buffer.request.pool, buffer.allocation.bricks, buffer.allocation.mgs_host
         )
-        claim = _dump(_m().BrickClaim(buffer=name, primary=buffer.allocation.primary_host))
+        claim = _dump(BrickClaim(buffer=name, primary=buffer.allocation.primary_host))
         spec = _dump(buffer)
         work = self._work_puts(
             name,
@@ -102,7 +103,9 @@ class BrickClaims(WorkKeys):
             " (or another call is allocating it)"
         )
 
-    def _claim_keys(self, pool: str, bricks, mgs_host: str | None) -> list[str]:
+    def _claim_keys(
+        self, pool: str, bricks: Iterable[BrickRef | _Ref], mgs_host: str | None
+    ) -> list[str]:
         """The claim keys of an allocation: one per brick, and a per-buffer Lustre MGS's slot
         on its host."""
         k = self.keys
@@ -280,8 +283,10 @@ class BrickClaims(WorkKeys):
 
     def claims(self) -> dict[tuple[str, str], str]:
         """Every claim: (host, brick) -> buffer name."""
+        from daccore.records.models import BrickClaim
+
         kvs, _ = self.client.range(self.keys.claims, prefix_end(self.keys.claims))
-        return {self.keys.parse_claim(kv.key)[1:]: _load(_m().BrickClaim, kv).buffer for kv in kvs}
+        return {self.keys.parse_claim(kv.key)[1:]: _load(BrickClaim, kv).buffer for kv in kvs}
 
     def host_claims(
         self, host: str, pools: list[str]

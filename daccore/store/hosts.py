@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from daccore.errors import AdminError, BadRecord, Conflict, NotFound
 from daccore.etcd.types import Compare, Op, absent, put_op, range_op
 from daccore.records.keys import prefix_end
-from daccore.store.base import Connection, _dump, _GuardFailed, _load, _m
+from daccore.store.base import Connection, _dump, _GuardFailed, _load
 
 if TYPE_CHECKING:
     from daccore.records.models import Host, Pool
@@ -22,11 +22,13 @@ class PoolsAndHosts(Connection):
 
     def ensure_pool(self, pool: Pool) -> Pool:
         """Create the pool record if missing; refuse a different definition of an existing one."""
+        from daccore.records.models import Pool
+
         key = self.keys.pool(pool.name)
         r = self.client.txn([absent(key)], [put_op(key, _dump(pool))], [range_op(key)])
         if r.succeeded:
             return pool
-        existing = _load(_m().Pool, r.ranges[0][0])
+        existing = _load(Pool, r.ranges[0][0])
         if existing != pool:
             raise AdminError(
                 f"pool '{pool.name}' is registered as {existing.model_dump(mode='json')} but this "
@@ -38,11 +40,13 @@ class PoolsAndHosts(Connection):
     def pools(self) -> dict[str, Pool]:
         """The registered pools; a record that is no Pool is left out, as in the pools summary
         (`inventory.parse_pools`): one bad record must not stop every job's setup."""
+        from daccore.records.models import Pool
+
         kvs, _ = self.client.range(self.keys.pools, prefix_end(self.keys.pools))
         out = {}
         for kv in kvs:
             try:
-                pool = _load(_m().Pool, kv)
+                pool = _load(Pool, kv)
             except BadRecord:
                 continue
             out[pool.name] = pool
@@ -55,6 +59,8 @@ class PoolsAndHosts(Connection):
         claim key names its pool, so a move would let a second buffer claim it. The write
         compares every such claim key absent, and refuses with the buffer's name otherwise.
         """
+        from daccore.records.models import BrickClaim, Host
+
         k = self.keys
 
         def change(old: Host | None) -> Host:
@@ -69,10 +75,10 @@ class PoolsAndHosts(Connection):
             ]
 
         try:
-            return self._update(_m().Host, k.host(host.name), change, self._capacity_op, still_free)
+            return self._update(Host, k.host(host.name), change, self._capacity_op, still_free)
         except _GuardFailed as e:
             held = {
-                kv.key: _load(_m().BrickClaim, kv).buffer
+                kv.key: _load(BrickClaim, kv).buffer
                 for c in e.compares
                 if (kv := self.client.get(c.key))
             }
@@ -87,16 +93,22 @@ class PoolsAndHosts(Connection):
             ) from None
 
     def set_drained(self, name: str, drained: bool) -> Host:
+        from daccore.records.models import Host
+
         def change(old: Host | None) -> Host:
             if old is None:
                 raise NotFound(f"unknown host '{name}'")
             return old.model_copy(update={"drained": drained})
 
-        return self._update(_m().Host, self.keys.host(name), change, self._capacity_op)
+        return self._update(Host, self.keys.host(name), change, self._capacity_op)
 
     def _capacity_op(self, host: Host) -> Op:
         """The host's capacity index, written in the same txn as its record, never apart."""
-        return put_op(self.keys.capacity(host.name), _dump(_m().HostCapacity.of(host)))
+        from daccore.records.models import HostCapacity
+
+        return put_op(self.keys.capacity(host.name), _dump(HostCapacity.of(host)))
 
     def hosts(self) -> dict[str, Host]:
-        return {h.name: h for h in self._list(_m().Host, self.keys.hosts)}
+        from daccore.records.models import Host
+
+        return {h.name: h for h in self._list(Host, self.keys.hosts)}

@@ -23,10 +23,11 @@ from daccore.store.base import _MAX_TXN_OPS, _claimant, _named
 from daccore.store.work import WorkKeys
 
 if TYPE_CHECKING:
-    from typing import Callable, Iterable
+    from typing import Callable, Iterable, Sequence
 
     from daccore.etcd.client import EtcdClient
     from daccore.rules.inventory import PoolInfo
+    from daccore.settings.cache import Json
 
 __all__ = ["InventoryReads", "PlacementView"]
 
@@ -46,7 +47,7 @@ class InventoryReads(WorkKeys):
 
     def __init__(self, client: EtcdClient, prefix: str = "/dac/v1/"):
         super().__init__(client, prefix)
-        self._views: dict | None = None  # _host_views' cache
+        self._views: Json | None = None  # _host_views' cache
 
     def inventory(self, claim_owners: bool = False) -> Inventory:
         """Pools, full host records, liveness and every claim, at one revision: for placement."""
@@ -64,7 +65,9 @@ class InventoryReads(WorkKeys):
                 ],
             )
             pools, hosts, alive, claims, intents, leases = r.ranges
-            owner = (lambda kv: _claimant(kv) or "?") if claim_owners else (lambda kv: "")
+            owner: Callable[[KV], str] = (
+                (lambda kv: _claimant(kv) or "?") if claim_owners else (lambda kv: "")
+            )
             inv = Inventory.from_json(
                 _named(pools, k.pools),
                 {Keys.last(kv.key, k.alive) for kv in alive},
@@ -112,7 +115,7 @@ class InventoryReads(WorkKeys):
                         counts.per_pool[pool] = n
             return Inventory.of_counts(pool_infos, views, counts, revision)
 
-    def _host_views(self, extra: list[Op]) -> tuple[list, list[bytes], set[str], int]:
+    def _host_views(self, extra: list[Op]) -> tuple[Sequence[list[KV]], list[bytes], set[str], int]:
         """The ranges of `extra`, every capacity record and the live hosts' names, all at one
         revision; the capacity records and alive keys from the caller's cache when etcd says
         none changed since it was read: as many as before (counted) and none modified since
@@ -199,7 +202,7 @@ class InventoryReads(WorkKeys):
         ident = "\0".join([self.keys.root, *sorted(self.client.endpoints)])
         return f"{d}/views-{hashlib.sha1(ident.encode()).hexdigest()[:16]}.json"
 
-    def _views_cache(self) -> dict | None:
+    def _views_cache(self) -> Json | None:
         if self._views is not None:
             return self._views
         try:
@@ -220,7 +223,7 @@ class InventoryReads(WorkKeys):
         self._views = doc
         return doc
 
-    def _save_views(self, doc: dict) -> None:
+    def _save_views(self, doc: Json) -> None:
         self._views = doc
         try:
             path = self._views_file()
@@ -384,5 +387,5 @@ class InventoryReads(WorkKeys):
         )
 
 
-def _fingerprint(kvs: list[KV]) -> list[list]:
+def _fingerprint(kvs: list[KV]) -> list[list[str | int]]:
     return [[kv.key, kv.create_revision, kv.mod_revision] for kv in kvs]

@@ -12,7 +12,8 @@ from daccore.records.keys import Keys, prefix_end
 from daccore.store.base import Connection
 
 if TYPE_CHECKING:
-    from typing import Callable
+    from contextlib import AbstractContextManager
+    from typing import Callable, Iterator
 
     from daccore.etcd.client import EtcdClient
     from daccore.etcd.stream import LeaseKeeper
@@ -98,7 +99,7 @@ class Leases(Connection):
         kvs, _ = self.client.range(self.keys.alive, prefix_end(self.keys.alive), keys_only=True)
         return {Keys.last(kv.key, self.keys.alive) for kv in kvs}
 
-    def owner_lock(self, uid: int, timeout: float = 120.0):
+    def owner_lock(self, uid: int, timeout: float = 120.0) -> AbstractContextManager[None]:
         """A context that holds `owner-locks/<uid>` for one call at a time: the key is created
         only if absent, bound to a lease of OWNER_LOCK_TTL seconds (a call that dies frees it
         then), and revoked on exit. Waits up to `timeout` for another holder."""
@@ -106,7 +107,7 @@ class Leases(Connection):
         import random
 
         @contextlib.contextmanager
-        def held():
+        def held() -> Iterator[None]:
             key = self.keys.owner_lock(uid)
             lease = self.client.lease_grant(OWNER_LOCK_TTL)
             try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from daccore.errors import BadRecord
 from daccore.records.keys import prefix_end
-from daccore.store.base import Connection, _dump, _load, _m
+from daccore.store.base import Connection, _dump, _load
 
 if TYPE_CHECKING:
     from daccore.records.models import Owed
@@ -25,12 +25,14 @@ class OwedMounts(Connection):
     def owed(self, node: str | None = None) -> list[Owed]:
         """Every node's debts (or one node's), in key order; a record that is not one is
         skipped (an admin sees it with etcdctl; dacd never acts on it)."""
+        from daccore.records.models import Owed
+
         prefix = self.keys.owed_all + (f"{node}/" if node else "")
         kvs, _ = self.client.range(prefix, prefix_end(prefix))
         out = []
         for kv in kvs:
             try:
-                out.append(_load(_m().Owed, kv))
+                out.append(_load(Owed, kv))
             except BadRecord:
                 continue
         return out

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 from daccore.errors import DacError, Superseded
 from daccore.etcd.types import Compare, put_op
 from daccore.records.keys import Keys, prefix_end
-from daccore.store.base import _MAX_TXN_OPS, _doc, _dump, _m
+from daccore.store.base import _MAX_TXN_OPS, _doc, _dump
 from daccore.store.leases import Leases
 
 if TYPE_CHECKING:
     from typing import Iterator
 
     from daccore.etcd.stream import Watch
+    from daccore.records.buffer_doc import Doc
     from daccore.records.models import Status
     from daccore.store.base import Change
 
@@ -49,7 +50,9 @@ class BufferStatuses(Leases):
                 raise Superseded(name)
 
     def statuses(self, buffer: str) -> dict[str, Status]:
-        return {s.host: s for s in self._list(_m().Status, self.keys.buffer_statuses(buffer))}
+        from daccore.records.models import Status
+
+        return {s.host: s for s in self._list(Status, self.keys.buffer_statuses(buffer))}
 
     def status_texts(self, buffer: str) -> dict[str, tuple[str, str]]:
         """Host -> (key, status as etcd holds it, unparsed): for dacd (see buffer_text)."""
@@ -57,17 +60,17 @@ class BufferStatuses(Leases):
         kvs, _ = self.client.range(prefix, prefix_end(prefix))
         return {Keys.last(kv.key, prefix): (kv.key, kv.value) for kv in kvs}
 
-    def status_docs(self, buffer: str) -> dict[str, dict]:
+    def status_docs(self, buffer: str) -> dict[str, Doc]:
         """Host -> status as JSON, for the Slurm functions (see buffer_doc)."""
         prefix = self.keys.buffer_statuses(buffer)
         kvs, _ = self.client.range(prefix, prefix_end(prefix))
         return {Keys.last(kv.key, prefix): json.loads(kv.value) for kv in kvs}
 
-    def all_status_docs(self) -> dict[str, dict[str, dict]]:
+    def all_status_docs(self) -> dict[str, dict[str, Doc]]:
         """Buffer -> host -> status as JSON, in one read (dwstat's views of every buffer);
         a status that is not a JSON object is left out."""
         kvs, _ = self.client.range(self.keys.statuses, prefix_end(self.keys.statuses))
-        found: dict[str, dict[str, dict]] = {}
+        found: dict[str, dict[str, Doc]] = {}
         for kv in kvs:
             buffer, _, host = Keys.last(kv.key, self.keys.statuses).partition("/")
             doc = _doc(kv.value)
@@ -93,4 +96,6 @@ class BufferStatuses(Leases):
         return w
 
     def watch_statuses(self, start_revision: int = 0) -> tuple[Watch, Iterator[Change]]:
-        return self._watch(_m().Status, self.keys.statuses, start_revision)
+        from daccore.records.models import Status
+
+        return self._watch(Status, self.keys.statuses, start_revision)

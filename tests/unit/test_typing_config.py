@@ -20,6 +20,16 @@ STRICT = {
     "daccore.settings.*",
     "daccore.etcd.*",
     "daccore.backends.*",
+    "daccore.store",
+    "daccore.store.base",
+    "daccore.store.hosts",
+    "daccore.store.leases",
+    "daccore.store.work",
+    "daccore.store.inventory",
+    "daccore.store.claims",
+    "daccore.store.buffers",
+    "daccore.store.statuses",
+    "daccore.store.owed",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only
