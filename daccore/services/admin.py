@@ -15,6 +15,12 @@ from daccore.rules.trust import check_owner
 from daccore.services import jobs
 from daccore.settings.bb_policy import check_persistent
 
+TYPE_CHECKING = False  # typing's own; mypy: True
+if TYPE_CHECKING:
+    from daccore.records.models import Buffer
+    from daccore.settings.config import DacConfig
+    from daccore.store import Store
+
 __all__ = [
     "rights",
     "require_root",
@@ -31,7 +37,7 @@ def require_root(uid: int, what: str) -> None:
         raise UserError(f"only root or the admin group may {what}")
 
 
-def set_drained(store, host: str, drained: bool, uid: int) -> list[str]:
+def set_drained(store: Store, host: str, drained: bool, uid: int) -> list[str]:
     """Drain (no new buffers are placed there) or undrain `host`; returns the buffers still
     holding bricks on it, which a drain leaves alone."""
     require_root(uid, "drain hosts" if drained else "undrain hosts")
@@ -46,8 +52,8 @@ def set_drained(store, host: str, drained: bool, uid: int) -> list[str]:
 
 
 def create_persistent(
-    store,
-    config,
+    store: Store,
+    config: DacConfig,
     name: str,
     capacity: int,
     pool: str | None,
@@ -56,7 +62,7 @@ def create_persistent(
     caller: tuple[int, int],
     owner: tuple[int | None, int | None] = (None, None),
     admin: bool = False,
-):
+) -> Buffer:
     """Create persistent buffer `name`, wait (config.step_timeout) until every host has built
     it and return its spec. `caller` is the (uid, gid) asking; `owner` (uid, gid), both or
     neither, is for admins only; by default the caller owns the buffer."""
@@ -94,10 +100,11 @@ def create_persistent(
     current = store.buffer(name)
     if current is None:
         raise NotFound(f"persistent buffer '{name}' was destroyed as soon as it was built")
-    return current.record
+    built: Buffer = current.record
+    return built
 
 
-def destroy_persistent(store, config, name: str, uid: int) -> None:
+def destroy_persistent(store: Store, config: DacConfig, name: str, uid: int) -> None:
     """Delete persistent buffer `name` and wait (config.step_timeout) until it is gone.
     Another user's buffer is NotFound, as in `dacctl status`; a job's buffer is refused (it
     goes with its job)."""
@@ -114,7 +121,7 @@ def destroy_persistent(store, config, name: str, uid: int) -> None:
     jobs.wait_for(store, name, State.DELETED, config.step_timeout, grace=config.restart_grace)
 
 
-def forget(store, name: str, uid: int) -> list[str]:
+def forget(store: Store, name: str, uid: int) -> list[str]:
     """Drop a buffer's spec, statuses and claims without dacd: for a buffer stranded on a
     storage host that is gone for good (teardown waits for every host's dacd). Refused while
     any of its hosts is alive: then its dacd can tear it down, and must, or its filesystem and
@@ -123,7 +130,7 @@ def forget(store, name: str, uid: int) -> list[str]:
     current = store.buffer(name)
     if current is None:
         raise NotFound(f"no buffer '{name}'")
-    hosts = current.record.allocation.hosts
+    hosts: list[str] = current.record.allocation.hosts
     alive = sorted(set(hosts) & store.alive())
     if alive:
         raise UserError(

@@ -11,9 +11,14 @@ from __future__ import annotations
 import pwd
 import time
 from collections import Counter
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from daccore.errors import NotFound
+
+if TYPE_CHECKING:
+    from daccore.records.models import Buffer, Status
+    from daccore.rules.inventory import Inventory
+    from daccore.settings.cache import Json
 
 __all__ = [
     "visible",
@@ -33,13 +38,13 @@ __all__ = [
 STATES = ("new", "created", "staged_in", "mounted", "unmounted", "staged_out", "deleted", "error")
 
 
-def visible(uid: int, buf) -> bool:
+def visible(uid: int, buf: Buffer) -> bool:
     """The rule of `dacctl status`: the owner sees their buffer, admins (uid 0 as
     daccore.services.admin.rights gives it) see all."""
     return uid in (0, buf.owner_uid)
 
 
-def buffer_state(buf, statuses: dict) -> str:
+def buffer_state(buf: Buffer, statuses: dict[str, Status]) -> str:
     """One word for a buffer across its hosts: "error" when any host failed at the spec's
     current generation (an older failure is being retried), else "new" while any host has
     reached no state yet, else the lowest state its hosts reached."""
@@ -94,7 +99,7 @@ def shorten(names: list[str], limit: int = 4) -> str:
     return f"{', '.join(names[:limit])} +{len(names) - limit} more"
 
 
-def host_rows(inv, lease_ages: dict[str, float] | None = None) -> list[dict]:
+def host_rows(inv: Inventory, lease_ages: dict[str, float] | None = None) -> list[Json]:
     """Per storage host, from an inventory read with `claim_owners=True`: its state (up,
     drained or down; a host is down when its alive key is gone), seconds since its dacd last
     renewed its lease (Store.lease_ages), and per pool its bricks, how many no buffer holds
@@ -133,8 +138,8 @@ def host_rows(inv, lease_ages: dict[str, float] | None = None) -> list[dict]:
 
 
 def buffer_rows(
-    buffers: Iterable,
-    statuses: Callable[[str], dict],
+    buffers: Iterable[Buffer],
+    statuses: Callable[[str], dict[str, Status]],
     uid: int,
     *,
     owner_uid: int | None = None,
@@ -142,12 +147,12 @@ def buffer_rows(
     pool: str | None = None,
     now: float | None = None,
     names: Callable[[int], str] = user_name,
-) -> list[dict]:
+) -> list[Json]:
     """One row per buffer that user `uid` may see and that matches every filter given;
     `statuses(name)` reads a buffer's statuses, for the buffers the owner and pool filters
     keep only."""
     now = time.time() if now is None else now
-    rows = []
+    rows: list[Json] = []
     for buf in buffers:
         if (
             not visible(uid, buf)
@@ -179,8 +184,11 @@ def buffer_rows(
 
 
 def buffer_detail(
-    buf, statuses: dict, now: float | None = None, names: Callable[[int], str] = user_name
-) -> dict:
+    buf: Buffer,
+    statuses: dict[str, Status],
+    now: float | None = None,
+    names: Callable[[int], str] = user_name,
+) -> Json:
     """Everything about one buffer: its spec as stored, the summary state and, per host of
     its allocation, the status as stored (None before that host's dacd first wrote one)."""
     now = time.time() if now is None else now

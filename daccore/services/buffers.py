@@ -23,7 +23,7 @@ from daccore.errors import CapacityError
 from daccore.gcpause import gc_paused
 from daccore.records.models import Allocation, BrickRef, Buffer
 from daccore.rules.allocator import crowded, pick, plan, sample
-from daccore.rules.inventory import BrickInfo
+from daccore.rules.inventory import BrickInfo, PoolInfo
 from daccore.store import AllocationConflict, PlacementView, Store
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def allocate_buffer(
     """
     rng = rng or random.Random()
 
-    def sampled(pools, bricks):
+    def sampled(pools: dict[str, PoolInfo], bricks: dict[str, int]) -> list[str]:
         return sample(pools, bricks, capacity, pool, rng)
 
     for attempt in range(1, MAX_ATTEMPTS + 1):

@@ -17,6 +17,10 @@ import re
 from daccore.records import buffer_doc
 from daccore.records.bounds import BUFFER_NAME, JOB_KEY
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from daccore.records.buffer_doc import Doc
+
 __all__ = ["Session", "sessions", "state_flags"]
 
 
@@ -36,7 +40,7 @@ class Session:
         "state",
     )
 
-    def __init__(self, name: str, doc: dict, statuses: dict[str, dict]):
+    def __init__(self, name: str, doc: Doc, statuses: dict[str, Doc]):
         """ValueError (or KeyError, TypeError) for a spec that is no buffer's: Slurm takes
         these names for tokens, so only a buffer name stored under its own key is one."""
         request = doc["request"]
@@ -66,7 +70,7 @@ class Session:
 
 
 def sessions(
-    docs: dict[str, dict], statuses: dict[str, dict[str, dict]] | None = None
+    docs: dict[str, Doc], statuses: dict[str, dict[str, Doc]] | None = None
 ) -> list[Session]:
     """The sessions of `docs` (name -> spec, as `Store.buffer_docs`), by name; `statuses`:
     buffer -> host -> status, as `Store.all_status_docs` (none: every state unknown). A spec
@@ -84,7 +88,7 @@ def sessions(
 _BUFFER, _JOB = re.compile(BUFFER_NAME), re.compile(JOB_KEY)
 
 
-def state_flags(desired: str, reached: list[dict]) -> str:
+def state_flags(desired: str, reached: list[Doc]) -> str:
     """DWS's five-character state, as dac fills it: `C` live or `D` being destroyed (teardown
     asked); `A` every storage host has made it; `F` a host reports a failure; `T` being
     destroyed and not yet gone from every host; the fifth is always `-`. So `CA---` is a

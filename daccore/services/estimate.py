@@ -20,6 +20,20 @@ from fractions import Fraction
 from daccore.errors import AdminError, UserError
 from daccore.units import bricks_needed, parse_size
 
+TYPE_CHECKING = False  # typing's own, without importing typing on a user's command; mypy: True
+if TYPE_CHECKING:
+    from typing import Callable, Mapping, Protocol
+
+    from daccore.rules.directives import Directives
+    from daccore.settings.cache import Json
+
+    class _Granular(Protocol):
+        """A pool as find_pool reads it: a Pool, or the user service's answer's stand-in."""
+
+        @property
+        def granularity(self) -> int: ...
+
+
 __all__ = [
     "Measure",
     "measure",
@@ -57,7 +71,7 @@ class Measure:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append((path, reason))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Json:
         return {
             "bytes": self.bytes,
             "allocated_bytes": self.allocated,
@@ -182,7 +196,7 @@ _UNITS = ("PiB", "TiB", "GiB", "MiB", "KiB", "PB", "TB", "GB", "MB", "KB")
 
 
 def find_pool(
-    read_pools, requested: str | None, default: str | None
+    read_pools: Callable[[], Mapping[str, _Granular]], requested: str | None, default: str | None
 ) -> tuple[str | None, int | None, str | None]:
     """(pool, granularity, None), or (pool or None, None, why it is unknown). `read_pools()`
     returns the pools by name (Store.pools); an unreachable etcd (or user service) makes the
@@ -202,7 +216,7 @@ def find_pool(
     return name, pools[name].granularity, None
 
 
-def advise(needed: int, margin: Fraction, granularity: int | None, jobdw: int | None) -> dict:
+def advise(needed: int, margin: Fraction, granularity: int | None, jobdw: int | None) -> Json:
     """The capacity to ask for: `needed` bytes plus the margin, rounded up to whole bricks
     when the granularity is known (else to whole MiB); and whether the script's `jobdw`
     capacity, as allocated (rounded up to bricks too), holds it: "enough", "tight" (the data
@@ -232,12 +246,12 @@ def advise(needed: int, margin: Fraction, granularity: int | None, jobdw: int | 
 
 
 def report(
-    d,
+    d: Directives,
     measured: list[Measure],
     output: int,
     margin: Fraction,
     pool: tuple[str | None, int | None, str | None],
-) -> dict:
+) -> Json:
     """The --json form of `dacctl estimate`: `measured` holds one Measure per stage_in line of
     the directives `d` (each fills the job's buffer: the grammar allows no other target)."""
     lines = []
@@ -269,7 +283,7 @@ def report(
     }
 
 
-def problem_line(rep: dict, uid: int) -> str | None:
+def problem_line(rep: Json, uid: int) -> str | None:
     """One line naming what a stage-in by user `uid` would fail on, or None."""
     bad = [x for x in rep["stage_in"] if x["problem_count"]]
     if not bad:

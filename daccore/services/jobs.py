@@ -16,6 +16,18 @@ from daccore.rules.directives import Directives
 from daccore.rules.inventory import summarize
 from daccore.units import format_size
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from daccore.records.buffer_doc import Doc
+    from daccore.records.models import Allocation, Buffer, BufferRequest
+    from daccore.rules.inventory import Inventory, PoolSummary
+    from daccore.store import Store
+
+    #: a change `_update` applies: the new field values of a spec (JSON), or None for none
+    SpecChange = Callable[[Doc], Doc | None]
+
 __all__ = [
     "pick_pool",
     "validate",
@@ -44,7 +56,11 @@ def pick_pool(requested: str | None, default: str | None, pools: list[str]) -> s
 
 
 def validate(
-    store, d: Directives, default_pool: str | None, uid: int | None = None, at_setup: bool = False
+    store: Store,
+    d: Directives,
+    default_pool: str | None,
+    uid: int | None = None,
+    at_setup: bool = False,
 ) -> None:
     """Everything a user can get wrong before the job queues; raises UserError with one line.
     `at_setup`: burst_buffer/datawarp has already run the script's create_persistent or
@@ -111,7 +127,7 @@ def validate(
                 )
 
 
-def await_persistent(store, d: Directives, timeout: float, job: str) -> None:
+def await_persistent(store: Store, d: Directives, timeout: float, job: str) -> None:
     """Until every persistent buffer the job attaches exists (one named by a persistentdw
     submitted before the job that makes it), at most `timeout` seconds; then UserError: the
     job is held, for its owner to release once the buffer is there."""
@@ -136,7 +152,7 @@ def await_persistent(store, d: Directives, timeout: float, job: str) -> None:
 
 
 def _check_one_host(
-    line: int, directive: str, capacity: int, pool: str, inventory, granularity: int
+    line: int, directive: str, capacity: int, pool: str, inventory: Inventory, granularity: int
 ) -> None:
     """A pool that keeps a buffer on one host (single_host) can never place one bigger than
     its biggest host holds, up or not: refused now, not by setup once the job has queued and
@@ -153,7 +169,7 @@ def _check_one_host(
         )
 
 
-def _check_access(line: int, access: str, pool) -> None:
+def _check_access(line: int, access: str, pool: PoolSummary) -> None:
     from daccore.backends import unservable
 
     why = unservable(pool.backend, 0, 0, access)
@@ -163,7 +179,7 @@ def _check_access(line: int, access: str, pool) -> None:
         )
 
 
-def _check_swap(d: Directives, pool, capacity: int) -> None:
+def _check_swap(d: Directives, pool: PoolSummary, capacity: int) -> None:
     from daccore.backends import unservable
 
     line = d.swap_line
@@ -185,8 +201,14 @@ def _check_swap(d: Directives, pool, capacity: int) -> None:
 
 
 def _buffer(
-    name: str, uid: int, gid: int, job_id: int | None, persistent: bool, request, allocation
-):
+    name: str,
+    uid: int,
+    gid: int,
+    job_id: int | None,
+    persistent: bool,
+    request: BufferRequest,
+    allocation: Allocation,
+) -> Buffer:
     from daccore.records.models import Buffer
 
     return Buffer(
@@ -202,13 +224,13 @@ def _buffer(
 
 
 def create_job_buffer(
-    store,
+    store: Store,
     job_id: int,
     uid: int,
     gid: int,
     d: Directives,
     default_pool: str | None,
-    own_mgs_pools: frozenset = frozenset(),
+    own_mgs_pools: frozenset[str] = frozenset(),
 ) -> bool:
     """Allocate the job's jobdw buffer (named after the job). False when the job has none.
     Idempotent: Slurm may run setup again after a slurmctld restart. A buffer in one of
@@ -258,7 +280,7 @@ def create_job_buffer(
 
 
 def create_persistent(
-    store,
+    store: Store,
     name: str,
     uid: int,
     gid: int,
@@ -267,8 +289,8 @@ def create_persistent(
     access: str,
     type_: str,
     default_pool: str | None,
-    own_mgs_pools: frozenset = frozenset(),
-    caps: dict | None = None,
+    own_mgs_pools: frozenset[str] = frozenset(),
+    caps: dict[str, Any] | None = None,
 ) -> None:
     """Allocate persistent buffer `name` for `uid`:`gid`, within `caps` (the config's
     persistent_caps as a dict, as every command passes it; None: no caps), checked and
@@ -292,7 +314,7 @@ def create_persistent(
     pool = pick_pool(pool, default_pool, list(store.pools()))
     request = BufferRequest(capacity=capacity, pool=pool, access=access, type=type_)
 
-    def allocate():
+    def allocate() -> None:
         allocate_buffer(
             store,
             lambda a: _buffer(name, uid, gid, None, True, request, a),
@@ -302,13 +324,16 @@ def create_persistent(
         )
 
     if caps is None:
-        return allocate()
+        allocate()
+        return
     with store.owner_lock(uid):
         _within_caps(store, caps, uid, gid, capacity, pool)
         allocate()
 
 
-def _within_caps(store, caps: dict, uid: int, gid: int, capacity: int, pool: str) -> None:
+def _within_caps(
+    store: Store, caps: dict[str, Any], uid: int, gid: int, capacity: int, pool: str
+) -> None:
     """UserError naming the cap a new persistent buffer of `capacity` in `pool` would pass for
     its owner or group. Shares are of the pool's capacity on its live hosts. A group's caps
     are kept exactly only between its members' own calls: the lock is per owner."""
@@ -343,7 +368,7 @@ def _within_caps(store, caps: dict, uid: int, gid: int, capacity: int, pool: str
 # call after setup, and pydantic would cost each 0.2 s (docs/performance.md).
 
 
-def _update(store, name: str, change) -> bool:
+def _update(store: Store, name: str, change: SpecChange) -> bool:
     """Apply `change(spec) -> dict of new field values (JSON), or None for no change` with
     compare-and-swap, bumping the generation; False when there is no such buffer."""
     from daccore.errors import Conflict
@@ -372,13 +397,13 @@ def _update(store, name: str, change) -> bool:
     raise Conflict(f"buffer '{name}' kept changing while updating it")
 
 
-def set_desired(store, name: str, state: State, retry: bool = False) -> bool:
+def set_desired(store: Store, name: str, state: State, retry: bool = False) -> bool:
     """Record the desired state of a buffer; False when there is no such buffer (a job without
     a jobdw, or a teardown Slurm repeats). With `retry`, asking again for the state a host
     failed to reach (a stage into a full filesystem, since freed) records it anew: a new
     generation, which dacd answers by running the failed step again."""
 
-    def change(b):
+    def change(b: Doc) -> Doc | None:
         if b["desired_state"] != state.value:
             return {"desired_state": state.value}
         if retry and any(
@@ -391,11 +416,11 @@ def set_desired(store, name: str, state: State, retry: bool = False) -> bool:
     return _update(store, name, change)
 
 
-def _attachment(job: str, nodes: list[str] | None, state: State | None):
+def _attachment(job: str, nodes: list[str] | None, state: State | None) -> SpecChange:
     """A change for `_update`: the job's attachment becomes `nodes` (None: removed) and, with
     `state`, the desired state too; None when the spec already says so."""
 
-    def change(b):
+    def change(b: Doc) -> Doc | None:
         if b["attachments"].get(job) == nodes and (
             state is None or b["desired_state"] == state.value
         ):
@@ -407,7 +432,9 @@ def _attachment(job: str, nodes: list[str] | None, state: State | None):
     return change
 
 
-def attach(store, job: str, nodes: list[str], names: list[str], state: State | None = None):
+def attach(
+    store: Store, job: str, nodes: list[str], names: list[str], state: State | None = None
+) -> None:
     """Ask for buffers `names` to be mounted on the job's `nodes`; with `state`, also move
     them to it (a job buffer: MOUNTED, in the same change)."""
     from daccore.rules.trust import check_attachment
@@ -418,13 +445,13 @@ def attach(store, job: str, nodes: list[str], names: list[str], state: State | N
             raise NotFound(f"persistentdw: no persistent buffer named '{name}'")
 
 
-def detach(store, job: str, names: list[str], state: State | None = None) -> None:
+def detach(store: Store, job: str, names: list[str], state: State | None = None) -> None:
     """Ask for the job's mounts of `names` to go (with `state`, also move them to it)."""
     for name in names:
         _update(store, name, _attachment(job, None, state))
 
 
-def attached_by(store, job: str) -> list[str]:
+def attached_by(store: Store, job: str) -> list[str]:
     """Persistent buffers that `job` still has attached."""
     return sorted(
         n
@@ -433,7 +460,7 @@ def attached_by(store, job: str) -> list[str]:
     )
 
 
-def needs_stage_out(store, buf: dict) -> bool:
+def needs_stage_out(store: Store, buf: Doc) -> bool:
     """The job ran (its buffer was mounted on its nodes) and has stage_out lines, or stages it
     asked for while it ran (dacd/injob.py: those still running, those at its end), not yet
     done everywhere. A job cancelled before it ran has produced nothing to stage out. (Its
@@ -449,11 +476,11 @@ def needs_stage_out(store, buf: dict) -> bool:
     )
 
 
-def destroy(store, name: str, uid: int | None = None) -> None:
+def destroy(store: Store, name: str, uid: int | None = None) -> None:
     """Ask for persistent buffer `name` to be deleted; refused while a job has it attached,
     and for anyone but its owner (or root) when the caller is known."""
 
-    def change(b):
+    def change(b: Doc) -> Doc | None:
         if uid is not None and uid not in (0, b["owner_uid"]):
             raise UserError(f"destroy_persistent: buffer '{name}' belongs to another user")
         if b["attachments"]:
@@ -481,7 +508,7 @@ RESTART_GRACE = 90.0
 
 
 def wait_for(
-    store,
+    store: Store,
     name: str,
     state: State,
     timeout: float,
@@ -505,7 +532,7 @@ def wait_for(
 
 
 def _wait(
-    store,
+    store: Store,
     name: str,
     state: State,
     timeout: float,
@@ -569,7 +596,7 @@ def _wait(
 
 
 def _down_line(
-    buf: dict,
+    buf: Doc,
     name: str,
     state: State,
     late: list[str],

@@ -21,6 +21,11 @@ import subprocess
 
 from daccore.errors import AdminError, InternalError, Kind, UserError
 
+TYPE_CHECKING = False  # typing's own, without importing typing on a user's command; mypy: True
+if TYPE_CHECKING:
+    from daccore.settings.cache import Json
+    from daccore.settings.config import DacConfig
+
 __all__ = ["ask", "MAGIC", "MUNGE_TIMEOUT", "munge_argv", "run_munge", "split_address"]
 
 #: seconds munge or unmunge may take (a local socket round trip: ~1.3 ms measured)
@@ -34,7 +39,7 @@ def munge_argv(tool: str, socket_path: str) -> list[str]:
     return [tool, *([f"--socket={socket_path}"] if socket_path else [])]
 
 
-def run_munge(argv: list[str], data: bytes | None) -> subprocess.CompletedProcess:
+def run_munge(argv: list[str], data: bytes | None) -> subprocess.CompletedProcess[bytes]:
     """`argv` run with `data` on its stdin; AdminError when munge is missing or hangs."""
     try:
         return subprocess.run(argv, input=data, capture_output=True, timeout=MUNGE_TIMEOUT)
@@ -63,7 +68,7 @@ _KINDS = {
 }
 
 
-def ask(config, verb: str, args: dict, timeout: float | None = None) -> dict:
+def ask(config: DacConfig, verb: str, args: Json, timeout: float | None = None) -> Json:
     """`verb`'s answer from the user service, for the uid this process runs as; the service's
     refusal is raised as the DacError of its kind, with its line."""
     payload = json.dumps({"magic": MAGIC, "verb": verb, "args": args})
@@ -93,7 +98,8 @@ def ask(config, verb: str, args: dict, timeout: float | None = None) -> dict:
     try:
         reply = json.loads(data)
         if "ok" in reply:
-            return reply["ok"]
+            ok: Json = reply["ok"]  # every verb answers an object (user_requests.answer)
+            return ok
         kind, message = reply["error"]["kind"], reply["error"]["message"]
     except (ValueError, KeyError, TypeError):
         raise AdminError(

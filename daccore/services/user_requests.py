@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from daccore.errors import NotFound, UserError
 from daccore.services import injob
+
+if TYPE_CHECKING:
+    from daccore.records.models import Buffer
+    from daccore.settings.cache import Json
+    from daccore.settings.config import DacConfig
+    from daccore.store import Store
 
 __all__ = ["Caller", "VERBS", "answer", "check_args"]
 
@@ -38,7 +44,7 @@ _WORD = (str, re.compile(r"^[a-z_,]{1,64}$"))  # a state, access mode or type: i
 _INT = (int, None)
 
 #: verb -> its arguments and their types; every argument may be None (not given).
-VERBS: dict[str, dict[str, tuple]] = {
+VERBS: dict[str, dict[str, tuple[type[Any], re.Pattern[str] | None]]] = {
     "status": {"buffer": _NAME},
     "pools": {},
     "buffers": {"owner_uid": _INT, "state": _WORD, "pool": _NAME},
@@ -57,7 +63,7 @@ VERBS: dict[str, dict[str, tuple]] = {
 }
 
 
-def check_args(verb: object, args: object) -> dict:
+def check_args(verb: object, args: object) -> dict[str, Any]:
     """`args` if they are exactly what `verb` takes, each of its type; else a UserError."""
     if not isinstance(verb, str) or verb not in VERBS:
         raise UserError(f"unknown request '{str(verb)[:40]}' (requests: {', '.join(VERBS)})")
@@ -77,35 +83,43 @@ def check_args(verb: object, args: object) -> dict:
     return {k: args.get(k) for k in VERBS[verb]}
 
 
-def answer(store, config, caller: Caller, verb: object, args: object) -> dict:
+def answer(store: Store, config: DacConfig, caller: Caller, verb: object, args: object) -> Json:
     """The answer to `verb` for `caller` (both as a request decoded them: checked here); a
     DacError when refused."""
     a = check_args(verb, args)
     return _HANDLERS[str(verb)](store, config, caller, **a)
 
 
-def _mine(store, caller: Caller, name: str):
+def _mine(store: Store, caller: Caller, name: str) -> Buffer:
     from daccore.services.admin_views import visible
 
     current = store.buffer(name)
     if current is None or not visible(caller.rights, current.record):
         raise NotFound(f"no buffer '{name}' of yours (a job id or a persistent buffer's name)")
-    return current.record
+    buf: Buffer = current.record
+    return buf
 
 
-def _status(store, config, caller, buffer):
+def _status(store: Store, config: DacConfig, caller: Caller, buffer: str) -> Json:
     from daccore.records.status_view import view
 
     return view(_mine(store, caller, buffer), store.statuses(buffer))
 
 
-def _pools(store, config, caller):
+def _pools(store: Store, config: DacConfig, caller: Caller) -> Json:
     from daccore.rules.inventory import summarize
 
     return {"pools": [s.as_dict() for s in summarize(store.summary_inventory())]}
 
 
-def _buffers(store, config, caller, owner_uid, state, pool):
+def _buffers(
+    store: Store,
+    config: DacConfig,
+    caller: Caller,
+    owner_uid: int | None,
+    state: str | None,
+    pool: str | None,
+) -> Json:
     from daccore.services.admin_views import STATES, buffer_rows
 
     if state is not None and state not in STATES:
@@ -122,13 +136,24 @@ def _buffers(store, config, caller, owner_uid, state, pool):
     }
 
 
-def _show(store, config, caller, buffer):
+def _show(store: Store, config: DacConfig, caller: Caller, buffer: str) -> Json:
     from daccore.services.admin_views import buffer_detail
 
     return buffer_detail(_mine(store, caller, buffer), store.statuses(buffer))
 
 
-def _create(store, config, caller, name, capacity, pool, access, type, owner_uid, owner_gid):
+def _create(
+    store: Store,
+    config: DacConfig,
+    caller: Caller,
+    name: str | None,
+    capacity: int | None,
+    pool: str | None,
+    access: str | None,
+    type: str | None,
+    owner_uid: int | None,
+    owner_gid: int | None,
+) -> Json:
     from daccore.services import admin
 
     if name is None or capacity is None or capacity <= 0:
@@ -153,7 +178,7 @@ def _create(store, config, caller, name, capacity, pool, access, type, owner_uid
     }
 
 
-def _destroy(store, config, caller, name):
+def _destroy(store: Store, config: DacConfig, caller: Caller, name: str | None) -> Json:
     from daccore.services import admin
 
     if name is None:
@@ -162,7 +187,7 @@ def _destroy(store, config, caller, name):
     return {"name": name}
 
 
-_HANDLERS: dict[str, Callable[..., dict]] = {
+_HANDLERS: dict[str, Callable[..., Json]] = {
     "status": _status,
     "pools": _pools,
     "buffers": _buffers,

@@ -30,6 +30,15 @@ STRICT = {
     "daccore.store.buffers",
     "daccore.store.statuses",
     "daccore.store.owed",
+    "daccore.services",
+    "daccore.services.admin",
+    "daccore.services.admin_views",
+    "daccore.services.buffers",
+    "daccore.services.dws",
+    "daccore.services.estimate",
+    "daccore.services.jobs",
+    "daccore.services.user_client",
+    "daccore.services.user_requests",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only

@@ -82,7 +82,7 @@ def test_measure_reports_what_the_stage_in_would_fail_on(tree, monkeypatch):
     ]
     # root reads everything, so stand in for the kernel's answer to a user here
     # (tests/system/test_admin_cli.py checks it for real, as another user)
-    monkeypatch.setattr(est.os, "access", lambda path, mode: not path.endswith("/b"))
+    monkeypatch.setattr(os, "access", lambda path, mode: not path.endswith("/b"))
     m = est.measure("directory", str(tree))
     assert m.problems == [(str(tree / "sub" / "b"), "not readable")] and m.files == 3
 
@@ -90,7 +90,7 @@ def test_measure_reports_what_the_stage_in_would_fail_on(tree, monkeypatch):
 def test_only_the_first_problems_are_kept_but_all_are_counted(tmp_path, monkeypatch):
     for i in range(8):
         (tmp_path / f"f{i}").write_text("z")
-    monkeypatch.setattr(est.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
     m = est.measure("directory", str(tmp_path))
     assert m.problem_count == 8 and len(m.problems) == est.MAX_PROBLEMS
 
