@@ -43,8 +43,15 @@ from dacctl import datawarp
 from dacservice.mirror import Mirror, MirrorClient, Unsure
 
 if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Callable, TypeVar
+
     from daccore.etcd.client import EtcdClient
+    from daccore.etcd.types import Transport
+    from daccore.settings.cache import Json
     from daccore.store import Store
+
+    T = TypeVar("T")
 
 __all__ = ["Answerer", "serve", "ask", "SOCKET", "MAGIC", "main"]
 
@@ -87,9 +94,9 @@ class Answerer:
         from daccore.settings.env import config_path
 
         self._config_path = config_path(None, os.environ)  # the environment is fixed
-        self._identity: tuple | None = None
-        self._settings: dict = {}
-        self._etcd: dict | None = None
+        self._identity: tuple[object, ...] | None = None
+        self._settings: Json = {}
+        self._etcd: Json | None = None
         self.mirror: Mirror | None = None
         self._mirror_store: Store | None = None
         self._direct: Store | None = None
@@ -99,13 +106,13 @@ class Answerer:
 
     # -- the config and the stores -------------------------------------------------------------
 
-    def _reload(self) -> dict:
+    def _reload(self) -> Json:
         """The config as dacctl reads it, again whenever its file changed: a new etcd (another
         endpoint, prefix, credential) gets a new mirror."""
         path = self._config_path
         try:
             st = os.stat(path)
-            identity: tuple = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+            identity: tuple[object, ...] = (path, st.st_ino, st.st_size, st.st_mtime_ns)
         except OSError:
             identity = (path, None)
         if identity == self._identity:
@@ -120,7 +127,7 @@ class Answerer:
             log.info("config %s read; answering for uids %s", path, sorted(self._allowed()))
         return self._settings
 
-    def _connect(self, etcd: dict) -> None:
+    def _connect(self, etcd: Json) -> None:
         from daccore.store import Store
 
         old = self.mirror
@@ -148,7 +155,8 @@ class Answerer:
                 time.sleep(1.0)
 
     def _allowed(self) -> frozenset[int]:
-        return self._settings.get("trusted_uids", frozenset({0}))
+        uids: frozenset[int] = self._settings.get("trusted_uids", frozenset({0}))
+        return uids
 
     # -- serving ------------------------------------------------------------------------------
 
@@ -218,10 +226,10 @@ class Answerer:
         function, args = words[1], [urllib.parse.unquote(w) for w in words[2:]]
         if function == "stats":
             with self._lock:
-                body = json.dumps(
+                stats = json.dumps(
                     {**self.counts, "fresh": bool(self.mirror and self.mirror.fresh())}
                 )
-            return b"ANSWER 0 %d\n" % len(body) + body.encode()
+            return b"ANSWER 0 %d\n" % len(stats) + stats.encode()
         if function not in datawarp.HOT:
             return b"REFUSE only job_process, pools and paths are answered here\n"
         source, result = self.answer(function, args)
@@ -230,11 +238,14 @@ class Answerer:
             log.info("%s refused: %s", function, result)
             return f"REFUSE {' '.join(str(result).split())}\n".encode()
         self._count(f"{function}:{source}")
+        assert not isinstance(result, str)  # answered: only a refusal has no source
         rc, out, err = result
         body = out.encode("utf-8", "surrogateescape")
         return b"ANSWER %d %d\n" % (rc, len(body)) + body + err.encode("utf-8", "surrogateescape")
 
-    def answer(self, function: str, args: list[str]):
+    def answer(
+        self, function: str, args: list[str]
+    ) -> tuple[str, tuple[int, str, str]] | tuple[None, str]:
         """(source, (rc, stdout, stderr)): source "mirror" or "etcd"; (None, why) refused."""
         try:
             settings = self._reload()
@@ -261,18 +272,18 @@ class Answerer:
             return None, f"{why}; {e}"
 
 
-def _bounded(store):
+def _bounded(store: Store) -> Store:
     """`store` whose etcd out of reach (past DIRECT_TIMEOUT) is `Unsure`, not an answer: the
     fork that follows has the rest of the 2 s, and its own one line."""
     call = store.client._call
 
-    def bounded(fn):
+    def bounded(fn: Callable[[Transport], T]) -> T:
         try:
             return call(fn)
         except StoreUnavailable as e:
             raise Unsure(f"etcd out of reach: {e}") from None
 
-    store.client._call = bounded
+    store.client._call = bounded  # type: ignore[method-assign]  # this store's client only
     return store
 
 
@@ -338,7 +349,7 @@ def _listen(path: str, slurm_user: str | None) -> socket.socket:
     return listener
 
 
-def serve(path: str, ready=None) -> None:
+def serve(path: str, ready: Callable[[], object] | None = None) -> None:
     """Answer on `path` until SIGTERM or SIGINT; `ready()` once it listens."""
     import signal
 
@@ -346,7 +357,7 @@ def serve(path: str, ready=None) -> None:
     gc.set_threshold(*GC_THRESHOLD)
     sys.setswitchinterval(SWITCH_INTERVAL)
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> None:
         server.shutdown()
 
     signal.signal(signal.SIGTERM, stop)
@@ -360,7 +371,7 @@ def serve(path: str, ready=None) -> None:
         server.close()
 
 
-def ask(path: str, function: str, args: list[str], timeout: float = 2.0) -> tuple:
+def ask(path: str, function: str, args: list[str], timeout: float = 2.0) -> tuple[Any, ...]:
     """What burst_buffer.lua does, in Python (tests, bench): ("ANSWER", rc, stdout, stderr)
     or ("REFUSE", reason)."""
     line = " ".join([MAGIC, function, *(_encode(a) for a in args)]) + "\n"

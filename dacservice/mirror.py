@@ -43,7 +43,10 @@ from daccore.etcd.types import (
 from daccore.records.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Iterator, NoReturn
+
+    from daccore.etcd.client import EtcdClient
+    from daccore.etcd.types import Compare, Event, Op, WatchMessage
 
 __all__ = ["Mirror", "MirrorClient", "Unsure", "PROBE_EVERY", "FRESH_FOR"]
 
@@ -66,7 +69,7 @@ def _mirrored(keys: Keys) -> tuple[str, ...]:
 class Mirror:
     """Thread-safe; `lock` held by a reader makes every read see one revision."""
 
-    def __init__(self, client, prefix: str):
+    def __init__(self, client: EtcdClient, prefix: str):
         self.client = client  # an EtcdClient (http transport)
         self.keys = Keys(prefix)
         self.prefixes = _mirrored(self.keys)
@@ -102,7 +105,9 @@ class Mirror:
             return f"etcd out of reach: {failed}"
         return None
 
-    def read(self, key: str, end: str | None, keys_only: bool, min_mod: int) -> tuple[list, int]:
+    def read(
+        self, key: str, end: str | None, keys_only: bool, min_mod: int
+    ) -> tuple[list[KV], int]:
         """(kvs under [key, end) or the one key, count before min_mod filtering); caller
         holds `lock`."""
         k = key_bytes(key)
@@ -167,7 +172,7 @@ class Mirror:
         while not self._stop.is_set():
             try:
                 self._watch = _Batches(self.client, root, prefix_end(root), self.revision + 1)
-                for events in cast("Iterator[list]", iter(self._watch)):
+                for events in cast("Iterator[list[Event]]", iter(self._watch)):
                     self._apply(events)
                     if self._stop.is_set():
                         return
@@ -188,7 +193,7 @@ class Mirror:
                 log.warning("mirror cannot list: %s", e)
                 self._stop.wait(0.5)
 
-    def _apply(self, events: list) -> None:
+    def _apply(self, events: list[Event]) -> None:
         with self.lock:
             for ev in events:
                 if not self.covers(ev.kv.key, None):
@@ -242,7 +247,8 @@ class Mirror:
 class _Batches(Watch):
     """A Watch that yields each message's events as one list (one revision's, or more)."""
 
-    def _deliver(self, msg):
+    # yields lists of events, not events: _follow iterates it through a cast
+    def _deliver(self, msg: WatchMessage) -> Iterator[list[Event]]:  # type: ignore[override]
         events = list(super()._deliver(msg))
         if events:
             yield events
@@ -259,7 +265,7 @@ class MirrorClient:
 
     def _range(
         self, key: str, end: str | None, keys_only: bool, count_only: bool, rev: int, min_mod: int
-    ) -> tuple[list, int]:
+    ) -> tuple[list[KV], int]:
         m = self.mirror
         if rev and rev != m.revision:
             raise Unsure(f"a read at revision {rev}, the mirror's is {m.revision}")
@@ -280,10 +286,13 @@ class MirrorClient:
         kvs, _ = self.range(key)
         return kvs[0] if kvs else None
 
-    def txn(self, compare, success, failure=None) -> TxnResult:
+    def txn(
+        self, compare: list[Compare], success: list[Op], failure: list[Op] | None = None
+    ) -> TxnResult:
         if compare or any(op.kind != "range" for op in success):
             raise Unsure("a write")
-        ranges, counts = [], []
+        ranges: list[list[KV]] = []
+        counts: list[int] = []
         for op in success:
             kvs, count = self._range(
                 op.key,
@@ -297,7 +306,7 @@ class MirrorClient:
             counts.append(count)
         return TxnResult(True, self.mirror.revision, ranges, counts)
 
-    def _not_a_read(self, *args, **kwargs):
+    def _not_a_read(self, *args: object, **kwargs: object) -> NoReturn:
         raise Unsure("not a read the mirror answers")
 
     put = delete = compact = watch = _not_a_read

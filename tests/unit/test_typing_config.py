@@ -39,6 +39,9 @@ STRICT = {
     "daccore.services.jobs",
     "daccore.services.user_client",
     "daccore.services.user_requests",
+    "dacservice",
+    "dacservice.answerer",
+    "dacservice.mirror",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only
