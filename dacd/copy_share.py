@@ -128,6 +128,9 @@ class Listing:
         self.dirs: list[tuple[str, str, os.stat_result]] = []
         self.links: list[tuple[str, str, os.stat_result]] = []
         self.files: list[tuple[str, str, os.stat_result]] = []
+        #: what prepare makes, in the order the single copier meets it: ("d" | "l" | "f", the
+        #: index in dirs, links or files) or ("p", a file pair's parent directory)
+        self.order: list[tuple[str, int | str]] = []
         self._hash = hashlib.blake2b(digest_size=16)
 
     def digest(self) -> str:
@@ -143,9 +146,11 @@ class Listing:
     def add(self, src: str, dst: str, st: os.stat_result, rel: str) -> None:
         mode = st.st_mode
         if stat.S_ISLNK(mode):
+            self.order.append(("l", len(self.links)))
             self.links.append((src, dst, st))
             self._note(b"l", rel, st)
         elif stat.S_ISREG(mode):
+            self.order.append(("f", len(self.files)))
             self.files.append((src, dst, st))
             self._note(b"f", rel, st)
 
@@ -154,6 +159,7 @@ class Listing:
         todo = [(src, dst, st, f"{n}:")]
         while todo:
             src, dst, st, rel = todo.pop()
+            self.order.append(("d", len(self.dirs)))
             self.dirs.append((src, dst, st))
             self._note(b"d", rel, st)
             try:
@@ -181,6 +187,7 @@ def listing(checked: list[tuple]) -> Listing:
         if kind == "directory":
             out.walk(n, src, dst, st)
         else:
+            out.order.append(("p", os.path.dirname(dst)))
             out.add(src, dst, st, f"{n}:")
     return out
 
@@ -218,33 +225,42 @@ def prepare(checked: list[tuple], count: int, split: int) -> tuple[Listing, list
     finish); the walk and the shares."""
     walk = listing(checked)
     _room(walk)
-    for kind, _src, dst, _st in checked:
-        if kind != "directory":
-            copier._dir(os.path.dirname(dst))
-    for _src, dst, _st in walk.dirs:
-        copier._dir(dst)
-    for src, dst, _st in walk.links:
-        pfd, name = copier._parent(dst)
-        try:
-            target = os.readlink(src)
-            try:
-                os.symlink(target, name, dir_fd=pfd)
-            except FileExistsError:
-                os.unlink(name, dir_fd=pfd)
-                os.symlink(target, name, dir_fd=pfd)
-        except OSError as e:
-            raise copier._fail(dst, e) from None
     shares = deal(sizes(walk), count, split)
-    for i in sorted({i for share in shares for i, _s, _e, whole in share if not whole}):
-        _src, dst, st = walk.files[i]
-        fd = copier._create(dst, 0o600)
-        try:
-            os.ftruncate(fd, st.st_size)
-        except OSError as e:
-            raise copier._fail(dst, e) from None
-        finally:
-            os.close(fd)
+    cut = {i for share in shares for i, _s, _e, whole in share if not whole}
+    for kind, at in walk.order:  # in the single copier's order: a link made by one pair is
+        if kind == "p":  # met, never followed, by the next pair's directories
+            copier._dir(str(at))
+        elif kind == "d":
+            copier._dir(walk.dirs[int(at)][1])
+        elif kind == "l":
+            _link(*walk.links[int(at)][:2])
+        elif at in cut:
+            _cut_file(*walk.files[int(at)][1:])
     return walk, shares
+
+
+def _link(src: str, dst: str) -> None:
+    pfd, name = copier._parent(dst)
+    try:
+        target = os.readlink(src)
+        try:
+            os.symlink(target, name, dir_fd=pfd)
+        except FileExistsError:
+            os.unlink(name, dir_fd=pfd)
+            os.symlink(target, name, dir_fd=pfd)
+    except OSError as e:
+        raise copier._fail(dst, e) from None
+
+
+def _cut_file(dst: str, st: os.stat_result) -> None:
+    """A split file made anew at its final size (holes), 0600 until finish."""
+    fd = copier._create(dst, 0o600)
+    try:
+        os.ftruncate(fd, st.st_size)
+    except OSError as e:
+        raise copier._fail(dst, e) from None
+    finally:
+        os.close(fd)
 
 
 def _checked_walk(checked: list[tuple], digest: str) -> Listing:

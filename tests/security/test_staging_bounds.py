@@ -26,6 +26,7 @@ from security.staging_dac import (
     up,
     write,
 )
+from split_staging import stage_line, stage_split  # noqa: F401 - autouse: run split too
 
 from dacd.staging import COPIER, _python
 
@@ -34,7 +35,7 @@ NOT_REGULAR = "not a regular file (FIFOs, devices and sockets are not staged)"
 
 def refused(env, job, script, line):
     r = slurm(env, "data_in", job, "--job", str(script), check=False)
-    assert (r.returncode, r.stdout) == (1, f"buffer {job}: stage_in failed: {line}\n")
+    assert (r.returncode, r.stdout) == (1, stage_line(f"buffer {job}: stage_in failed: {line}\n"))
     slurm(env, "teardown", job, "--job", str(script), "--hurry")
 
 
@@ -199,7 +200,7 @@ def test_staging_a_stage_that_never_ends_is_killed_by_the_timeout(dac, open_dir,
         f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
     )
     started = time.monotonic()
-    result = {}
+    result: dict = {}
     caller = threading.Thread(
         target=lambda: result.update(r=slurm(env, "data_in", 96, "--job", str(script), check=False))
     )

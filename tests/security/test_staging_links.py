@@ -16,6 +16,7 @@ from security.staging_dac import (
     snapshot,
     write,
 )
+from split_staging import stage_line, stage_split  # noqa: F401 - autouse: run split too
 
 LINK_ERROR = "a link or not a directory (staging follows no link in a destination)"
 
@@ -48,7 +49,7 @@ def test_staging_a_chain_of_links_never_leaves_the_buffer(dac, open_dir, tmp_pat
     r = slurm(env, "data_in", 61, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 61: stage_in failed: {fs}/striped/p: {LINK_ERROR}\n",
+        stage_line(f"buffer 61: stage_in failed: {fs}/striped/p: {LINK_ERROR}\n"),
     )
     assert not os.path.lexists(fs / "private" / "node1")  # nothing landed beside striped/
     assert not os.path.lexists(fs / "private" / "node2")
@@ -80,7 +81,7 @@ def test_staging_a_link_at_any_component_is_not_followed(dac, open_dir, tmp_path
     r = slurm(env, "data_in", 63, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 63: stage_in failed: {fs}/striped/{link_at}: {LINK_ERROR}\n",
+        stage_line(f"buffer 63: stage_in failed: {fs}/striped/{link_at}: {LINK_ERROR}\n"),
     )
     assert os.listdir(outside) == []
     slurm(env, "teardown", 63, "--job", str(script), "--hurry")
@@ -105,7 +106,7 @@ def test_staging_a_link_to_dotdot_and_a_tree_holding_one(dac, open_dir, tmp_path
     r = slurm(env, "data_in", 65, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 65: stage_in failed: {fs}/striped/in/up: {LINK_ERROR}\n",
+        stage_line(f"buffer 65: stage_in failed: {fs}/striped/in/up: {LINK_ERROR}\n"),
     )
     assert not os.path.lexists(fs / "private" / "x")
     slurm(env, "teardown", 65, "--job", str(script), "--hurry")
@@ -150,7 +151,7 @@ def test_staging_links_and_hard_links_the_job_made_are_replaced_not_written_thro
     r = slurm(env, "data_out", 67, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 67: stage_out failed: {open_dir}/back/l: {LINK_ERROR}\n",
+        stage_line(f"buffer 67: stage_out failed: {open_dir}/back/l: {LINK_ERROR}\n"),
     )
     assert os.listdir(elsewhere) == []
     slurm(env, "teardown", 67, "--job", str(script), "--hurry")
@@ -177,7 +178,9 @@ def test_staging_a_list_that_is_a_link_or_names_links_is_not_followed(
     r = slurm(env, "data_in", 69, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 69: stage_in failed: {src}/list-link: a link; name the list file itself\n",
+        stage_line(
+            f"buffer 69: stage_in failed: {src}/list-link: a link; name the list file itself\n"
+        ),
     )
     slurm(env, "teardown", 69, "--job", str(script), "--hurry")
     script = setup(
@@ -191,7 +194,7 @@ def test_staging_a_list_that_is_a_link_or_names_links_is_not_followed(
     r = slurm(env, "data_in", 70, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 70: stage_in failed: {fs}/striped/sub/l: {LINK_ERROR}\n",
+        stage_line(f"buffer 70: stage_in failed: {fs}/striped/sub/l: {LINK_ERROR}\n"),
     )
     slurm(env, "teardown", 70, "--job", str(script), "--hurry")
     assert snapshot(etc) == before

@@ -5,6 +5,7 @@ import json
 import os
 
 from clitools import run, setup, slurm
+from split_staging import stage_line, stage_split  # noqa: F401 - autouse: run split too
 
 from daccore.units import format_size
 
@@ -108,7 +109,7 @@ def test_a_file_the_user_cannot_read_is_not_staged(dac, open_dir, tmp_path):
     r = slurm(env, "data_in", 52, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 52: stage_in failed: {secret}: Permission denied\n",
+        stage_line(f"buffer 52: stage_in failed: {secret}: Permission denied\n"),
     )
     (status,) = store.statuses("52").values()
     assert status.error.category.value == "user"
@@ -128,7 +129,7 @@ def test_a_link_in_the_buffer_cannot_take_stage_out_outside(dac, open_dir, tmp_p
     fs = workdir / "fs" / host / "53" / "striped"
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 53: stage_out failed: {fs}/escape: resolves outside the buffer\n",
+        stage_line(f"buffer 53: stage_out failed: {fs}/escape: resolves outside the buffer\n"),
     )
     assert not (out / "x").exists()
     slurm(env, "teardown", 53, "--job", str(script), "--hurry")  # a failed stage-out keeps it
@@ -166,12 +167,12 @@ def test_a_failed_stage_out_keeps_the_buffer_until_a_hurried_teardown(dac, open_
     r = slurm(env, "data_out", 56, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 56: stage_out failed: {locked}/r: Permission denied\n",
+        stage_line(f"buffer 56: stage_out failed: {locked}/r: Permission denied\n"),
     )
     r = slurm(env, "teardown", 56, "--job", str(script), check=False)
     assert (r.returncode, r.stdout) == (
         1,
-        f"buffer 56: stage_out failed: {locked}/r: Permission denied\n",
+        stage_line(f"buffer 56: stage_out failed: {locked}/r: Permission denied\n"),
     )
     assert store.buffer("56") is not None  # kept: the data is still there to rescue
     slurm(env, "teardown", 56, "--job", str(script), "--hurry")
