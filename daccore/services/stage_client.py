@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daccore.errors import UserError
+
+if TYPE_CHECKING:
+    from daccore.settings.cache import Json
 
 __all__ = ["stage_in", "stage_out", "list_stages", "status", "wait", "cancel", "FINAL"]
 
@@ -41,14 +44,14 @@ def _job() -> tuple[str, str]:
     return job, node
 
 
-def _ask(verb: str, config: Any = None, **args: Any) -> dict:
+def _ask(verb: str, config: Any = None, **args: Any) -> Json:
     from daccore.services.user_client import ask
     from daccore.settings.config import load_config
 
     return ask(config or load_config(), verb, args, timeout=60)
 
 
-def _start(direction: str, source: str, destination: str, **flags: Any) -> dict:
+def _start(direction: str, source: str, destination: str, **flags: Any) -> Json:
     job, node = _job()
     source, destination = os.path.abspath(source), os.path.abspath(destination)
     directory = flags.pop("directory")
@@ -76,7 +79,7 @@ def stage_in(
     at_job_end: bool = False,
     revocable: bool = False,
     config: Any = None,
-) -> dict:
+) -> Json:
     """Copy `source` (yours) into the job's buffer at `destination`, in the background."""
     return _start(
         "in",
@@ -97,7 +100,7 @@ def stage_out(
     at_job_end: bool = False,
     revocable: bool = False,
     config: Any = None,
-) -> dict:
+) -> Json:
     """Copy `source` (in the job's buffer) to `destination` (yours): now, in the background,
     or with `at_job_end` after the job's #DW stage_out lines; with `revocable` a later
     at-job-end stage to the same destination takes its place."""
@@ -112,21 +115,21 @@ def stage_out(
     )
 
 
-def list_stages(config: Any = None) -> list[dict]:
+def list_stages(config: Any = None) -> list[Json]:
     return list(_ask("stage-list", config, job=_job()[0])["stages"])
 
 
-def status(id: int, config: Any = None) -> dict:
+def status(id: int, config: Any = None) -> Json:
     return _ask("stage-status", config, job=_job()[0], id=id)
 
 
-def cancel(id: int, config: Any = None) -> dict:
+def cancel(id: int, config: Any = None) -> Json:
     return _ask("stage-cancel", config, job=_job()[0], id=id)
 
 
 def wait(
     ids: list[int] | None = None, timeout: float | None = None, config: Any = None
-) -> list[dict]:
+) -> list[Json]:
     """The stages `ids` (every one of the job's when None) once each has ended, or as they
     are when `timeout` seconds have passed (None: no limit)."""
     job = _job()[0]

@@ -37,6 +37,7 @@ STRICT = {
     "daccore.services.dws",
     "daccore.services.estimate",
     "daccore.services.jobs",
+    "daccore.services.stage_client",
     "daccore.services.user_client",
     "daccore.services.user_requests",
     "dacservice",
