@@ -18,7 +18,6 @@ from daccore.etcd.types import KV, Compare, Op, absent, key_bytes, mod_is, put_o
 from daccore.records.keys import Keys, prefix_end
 
 if TYPE_CHECKING:
-    from types import ModuleType
     from typing import Callable, Iterator, Self, TypeVar
 
     from pydantic import BaseModel
@@ -32,14 +31,6 @@ if TYPE_CHECKING:
     R = TypeVar("R", bound=BaseModel)
 
 __all__ = ["Connection", "Versioned", "Change"]
-
-
-def _m() -> ModuleType:
-    """The record models, imported on first use (see above). Untyped (a module's attributes
-    are Any to mypy): the typed concerns import the model they need in the method instead."""
-    from daccore.records import models
-
-    return models
 
 
 #: etcd refuses transactions of more than --max-txn-ops operations (default 128) on either

@@ -15,7 +15,6 @@ from daccore.store.base import _dump, _load
 from daccore.store.leases import Leases
 
 if TYPE_CHECKING:
-    from types import ModuleType
     from typing import Callable, Iterator, TypeVar
 
     from pydantic import BaseModel
@@ -27,13 +26,6 @@ if TYPE_CHECKING:
     R = TypeVar("R", bound=BaseModel)
 
 __all__ = ["InJobStages"]
-
-
-def _models() -> ModuleType:
-    """The record models, on first use (pydantic is slow to import: daccore.store.base._m)."""
-    from daccore.records import models
-
-    return models
 
 
 class InJobStages(Leases):
@@ -54,10 +46,12 @@ class InJobStages(Leases):
         """The stage `make(id)` (id: the job's next) put for `host`'s dacd, unless the job
         has `open_cap` stages queued or running already (UserError); retried when another
         request of the job got there first."""
+        from daccore.records.models import StageIndex
+
         key = self.keys.stage_index(job)
         for _ in range(attempts):
             kv = self.client.get(key)
-            index = _load(_models().StageIndex, kv) if kv else _models().StageIndex(job=job)
+            index = _load(StageIndex, kv) if kv else StageIndex(job=job)
             open_ = [
                 s for s, st in self.job_stages(job, index.hosts) if st is None or not st.state.final
             ]
@@ -79,30 +73,35 @@ class InJobStages(Leases):
         raise Conflict(f"{key} kept changing under {attempts} attempts to add a stage")
 
     def stage_hosts(self, job: str) -> list[str]:
+        from daccore.records.models import StageIndex
+
         kv = self.client.get(self.keys.stage_index(job))
-        return _load(_models().StageIndex, kv).hosts if kv else []
+        return _load(StageIndex, kv).hosts if kv else []
 
     def job_stages(
         self, job: str, hosts: list[str] | None = None
     ) -> list[tuple[InJobStage, InJobStageStatus | None]]:
         """The job's stages, each with its dacd's status (None before the first), by id."""
-        m = _models()
+        from daccore.records.models import InJobStage, InJobStageStatus
+
         out = []
         for host in self.stage_hosts(job) if hosts is None else hosts:
             statuses = {
                 s.id: s
-                for s in self._valid(m.InJobStageStatus, self.keys.job_stage_statuses(host, job))
+                for s in self._valid(InJobStageStatus, self.keys.job_stage_statuses(host, job))
             }
             out += [
                 (s, statuses.get(s.id))
-                for s in self._valid(m.InJobStage, self.keys.job_stages(host, job))
+                for s in self._valid(InJobStage, self.keys.job_stages(host, job))
             ]
         return sorted(out, key=lambda pair: pair[0].id)
 
     def cancel_stage(self, stage: InJobStage) -> None:
         """Mark `stage` cancelled, for its dacd to stop (a no-op once it is marked)."""
+        from daccore.records.models import InJobStage
+
         self._update(
-            _models().InJobStage,
+            InJobStage,
             self.keys.stage(stage.host, stage.job, stage.id),
             lambda old: (old or stage).model_copy(update={"cancel": True}),
         )
@@ -122,9 +121,11 @@ class InJobStages(Leases):
         return (kv.value, kv.create_revision) if kv else None
 
     def stage_status_of(self, host: str, job: str, id: int) -> InJobStageStatus | None:
+        from daccore.records.models import InJobStageStatus
+
         kv = self.client.get(self.keys.stage_status(host, job, id))
         try:
-            return _load(_models().InJobStageStatus, kv) if kv else None
+            return _load(InJobStageStatus, kv) if kv else None
         except BadRecord:
             return None
 
