@@ -384,6 +384,8 @@ def serve(config, ready=None) -> None:
             "user_service is not set in the config: set it to host:port (docs/security.md)"
         )
     store = Store.from_settings(config.etcd, role="slurm")  # Slurm's rights, no more
+    from daccore.records import models  # noqa: F401 - loaded now, not by the first request
+
     _more_descriptors()
     try:
         server = _Service(split_address(config.user_service), config, store)

@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -147,21 +148,57 @@ def _slurm(config, argv: list[str]) -> str:
     return r.stdout if r.returncode == 0 else ""
 
 
+#: seconds a job Slurm showed RUNNING is believed to run without asking again: dac's own record,
+#: read at every request, says at once when it ends (post_run takes its attachment away), and a
+#: job checkpointing every few seconds asks often (squeue costs slurmctld an RPC each time)
+SLURM_FRESH = 30.0
+#: seconds a node list's addresses are reused (sinfo's NodeAddr changes with slurm.conf only)
+NODES_FRESH = 60.0
+_SEEN: dict[str, tuple[float, tuple[str, int, dict[str, set[str]]]]] = {}
+_LOCK = threading.Lock()
+
+
 def slurm_job(config, job: str) -> tuple[str, int, dict[str, set[str]]]:
     """(state, uid, node -> its addresses) of `job` as Slurm has it; ("", -1, {}) when
     Slurm knows no such job. Only fields no user sets are read (squeue's %T %U %N, sinfo's
-    %N %o): a job name or comment cannot pose as one."""
+    %N %o): a job name or comment cannot pose as one. A RUNNING answer is reused for
+    SLURM_FRESH seconds, a node list's addresses for NODES_FRESH."""
+    now = time.monotonic()
+    with _LOCK:
+        seen = _SEEN.get(job)
+        if seen is not None and now - seen[0] < SLURM_FRESH:
+            return seen[1]
     line = _slurm(config, ["squeue", "-h", "-j", job, "-o", "%T|%U|%N"]).strip()
     fields = line.splitlines()[0].split("|") if line else []
     if len(fields) != 3 or not fields[1].isdigit():
         return "", -1, {}
     state, uid, nodelist = fields[0], int(fields[1]), fields[2]
-    nodes: dict[str, set[str]] = {}
-    if nodelist:
-        for row in _slurm(config, ["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%o"]).split():
-            name, _, addr = row.partition("|")
-            nodes[name] = _addresses(addr)
+    nodes = _nodes(config, nodelist, now) if nodelist else {}
+    if state == "RUNNING":
+        with _LOCK:
+            for old in [j for j, (t, _) in _SEEN.items() if now - t >= NODES_FRESH]:
+                del _SEEN[old]
+            _SEEN[job] = (now, (state, uid, nodes))
     return state, uid, nodes
+
+
+_NODES: dict[str, tuple[float, dict[str, set[str]]]] = {}
+
+
+def _nodes(config, nodelist: str, now: float) -> dict[str, set[str]]:
+    with _LOCK:
+        known = _NODES.get(nodelist)
+        if known is not None and now - known[0] < NODES_FRESH:
+            return known[1]
+    nodes: dict[str, set[str]] = {}
+    for row in _slurm(config, ["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%o"]).split():
+        name, _, addr = row.partition("|")
+        nodes[name] = _addresses(addr)
+    with _LOCK:
+        if len(_NODES) > 10_000:
+            _NODES.clear()
+        _NODES[nodelist] = (now, nodes)
+    return nodes
 
 
 def _addresses(addr: str) -> set[str]:

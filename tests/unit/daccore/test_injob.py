@@ -108,7 +108,10 @@ class FakeStore:
 
 @pytest.fixture
 def slurm(tmp_path):
-    """A squeue and sinfo answering from files the test writes."""
+    """A squeue and sinfo answering from files the test writes (what the service remembers
+    of Slurm's answers forgotten first)."""
+    injob._SEEN.clear()
+    injob._NODES.clear()
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for tool in ("squeue", "sinfo"):
@@ -284,3 +287,17 @@ def test_check_args_takes_the_stage_verbs():
     assert check_args("stage-status", {"job": "42", "id": 3}) == {"job": "42", "id": 3}
     with pytest.raises(UserError, match="'job' is not a valid name"):
         check_args("stage-list", {"job": "../x"})
+
+
+def test_a_running_job_is_asked_of_slurm_again_only_after_a_few_seconds(slurm, monkeypatch):
+    store = FakeStore(_buffer())
+    _ask(store, _config(slurm))
+    slurm.answer(squeue="COMPLETING|1234|node1")  # Slurm moved on; the record has not yet
+    _ask(store, _config(slurm))  # within SLURM_FRESH: the RUNNING answer stands
+    monkeypatch.setattr(injob, "SLURM_FRESH", 0.0)
+    with pytest.raises(NotFound, match="no running job"):
+        _ask(store, _config(slurm))
+    store.buf = _buffer(state="unmounted")  # post_run: refused at once, whatever Slurm said
+    monkeypatch.setattr(injob, "SLURM_FRESH", 60.0)
+    with pytest.raises(NotFound, match="no running job"):
+        _ask(store, _config(slurm))
