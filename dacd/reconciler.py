@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
 import threading
@@ -640,15 +641,15 @@ class Reconciler:
         injob = step == "stage_out" and self.injob is not None and not buf.persistent
         if injob:  # the job's own stages still running end first (dacd/injob.py)
             self.injob.before_stage_out(buf, run)
-        stage(
-            buf,
-            step.removeprefix("stage_"),
-            fs_path,
-            self.config.stage_workers,
-            on_progress,
-            time_limit(self.config.stage_timeout),
-            run,
-        )
+        args = (buf, step.removeprefix("stage_"), fs_path, self.config.stage_workers, on_progress)
+        limit = time_limit(self.config.stage_timeout)
+        split = int(os.environ.get("DAC_STAGE_SPLIT") or 0)  # tests and bench only: every
+        if split > 1:  # stage split across that many copiers here (dacd/staging_split.py)
+            from dacd.staging_split import split_here
+
+            split_here(*args, limit, run, split)
+        else:
+            stage(*args, limit, run)
         if injob:  # then those it asked to run at its end, in order
             self.injob.at_job_end(buf, run)
 

@@ -170,21 +170,11 @@ def stage(
     run: Run | None = None,
 ) -> None:
     """Copy every stage_<direction> line of the buffer; UserError naming the path on failure,
-    or saying the stage was stopped (`run.cancel`) or ran out of `timeout` seconds.
-
-    DAC_STAGE_SPLIT=K in dacd's environment (tests and bench/staging.py only) splits every
-    stage across K in-process servers (dacd.staging_split.split_here): the split copy, every
-    share on this host."""
+    or saying the stage was stopped (`run.cancel`) or ran out of `timeout` seconds."""
     pairs = pairs_of(buffer, direction, fs_path)
     if not pairs:
         return
     run = run or Run()
-    split = int(os.environ.get("DAC_STAGE_SPLIT") or 0)
-    if split > 1:
-        from dacd.staging_split import split_here
-
-        split_here(buffer, direction, fs_path, workers, on_progress, timeout, run, split)
-        return
     plan = encode_plan(
         pairs,
         os.path.join(fs_path, "striped"),

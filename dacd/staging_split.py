@@ -148,7 +148,10 @@ def split_here(
 ) -> None:
     """The whole split stage on this host, `count` shares at once, each its own copier
     ("share0", the lead, ...); the first share to fail stops the others and fails the stage
-    naming it (a failure before the plan is the lead's prepare step's: named as one copier's)."""
+    naming it (a failure before the plan is the lead's prepare step's: named as one copier's).
+    DAC_STAGE_SPLIT=K in dacd's environment (tests, bench/staging.py) has dacd stage so."""
+    if not pairs_of(buffer, direction, fs_path):
+        return
     timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
     timer.daemon = True
     timer.start()
