@@ -1,0 +1,167 @@
+"""Budget (issue 34): 1,000 `sbatch` of burst-buffer jobs in a row through a real Slurm with dac
+(burst_buffer/lua, dac's answerer) submit at >= 90 % of the rate of the same Slurm with no burst
+buffer plugin and the same jobs without their #DW lines. Submission alone is measured: every job
+is held (`sbatch --hold`, so none is scheduled, staged or run) and all are cancelled after each
+run (a held burst-buffer job was never set up: its cancel runs no teardown). For reference, the
+same 1,000 with the answerer stopped, where every job_process forks dacctl (the fallback's path,
+as DAC_LOCAL_ANSWERER=0 runs it).
+
+    .venv/bin/python bench/sbatch_storm.py [--slurm-release 22.05|24.11|26.05] [--jobs N]
+
+Runs in one local DAC (2 servers, 2 Slurm nodes; needs root): dac first, then the answerer
+stopped, then slurm.conf without BurstBufferType and slurmctld restarted on its saved state.
+Each sbatch runs as the local DAC's submit user, straight from this process (no runuser).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import local_dac, p99, slurm_release, steal_meter  # noqa: E402
+
+JOBS = 1000
+#: dac's rate at least this share of no burst buffer's
+RATIO = 0.9
+DW = """#!/bin/bash
+#SBATCH -t 10
+#DW jobdw capacity=512MiB access_mode=striped type=scratch pool=default
+#DW stage_in type=directory source=/tmp/in destination=$DW_JOB_STRIPED/in
+srun hostname
+"""
+
+
+def without_dw(script: str) -> str:
+    return "".join(line for line in script.splitlines(True) if not line.startswith("#DW"))
+
+
+class Submitter:
+    """Runs the local DAC's release of sbatch, scancel and scontrol as its submit user."""
+
+    def __init__(self, state, work: Path):
+        from daclocal.slurm import SUBMIT_USER, SlurmCluster
+
+        self.cluster = SlurmCluster(
+            Path(state.workdir),
+            state.slurm["nodes"],
+            release=state.slurm.get("release", "22.05"),
+        )
+        self.user = pwd.getpwnam(SUBMIT_USER)
+        self.work = work
+        path = os.environ.get("PATH", "/usr/bin:/bin")
+        if self.cluster.bindir:
+            path = f"{self.cluster.bindir}:{path}"
+        self.env = {"PATH": path, "SLURM_CONF": str(self.cluster.conf), "HOME": str(work)}
+
+    def run(self, *argv: str, as_user: bool = True) -> subprocess.CompletedProcess[str]:
+        uid, gid = (self.user.pw_uid, self.user.pw_gid) if as_user else (None, None)
+        return subprocess.run(
+            [self.cluster.client(argv[0]), *argv[1:]],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.work,
+            timeout=60,
+            user=uid,
+            group=gid,
+            extra_groups=[] if as_user else None,
+        )
+
+    def storm(self, script: str, jobs: int, label: str) -> tuple[float, list[float]]:
+        """`jobs` held submissions of `script` in a row: (seconds in all, each one's ms)."""
+        path = self.work / f"{label}.sh"
+        path.write_text(script)
+        path.chmod(0o644)
+        each: list[float] = []
+        start = time.perf_counter()
+        for _ in range(jobs):
+            t = time.perf_counter()
+            r = self.run("sbatch", "--parsable", "--hold", "-o", "/dev/null", str(path))
+            each.append((time.perf_counter() - t) * 1000)
+            if r.returncode != 0:
+                raise SystemExit(f"{label}: sbatch failed: {r.stderr.strip()}")
+        return time.perf_counter() - start, each
+
+    def cancel_all(self) -> None:
+        """Every job of the submit user's cancelled, and gone from squeue."""
+        self.run("scancel", "-u", self.user.pw_name, as_user=False)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r = self.run("squeue", "-h", "-u", self.user.pw_name, "-t", "PD,CF,R,CG", as_user=False)
+            if r.returncode == 0 and not r.stdout.strip():
+                return
+            time.sleep(1)
+        raise SystemExit("the storm's jobs were not cancelled within 120 s")
+
+
+def conditions() -> str:
+    return "load " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def drop_bb_plugin(conf: Path) -> None:
+    text = conf.read_text()
+    conf.write_text(re.sub(r"^BurstBufferType=.*\n", "", text, flags=re.M))
+
+
+def row(label: str, jobs: int, seconds: float, each: list[float], extra: str) -> float:
+    rate = jobs / seconds
+    print(
+        f"{label:38} {rate:6.1f} sbatch/s  median {statistics.median(each):5.1f} ms  "
+        f"p99 {p99(each):6.1f} ms  ({extra})"
+    )
+    return rate
+
+
+def main() -> int:
+    from daclocal import cluster
+
+    jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else JOBS
+    rel = slurm_release(sys.argv) or "22.05"
+    with local_dac(servers=2, bricks_per_server=4, release=rel) as (state, _env, work):
+        sub = Submitter(state, work)
+        print(f"Slurm {rel}, {jobs} held sbatch in a row each, {os.cpu_count()} CPUs")
+        sub.storm(DW, 20, "warm")  # first hooks, first connections
+        sub.cancel_all()
+        rates = {}
+        for label, script in (("dac (burst_buffer/lua, answerer)", DW),):
+            cpu, load = steal_meter(), conditions()
+            secs, each = sub.storm(script, jobs, "dac")
+            rates["dac"] = row(label, jobs, secs, each, f"{load}; {cpu()}")
+            sub.cancel_all()
+        answerer = state.slurm["pids"].get("answerer")
+        if answerer:  # the fallback: burst_buffer.lua forks dacctl for every job_process
+            os.kill(answerer, 15)
+            time.sleep(1)
+            cpu, load = steal_meter(), conditions()
+            secs, each = sub.storm(DW, jobs, "forked")
+            rates["forked"] = row(
+                "dac, answerer stopped (forks dacctl)", jobs, secs, each, f"{load}; {cpu()}"
+            )
+            sub.cancel_all()
+            cluster.restart_answerer(work / "dac")  # slurmctld's restart checks it runs
+        drop_bb_plugin(sub.cluster.conf)
+        cluster.restart_slurmctld(work / "dac")
+        sub.storm(without_dw(DW), 20, "warm-nobb")
+        sub.cancel_all()
+        cpu, load = steal_meter(), conditions()
+        secs, each = sub.storm(without_dw(DW), jobs, "nobb")
+        rates["none"] = row("no burst buffer plugin, no #DW", jobs, secs, each, f"{load}; {cpu()}")
+        sub.cancel_all()
+    ratio = rates["dac"] / rates["none"]
+    ok = ratio >= RATIO
+    print(
+        f"dac's rate {ratio:.2f}x no burst buffer's, budget >= {RATIO:.2f}x: "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

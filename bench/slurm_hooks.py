@@ -1,0 +1,107 @@
+"""Budget (issue 34): slurmctld's own timing of the Lua hooks it runs in-process under
+burst_buffer/lua with dac's answerer, job_process, paths and pools: median <= 1 ms, p99 <= 5 ms,
+as Slurm itself reports them (bench/hot_path.py times the same calls inside Lua, outside Slurm).
+
+With DebugFlags=BurstBuffer at SlurmctldDebug=verbose (`scontrol setdebug verbose`: the local
+DAC logs at info), burst_buffer/lua logs each call's time in microseconds (TIMING below). JOBS
+burst-buffer jobs are submitted held (job_process and paths each), RUN of them released and run
+to the end (paths); pools is called every 30 s on Slurm's own schedule: the bench waits for
+POOLS of them. All are cancelled after.
+
+    .venv/bin/python bench/slurm_hooks.py [--slurm-release 22.05|24.11|26.05]
+
+Needs root (a local DAC with that release's Slurm, 2 nodes).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import local_dac, p99, slurm_release, steal_meter  # noqa: E402
+from sbatch_storm import Submitter, conditions  # noqa: E402
+
+JOBS = 100
+RUN = 5
+#: slurmctld calls pools every 30 s: this many samples of it (the bench waits for them)
+POOLS = 3
+MEDIAN_MS, P99_MS = 1.0, 5.0
+HOOKS = ("slurm_bb_job_process", "slurm_bb_paths", "slurm_bb_pools")
+#: burst_buffer_lua.c's line after each Lua call (END_TIMER's TIME_STR is "usec=N"); 22.05:
+#: "slurm_bb_job_process ran for usec=N", later releases may name the job
+TIMING = re.compile(r"(slurm_bb_\w+)(?: for (?:job )?JobId=\S+)? ran for usec=(\d+)")
+JOB = """#!/bin/bash
+#DW jobdw capacity=512MiB access_mode=striped type=scratch pool=default
+echo "$DW_JOB_STRIPED"
+"""
+
+
+def timings(log: str) -> dict[str, list[float]]:
+    """Each hook's reported times in `log`, in ms."""
+    out: dict[str, list[float]] = {h: [] for h in HOOKS}
+    for hook, usec in TIMING.findall(log):
+        out.setdefault(hook, []).append(int(usec) / 1000)
+    return out
+
+
+def main() -> int:
+    rel = slurm_release(sys.argv) or "22.05"
+    with local_dac(servers=2, bricks_per_server=4, release=rel) as (state, _env, work):
+        sub = Submitter(state, work)
+        r = sub.run("scontrol", "setdebug", "verbose", as_user=False)
+        assert r.returncode == 0, r.stderr
+        log = Path(state.workdir) / "slurm" / "log" / "slurmctld.log"
+        mark = log.stat().st_size
+        cpu, load = steal_meter(), conditions()
+        sub.storm(JOB, JOBS, "hooks")
+        ids = sub.run("squeue", "-h", "-o", "%i", "-u", sub.user.pw_name, as_user=False)
+        running = sorted(ids.stdout.split(), key=int)[:RUN]
+        sub.run("scontrol", "release", ",".join(running), as_user=False)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            left = sub.run(
+                "squeue", "-h", "-t", "PD,CF,R,CG", "-j", ",".join(running), as_user=False
+            ).stdout
+            if not left.strip():
+                break
+            time.sleep(1)
+        deadline = time.monotonic() + 100
+        while True:  # pools: every 30 s on Slurm's own schedule
+            with open(log, errors="replace") as f:
+                f.seek(mark)
+                text = f.read()
+            got = timings(text)
+            if len(got["slurm_bb_pools"]) >= POOLS or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        seen = f"{load}, {cpu()}"
+        kept = Path(f"/tmp/slurm_hooks-{rel}.slurmctld.log")  # the workdir goes with the DAC
+        kept.write_text(text)
+        sub.cancel_all()
+    print(f"Slurm {rel}: slurmctld's own timing of each in-process Lua call ({seen})")
+    print(f"slurmctld's log of the run: {kept}")
+    failed = 0
+    for hook in HOOKS:
+        ms = got.get(hook, [])
+        if not ms:
+            print(f"{hook:22} no timing logged: FAIL")
+            failed = 1
+            continue
+        med, top = statistics.median(ms), p99(ms)
+        ok = med <= MEDIAN_MS and top <= P99_MS
+        failed |= not ok
+        print(
+            f"{hook:22} n={len(ms):4} median {med:6.3f} ms p99 {top:6.3f} ms max {max(ms):6.3f} ms"
+            f" (budget {MEDIAN_MS:.0f} / {P99_MS:.0f} ms): {'PASS' if ok else 'FAIL'}"
+        )
+    for hook in sorted(set(got) - set(HOOKS)):
+        print(f"{hook:22} n={len(got[hook]):4} median {statistics.median(got[hook]):6.3f} ms")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
