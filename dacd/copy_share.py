@@ -16,26 +16,27 @@ module adds what a split needs, in three roles a server's copier plays:
     finish    the primary, once every share is done: walk again, check the digest, set the
               split files' modes and times and the directories', deepest first
 
-The plan is small by construction. What is recorded (in etcd, per buffer and stage) is the
-walk's digest (BLAKE2b of every entry's relative path, kind, size, mode and mtime, in walk
-order), the server list and its order, the split threshold and each share's totals: tens of
-bytes per server, whatever the tree. The file lists are not recorded: every server walks the
-source itself (metadata only: a walk of 10,000 files takes ~50 ms against seconds of copying)
-and deals the same shares from it, since `deal` is a pure function of the walk, sorted by name.
-A walk that differs from the planned one (the user changed the source mid-stage) fails that
-share naming the source, rather than copy a file twice or not at all. So a plan never nears
-etcd's value limit (1.5 MiB) and a restarted dacd needs only the record to resume its share.
+The plan is small by construction. What is to be recorded (in etcd, per buffer and stage, by
+the orchestration across dacds, not built yet: docs/architecture.md) is the walk's digest
+(BLAKE2b of every entry's relative path, kind, size, mode and mtime, in walk order), the server
+list and its order, the split threshold and each share's totals: tens of bytes per server,
+whatever the tree. The file lists are not recorded: every server walks the source itself
+(metadata only: a walk of 10,000 files takes ~50 ms against seconds of copying) and deals the
+same shares from it, since `deal` is a pure function of the walk, sorted by name. A walk that
+differs from the planned one (the user changed the source mid-stage) fails that share naming
+the source, rather than copy a file twice or not at all. So a plan never nears etcd's value
+limit (1.5 MiB) and a restarted dacd needs only the record to resume its share.
 
 Dealing (`deal`): a file holding more than SPLIT bytes of data (64 MiB) is cut into ranges of
 about SPLIT bytes of data each, their length rounded up to ALIGN (1 MiB: no two servers write
 one page, nor one 1 MiB Lustre stripe); every other file goes whole. 64 MiB because the bound
-below is one piece: smaller pieces even the shares out better, and a piece still costs only
-an open and a few calls against its 64 MiB (3 ms at a real server's 24 GB/s, ~0.1 s here); 4
-files of 128 MiB give 8 pieces, one per server of 8. Each piece
-weighs its data bytes plus FILE_COST (the creates, opens and utimes a small file costs in
-byte-equivalents), and pieces go heaviest first to the least loaded share (LPT), ties to the
-lowest index. So every byte of every file is in exactly one piece, and two shares' weights
-differ by at most one piece: SPLIT + ALIGN + FILE_COST (tests/unit/dacd/test_copy_share.py).
+below is one piece: smaller pieces even the shares out better, and a piece still costs only an
+open and a few calls against its 64 MiB (3 ms at a real server's 24 GB/s, ~0.1 s here); 4 files
+of 128 MiB give 8 pieces, one per server of 8. Each piece weighs its data bytes plus FILE_COST
+(the creates, opens and utimes a small file costs in byte-equivalents), and pieces go heaviest
+first to the least loaded share (LPT), ties to the lowest index. So every byte of every file is
+in exactly one piece, and two shares' weights differ by at most one piece: SPLIT + ALIGN +
+FILE_COST (tests/unit/dacd/test_copy_share.py).
 
 This file is run by the user's interpreter as `python3 -I -S /dev/fd/M /dev/fd/N`, M this
 file and N the copier (dacd/staging.py opens both as root): with no dac on the path it loads
