@@ -65,7 +65,7 @@ unit: deps
 schema: deps
 	$(PY) -m daccore.settings.schema write
 
-BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory staging faults fuzz usersvc_flood
+BENCHES = allocator pools_summary alloc_storm hot_path lifecycle concurrent_setups dacd_memory staging faults fuzz usersvc_flood injob_staging
 
 # every bench runs even after one fails; the exit status says whether all met their budget
 bench: deps
