@@ -9,7 +9,9 @@ as DAC_LOCAL_ANSWERER=0 runs it).
     .venv/bin/python bench/sbatch_storm.py [--slurm-release 22.05|24.11|26.05] [--jobs N]
 
 Runs in one local DAC (2 servers, 2 Slurm nodes; needs root): dac first, then the answerer
-stopped, then slurm.conf without BurstBufferType and slurmctld restarted on its saved state.
+stopped, then slurm.conf without BurstBufferType and slurmctld restarted on its saved state,
+then dac again (slurm.conf as it was, slurmctld restarted): dac's rate is the mean of its two
+runs, A-B-A, as the load of a shared machine drifts.
 Each sbatch runs as the local DAC's submit user, straight from this process (no runuser).
 """
 
@@ -147,6 +149,7 @@ def main() -> int:
             )
             sub.cancel_all()
             cluster.restart_answerer(work / "dac")  # slurmctld's restart checks it runs
+        conf = sub.cluster.conf.read_text()
         drop_bb_plugin(sub.cluster.conf)
         cluster.restart_slurmctld(work / "dac")
         sub.storm(without_dw(DW), 20, "warm-nobb")
@@ -155,10 +158,21 @@ def main() -> int:
         secs, each = sub.storm(without_dw(DW), jobs, "nobb")
         rates["none"] = row("no burst buffer plugin, no #DW", jobs, secs, each, f"{load}; {cpu()}")
         sub.cancel_all()
+        # dac again, after: the load on a shared machine drifts, so dac's rate is the mean of
+        # one run before and one after no burst buffer's (A-B-A)
+        sub.cluster.conf.write_text(conf)
+        cluster.restart_slurmctld(work / "dac")
+        sub.storm(DW, 20, "warm-again")
+        sub.cancel_all()
+        cpu, load = steal_meter(), conditions()
+        secs, each = sub.storm(DW, jobs, "dac-again")
+        again = row(label + ", again", jobs, secs, each, f"{load}; {cpu()}")
+        rates["dac"] = (rates["dac"] + again) / 2
+        sub.cancel_all()
     ratio = rates["dac"] / rates["none"]
     ok = ratio >= RATIO
     print(
-        f"dac's rate {ratio:.2f}x no burst buffer's, budget >= {RATIO:.2f}x: "
+        f"dac's rate (mean of both runs) {ratio:.2f}x no burst buffer's, budget >= {RATIO:.2f}x: "
         f"{'PASS' if ok else 'FAIL'}"
     )
     return 0 if ok else 1
