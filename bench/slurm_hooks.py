@@ -4,8 +4,8 @@ as Slurm itself reports them (bench/hot_path.py times the same calls inside Lua,
 
 With DebugFlags=BurstBuffer at SlurmctldDebug=verbose (`scontrol setdebug verbose`: the local
 DAC logs at info), burst_buffer/lua logs each call's time in microseconds (TIMING below). JOBS
-burst-buffer jobs are submitted held (job_process and paths each), RUN of them released and run
-to the end (paths); pools is called every 30 s on Slurm's own schedule: the bench waits for
+burst-buffer jobs are submitted held (a job_process each), RUN of them released and run to
+the end (a paths each); pools is called every 30 s on Slurm's own schedule: the bench waits for
 POOLS of them. All are cancelled after.
 
     .venv/bin/python bench/slurm_hooks.py [--slurm-release 22.05|24.11|26.05]
@@ -32,7 +32,7 @@ POOLS = 3
 MEDIAN_MS, P99_MS = 1.0, 5.0
 HOOKS = ("slurm_bb_job_process", "slurm_bb_paths", "slurm_bb_pools")
 #: burst_buffer_lua.c's line after each Lua call (END_TIMER's TIME_STR is "usec=N"); 22.05:
-#: "slurm_bb_job_process ran for usec=N", later releases may name the job
+#: "slurm_bb_job_process ran for usec=N", 24.11 and 26.05 "... for JobId=N ran for usec=N"
 TIMING = re.compile(r"(slurm_bb_\w+)(?: for (?:job )?JobId=\S+)? ran for usec=(\d+)")
 JOB = """#!/bin/bash
 #DW jobdw capacity=512MiB access_mode=striped type=scratch pool=default
