@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from e2e.test_slurm_faults import restart_dacd
 from security.injob_client import client_argv, shell
 
@@ -59,6 +60,7 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.every_release
 def test_job_end_finishes_running_stages_then_at_job_end_ones_after_dw_lines(slurm):
     j = Path(slurm.jobs) / "end"
     job = _job(
@@ -190,6 +192,7 @@ until $C stage-wait job=$SLURM_JOB_ID timeout=30 > $J/wait.json && \\
     assert _sha(j / "big") == (j / "big.sha").read_text().strip()
 
 
+@pytest.mark.every_release
 def test_the_c_example_drains_its_checkpoints_while_it_computes(slurm):
     """libdacstage's example, built from the installed sources with the system cc, in a real
     job: four 8 MiB checkpoints a second apart, each drained while the next is computed, all
