@@ -69,12 +69,14 @@ def _answer(word: str) -> str:
     if buf is None:
         return f"no buffer for job {job}"
     from daccore.records.buffer_doc import status_view
+    from daccore.records.status_view import stages_text
 
     v = status_view(buf, store.status_docs(job))
+    stages = store.job_stage_docs(job)  # those the job asked for while it ran (issue 36)
     caller = _caller(os.environ.get("DAC_BBSTAT_CALLER", ""))
     if caller is not None and _may_see(caller, buf, settings.get("admin_group", "")):
-        return full_line(v)
-    return public_line(v)
+        return ", ".join(filter(None, [full_line(v), stages_text(stages)]))
+    return ", ".join(filter(None, [public_line(v), stages_text(stages, errors=False)]))
 
 
 def dwstat(store, view: str, mount_root: str) -> str:

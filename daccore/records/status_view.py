@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from daccore.records.buffer_doc import Doc
     from daccore.records.models import Buffer, Status
 
-__all__ = ["view", "summary_line", "staged_text"]
+__all__ = ["view", "summary_line", "staged_text", "stages_text"]
 
 
 def view(buf: Buffer, statuses: Mapping[str, Status | None]) -> Doc:
@@ -68,3 +68,32 @@ def staged_text(progress: list[Doc]) -> str:
     elif done < total and all(p.get("eta") is not None for p in progress):
         text += f", {format_duration(max(p['eta'] for p in progress))} left"
     return text
+
+
+def stages_text(stages: list[tuple[Doc, Doc | None]], errors: bool = True) -> str:
+    """The stages a job asked for while it ran (daccore.store.injob's JSON pairs: request,
+    status), for bbstat's line: `in-job stages: 3 done, 1 running (410MiB/1GiB 40% 0/1
+    files at 200MiB/s, 3s left), 1 failed: stage out failed: /d: Permission denied`;
+    `errors` False leaves the failures' text out (it names the owner's paths). '' for none."""
+    if not stages:
+        return ""
+    counts: dict[str, int] = {}
+    running, failed = [], []
+    for _, status in stages:
+        state = (status or {}).get("state") or "queued"
+        counts[state] = counts.get(state, 0) + 1
+        if state == "running" and (status or {}).get("progress"):
+            running.append(status["progress"])  # type: ignore[index]
+        if state == "failed" and (status or {}).get("error"):
+            failed.append(status["error"]["message"])  # type: ignore[index]
+    order = ("done", "running", "queued", "failed", "cancelled", "revoked")
+    parts = []
+    for state in order:
+        if counts.get(state):
+            part = f"{counts[state]} {state}"
+            if state == "running" and running:
+                part += f" ({staged_text(running)})"
+            if state == "failed" and failed and errors:
+                part += f": {failed[0]}"
+            parts.append(part)
+    return printable("in-job stages: " + ", ".join(parts))

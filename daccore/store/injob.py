@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from daccore.errors import BadRecord, Conflict, UserError
 from daccore.etcd.types import Compare, absent, delete_op, mod_is, put_op
 from daccore.records.keys import Keys, prefix_end
-from daccore.store.base import _dump, _load
+from daccore.store.base import _doc, _dump, _load
 from daccore.store.leases import Leases
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from daccore.etcd.stream import Watch
+    from daccore.records.buffer_doc import Doc
     from daccore.records.models import InJobStage, InJobStageStatus
     from daccore.store.base import Change
 
@@ -95,6 +96,27 @@ class InJobStages(Leases):
                 for s in self._valid(InJobStage, self.keys.job_stages(host, job))
             ]
         return sorted(out, key=lambda pair: pair[0].id)
+
+    def job_stage_docs(self, job: str) -> list[tuple[Doc, Doc | None]]:
+        """The job's stages as plain JSON (request, status or None), by id: for bbstat, which
+        runs without pydantic; a value that is not a JSON object is left out."""
+        kv = self.client.get(self.keys.stage_index(job))
+        index = _doc(kv.value) if kv else None
+        hosts = index.get("hosts") if index else None
+        out: list[tuple[Doc, Doc | None]] = []
+        for host in hosts if isinstance(hosts, list) else []:
+            if not isinstance(host, str):
+                continue
+            found = {}
+            for prefix in (
+                self.keys.job_stages(host, job),
+                self.keys.job_stage_statuses(host, job),
+            ):
+                kvs, _ = self.client.range(prefix, prefix_end(prefix))
+                found[prefix] = {Keys.last(kv.key, prefix): _doc(kv.value) for kv in kvs}
+            requests, statuses = found.values()
+            out += [(r, statuses.get(k)) for k, r in sorted(requests.items()) if r is not None]
+        return sorted(out, key=lambda pair: pair[0].get("id") or 0)
 
     def cancel_stage(self, stage: InJobStage) -> None:
         """Mark `stage` cancelled, for its dacd to stop (a no-op once it is marked)."""

@@ -113,6 +113,8 @@ sleep 300
         assert time.monotonic() < deadline, slurm.logs()
         time.sleep(0.5)
     assert json.loads((j / "r.json").read_text())["ok"]["when"] == "at_job_end"
+    # bbstat (both plugins run dac-bbstat) counts the stages the job asked for
+    assert "in-job stages: 1 queued" in slurm.scontrol("show", "bbstat", job)
     r = subprocess.run(
         ["scancel", "--hurry", job],
         capture_output=True,

@@ -73,3 +73,15 @@ def test_a_final_stage_frees_its_place_and_a_status_needs_its_request(store):
     assert store.job_stages("7", ["h1"]) == [] and store.stage_hosts("7") == []
     with pytest.raises(Conflict, match="is gone"):
         store.put_stage_status(InJobStageStatus(id=1, job="7", host="h1"), incarnation)
+
+
+def test_the_lean_read_gives_each_stage_with_its_status_as_json(store):
+    for _ in range(2):
+        store.add_stage("9", "h1", _make("9"), 4)
+    (_, _, incarnation) = store.host_stage_texts("h1")[0][0]
+    store.put_stage_status(
+        InJobStageStatus(id=1, job="9", host="h1", state=StageState.RUNNING), incarnation
+    )
+    docs = store.job_stage_docs("9")
+    assert [(r["id"], s and s["state"]) for r, s in docs] == [(1, "running"), (2, None)]
+    assert store.job_stage_docs("nojob") == []

@@ -301,3 +301,29 @@ def test_a_running_job_is_asked_of_slurm_again_only_after_a_few_seconds(slurm, m
     monkeypatch.setattr(injob, "SLURM_FRESH", 60.0)
     with pytest.raises(NotFound, match="no running job"):
         _ask(store, _config(slurm))
+
+
+def test_bbstats_line_counts_the_stages_and_shows_the_running_ones_progress():
+    from daccore.records.status_view import stages_text
+
+    progress = {
+        "bytes_done": 1 << 29,
+        "bytes_total": 1 << 30,
+        "files_done": 0,
+        "files_total": 1,
+        "rate": 1 << 28,
+        "eta": 2.0,
+    }
+    stages = [
+        ({"id": 1}, {"state": "done"}),
+        ({"id": 2}, {"state": "running", "progress": progress}),
+        ({"id": 3}, None),
+        ({"id": 4}, {"state": "failed", "error": {"message": "stage out failed: /d: \x1b[2J"}}),
+        ({"id": 5}, {"state": "revoked"}),
+    ]
+    assert stages_text(stages) == (
+        "in-job stages: 1 done, 1 running (512MiB/1GiB 50% 0/1 files at 256MiB/s, 2s "
+        "left), 1 queued, 1 failed: stage out failed: /d: \\x1b[2J, 1 revoked"
+    )
+    assert stages_text(stages, errors=False).endswith("1 failed, 1 revoked")
+    assert stages_text([]) == ""
