@@ -3,6 +3,7 @@ buffer side's path, the job's owner, state and node as dac's record and Slurm sa
 credential's origin. Slurm is two scripts standing in for squeue and sinfo."""
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -314,7 +315,7 @@ def test_bbstats_line_counts_the_stages_and_shows_the_running_ones_progress():
         "rate": 1 << 28,
         "eta": 2.0,
     }
-    stages = [
+    stages: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
         ({"id": 1}, {"state": "done"}),
         ({"id": 2}, {"state": "running", "progress": progress}),
         ({"id": 3}, None),
