@@ -39,4 +39,4 @@ MAX_NODES = 100_000
 #: drain a checkpoint every few seconds for days)
 MAX_INJOB_STAGES = 2**31 - 1
 #: storage servers one job's in-job stages may run on: its buffer's and its persistent ones'
-MAX_INJOB_HOSTS = 64
+MAX_INJOB_HOSTS = 32  # an index read with its stages is one transaction: 1 + 2 x 32 ops

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from daccore.errors import BadRecord, Conflict, UserError
-from daccore.etcd.types import Compare, absent, delete_op, mod_is, put_op
+from daccore.etcd.types import Compare, absent, delete_op, mod_is, put_op, range_op
+from daccore.records import bounds
 from daccore.records.keys import Keys, prefix_end
 from daccore.store.base import _doc, _dump, _load
 from daccore.store.leases import Leases
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from daccore.etcd.stream import Watch
+    from daccore.etcd.types import KV
     from daccore.records.buffer_doc import Doc
     from daccore.records.models import InJobStage, InJobStageStatus
     from daccore.store.base import Change
@@ -50,20 +52,36 @@ class InJobStages(Leases):
         from daccore.records.models import StageIndex
 
         key = self.keys.stage_index(job)
+        hosts = [host]  # the hosts read with the index: the job's own, then any it names
         for _ in range(attempts):
-            kv = self.client.get(key)
+            # the index and the stages it counts in one read, so the count is the index's
+            # own (the request's round trips are its latency: docs/performance.md)
+            ops = [range_op(key)]
+            for h in hosts:
+                for prefix in (self.keys.job_stages(h, job), self.keys.job_stage_statuses(h, job)):
+                    ops.append(range_op(prefix, prefix_end(prefix)))
+            r = self.client.txn([], ops)
+            kv = r.ranges[0][0] if r.ranges[0] else None
             index = _load(StageIndex, kv) if kv else StageIndex(job=job)
-            open_ = [
-                s for s, st in self.job_stages(job, index.hosts) if st is None or not st.state.final
-            ]
+            if set(index.hosts) - set(hosts):
+                hosts = sorted({*index.hosts, host})
+                continue
+            pairs = []
+            for i in range(len(hosts)):
+                pairs += self._pairs(r.ranges[1 + 2 * i], r.ranges[2 + 2 * i])
+            open_ = [s for s, st in pairs if st is None or not st.state.final]
             if len(open_) >= open_cap:
                 raise UserError(
                     f"job {job} has {len(open_)} stages queued or running, its most: wait for "
                     "one to end (dacctl stage wait) or cancel one"
                 )
+            every = sorted({*index.hosts, host})
+            if len(every) > bounds.MAX_INJOB_HOSTS:
+                raise UserError(
+                    f"job {job} has stages on {len(index.hosts)} servers already, its most"
+                )
             stage = make(index.last + 1)
-            hosts = sorted({*index.hosts, host})
-            new = index.model_copy(update={"last": stage.id, "hosts": hosts})
+            new = index.model_copy(update={"last": stage.id, "hosts": every})
             skey = self.keys.stage(host, job, stage.id)
             r = self.client.txn(
                 [mod_is(key, kv.mod_revision) if kv else absent(key), absent(skey)],
@@ -83,19 +101,28 @@ class InJobStages(Leases):
         self, job: str, hosts: list[str] | None = None
     ) -> list[tuple[InJobStage, InJobStageStatus | None]]:
         """The job's stages, each with its dacd's status (None before the first), by id."""
-        from daccore.records.models import InJobStage, InJobStageStatus
 
         out = []
         for host in self.stage_hosts(job) if hosts is None else hosts:
-            statuses = {
-                s.id: s
-                for s in self._valid(InJobStageStatus, self.keys.job_stage_statuses(host, job))
-            }
-            out += [
-                (s, statuses.get(s.id))
-                for s in self._valid(InJobStage, self.keys.job_stages(host, job))
-            ]
+            stages, statuses = (
+                self.keys.job_stages(host, job),
+                self.keys.job_stage_statuses(host, job),
+            )
+            out += self._pairs(
+                self.client.range(stages, prefix_end(stages))[0],
+                self.client.range(statuses, prefix_end(statuses))[0],
+            )
         return sorted(out, key=lambda pair: pair[0].id)
+
+    @staticmethod
+    def _pairs(
+        stages: list[KV], statuses: list[KV]
+    ) -> list[tuple[InJobStage, InJobStageStatus | None]]:
+        """Each stage record with its status, records that are not one left out."""
+        from daccore.records.models import InJobStage, InJobStageStatus
+
+        found = {s.id: s for s in _valid_all(InJobStageStatus, statuses)}
+        return [(s, found.get(s.id)) for s in _valid_all(InJobStage, stages)]
 
     def job_stage_docs(self, job: str) -> list[tuple[Doc, Doc | None]]:
         """The job's stages as plain JSON (request, status or None), by id: for bbstat, which
@@ -203,12 +230,12 @@ class InJobStages(Leases):
             for ev in w
         )
 
-    def _valid(self, model: type[R], prefix: str) -> list[R]:
-        kvs, _ = self.client.range(prefix, prefix_end(prefix))
-        out = []
-        for kv in kvs:
-            try:
-                out.append(_load(model, kv))
-            except BadRecord:
-                continue
-        return out
+
+def _valid_all(model: type[R], kvs: list[KV]) -> list[R]:
+    out = []
+    for kv in kvs:
+        try:
+            out.append(_load(model, kv))
+        except BadRecord:
+            continue
+    return out
