@@ -205,8 +205,8 @@ EDITS: dict[str, dict[str, tuple[Edit, ...]]] = {
             Edit(
                 "dw_wlm_cli_client = f\"{atf.properties['slurm-sbin-dir']}/dw_wlm_cli\"",
                 "dw_wlm_cli_client = os.environ['DAC_DACCTL']",
-                "dac's dw_wlm_cli is dacctl (GetSysState names it), not a file called "
-                "dw_wlm_cli in Slurm's sbin",
+                "dac's dw_wlm_cli is what GetSysState names (dacctl, or dac's forwarder to "
+                "the answerer where it runs), not a file called dw_wlm_cli in Slurm's sbin",
             ),
             Edit(
                 "dwstat_client = f\"{atf.properties['slurm-sbin-dir']}/dwstat\"",

@@ -131,10 +131,19 @@ class SuiteDac:
             self.work / "python",
             {
                 "SLURM_TESTSUITE_CONF": str(self.work / "testsuite.conf"),
-                "DAC_DACCTL": str(BIN / "dacctl"),
+                "DAC_DACCTL": self.get_sys_state(),
                 "DAC_BBSTAT": str(BIN / "dac-bbstat"),
             },
         )
+
+    def get_sys_state(self) -> str:
+        """What the test's dw_wlm_cli is: burst_buffer.conf's GetSysState (dacctl, or dac's
+        forwarder to the answerer where it runs), as test_datawarp.py checks it is."""
+        conf = Path(self.workdir) / "slurm" / "etc" / "burst_buffer.conf"
+        for line in conf.read_text().splitlines() if conf.exists() else ():
+            if line.startswith("GetSysState="):
+                return line.split("=", 1)[1].strip()
+        return str(BIN / "dacctl")
 
     def log_tail(self, lines: int = 20) -> str:
         out = []
