@@ -17,6 +17,7 @@ from daccore.store import Store
 from daclocal.cluster import LocalState
 from daclocal.procs import child_env, spawn
 from daclocal.slurm import SUBMIT_USER
+from dacservice.mirror import FRESH_FOR
 
 STAGED_JOB = """#!/bin/bash
 #SBATCH -N 1
@@ -178,6 +179,10 @@ def test_etcd_down_never_holds_slurm_and_jobs_go_on_when_it_is_back(slurm):
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
     os.kill(pid, signal.SIGKILL)
     try:
+        # the answerer answers from its copy of etcd while a probe confirmed it within
+        # FRESH_FOR (as the fork would have read etcd a moment before); past that it refuses
+        # and the hook's fork says etcd is unreachable
+        time.sleep(FRESH_FOR + 0.5)
         start = time.monotonic()
         job_id, r = slurm.sbatch(
             "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
