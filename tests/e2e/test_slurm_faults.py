@@ -272,6 +272,7 @@ def test_quorum_lost_never_holds_slurm_and_the_jobs_go_on_when_it_is_back(slurm_
     for m in lost:
         os.kill(m["pid"], signal.SIGKILL)
     try:
+        time.sleep(FRESH_FOR + 0.5)  # past the answerer's freshness bound (the test above)
         start = time.monotonic()
         job_id, r = slurm.sbatch(
             "#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped "
