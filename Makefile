@@ -57,6 +57,7 @@ lint: deps
 	$(VENV)/bin/mypy
 
 wheel: deps
+	rm -rf build/lib build/bdist.*  # stale copies of moved modules would ship
 	$(PY) -m pip wheel -q --no-deps -w dist .
 
 unit: deps
