@@ -47,6 +47,10 @@ import struct
 import sys
 import time
 
+TYPE_CHECKING = False  # typing's own without importing typing: the copier starts per stage
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 CHUNK = 256 << 20  # a big file is split into pieces of this size
 BATCH_BYTES = 32 << 20  # small files travel to a worker in batches up to this size...
 BATCH_FILES = 64  # ...or this many files (all read ahead at once)
@@ -945,25 +949,29 @@ def _progress_line(c: Copy, rate: int, eta: float | None) -> str:
     )
 
 
-def main() -> int:
-    def emit(line: str) -> None:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+def emit(line: str) -> None:
+    """One line of the copier's protocol to dacd, at once."""
+    sys.stdout.write(line)
+    sys.stdout.flush()
 
-    def fail(message: str) -> int:
-        import json  # only on the way out: a failed stage can spend the 10-15 ms
 
-        emit(json.dumps({"error": message}) + "\n")
-        return 1
+def fail(message: str) -> int:
+    """The copier's one error line; its exit status."""
+    import json  # only on the way out: a failed stage can spend the 10-15 ms
 
-    os.umask(0)  # files are created with their source's mode; directories get theirs at the end
+    emit(json.dumps({"error": message}) + "\n")
+    return 1
+
+
+def reporter() -> Callable[..., None]:
+    """report(copy, final=False): a progress line, four times a second while the copy is
+    young, so a stage of a few seconds still shows where it is; once a second after that (each
+    line is an etcd write). One for each copier process (this one's and a share's)."""
     started = last = time.monotonic()
 
     def report(c: Copy, final: bool = False) -> None:
         nonlocal last
         now = time.monotonic()
-        # four times a second while the copy is young, so a stage of a few seconds still
-        # shows where it is; once a second after that (each line is an etcd write)
         if final or now - last >= (0.25 if now - started < 3.0 else 1.0):
             last = now
             rate = c.bytes_done / max(now - started, 1e-3)
@@ -977,6 +985,12 @@ def main() -> int:
             )
             emit(_progress_line(c, round(rate), eta))
 
+    return report
+
+
+def main() -> int:
+    os.umask(0)  # files are created with their source's mode; directories get theirs at the end
+    report = reporter()
     workers = None
     try:
         pairs, inside, buffer_side, n, chunk = decode_plan(sys.stdin.buffer.read())

@@ -49,7 +49,6 @@ import heapq
 import os
 import stat
 import sys
-import time
 import types
 
 try:  # dacd and the tests import it as a module of dacd
@@ -367,34 +366,9 @@ def _plan_line(walk: Listing, shares: list) -> str:
 
 
 def main() -> int:
-    def emit(line: str) -> None:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-
-    def fail(message: str) -> int:
-        import json
-
-        emit(json.dumps({"error": message}) + "\n")
-        return 1
-
+    emit, fail = copier.emit, copier.fail
     os.umask(0)
-    started = last = time.monotonic()
-
-    def report(c: copier.Copy, final: bool = False) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if final or now - last >= (0.25 if now - started < 3.0 else 1.0):
-            last = now
-            rate = c.bytes_done / max(now - started, 1e-3)
-            left = c.bytes_total - c.bytes_done
-            eta = (
-                None
-                if c.counting or (left and not rate)
-                else round(left / rate, 1)
-                if left
-                else 0.0
-            )
-            emit(copier._progress_line(c, round(rate), eta))
+    report = copier.reporter()
 
     workers = None
     try:
