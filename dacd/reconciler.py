@@ -543,6 +543,16 @@ class Reconciler:
                     [Status(host=host, **values) for host in hosts], incarnation
                 )
 
+        def shown(**fields) -> None:
+            """A progress line (the task running, bytes staged): shown when etcd takes it. One
+            etcd would not take (out of reach past etcd.timeout, restarting) must not fail a
+            step that is going well; the step's outcome is written with status(), which
+            raises, and a lapsed lease still stops the step (Fenced)."""
+            try:
+                status(**fields)
+            except StoreUnavailable as e:
+                log.warning("buffer %s: %s progress not shown (%s)", name, step, e)
+
         status()
         log.info("buffer %s (job %s): %s on %s", name, buf.job_id, step, self.host)
         started, backend = time.monotonic(), None
@@ -553,7 +563,7 @@ class Reconciler:
 
                     def on_progress(p: dict) -> None:
                         progress[0] = Progress(**p)
-                        status()
+                        shown()
 
                     self._stage(buf, step, backend, on_progress, run)
             else:
@@ -562,7 +572,7 @@ class Reconciler:
                     step,
                     self.host,
                     backend.variables(buf, step, attached),
-                    lambda task: status(step=f"{step}: {task}"),
+                    lambda task: shown(step=f"{step}: {task}"),
                     inventory=backend.inventory(buf, step, attached),
                     forks=self.config.ansible_forks,
                     ssh=self.config.ssh,

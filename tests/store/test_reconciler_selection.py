@@ -1,7 +1,8 @@
 """dacd's reconciler works on the buffers holding a brick of its host, found by its claims
 (issue 20): at start it lists its claims, not every buffer; a spec change of another host's
 buffer costs it no read; a buffer arriving or leaving is seen through its claims' watch. The
-real Reconciler against the real etcd, with a backend that only records the step."""
+real Reconciler against the real etcd, with a backend that only records the step. And a step's
+progress line etcd does not take fails no step."""
 
 import json
 import threading
@@ -10,6 +11,7 @@ import time
 import pytest
 from records import buffer_maker
 
+from daccore.errors import StoreUnavailable
 from daccore.etcd.types import put_op
 from daccore.records.models import State
 from daccore.records.states import State as S
@@ -276,3 +278,44 @@ def test_stray_work_is_dropped_at_start_and_a_change_without_work_is_found_by_re
         wait("held to be reaped", lambda: store.buffer("held") is None)
     finally:
         server.rec.stop(timeout=5)
+
+
+def test_a_progress_line_etcd_did_not_take_fails_no_step(store):
+    """A step reports its task while etcd refuses that one write: the step goes on and its
+    outcome is written (a progress line is shown when etcd takes it)."""
+    cfg = config()
+    from dacd.registration import host_record, pool_records
+
+    for p in pool_records(cfg):
+        store.ensure_pool(p)
+    for h in HOSTS:
+        store.register_host(host_record(h, cfg.hosts[h]))
+        store.client.put(store.keys.alive_key(h), "")
+    buf, _ = allocate_buffer(store, buffer_maker("b", 100), capacity=100, pool="p")
+    host = buf.allocation.primary_host
+    mine = Store(store.client, store.keys.root)
+    refused: list[str] = []
+    real = mine.put_status
+
+    def put_status(status, incarnation):
+        if status.step and ": " in status.step:  # a task's line: etcd out of reach
+            refused.append(status.step)
+            raise StoreUnavailable(store.client.endpoints, "connection refused", 5.0)
+        return real(status, incarnation)
+
+    mine.put_status = put_status  # type: ignore[method-assign,assignment]  # etcd refusing one write
+    ran = threading.Event()
+
+    def run_step(backend, step, host, variables, on_task, inventory=None, forks=None, ssh=None):
+        on_task("format the bricks")
+        ran.set()
+
+    rec = Reconciler(mine, cfg, host, run_step)
+    rec.start()
+    try:
+        wait("b to be created", lambda: reached(store, "b", host, S.CREATED))
+        assert ran.is_set() and refused == ["create: format the bricks"]
+        status = store.status_docs("b")[host]
+        assert status.get("error") is None and status["state"] == S.CREATED.value
+    finally:
+        rec.stop(timeout=5)

@@ -28,6 +28,14 @@ def poll(check, timeout=120.0, what="condition", every=0.02):
     return wait_for(check, timeout, what, every)
 
 
+def finished(call: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    """A background call's exit status and stdout; its stderr, which says why it failed, is
+    the assertion's message when it did."""
+    out, err = call.communicate(timeout=timeout)
+    assert call.returncode == 0, f"rc {call.returncode}: {out}{err}"
+    return call.returncode, out
+
+
 def call_in_background(env, function, job, *args):
     """A Slurm call that waits for dacd, as slurmscriptd runs it."""
     return subprocess.Popen(
@@ -41,6 +49,7 @@ def call_in_background(env, function, job, *args):
         ],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
 
@@ -185,8 +194,7 @@ def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(
     assert orphans == set()
     proc = start_dacd(workdir, env, host)
     try:
-        assert call.wait(180) == 0
-        assert call.stdout.read() == ""
+        assert finished(call, 180) == (0, "")
         assert ran_again(workdir, host, job, step)  # cut short, then done by the new dacd
         if function == "data_in":
             assert digests(workdir / "fs" / host / str(job) / "striped" / "in") == expected
@@ -383,7 +391,7 @@ def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_noth
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
-    assert call.wait(120) == 0 and call.stdout.read() == ""
+    assert finished(call, 120) == (0, "")
     host = store.buffer("12").record.allocation.primary_host
     log = (workdir / "logs" / f"dacd-{host}.log").read_text(errors="replace")
     assert "watch compacted; listing this host's buffers again" in log
@@ -426,7 +434,7 @@ def test_a_dacd_frozen_past_its_lease_acts_on_nothing_until_it_has_registered_ag
     finally:
         os.kill(pid, signal.SIGCONT)
     try:
-        assert call.wait(120) == 0 and call.stdout.read() == ""
+        assert finished(call, 120) == (0, "")
         assert store.buffer("13") is None and store.claims() == {}
         registered = store.client.get(store.keys.alive_key(host)).create_revision
         assert writes and min(writes) > registered, (writes, registered)
