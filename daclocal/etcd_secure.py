@@ -138,7 +138,9 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
       when it starts; and records what a compute node dead at a teardown still owes, and
       drops it once done (owed/: dacd/owed.py); runs the stages jobs ask for while they run
       (stage-status/), and drops them with their index once the job's buffer is gone
-      (stages/, stage-index/: dacd/injob.py).
+      (stages/, stage-index/: dacd/injob.py); plans a stage split across a buffer's
+      servers, and says which mount namespace it sees filesystems in (stageplans/,
+      stage-views/: daccore/store/stageplans.py).
     - slurm (the Slurm hooks, the user service) writes buffers/, claims/ and mgs/ (the
       allocation transaction), work/ (with every write of a spec), intents/ and intent-leases/
       (a big buffer's chunked claim), owner-locks/ (one persistent buffer of an owner made at
@@ -165,6 +167,8 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
         "stages/",
         "stage-status/",
         "stage-index/",
+        "stageplans/",
+        "stage-views/",
     ]
     slurm_writes = [
         "buffers/",

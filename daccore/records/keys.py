@@ -21,6 +21,13 @@
 <prefix>stage-status/<host>/<job>/<id>  InJobStageStatus  the dacd of <host>
 <prefix>stage-index/<job>          StageIndex   the user service, with each new stage: the
                                                 job's last id and the hosts holding its stages
+<prefix>stageplans/<name>/<step>  StagePlan   the primary's dacd of buffer <name>, fenced on its
+                                                lease: a stage split across its servers
+                                                (issue 35); dropped when the stage is done
+<prefix>stage-views/<host>         text         the dacd of <host>, at start: which mount
+                                                namespace it sees filesystems in, so a
+                                                primary splits a stage only across servers
+                                                that see its filesystem where it does
 <prefix>work/<host>/<name>         generation   whoever writes buffers/<name>, same txn: a
                                                 wake-up for each host that acts on it (its
                                                 primary alone for lustre and daos), so a
@@ -56,6 +63,8 @@ class Keys:
         self.stages = prefix + "stages/"
         self.stage_statuses = prefix + "stage-status/"
         self.stage_indexes = prefix + "stage-index/"
+        self.stage_plans = prefix + "stageplans/"
+        self.stage_views = prefix + "stage-views/"
 
     def pool(self, name: str) -> str:
         return self.pools + name
@@ -120,6 +129,15 @@ class Keys:
 
     def stage_index(self, job: str) -> str:
         return self.stage_indexes + job
+
+    def stage_plan(self, buffer: str, step: str) -> str:
+        return f"{self.stage_plans}{buffer}/{step}"
+
+    def buffer_stage_plans(self, buffer: str) -> str:
+        return f"{self.stage_plans}{buffer}/"
+
+    def stage_view(self, host: str) -> str:
+        return self.stage_views + host
 
     def status(self, buffer: str, host: str) -> str:
         return f"{self.statuses}{buffer}/{host}"

@@ -12,7 +12,7 @@ what it observed: `Status`. Neither writes the other's key.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -50,6 +50,8 @@ __all__ = [
     "InJobStage",
     "InJobStageStatus",
     "StageIndex",
+    "ShareReport",
+    "StagePlan",
     "RECORDS",
 ]
 
@@ -288,6 +290,10 @@ class Progress(Record):
     )
 
 
+#: shares of one split stage: one a server of the buffer (a buffer's hosts are bounded by its
+#: spec's size: 2,048 bricks is ~160 KB of spec, docs/architecture.md)
+MAX_SHARES = 4096
+
 #: bound of an error's detail, in characters once escaped
 DETAIL_MAX = 8192
 
@@ -309,6 +315,20 @@ class StatusError(Record):
     )
 
 
+class ShareReport(Record):
+    """What one host's dacd did of a split stage's shares (issue 35), in its own status: the
+    shares of plan `stageplans/<buffer>/<step>` at (generation, attempt) it finished, or the
+    one line of the one that failed. The primary finishes the stage once every share is
+    reported done; a restarted dacd skips those it reported."""
+
+    step: Literal["stage_in", "stage_out"]
+    generation: int = Field(ge=0)
+    attempt: int = Field(ge=0)
+    done: list[int] = Field([], max_length=MAX_SHARES)
+    failed: Line = Field("", description="the failed share's line: '<path>: <reason>'")
+    category: Kind | None = Field(None, description="who must act on `failed`")
+
+
 class Status(Record):
     """What one host observed of one buffer: written by that host's dacd only."""
 
@@ -324,6 +344,9 @@ class Status(Record):
     )
     attempt: int = Field(0, ge=0)
     updated_at: float = 0.0
+    share: ShareReport | None = Field(
+        None, description="the shares of a stage split across servers this host ran (issue 35)"
+    )
 
 
 class Owed(Record):
@@ -434,6 +457,42 @@ class StageIndex(Record):
     hosts: list[Name] = Field([], max_length=bounds.MAX_INJOB_HOSTS)
 
 
+class StagePlan(Record):
+    """A stage split across the buffer's servers (issue 35, dacd/staging_split.py): written by
+    the buffer's primary dacd alone, fenced on its lease and on the spec's incarnation. The
+    plan is what the primary's prepare step said (the walk's digest, the links made, the split
+    threshold, each share's (bytes, files)); every server walks the source itself and deals
+    the same shares from it, so no file list is ever stored. `owners[i]` is the host whose dacd
+    copies share i; the primary changes it when it gives a lost server's share to another."""
+
+    buffer: BufferName
+    step: Literal["stage_in", "stage_out"]
+    generation: int = Field(ge=0, description="the spec generation this stage answers")
+    attempt: int = Field(ge=0, description="the primary's attempt of the step that planned it")
+    primary: Name
+    fs_path: str = Field(pattern=r"^/", max_length=bounds.MAX_PATH)
+    digest: str = Field(pattern=r"^[0-9a-f]{32}$")
+    links: int = Field(0, ge=0)
+    split: int = Field(gt=0, description="bytes of data past which a file is cut into ranges")
+    shares: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] = Field(
+        min_length=2, max_length=MAX_SHARES, description="each share's (bytes, files)"
+    )
+    owners: list[Name] = Field(
+        min_length=2, max_length=MAX_SHARES, description="share index -> host"
+    )
+    failed: Line = Field("", description="set by the primary when the stage failed: stop")
+    updated_at: float = 0.0
+
+    @model_validator(mode="after")
+    def _one_owner_a_share(self) -> StagePlan:
+        if len(self.owners) != len(self.shares):
+            raise ValueError("owners: one host for each share")
+        return self
+
+    def owned_by(self, host: str) -> list[int]:
+        return [i for i, h in enumerate(self.owners) if h == host]
+
+
 #: schema file stem -> model, for `schema/` and its drift test
 RECORDS: dict[str, type[Record]] = {
     "pool": Pool,
@@ -446,4 +505,5 @@ RECORDS: dict[str, type[Record]] = {
     "injob_stage": InJobStage,
     "injob_stage_status": InJobStageStatus,
     "stage_index": StageIndex,
+    "stage_plan": StagePlan,
 }

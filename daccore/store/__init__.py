@@ -24,6 +24,9 @@ One face, `Store`, composed of a class per concern, each in its own module and o
     owed        owed/: what a compute node dead at teardown still owes (`OwedMounts`)
     injob       stages/, stage-status/, stage-index/: stages a running job asked for, their
                 statuses, the job's index of them (`InJobStages`)
+    stageplans  stageplans/, stage-views/: a stage split across a buffer's servers, its plan
+                fenced on the primary's lease; which mount namespace each dacd sees
+                filesystems in (`StagePlans`)
 
 The modules import only `base` and the concerns they build on (`buffers` deletes claims and
 work keys and is fenced; `claims` puts work keys), never this face.
@@ -38,6 +41,7 @@ from daccore.store.hosts import PoolsAndHosts
 from daccore.store.injob import InJobStages
 from daccore.store.inventory import InventoryReads, PlacementView
 from daccore.store.leases import OWNER_LOCK_TTL, Leases
+from daccore.store.stageplans import StagePlans
 from daccore.store.owed import OwedMounts
 from daccore.store.statuses import BufferStatuses
 from daccore.store.work import WorkKeys
@@ -61,6 +65,7 @@ class Store(
     BrickClaims,
     WorkKeys,
     InJobStages,
+    StagePlans,
     Leases,
     PoolsAndHosts,
     OwedMounts,

@@ -21,6 +21,7 @@ def test_every_record_and_the_config_has_a_schema():
         "injob_stage.json",
         "injob_stage_status.json",
         "stage_index.json",
+        "stage_plan.json",
         "config.json",
     }
     buffer = json.loads(schema.schemas()["buffer.json"])
