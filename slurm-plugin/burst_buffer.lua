@@ -32,53 +32,46 @@ Why it is written this way:
     process, with lua-socket (Debian's lua-socket for Lua 5.1), which answers what dacctl would
     in well under a millisecond. When lua-socket is missing, the socket absent, the answerer
     refuses or is slower than DAC_ANSWERER_TIMEOUT, they fork dacctl as every other hook does,
-    with what is left of 2 s (DAC_HOT_TIMEOUT). Slurm reloads this script for every call, so
-    lua-socket is required only by these three.
+    with what is left of 2 s (DAC_HOT_TIMEOUT).
+  * Slurm loads this file into a fresh Lua state for every call (burst_buffer_lua.c), inside
+    the time slurmctld reports for a hook, so the three in-process hooks pay for loading all of
+    it on every sbatch (docs/performance.md, "as slurmctld times them"). So: burst_buffer.env
+    is read only when the environment lacks a setting; of lua-socket only socket.unix is
+    loaded (its socket's age is the clock), searched for on package.cpath alone, and left
+    mapped when the state closes, so the next call neither maps nor relocates it again; and
+    the half of this file that forks (FORKING: every other hook, and the fallback) is a string
+    compiled only when a hook forks, which none of the answered calls does.
 --]]
 
--- burst_buffer.env beside this file (or beside slurm.conf): what a stripped environment lacks
-local FALLBACK = {}
-do
-	local source = debug and debug.getinfo and debug.getinfo(1, "S").source or ""
-	local dir = string.match(source, "^@(.*)/[^/]*$")
-		or string.match(os.getenv("SLURM_CONF") or "", "^(.*)/[^/]*$") or "/etc/slurm"
-	local f = io.open(dir .. "/burst_buffer.env", "r")
-	if f ~= nil then
-		for line in f:lines() do
-			local k, v = string.match(line, "^([A-Z_][A-Z0-9_]*)=(.*)$")
-			if k ~= nil then
-				FALLBACK[k] = v
-			end
-		end
-		f:close()
-	end
-end
+-- What burst_buffer.env beside this file (or beside slurm.conf) says: KEY=VALUE lines, read
+-- at the first setting the environment lacks.
+local fallback
 
 local function setting(name, default)
 	local v = os.getenv(name)
 	if v == nil or v == "" then
-		v = FALLBACK[name]
+		if fallback == nil then
+			fallback = {}
+			local source = debug and debug.getinfo and debug.getinfo(1, "S").source or ""
+			local dir = string.match(source, "^@(.*)/[^/]*$")
+				or string.match(os.getenv("SLURM_CONF") or "", "^(.*)/[^/]*$") or "/etc/slurm"
+			local f = io.open(dir .. "/burst_buffer.env", "r")
+			if f ~= nil then
+				for line in f:lines() do
+					local k, val = string.match(line, "^([A-Z_][A-Z0-9_]*)=(.*)$")
+					if k ~= nil then
+						fallback[k] = val
+					end
+				end
+				f:close()
+			end
+		end
+		v = fallback[name]
 	end
 	if v == nil or v == "" then
 		return default
 	end
 	return v
-end
-
-local DACCTL = setting("DACCTL", "/usr/local/bin/dacctl")
-local DAC_BBSTAT = setting("DAC_BBSTAT", "/usr/local/bin/dac-bbstat")
-local LOG = setting("DAC_SLURM_LOG", "/dev/null")
-
-local function quote(s)
-	return "'" .. string.gsub(tostring(s), "'", "'\\''") .. "'"
-end
-
--- What dacctl must be given when the environment lacks it: "K='v' K2='v2' " or "".
-local PASS_ENV = ""
-for _, k in ipairs({ "DAC_CONFIG", "SLURM_CONF", "PATH" }) do
-	if (os.getenv(k) == nil or os.getenv(k) == "") and FALLBACK[k] ~= nil then
-		PASS_ENV = PASS_ENV .. k .. "=" .. quote(FALLBACK[k]) .. " "
-	end
 end
 
 -- An exit status and stdout as Slurm wants them: slurm.SUCCESS or slurm.ERROR, and the text.
@@ -92,6 +85,30 @@ local function finish(what, rc, body)
 		return slurm.ERROR, body
 	end
 	return slurm.SUCCESS, body
+end
+
+-- Every hook that forks, and dacctl for the answered three when the answerer cannot answer:
+-- compiled by fork() at the first call that needs it, with this file's name and line numbers.
+-- It gets setting and finish, and returns its functions.
+local FORKING_LINE = debug.getinfo(1, "l").currentline
+local FORKING = [==[
+local setting, finish = ...
+local DACCTL = setting("DACCTL", "/usr/local/bin/dacctl")
+local DAC_BBSTAT = setting("DAC_BBSTAT", "/usr/local/bin/dac-bbstat")
+local LOG = setting("DAC_SLURM_LOG", "/dev/null")
+local forking = {}
+
+local function quote(s)
+	return "'" .. string.gsub(tostring(s), "'", "'\\''") .. "'"
+end
+
+-- What dacctl must be given when the environment lacks it: "K='v' K2='v2' " or "".
+local PASS_ENV = ""
+for _, k in ipairs({ "DAC_CONFIG", "SLURM_CONF", "PATH" }) do
+	local v = setting(k, nil)
+	if (os.getenv(k) == nil or os.getenv(k) == "") and v ~= nil then
+		PASS_ENV = PASS_ENV .. k .. "=" .. quote(v) .. " "
+	end
 end
 
 -- Run a shell command line; returns slurm.SUCCESS or slurm.ERROR, and its stdout.
@@ -113,16 +130,97 @@ local function run(what, cmd)
 end
 
 -- dacctl --function <fn> <args...>, its stderr to DAC_SLURM_LOG; `env`: "K='v' " words.
-local function dacctl(fn, args, env)
+function forking.dacctl(fn, args, env)
 	local cmd = PASS_ENV .. (env or "") .. quote(DACCTL) .. " --function " .. quote(fn)
 	for _, a in ipairs(args) do
 		cmd = cmd .. " " .. quote(a)
 	end
 	return run(fn, cmd .. " 2>>" .. quote(LOG))
 end
+local dacctl = forking.dacctl
 
-local ANSWERER = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
-local ANSWERER_TIMEOUT = tonumber(setting("DAC_ANSWERER_TIMEOUT", "0.5")) or 0.5
+function forking.slurm_bb_job_teardown(job_id, job_script, hurry, ...)
+	local args = { "--token", job_id, "--job", job_script }
+	if hurry == "true" then
+		table.insert(args, "--hurry")
+	end
+	return dacctl("teardown", args)
+end
+
+function forking.slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script, ...)
+	return dacctl("setup", { "--token", job_id, "--caller", "SLURM", "--user", uid,
+		"--groupid", gid, "--capacity", tostring(pool) .. ":" .. tostring(bb_size),
+		"--job", job_script })
+end
+
+function forking.slurm_bb_data_in(job_id, job_script, ...)
+	return dacctl("data_in", { "--token", job_id, "--job", job_script })
+end
+
+function forking.slurm_bb_real_size(job_id, ...)
+	local rc, out = dacctl("real_size", { "--token", job_id })
+	if rc ~= slurm.SUCCESS then
+		return rc, out
+	end
+	return slurm.SUCCESS, string.match(out, '"capacity":%s*(%d+)') or "0"
+end
+
+-- 23.02+: (job_id, job_script, uid, gid, job_info), job_info.nodes the allocated nodes.
+function forking.slurm_bb_pre_run(job_id, job_script, uid, gid, job_info)
+	local args = { "--token", job_id, "--job", job_script }
+	if type(job_info) == "table" and type(job_info.nodes) == "string" and job_info.nodes ~= "" then
+		table.insert(args, "--nodes")
+		table.insert(args, job_info.nodes)
+	end
+	return dacctl("pre_run", args)
+end
+
+function forking.slurm_bb_post_run(job_id, job_script, ...)
+	return dacctl("post_run", { "--token", job_id, "--job", job_script })
+end
+
+function forking.slurm_bb_data_out(job_id, job_script, ...)
+	return dacctl("data_out", { "--token", job_id, "--job", job_script })
+end
+
+-- `scontrol show bbstat [job | view]`: dac-bbstat, read-only, which accepts at most a job id
+-- or a dwstat view name (that job's buffer in one line; the view, the pools by default,
+-- in Cray's dwstat layout). Whatever else a user types is refused there, never
+-- passed to dacctl. 23.02+ puts the caller's uid and gid first: dac-bbstat gets them in its
+-- environment (a user cannot set slurmctld's) and shows the full line, errors included, only
+-- to the buffer's owner, root and admin_group. 22.05 passes only what the user typed, so two
+-- numbers there are the user's words, not an identity: it is told apart by the error table
+-- 23.02 added to the `slurm` module (slurm.ESLURM_BURST_BUFFER_PERMISSION).
+function forking.slurm_bb_get_status(...)
+	local args = { ... }
+	local caller = ""
+	if slurm.ESLURM_BURST_BUFFER_PERMISSION ~= nil then
+		local uid, gid = tostring(table.remove(args, 1)), tostring(table.remove(args, 1))
+		if string.match(uid, "^%d+$") and string.match(gid, "^%d+$") then
+			caller = uid .. ":" .. gid
+		end
+	end
+	local cmd = PASS_ENV .. "DAC_BBSTAT_CALLER=" .. quote(caller) .. " " .. quote(DAC_BBSTAT)
+	for _, a in ipairs(args) do
+		cmd = cmd .. " " .. quote(a)
+	end
+	-- its one line (a usage or an error) is for the user: Slurm shows only its own on ERROR
+	local _, out = run("bbstat", cmd .. " 2>>" .. quote(LOG))
+	return slurm.SUCCESS, out
+end
+
+return forking
+]==]
+local forking
+
+local function fork()
+	if forking == nil then
+		local chunk = string.rep("\n", FORKING_LINE) .. FORKING
+		forking = assert(loadstring(chunk, debug.getinfo(1, "S").source))(setting, finish)
+	end
+	return forking
+end
+
 -- what slurmctld waits at most for a hook it runs itself, answerer and fork together
 local HOT_BUDGET = 2.0
 
@@ -132,65 +230,78 @@ local function encode(s)
 	end))
 end
 
--- The answerer's reply: (exit status, stdout), or nil and why it gave none.
-local function ask(fn, args, clock, deadline)
-	local c = require("socket.unix").stream()
-	local function step(ok, err)
-		if ok == nil then
-			error(err or "closed", 0)
-		end
-		c:settimeout(math.max(0, deadline - clock()))
-		return ok
+-- lua-socket's socket.unix, or nil. A C module, so package.path (seven Lua paths, an open()
+-- each) is not searched. Its handle loses its __gc: the library stays mapped when this state
+-- closes, and the next call's dlopen finds it loaded instead of mapping and relocating it,
+-- 0.1-0.2 ms inside slurmctld (docs/performance.md).
+local function lua_socket()
+	local path = package.path
+	package.path = ""
+	local ok, unix = pcall(require, "socket.unix")
+	package.path = path
+	local loadlib = debug.getregistry()._LOADLIB
+	if loadlib ~= nil then
+		loadlib.__gc = nil
 	end
-	local ok, rc, out = pcall(function()
-		local line = "dac-answer/1 " .. fn
-		for _, a in ipairs(args) do
-			line = line .. " " .. encode(a)
-		end
-		c:settimeout(math.max(0, deadline - clock()))
-		step(c:connect(ANSWERER))
-		step(c:send(line .. "\n"))
-		local head = step(c:receive("*l"))
-		local status, n = string.match(head, "^ANSWER (%d+) (%d+)$")
-		if status == nil then
-			error(string.match(head, "^REFUSE (.*)$") or "no answer", 0)
-		end
-		local rest, err, partial = c:receive("*a") -- to the close, which ends the reply
-		if rest == nil and err ~= "closed" then
-			error(err, 0)
-		end
-		rest = rest or partial or ""
-		if #rest < tonumber(n) then
-			error("a reply cut short", 0)
-		end
-		return status, string.sub(rest, 1, tonumber(n))
-	end)
+	return ok and type(unix) == "table" and unix or nil
+end
+
+-- The answerer's reply: (exit status, stdout), or nil and why it gave none; and the seconds
+-- it took. One request a connection, the reply read to the close that ends it.
+local function ask(unix, socket, timeout, fn, args)
+	local c, err = unix.stream()
+	if c == nil then
+		return nil, err, 0
+	end
+	c:settimeout(timeout)
+	local ok, reply, partial
+	ok, err = c:connect(socket)
+	if ok == nil then -- at once (absent, refused), or past the timeout with a full backlog
+		c:close()
+		return nil, err, err == "timeout" and timeout or 0
+	end
+	-- a connected socket's age is the clock (socket.core's gettime, without loading it)
+	local line = "dac-answer/1 " .. fn
+	for _, a in ipairs(args) do
+		line = line .. " " .. encode(a)
+	end
+	ok, err = c:send(line .. "\n")
+	if ok ~= nil then
+		c:settimeout(math.max(0, timeout - select(3, c:getstats())))
+		reply, err, partial = c:receive("*a")
+	end
 	c:close()
-	if not ok then
-		return nil, rc
+	local took = select(3, c:getstats())
+	if reply == nil then
+		return nil, err, took
 	end
-	return rc, out
+	local status, n, rest = string.match(reply, "^ANSWER (%d+) (%d+)\n(.*)$")
+	if status == nil then
+		return nil, string.match(reply, "^REFUSE ([^\n]*)") or "no answer", took
+	end
+	if #rest < tonumber(n) then
+		return nil, "a reply cut short", took
+	end
+	return status, string.sub(rest, 1, tonumber(n)), took
 end
 
 -- job_process, pools, paths: the answerer's answer, else dacctl's (the header says why).
 local function hot(fn, args)
-	if ANSWERER == "" or ANSWERER == "none" then
-		return dacctl(fn, args)
+	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
+	local unix = socket ~= "none" and lua_socket()
+	if not unix then
+		return fork().dacctl(fn, args) -- turned off, or no lua-socket: the fork, as before
 	end
-	local loaded, core = pcall(require, "socket.core")
-	if not loaded or type(core) ~= "table" or not pcall(require, "socket.unix") then
-		return dacctl(fn, args) -- no lua-socket here: the fork, as before it existed
-	end
-	local start = core.gettime()
-	local rc, out = ask(fn, args, core.gettime, start + ANSWERER_TIMEOUT)
+	local timeout = tonumber(setting("DAC_ANSWERER_TIMEOUT", "0.5")) or 0.5
+	local rc, out, took = ask(unix, socket, timeout, fn, args)
 	if rc ~= nil then
 		return finish(fn, rc, out)
 	end
 	if out ~= "No such file or directory" then -- the answerer is not installed: nothing to say
-		slurm.log_info("dac: answerer %s: %s; forking dacctl", ANSWERER, tostring(out))
+		slurm.log_info("dac: answerer %s: %s; forking dacctl", socket, tostring(out))
 	end
-	local left = math.max(0.1, HOT_BUDGET - (core.gettime() - start))
-	return dacctl(fn, args, string.format("DAC_HOT_TIMEOUT=%.3f ", left))
+	local left = math.max(0.1, HOT_BUDGET - took)
+	return fork().dacctl(fn, args, string.format("DAC_HOT_TIMEOUT=%.3f ", left))
 end
 
 -- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing.
@@ -207,37 +318,6 @@ function slurm_bb_pools(...)
 	return hot("pools", {})
 end
 
-function slurm_bb_job_teardown(job_id, job_script, hurry, ...)
-	local args = { "--token", job_id, "--job", job_script }
-	if hurry == "true" then
-		table.insert(args, "--hurry")
-	end
-	return dacctl("teardown", args)
-end
-
-function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script, ...)
-	return dacctl("setup", { "--token", job_id, "--caller", "SLURM", "--user", uid,
-		"--groupid", gid, "--capacity", tostring(pool) .. ":" .. tostring(bb_size),
-		"--job", job_script })
-end
-
-function slurm_bb_data_in(job_id, job_script, ...)
-	return dacctl("data_in", { "--token", job_id, "--job", job_script })
-end
-
--- data_in returns only when the data is in, so there is never anything to poll (24.05+).
-function slurm_bb_test_data_in(job_id, job_script, ...)
-	return slurm.SUCCESS, ""
-end
-
-function slurm_bb_real_size(job_id, ...)
-	local rc, out = dacctl("real_size", { "--token", job_id })
-	if rc ~= slurm.SUCCESS then
-		return rc, out
-	end
-	return slurm.SUCCESS, string.match(out, '"capacity":%s*(%d+)') or "0"
-end
-
 -- 23.02+: (job_id, job_script, path_file, uid, gid, job_info). A job array's task: the array's
 -- id, which paths (inside slurmctld, so no scontrol) needs on 24.11+ to find the script Slurm
 -- never wrote for the task (dacctl/slurm_args.py).
@@ -251,50 +331,21 @@ function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
 	return hot("paths", args)
 end
 
--- 23.02+: (job_id, job_script, uid, gid, job_info), job_info.nodes the allocated nodes.
-function slurm_bb_pre_run(job_id, job_script, uid, gid, job_info)
-	local args = { "--token", job_id, "--job", job_script }
-	if type(job_info) == "table" and type(job_info.nodes) == "string" and job_info.nodes ~= "" then
-		table.insert(args, "--nodes")
-		table.insert(args, job_info.nodes)
-	end
-	return dacctl("pre_run", args)
-end
-
-function slurm_bb_post_run(job_id, job_script, ...)
-	return dacctl("post_run", { "--token", job_id, "--job", job_script })
-end
-
-function slurm_bb_data_out(job_id, job_script, ...)
-	return dacctl("data_out", { "--token", job_id, "--job", job_script })
+-- data_in returns only when the data is in, so there is never anything to poll (24.05+).
+function slurm_bb_test_data_in(job_id, job_script, ...)
+	return slurm.SUCCESS, ""
 end
 
 function slurm_bb_test_data_out(job_id, job_script, ...)
 	return slurm.SUCCESS, ""
 end
 
--- `scontrol show bbstat [job | view]`: dac-bbstat, read-only, which accepts at most a job id
--- or a dwstat view name (that job's buffer in one line; the view, the pools by default,
--- in Cray's dwstat layout). Whatever else a user types is refused there, never
--- passed to dacctl. 23.02+ puts the caller's uid and gid first: dac-bbstat gets them in its
--- environment (a user cannot set slurmctld's) and shows the full line, errors included, only
--- to the buffer's owner, root and admin_group. 22.05 passes only what the user typed, so two
--- numbers there are the user's words, not an identity: it is told apart by the error table
--- 23.02 added to the `slurm` module (slurm.ESLURM_BURST_BUFFER_PERMISSION).
-function slurm_bb_get_status(...)
-	local args = { ... }
-	local caller = ""
-	if slurm.ESLURM_BURST_BUFFER_PERMISSION ~= nil then
-		local uid, gid = tostring(table.remove(args, 1)), tostring(table.remove(args, 1))
-		if string.match(uid, "^%d+$") and string.match(gid, "^%d+$") then
-			caller = uid .. ":" .. gid
-		end
+-- The hooks that fork dacctl (or dac-bbstat): FORKING's, each a global Slurm finds at load
+-- (one closure compiled for all of them)
+for _, name in ipairs({ "slurm_bb_job_teardown", "slurm_bb_setup", "slurm_bb_data_in",
+	"slurm_bb_real_size", "slurm_bb_pre_run", "slurm_bb_post_run", "slurm_bb_data_out",
+	"slurm_bb_get_status" }) do
+	_G[name] = function(...)
+		return fork()[name](...)
 	end
-	local cmd = PASS_ENV .. "DAC_BBSTAT_CALLER=" .. quote(caller) .. " " .. quote(DAC_BBSTAT)
-	for _, a in ipairs(args) do
-		cmd = cmd .. " " .. quote(a)
-	end
-	-- its one line (a usage or an error) is for the user: Slurm shows only its own on ERROR
-	local _, out = run("bbstat", cmd .. " 2>>" .. quote(LOG))
-	return slurm.SUCCESS, out
 end
