@@ -43,30 +43,41 @@ class FakeAnswerer:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(path))
         self.sock.listen(8)
+        self.stopped = False
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\n" not in data:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.lines.append(data.decode())
-                time.sleep(self.delay)
+        try:
+            while not self.stopped:
                 try:
-                    conn.sendall(self.reply)
+                    conn, _ = self.sock.accept()
                 except OSError:
-                    pass
+                    return
+                with conn:
+                    data = b""
+                    while b"\n" not in data:
+                        chunk = conn.recv(4096)
+                        if not chunk:
+                            break
+                        data += chunk
+                    self.lines.append(data.decode())
+                    time.sleep(self.delay)
+                    try:
+                        conn.sendall(self.reply)
+                    except OSError:
+                        pass
+        finally:
+            self.sock.close()
 
     def close(self) -> None:
-        self.sock.close()
+        """Stops accepting. The serving thread closes the socket as it ends: closed here,
+        its number could be a later test's socket while this thread still sleeps out
+        `delay`, and that thread would then answer the later test's connection."""
+        self.stopped = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        except OSError:
+            pass
 
 
 @pytest.fixture
