@@ -16,8 +16,9 @@ module adds what a split needs, in three roles a server's copier plays:
     finish    the primary, once every share is done: walk again, check the digest, set the
               split files' modes and times and the directories', deepest first
 
-The plan is small by construction. What is to be recorded (in etcd, per buffer and stage, by
-the orchestration across dacds, not built yet: docs/architecture.md) is the walk's digest
+The plan is small by construction. What is recorded (in etcd, per buffer and stage:
+`stageplans/<buffer>/<step>`, a StagePlan, written by the primary's dacd: dacd/staging_split.py's
+Across) is the walk's digest
 (BLAKE2b of every entry's relative path, kind, size, mode and mtime, in walk order), the server
 list and its order, the split threshold and each share's totals: tens of bytes per server,
 whatever the tree. The file lists are not recorded: every server walks the source itself

@@ -117,12 +117,14 @@ class Reconciler:
         self._threads: list[threading.Thread] = []
         self._resync, self._owed_retry = resync, owed_retry
         self._acted: dict[str, int] = {}  # buffer name -> the spec revision last reconciled
+        self._view: str | None = None  # the mount namespace this dacd sees (stage-views/)
         #: the stages jobs ask for while they run (dacd.injob.InJobStager), or None
         self.injob = injob
 
     # -- scheduling ----------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._say_view()
         revision = self._list_all()
         self._threads = [
             threading.Thread(target=self._follow, args=(revision,), name="watch-work", daemon=True)
@@ -156,6 +158,19 @@ class Reconciler:
         self._thread = self._threads[0]
         for t in self._threads:
             t.start()
+
+    def _say_view(self) -> None:
+        """Which mount namespace this dacd sees filesystems in (`stage-views/<host>`): a
+        buffer's primary splits a stage only across servers that see its filesystem where it
+        does (dacd/staging_split.py)."""
+        from dacd.staging_split import view
+
+        try:
+            self._view = view()
+            self.store.put_stage_view(self.host, self._view)
+        except (OSError, DacError) as e:
+            self._view = None
+            log.warning("stages not split across this server: its view not said (%s)", e)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking work, let running steps finish (a playbook cut short is re-run at the
@@ -401,6 +416,8 @@ class Reconciler:
                 mounts_match=attached == buf.attachments,
             )
             if nxt is None:
+                if not together and self._share_due(buf, incarnation, mine, backend):
+                    return  # the share's thread schedules the buffer again when it ends
                 self._reap_if_gone(buf, mod_revision, statuses, hosts)
                 return
             step, target = nxt
@@ -523,6 +540,9 @@ class Reconciler:
         attached = mine.attached if mine else {}
         attempt = (mine.attempt + 1) if mine and mine.step == step else 1
         progress = [mine.progress if mine else None]  # the last staging progress stays shown
+        share = [mine.share if mine else None]  # a split stage's shares done here
+        if step in ("stage_in", "stage_out") and self.host != buf.allocation.primary_host:
+            progress[0] = None  # what a share copies here now is shown, not the last stage's
 
         def status(**fields) -> None:
             values = dict(
@@ -534,6 +554,7 @@ class Reconciler:
                 attempt=attempt,
                 progress=progress[0],
                 updated_at=time.time(),
+                share=share[0],
             )
             values.update(fields)
             if len(hosts) == 1:
@@ -565,7 +586,13 @@ class Reconciler:
                         progress[0] = Progress(**p)
                         shown()
 
-                    self._stage(buf, step, backend, on_progress, run)
+                    def on_share(report) -> None:
+                        share[0] = report
+                        shown()
+
+                    self._stage(
+                        buf, step, backend, on_progress, run, (incarnation, attempt, mine, on_share)
+                    )
             else:
                 self._run_step(
                     backend.name,
@@ -641,9 +668,11 @@ class Reconciler:
                 printable(str(e)),
             )
 
-    def _stage(self, buf, step: str, backend, on_progress, run) -> None:
+    def _stage(self, buf, step: str, backend, on_progress, run, split_by=None) -> None:
         """Staging runs on the primary host, which has the filesystem mounted; progress goes
-        to the status at most once a second (the copier's own pace)."""
+        to the status at most once a second (the copier's own pace). A buffer of several
+        servers that see the primary's filesystem is split across their dacds (issue 35:
+        `split_by` is (incarnation, attempt, this host's status, on_share))."""
         from dacd.staging import Run, stage, time_limit
 
         fs_path = backend.variables(buf, step)["fs_path"]
@@ -658,10 +687,161 @@ class Reconciler:
             from dacd.staging_split import split_here
 
             split_here(*args, limit, run, split)
+        elif (
+            split_by is not None
+            and not backend.one_run_for_all_hosts  # lustre, daos: their other servers' dacd
+            and len(owners := self._split_owners(buf)) > 1  # do not act on the buffer
+        ):
+            from dacd.staging_split import Across
+
+            incarnation, attempt, mine, on_share = split_by
+            Across(
+                self.store,
+                self.host,
+                buf,
+                step,
+                fs_path,
+                self.config.stage_workers,
+                owners,
+                attempt,
+                incarnation,
+                mine,
+                on_progress,
+                on_share,
+                limit,
+                run,
+            ).stage()
         else:
             stage(*args, limit, run)
         if injob:  # then those it asked to run at its end, in order
             self.injob.at_job_end(buf, run)
+
+    def _split_owners(self, buf) -> list[str]:
+        """The servers a stage of `buf` is split across, this primary first: those of its hosts
+        whose dacd is alive and sees filesystems in this dacd's mount namespace (the local
+        DAC's servers: one machine). One (no split) for a buffer on one server, or whose other
+        servers see another tree."""
+        hosts = buf.allocation.hosts
+        if len(hosts) < 2 or self._view is None:
+            return [self.host]
+        views = self.store.stage_views(hosts)
+        alike = [h for h in hosts if h != self.host and views.get(h) == self._view]
+        alive = self.store.alive_among(alike) if alike else set()
+        return [self.host] + [h for h in alike if h in alive]
+
+    def _share_due(self, buf, incarnation: int, mine, backend: str) -> bool:
+        """A split stage's shares this host owns and has not reported (dacd/staging_split.py):
+        handed to the stage pool, True; False when there are none. The record is checked
+        (one writer: the primary), and its filesystem must be the primary's as this dacd's
+        config places it."""
+        from daccore.records.models import StagePlan
+        from dacd.staging_split import answers
+
+        primary = buf.allocation.primary_host
+        if (
+            self.host == primary
+            or len(buf.allocation.hosts) < 2
+            or buf.desired_state not in (State.STAGED_IN, State.STAGED_OUT)
+            or self._view is None
+        ):
+            return False
+        step = "stage_in" if buf.desired_state is State.STAGED_IN else "stage_out"
+        found = self.store.stage_plan_text(buf.name, step)
+        if found is None:
+            return False
+        key, text = found
+        try:
+            plan = StagePlan.model_validate_json(text)
+            fs_path = get_backend(backend, self.config, primary).variables(buf, step)["fs_path"]
+            if (plan.buffer, plan.primary, plan.fs_path) != (buf.name, primary, fs_path):
+                raise ValueError(f"names {shown(plan.primary)}:{shown(plan.fs_path)}")
+        except ValueError as e:  # pydantic's ValidationError is one
+            self._log_once(key, f"{key}: not a valid stage plan: {shown(str(e).splitlines()[0])}")
+            return False
+        if plan.generation != buf.generation or plan.failed:
+            return False
+        report = mine.share if mine and answers(mine.share, plan) else None
+        if report is not None and report.failed:
+            return False
+        done = report.done if report is not None else []
+        todo = [i for i in plan.owned_by(self.host) if i not in done]
+        if not todo:
+            return False
+        self._hand_off_share(buf, incarnation, mine, plan, todo, fs_path, report)
+        return True
+
+    def _hand_off_share(self, buf, incarnation, mine, plan, todo, fs_path, report) -> None:
+        """This host's shares of a split stage to the stage pool, as the user, reported in
+        this host's own status; the buffer is looked at again when they end. Nothing else
+        writes this status meanwhile: reconcile leaves a buffer alone while its stage runs."""
+        from daccore.records.models import ShareReport
+        from dacd.staging import Run, time_limit
+        from dacd.staging_split import run_owned
+
+        run = Run()
+        with self._lock:
+            self._staging[buf.name] = run
+        base = mine or Status(buffer=buf.name, host=self.host)
+        report = report or ShareReport(
+            step=plan.step, generation=plan.generation, attempt=plan.attempt
+        )
+
+        def write(progress, now, step: str) -> None:
+            status = base.model_copy(
+                update={
+                    "progress": Progress(**progress) if progress else None,
+                    "share": now,
+                    "step": step,
+                    "updated_at": time.time(),
+                }
+            )
+            try:
+                self.store.put_status(status, incarnation)
+            except StoreUnavailable as e:  # a progress line: the report is written again
+                log.warning("buffer %s: share progress not shown (%s)", buf.name, e)
+
+        again = [True]
+
+        def shares() -> None:
+            log.info(
+                "buffer %s (job %s): %s shares %s on %s",
+                buf.name,
+                buf.job_id,
+                plan.step,
+                ",".join(map(str, todo)),
+                self.host,
+            )
+            try:
+                run_owned(
+                    self.store,
+                    self.host,
+                    buf,
+                    plan,
+                    todo,
+                    fs_path,
+                    self.config.stage_workers,
+                    time_limit(self.config.stage_timeout),
+                    run,
+                    report,
+                    write,
+                )
+            except (Fenced, Superseded) as e:  # a new lease's relist brings the buffer back
+                log.warning("buffer %s: %s shares not recorded: %s", buf.name, plan.step, e)
+                again[0] = False
+            except Exception:  # noqa: BLE001 - a stage's thread must never die silently
+                log.exception("buffer %s: %s shares failed", buf.name, plan.step)
+                again[0] = False  # not at once: the next change of the buffer, or resync
+            finally:
+                with self._lock:
+                    del self._staging[buf.name]
+                if again[0] and (run.reason is None or not run.reason.startswith("stopped: dacd")):
+                    self.schedule(buf.name)  # a share given to this host meanwhile
+
+        try:
+            self._stages.submit(shares)
+        except RuntimeError:  # shutting down
+            with self._lock:
+                del self._staging[buf.name]
 
     def _reap_if_gone(self, buf, mod_revision: int, statuses: dict, hosts: list[str]) -> None:
         everywhere = all(statuses.get(h) and statuses[h].state is State.DELETED for h in hosts)
@@ -678,6 +858,8 @@ class Reconciler:
             and self.host == buf.allocation.primary_host
         ):
             try:
+                if len(hosts) > 1:  # a split stage's plans (only kept if it failed)
+                    self.store.drop_stage_plans(buf.name, self.host)
                 self.store.delete_buffer(buf.name, mod_revision)
                 log.info("buffer %s (job %s): deleted, bricks released", buf.name, buf.job_id)
             except Conflict:

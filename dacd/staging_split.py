@@ -3,21 +3,46 @@ lead), a share on each other server, finish on the primary (the roles: dacd/copy
 Every copier is started as dacd/staging.py starts the single one: the owner's uid, gid and
 groups, rlimits, its own process group, killed with the stage.
 
+`Across` runs the split across the buffer's servers' dacds, from the primary: the lead, the
+plan's record (`stageplans/<buffer>/<step>`), the other owners woken, their shares followed in
+their statuses, a lost server's shares taken over, the finish; `run_owned` is what each other
+server's dacd runs of it, its own shares (docs/architecture.md, "A stage split across
+servers").
+
 `split_here` runs every share on this host, as K in-process "servers": how the staging tests
 run against the split copy and how bench/staging.py measures it (DAC_STAGE_SPLIT=K).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
-from typing import Callable
+import time
+from typing import TYPE_CHECKING, Callable
 
-from daccore.errors import InternalError
+from daccore.errors import (
+    AdminError,
+    BadRecord,
+    DacError,
+    Fenced,
+    InternalError,
+    Kind,
+    StoreUnavailable,
+    Superseded,
+    UserError,
+)
+from daccore.records.models import ShareReport
 from dacd import copy_share
 from dacd.staging import Run, check_result, pairs_of, run_copier
 
-__all__ = ["Total", "finish", "lead", "run_share", "split_here"]
+if TYPE_CHECKING:
+    from daccore.records.models import StagePlan
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Across", "Total", "finish", "lead", "run_owned", "run_share", "split_here", "view"]
 
 
 def _plan(buffer, direction: str, fs_path: str, workers: int, role: str, count: int, **kw) -> bytes:
@@ -105,12 +130,21 @@ def finish(buffer, direction: str, fs_path: str, plan: dict, timeout: float, run
 
 class Total:
     """One stage's progress from its shares': bytes and files summed (the plan knows every
-    share's totals, so nothing is `counting`), rates summed, time left from the sums."""
+    share's totals, so nothing is `counting`), rates summed, time left from the sums. With
+    `indexes`, only those shares (one server's, across dacds: the status views sum the
+    servers'), and the links counted only with `links` (the primary made them)."""
 
-    def __init__(self, plan: dict):
+    def __init__(self, plan: dict, indexes: list[int] | None = None, links: bool = True):
         self.plan = plan
+        self.indexes = indexes
+        self.links = links
         self.shares: dict[int, dict] = {}
         self.lock = threading.Lock()
+
+    def add(self, index: int) -> None:
+        with self.lock:
+            if self.indexes is not None and index not in self.indexes:
+                self.indexes.append(index)
 
     def update(self, index: int, progress: dict) -> dict:
         with self.lock:
@@ -118,16 +152,19 @@ class Total:
             return self.sum()
 
     def sum(self) -> dict:
-        got = self.shares.values()
-        bytes_total = sum(b for b, _ in self.plan["shares"])
-        files_total = sum(f for _, f in self.plan["shares"]) + self.plan["links"]
+        shares = self.plan["shares"]
+        counted = range(len(shares)) if self.indexes is None else self.indexes
+        got = [p for i, p in self.shares.items() if i in counted]
+        links = self.plan["links"] if self.links else 0
+        bytes_total = sum(shares[i][0] for i in counted)
+        files_total = sum(shares[i][1] for i in counted) + links
         done = sum(p.get("bytes_done", 0) for p in got)
         rate = sum(p.get("rate", 0) for p in got)
         left = bytes_total - done
         return {
             "bytes_done": done,
             "bytes_total": bytes_total,
-            "files_done": sum(p.get("files_done", 0) for p in got) + self.plan["links"],
+            "files_done": sum(p.get("files_done", 0) for p in got) + links,
             "files_total": files_total,
             "rate": rate,
             "eta": 0.0 if not left else round(left / rate, 1) if rate else None,
@@ -217,4 +254,481 @@ def split_here(
         finish(buffer, direction, fs_path, plans[0], timeout, run)
         on_progress(total.sum())
     finally:
+        timer.cancel()
+
+
+# -- across dacds (issue 35): the primary leads and finishes, each server copies its shares ----
+
+
+def view() -> str:
+    """Which mount namespace this dacd sees filesystems in: the boot's id and the namespace's
+    inode. Two dacds with the same view see one tree (the local DAC's servers); a primary
+    splits a stage only across servers whose view is its own (`stage-views/<host>`)."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    return f"{boot}:{os.readlink('/proc/self/ns/mnt')}"
+
+
+_ERRORS = {Kind.USER: UserError, Kind.ADMIN: AdminError, Kind.INTERNAL: InternalError}
+
+
+def _plan_dict(plan) -> dict:
+    return {
+        "digest": plan.digest,
+        "links": plan.links,
+        "split": plan.split,
+        "shares": [list(s) for s in plan.shares],
+    }
+
+
+def answers(report, plan) -> bool:
+    """Whether a host's share report answers this plan."""
+    return report is not None and (report.step, report.generation, report.attempt) == (
+        plan.step,
+        plan.generation,
+        plan.attempt,
+    )
+
+
+def _failure(direction: str, run: Run, out: tuple[dict, str, int], where: str) -> DacError | None:
+    """A share's outcome as the stage's error (None: done)."""
+    try:
+        check_result(direction, run, *out, where=where)
+    except DacError as e:
+        return e
+    return None
+
+
+class Across:
+    """A stage split across the buffer's servers, driven by its primary's dacd (the lead).
+
+    Prepare runs here and says the plan; the plan's record (`stageplans/<buffer>/<step>`,
+    fenced on this dacd's lease) names each share's owner, and each other owner's dacd is woken
+    through its work key to copy its shares (`run_owned`), reporting them in its own status.
+    This dacd copies share 0 from prepare's walk, and any share it takes over; it reads the
+    others' reports as they come (a watch on the buffer's statuses), and finishes once every
+    share is reported done for the plan. The first share to fail fails the stage in one line
+    naming its server (`stage_in failed on <server>: <path>: <reason>`): the record is marked
+    failed, so every other owner stops. A lost server (its `alive` key gone with its lease) has
+    its unfinished shares given to the least loaded live owner. A plan of this generation
+    already recorded (this dacd restarted mid-stage) is resumed, not planned again: the lead is
+    skipped and only the shares no report says done are copied again."""
+
+    #: seconds between two looks at the owners' leases
+    LIVENESS = 1.0
+
+    def __init__(
+        self,
+        store,
+        host: str,
+        buffer,
+        step: str,
+        fs_path: str,
+        workers: int,
+        owners: list[str],
+        attempt: int,
+        incarnation: int,
+        mine,
+        on_progress: Callable[[dict], None],
+        on_share: Callable[[ShareReport], None],
+        timeout: float,
+        run: Run,
+        split: int = copy_share.SPLIT,
+    ):
+        self.store, self.host, self.buffer, self.step = store, host, buffer, step
+        self.direction = step.removeprefix("stage_")
+        self.fs_path, self.workers, self.owners = fs_path, workers, owners
+        self.attempt, self.incarnation, self.mine = attempt, incarnation, mine
+        self.on_progress, self.on_share = on_progress, on_share
+        self.timeout, self.run, self.split = timeout, run, split
+        self.plan: StagePlan | None = None
+        self.total = Total({"shares": [], "links": 0}, [], links=True)
+        self.local: dict[int, tuple[dict, str, int] | None] = {}  # share -> outcome, once ended
+        self.done: list[int] = []  # of the local shares
+        self.lock = threading.Lock()
+        self.changed = threading.Event()
+        self.raised: list[BaseException] = []  # what a thread met that must end the stage
+        self.threads: list[threading.Thread] = []
+
+    # -- the stage ---------------------------------------------------------------------------
+
+    def stage(self) -> None:
+        if not pairs_of(self.buffer, self.direction, self.fs_path):
+            return
+        timer = threading.Timer(
+            self.timeout, self.run.cancel, args=(f"timed out after {self.timeout:.0f} s",)
+        )
+        timer.daemon = True
+        timer.start()
+        watch = self.store.wake_on_status(self.buffer.name, self.changed)
+        try:
+            self._copy()
+            assert self.plan is not None
+            finish(
+                self.buffer,
+                self.direction,
+                self.fs_path,
+                _plan_dict(self.plan),
+                self.timeout,
+                self.run,
+            )
+            self.on_progress(self.total.sum())
+            try:
+                self.store.drop_stage_plan(self.buffer.name, self.step, self.host)
+            except DacError as e:  # a plan left over is overwritten by the next, dropped at reap
+                log.warning("buffer %s: %s plan not dropped: %s", self.buffer.name, self.step, e)
+        finally:
+            timer.cancel()
+            watch.close()
+            self.run.kill()
+            for t in self.threads:
+                t.join()
+
+    def _copy(self) -> None:
+        """Until every share is done, or the stage fails."""
+        resumed = self._recorded()
+        if resumed is not None:
+            self._planned(resumed)
+            log.info(
+                "buffer %s: %s resumes its split across %s",
+                self.buffer.name,
+                self.step,
+                ", ".join(sorted(set(resumed.owners))),
+            )
+            reported = self.mine.share if self.mine is not None else None
+            done = set(reported.done) if reported and answers(reported, resumed) else set()
+            self.done = sorted(done & set(resumed.owned_by(self.host)))
+            for i in resumed.owned_by(self.host):
+                if i not in done:
+                    self._start(i)
+                else:
+                    self.total.add(i)
+                    self.total.update(
+                        i, {"bytes_done": resumed.shares[i][0], "files_done": resumed.shares[i][1]}
+                    )
+        else:
+            lead_thread = threading.Thread(target=self._lead, name=f"lead-{self.buffer.name}")
+            self.threads.append(lead_thread)
+            lead_thread.start()
+        looked = 0.0
+        while True:
+            self.changed.wait(0.5)
+            self.changed.clear()
+            if self.raised:
+                raise self.raised[0]
+            if self.run.reason is not None:
+                self._fail(UserError(f"stage_{self.direction} {self.run.reason}"))
+            with self.lock:
+                plan, local = self.plan, dict(self.local)
+            if plan is None:
+                if 0 in local and local[0] is not None:  # prepare failed: one copier's line
+                    check_result(self.direction, self.run, *local[0])
+                    raise InternalError(f"stage_{self.direction}: the copier said no plan")
+                continue
+            for _i, out in sorted(local.items()):
+                if out is not None and (
+                    e := _failure(self.direction, self.run, out, f" on {self.host}")
+                ):
+                    self._fail(e)
+            done = {i for i, out in local.items() if out is not None} | set(self.done)
+            try:
+                statuses = self._statuses()
+            except StoreUnavailable as e:  # etcd out of reach a moment: the stage's time bounds it
+                log.warning("buffer %s: shares not looked at (%s)", self.buffer.name, e)
+                continue
+            for host, status in statuses.items():
+                report = status.share
+                if host == self.host or not answers(report, plan):
+                    continue
+                if report.failed:
+                    self._fail(_ERRORS.get(report.category, UserError)(report.failed))
+                done |= set(report.done)
+            if done >= set(range(len(plan.shares))):
+                return
+            now = time.monotonic()
+            if now - looked >= self.LIVENESS:
+                looked = now
+                try:
+                    self._take_over(plan, done)
+                except StoreUnavailable as e:
+                    log.warning("buffer %s: owners not looked at (%s)", self.buffer.name, e)
+
+    def _recorded(self) -> StagePlan | None:
+        """This generation's plan, when this dacd recorded one before it restarted."""
+        try:
+            plan = self.store.stage_plan(self.buffer.name, self.step)
+        except BadRecord as e:
+            log.error("buffer %s: %s; planning the stage again", self.buffer.name, e)
+            return None
+        if (
+            plan is None
+            or plan.generation != self.buffer.generation
+            or plan.primary != self.host
+            or plan.fs_path != self.fs_path
+            or plan.failed
+            or len(plan.shares) != len(plan.owners)
+        ):
+            return None
+        return plan
+
+    def _statuses(self) -> dict:
+        from daccore.records.models import Status
+
+        out = {}
+        for host, (_key, text) in self.store.status_texts(self.buffer.name).items():
+            try:
+                out[host] = Status.model_validate_json(text)
+            except ValueError:
+                continue  # another host's bad status: its shares are not reported done
+        return out
+
+    def _fail(self, error: DacError) -> None:
+        """Every copier of the stage stopped, here and (through the record) on the other
+        servers, and the stage failed with `error`'s one line."""
+        self.run.kill()
+        with self.lock:
+            plan = self.plan
+        if plan is not None:
+            try:
+                self._record(plan.model_copy(update={"failed": str(error)[:512] or "failed"}))
+            except DacError as e:
+                log.warning("buffer %s: the failed plan not recorded: %s", self.buffer.name, e)
+        raise error
+
+    # -- the shares copied here ----------------------------------------------------------------
+
+    def _lead(self) -> None:
+        """Prepare, the plan's record, then share 0 from the same walk."""
+        try:
+            out = lead(
+                self.buffer,
+                self.direction,
+                self.fs_path,
+                self.workers,
+                len(self.owners),
+                self._said,
+                lambda p: self._progress(0, p),
+                self.timeout,
+                self.run,
+                self.split,
+            )
+        except (Fenced, Superseded, StoreUnavailable) as e:  # the record could not be written
+            self.raised.append(e)
+            out = ({"error": str(e)}, "", 1)
+        except Exception as e:  # noqa: BLE001 - reported as the lead's failure
+            out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
+        self._ended(0, out)
+
+    def _said(self, said: dict) -> None:
+        """The lead's plan: recorded, then each other owner woken."""
+        from daccore.records.models import StagePlan
+
+        plan = StagePlan(
+            buffer=self.buffer.name,
+            step=self.step,
+            generation=self.buffer.generation,
+            attempt=self.attempt,
+            primary=self.host,
+            fs_path=self.fs_path,
+            digest=said["digest"],
+            links=said["links"],
+            split=said["split"],
+            shares=[tuple(s) for s in said["shares"]],
+            owners=self.owners[: len(said["shares"])],
+            updated_at=time.time(),
+        )
+        self._record(plan)
+        self._planned(plan)
+        with self.lock:
+            self.local[0] = None
+            self.total.add(0)
+        for host in sorted(set(plan.owners) - {self.host}):
+            self.store.wake(host, self.buffer.name)
+        self.changed.set()
+
+    def _planned(self, plan: StagePlan) -> None:
+        with self.lock:
+            self.plan = plan
+            self.total.plan = _plan_dict(plan)
+
+    def _record(self, plan: StagePlan) -> None:
+        self.store.put_stage_plan(plan, self.incarnation)
+        with self.lock:
+            self.plan = plan
+
+    def _start(self, i: int) -> None:
+        with self.lock:
+            self.local[i] = None
+            self.total.add(i)
+        t = threading.Thread(target=self._share, args=(i,), name=f"share{i}-{self.buffer.name}")
+        self.threads.append(t)
+        t.start()
+
+    def _share(self, i: int) -> None:
+        assert self.plan is not None
+        try:
+            out = run_share(
+                self.buffer,
+                self.direction,
+                self.fs_path,
+                self.workers,
+                _plan_dict(self.plan),
+                i,
+                lambda p: self._progress(i, p),
+                self.timeout,
+                self.run,
+            )
+        except (Fenced, Superseded) as e:  # this host's status could not be written
+            self.raised.append(e)
+            out = ({"error": str(e)}, "", 1)
+        except Exception as e:  # noqa: BLE001 - reported as this share's failure
+            out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
+        self._ended(i, out)
+
+    def _progress(self, i: int, p: dict) -> None:
+        with self.lock:
+            if self.plan is None:
+                return
+        self.on_progress(self.total.update(i, p))
+
+    def _ended(self, i: int, out: tuple[dict, str, int]) -> None:
+        with self.lock:
+            self.local[i] = out
+            plan = self.plan
+            ok = out[2] == 0 and "error" not in out[0] and out[0].get("done")
+            if ok and i not in self.done:
+                self.done.append(i)
+            done = sorted(self.done)
+        try:
+            if plan is not None and ok:
+                self.on_share(
+                    ShareReport(
+                        step=plan.step, generation=plan.generation, attempt=plan.attempt, done=done
+                    )
+                )
+        except (Fenced, Superseded) as e:
+            self.raised.append(e)
+        finally:
+            self.changed.set()
+
+    # -- a lost server ---------------------------------------------------------------------------
+
+    def _take_over(self, plan: StagePlan, done: set[int]) -> None:
+        """The unfinished shares of owners whose lease lapsed, each given to the least loaded
+        live owner (this dacd on a tie): the record says so, the new owner is woken."""
+        others = sorted(set(plan.owners) - {self.host})
+        live = self.store.alive_among(others) | {self.host}
+        lost = [i for i, h in enumerate(plan.owners) if h not in live and i not in done]
+        if not lost:
+            return
+        load = {h: 0 for h in live if h in plan.owners or h == self.host}
+        for i, h in enumerate(plan.owners):
+            if h in load and i not in done:
+                load[h] += plan.shares[i][0] + copy_share.FILE_COST * plan.shares[i][1]
+        owners = list(plan.owners)
+        for i in sorted(lost, key=lambda i: -plan.shares[i][0]):
+            to = min(load, key=lambda h: (load[h], h != self.host, h))
+            log.warning(
+                "buffer %s: %s share %d of lost server %s taken over by %s",
+                self.buffer.name,
+                self.step,
+                i,
+                owners[i],
+                to,
+            )
+            owners[i] = to
+            load[to] += plan.shares[i][0] + copy_share.FILE_COST * plan.shares[i][1]
+        self._record(plan.model_copy(update={"owners": owners, "updated_at": time.time()}))
+        for i in lost:
+            if owners[i] == self.host:
+                self._start(i)
+        for host in sorted({owners[i] for i in lost} - {self.host}):
+            self.store.wake(host, self.buffer.name)
+
+
+def _progress_of(write, total: Total, i: int, report, step: str, p: dict) -> None:
+    write(total.update(i, p), report, step)
+
+
+def run_owned(
+    store,
+    host: str,
+    buffer,
+    plan: StagePlan,
+    todo: list[int],
+    fs_path: str,
+    workers: int,
+    timeout: float,
+    run: Run,
+    report: ShareReport,
+    write: Callable[[dict | None, ShareReport, str], None],
+) -> None:
+    """This server's shares of `plan` (`todo`, of those it owns), one after the other, as the
+    user; progress and the report (`write(progress, report, step)`: this host's status) as
+    they go. The record is looked at every second: marked failed (another share failed, or
+    the stage timed out), dropped, planned anew or the share given to another server, the
+    copier is stopped and nothing is reported."""
+    direction = plan.step.removeprefix("stage_")
+    total = Total(_plan_dict(plan), list(todo), links=False)
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(1.0):
+            try:
+                now = store.stage_plan(buffer.name, plan.step)
+            except DacError:
+                continue  # etcd out of reach: the share goes on, the stage's time bounds it
+            why = (
+                "stopped: the stage's plan is gone"
+                if now is None
+                else f"stopped: {now.failed}"
+                if now.failed
+                else "stopped: the stage was planned again"
+                if (now.generation, now.attempt) != (plan.generation, plan.attempt)
+                else "stopped: its share was given to another server"
+                if not set(todo) <= set(now.owned_by(host))
+                else None
+            )
+            if why:
+                run.cancel(why)
+                return
+
+    watcher = threading.Thread(target=watch, name=f"plan-{buffer.name}", daemon=True)
+    watcher.start()
+    timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
+    timer.daemon = True
+    timer.start()
+    try:
+        write(total.sum(), report, plan.step)
+        for i in todo:
+            try:
+                out = run_share(
+                    buffer,
+                    direction,
+                    fs_path,
+                    workers,
+                    _plan_dict(plan),
+                    i,
+                    functools.partial(_progress_of, write, total, i, report, plan.step),
+                    timeout,
+                    run,
+                )
+            except (Fenced, Superseded):
+                raise  # this host's status may not be written: nothing is reported
+            except Exception as e:  # noqa: BLE001 - reported as this share's failure
+                out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
+            if run.reason is not None and run.reason.startswith("stopped"):
+                log.info("buffer %s: %s share %d %s", buffer.name, plan.step, i, run.reason)
+                return
+            error = _failure(direction, run, out, f" on {host}")
+            if error is not None:
+                log.error("buffer %s: %s", buffer.name, error)
+                report = report.model_copy(update={"failed": str(error), "category": error.kind})
+                write(total.sum(), report, "")
+                return
+            report = report.model_copy(update={"done": sorted({*report.done, i})})
+            write(total.sum(), report, plan.step if i != todo[-1] else "")
+            log.info("buffer %s: %s share %d done on %s", buffer.name, plan.step, i, host)
+    finally:
+        stop.set()
         timer.cancel()
