@@ -3,14 +3,19 @@ written by the primary's dacd alone, fenced on its lease and on the spec's incar
 status is; each share reported done in its host's own status; the views that say which servers
 see the primary's filesystem. Real etcd."""
 
+import os
 import time
 
 import pytest
+from conftest import client_of
 from records import buffer_maker, host, pool
 
 from daccore.errors import BadRecord, Fenced, Superseded
+from daccore.etcd.types import TRANSPORTS, EtcdRequestError
 from daccore.records.models import ShareReport, StagePlan, State, Status
 from daccore.services.buffers import allocate_buffer
+from daccore.store import Store
+from daclocal.etcd_server import PREFIX
 
 
 def plan(primary="h1", owners=("h1", "h2"), **kw):
@@ -67,9 +72,7 @@ def test_a_plan_is_written_read_back_changed_and_dropped(store):
 def test_a_plan_is_small_whatever_the_tree(store):
     """No file list: tens of bytes a server, so 1,000 servers' shares fit etcd's 1.5 MiB."""
     owners = [f"server-{i:04d}" for i in range(1000)]
-    big = plan(
-        primary=owners[0], owners=owners, shares=[(1 << 50, 1 << 30)] * len(owners)
-    )
+    big = plan(primary=owners[0], owners=owners, shares=[(1 << 50, 1 << 30)] * len(owners))
     assert len(big.model_dump_json()) < 64 * 1024
 
 
@@ -144,3 +147,30 @@ def test_views_say_which_servers_see_one_namespace(store):
         "h3": "boot-b:mnt:[1]",
     }
     assert store.stage_views([f"x{i}" for i in range(150)] + ["h2"]) == {"h2": "boot-a:mnt:[1]"}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_dacd_role_writes_plans_and_views_and_the_slurm_role_does_not(etcd_server, transport):
+    """Under the real prefix, with etcd's RBAC as the local DAC grants it (docs/security.md)."""
+    tag = f"plans{os.getpid()}{transport}"
+    clients = {r: client_of(etcd_server, r, transport) for r in ("dacd", "slurm", "admin")}
+    dacd, slurm, admin = (Store(clients[r], PREFIX) for r in ("dacd", "slurm", "admin"))
+    try:
+        dacd.put_stage_view(f"{tag}h1", "boot:mnt:[1]")
+        dacd.put_stage_plan(plan(buffer=tag, primary=f"{tag}h1", owners=(f"{tag}h1", "h2")))
+        assert slurm.stage_plan(tag, "stage_in").primary == f"{tag}h1"  # every role reads
+        for denied in (
+            lambda: slurm.put_stage_view(f"{tag}h1", "x"),
+            lambda: slurm.put_stage_plan(
+                plan(buffer=tag, primary=f"{tag}h1", owners=(f"{tag}h1", "h2"))
+            ),
+        ):
+            with pytest.raises(EtcdRequestError, match="permission denied"):
+                denied()
+        dacd.drop_stage_plans(tag, f"{tag}h1")
+        assert admin.stage_plan(tag, "stage_in") is None
+    finally:
+        admin.client.delete(PREFIX + f"stage-views/{tag}h1")
+        admin.drop_stage_plans(tag, f"{tag}h1")
+        for c in clients.values():
+            c.close()
