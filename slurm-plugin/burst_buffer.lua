@@ -247,7 +247,9 @@ local function lua_socket()
 end
 
 -- The answerer's reply: (exit status, stdout), or nil and why it gave none; and the seconds
--- it took. One request a connection, the reply read to the close that ends it.
+-- it took. One request a connection, the reply read to the close that ends it. dw_wlm_cli.lua
+-- has the same client, kept in step by hand: a module both load would be one more file to
+-- install beside each, and one more to open and compile in every call here.
 local function ask(unix, socket, timeout, fn, args)
 	local c, err = unix.stream()
 	if c == nil then

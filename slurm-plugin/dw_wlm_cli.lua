@@ -72,57 +72,59 @@ local function encode(s)
 	end))
 end
 
--- The answerer's reply: (exit status, stdout and stderr), or nil and why it gave none.
-local function ask(unix, clock)
-	local deadline = clock() + TIMEOUT
-	local c = unix.stream()
-	local function step(ok, err)
-		if ok == nil then
-			error(err or "closed", 0)
-		end
-		c:settimeout(math.max(0, deadline - clock()))
-		return ok
+-- The answerer's reply: (exit status, stdout and stderr), or nil and why it gave none. One
+-- request a connection, the reply read to the close that ends it. The same client as
+-- burst_buffer.lua's `ask` (kept in step by hand: each file is installed alone, and Slurm
+-- loads burst_buffer.lua afresh for every call, so a shared module would be one more file to
+-- install and to compile per call).
+local function ask(unix)
+	local c, err = unix.stream()
+	if c == nil then
+		return nil, err
 	end
-	local ok, rc, body = pcall(function()
-		local line = "dac-answer/1 " .. arg[2]
-		for i = 3, #arg do
-			line = line .. " " .. encode(arg[i])
-		end
-		c:settimeout(TIMEOUT)
-		step(c:connect(ANSWERER))
-		step(c:send(line .. "\n"))
-		local head = step(c:receive("*l"))
-		local status, n = string.match(head, "^ANSWER (%d+) (%d+)$")
-		if status == nil then
-			error(string.match(head, "^REFUSE (.*)$") or "no answer", 0)
-		end
-		local rest, err, partial = c:receive("*a") -- to the close, which ends the reply
-		if rest == nil and err ~= "closed" then
-			error(err, 0)
-		end
-		rest = rest or partial or ""
-		if #rest < tonumber(n) then
-			error("a reply cut short", 0)
-		end
-		return tonumber(status), { string.sub(rest, 1, tonumber(n)), string.sub(rest, tonumber(n) + 1) }
-	end)
+	c:settimeout(TIMEOUT)
+	local ok, reply, partial
+	ok, err = c:connect(ANSWERER)
+	if ok == nil then -- at once (absent, refused), or past the timeout with a full backlog
+		c:close()
+		return nil, err
+	end
+	-- a connected socket's age is the clock (socket.core's gettime, without loading it)
+	local line = "dac-answer/1 " .. arg[2]
+	for i = 3, #arg do
+		line = line .. " " .. encode(arg[i])
+	end
+	ok, err = c:send(line .. "\n")
+	if ok ~= nil then
+		c:settimeout(math.max(0, TIMEOUT - select(3, c:getstats())))
+		reply, err, partial = c:receive("*a")
+	end
 	c:close()
-	if not ok then
-		return nil, rc
+	if reply == nil then
+		return nil, err
 	end
-	return rc, body
+	local status, n, rest = string.match(reply, "^ANSWER (%d+) (%d+)\n(.*)$")
+	if status == nil then
+		return nil, string.match(reply, "^REFUSE ([^\n]*)") or "no answer"
+	end
+	n = tonumber(n)
+	if #rest < n then
+		return nil, "a reply cut short"
+	end
+	return tonumber(status), { string.sub(rest, 1, n), string.sub(rest, n + 1) }
 end
 
 if arg[1] ~= "--function" or not HOT[arg[2]] or ANSWERER == "" or ANSWERER == "none" then
 	exec_dacctl()
 end
-local loaded, core = pcall(require, "socket.core")
+-- socket.unix is C: package.path (seven Lua paths, an open() each) is not searched
+package.path = ""
 local found, unix = pcall(require, "socket.unix")
-if not loaded or type(core) ~= "table" or not found or type(unix) ~= "table" then
+if not found or type(unix) ~= "table" then
 	note("no lua-socket")
 	exec_dacctl()
 end
-local rc, out = ask(unix, core.gettime)
+local rc, out = ask(unix)
 if rc == nil then
 	if out ~= "No such file or directory" then -- no answerer installed: nothing to say
 		note(out)
