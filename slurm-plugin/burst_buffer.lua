@@ -47,26 +47,30 @@ Why it is written this way:
 -- at the first setting the environment lacks.
 local fallback
 
+local function env_file()
+	if fallback == nil then
+		fallback = {}
+		local source = debug and debug.getinfo and debug.getinfo(1, "S").source or ""
+		local dir = string.match(source, "^@(.*)/[^/]*$")
+			or string.match(os.getenv("SLURM_CONF") or "", "^(.*)/[^/]*$") or "/etc/slurm"
+		local f = io.open(dir .. "/burst_buffer.env", "r")
+		if f ~= nil then
+			for line in f:lines() do
+				local k, v = string.match(line, "^([A-Z_][A-Z0-9_]*)=(.*)$")
+				if k ~= nil then
+					fallback[k] = v
+				end
+			end
+			f:close()
+		end
+	end
+	return fallback
+end
+
 local function setting(name, default)
 	local v = os.getenv(name)
 	if v == nil or v == "" then
-		if fallback == nil then
-			fallback = {}
-			local source = debug and debug.getinfo and debug.getinfo(1, "S").source or ""
-			local dir = string.match(source, "^@(.*)/[^/]*$")
-				or string.match(os.getenv("SLURM_CONF") or "", "^(.*)/[^/]*$") or "/etc/slurm"
-			local f = io.open(dir .. "/burst_buffer.env", "r")
-			if f ~= nil then
-				for line in f:lines() do
-					local k, val = string.match(line, "^([A-Z_][A-Z0-9_]*)=(.*)$")
-					if k ~= nil then
-						fallback[k] = val
-					end
-				end
-				f:close()
-			end
-		end
-		v = fallback[name]
+		v = env_file()[name]
 	end
 	if v == nil or v == "" then
 		return default
@@ -89,10 +93,10 @@ end
 
 -- Every hook that forks, and dacctl for the answered three when the answerer cannot answer:
 -- compiled by fork() at the first call that needs it, with this file's name and line numbers.
--- It gets setting and finish, and returns its functions.
+-- It gets setting, env_file and finish, and returns its functions.
 local FORKING_LINE = debug.getinfo(1, "l").currentline
 local FORKING = [==[
-local setting, finish = ...
+local setting, env_file, finish = ...
 local DACCTL = setting("DACCTL", "/usr/local/bin/dacctl")
 local DAC_BBSTAT = setting("DAC_BBSTAT", "/usr/local/bin/dac-bbstat")
 local LOG = setting("DAC_SLURM_LOG", "/dev/null")
@@ -105,9 +109,8 @@ end
 -- What dacctl must be given when the environment lacks it: "K='v' K2='v2' " or "".
 local PASS_ENV = ""
 for _, k in ipairs({ "DAC_CONFIG", "SLURM_CONF", "PATH" }) do
-	local v = setting(k, nil)
-	if (os.getenv(k) == nil or os.getenv(k) == "") and v ~= nil then
-		PASS_ENV = PASS_ENV .. k .. "=" .. quote(v) .. " "
+	if (os.getenv(k) == nil or os.getenv(k) == "") and env_file()[k] ~= nil then
+		PASS_ENV = PASS_ENV .. k .. "=" .. quote(env_file()[k]) .. " "
 	end
 end
 
@@ -216,7 +219,7 @@ local forking
 local function fork()
 	if forking == nil then
 		local chunk = string.rep("\n", FORKING_LINE) .. FORKING
-		forking = assert(loadstring(chunk, debug.getinfo(1, "S").source))(setting, finish)
+		forking = assert(loadstring(chunk, debug.getinfo(1, "S").source))(setting, env_file, finish)
 	end
 	return forking
 end
