@@ -17,6 +17,7 @@ import pytest
 from clitools import pools, revision, run, setup, slurm, step_started, wait_for
 from mounts import mounts
 
+from daccore.errors import StoreUnavailable
 from daclocal.procs import is_running
 
 UID, GID = 1234, 4321
@@ -318,8 +319,10 @@ def test_a_dacd_back_after_a_failed_teardown_finishes_it_by_itself(dac, tmp_path
         stop(proc)
 
 
-def restart_etcd(workdir):
-    """kill -9 the local DAC's etcd and start it again on its data, as systemd would."""
+def restart_etcd(workdir, store):
+    """kill -9 the local DAC's etcd and start it again on its data, as systemd would: again
+    when it exits at once (Restart=on-failure), as when a connection made while it was down
+    took its port as its own source port; returns once it answers `store`."""
     from daclocal.cluster import LocalState
     from daclocal.procs import spawn
 
@@ -330,11 +333,21 @@ def restart_etcd(workdir):
     os.kill(pid, signal.SIGKILL)
     while is_running(pid):
         time.sleep(0.02)
-    proc = spawn(argv, workdir / "etcd" / "etcd.log")
-    state.etcd["pid"] = proc.pid
-    for m in state.etcd.get("members", []):
-        m["pid"] = proc.pid
-    state.save()
+    log = workdir / "etcd" / "etcd.log"
+    for _ in range(5):
+        proc = spawn(argv, log)
+        state.etcd["pid"] = proc.pid
+        for m in state.etcd.get("members", []):
+            m["pid"] = proc.pid
+        state.save()
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(StoreUnavailable):
+                store.pools()
+                return
+        time.sleep(0.5)  # systemd's RestartSec, shortened
+    tail = log.read_text(errors="replace").splitlines()[-3:]
+    raise AssertionError(f"etcd did not come back: {tail}")
 
 
 def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_nothing(dac, tmp_path):
@@ -387,7 +400,7 @@ def test_a_dacd_whose_watch_fell_behind_a_compaction_lists_again_and_misses_noth
             env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
         )
         assert r.returncode == 0, r.stderr
-        restart_etcd(workdir)  # the frozen watches' streams break: they resume, compacted
+        restart_etcd(workdir, store)  # the frozen watches' streams break: they resume, compacted
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
