@@ -18,6 +18,7 @@ A local DAC of one server (4 bricks of BRICK GiB, loop files) with a 2-node Slur
 
     .venv/bin/python bench/injob_staging.py [--n 200] [--size-mib 1024] [--interval 10]
                                             [--duration 120] [--brick-gib 4]
+                                            [--acks-only]
 """
 
 from __future__ import annotations
@@ -44,23 +45,34 @@ _ACKS = r"""
 import json, os, site, sys, time
 n = int(sys.argv[1]); dirs = sys.argv[2:2 + n]
 sys.path.insert(0, dirs[0]); [site.addsitedir(d) for d in dirs[1:]]
+from daccore.services import user_client
 from daccore.services.user_client import ask
 from daccore.settings.config import load_config
+made = []  # the credential's share of each ack (libmunge in-process, or the munge program)
+def timed(payload, socket_path, make=user_client.credential_for):
+    t = time.perf_counter()
+    try:
+        return make(payload, socket_path)
+    finally:
+        made.append((time.perf_counter() - t) * 1000)
+user_client.credential_for = timed
 count, out = int(sys.argv[2 + n]), sys.argv[3 + n]
 config = load_config(os.environ["DAC_CONFIG"])
 src = os.environ["DW_JOB_STRIPED"] + "/small"
 open(src, "wb").write(b"x" * 4096)
 job, node = os.environ["SLURM_JOB_ID"], os.environ["SLURMD_NODENAME"]
-samples = []
+samples, credentials = [], []
 for i in range(count):
     args = dict(job=job, node=node, direction="out", type="file", source=src,
                 destination=f"{os.path.dirname(out)}/acks/small.{i}")
     t = time.perf_counter()
     s = ask(config, "stage-start", args)
     samples.append((time.perf_counter() - t) * 1000)
+    cred = made[-1]
     while not ask(config, "stage-wait", dict(job=job, ids=[s["id"]], timeout=30))["done"]:
         pass
-json.dump(samples, open(out, "w"))
+    credentials.append(cred)
+json.dump({"acks": samples, "credential": credentials}, open(out, "w"))
 """
 
 
@@ -110,6 +122,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--interval", type=float, default=10.0, help="seconds between checkpoints")
     p.add_argument("--duration", type=float, default=120.0, help="seconds the job computes")
     p.add_argument("--brick-gib", type=int, default=4)
+    p.add_argument("--acks-only", action="store_true", help="time the acks, not the drains")
     a = p.parse_args(argv)
     count = max(1, round(a.duration / a.interval))
     need = -(-count * a.size_mib // 1024) + 1  # every checkpoint stays in the buffer
@@ -162,8 +175,16 @@ def main(argv: list[str]) -> int:
             _header(1) + f"mkdir -p {jobs}/acks\n{boot} {a.n} {acks}\n",
         )
         _wait(env, job, 600)
-        samples = json.loads(acks.read_text())
+        timed = json.loads(acks.read_text())
+        samples = timed["acks"]
         print(f"ack (stage-start round trip from a compute node): {percentiles(samples)}")
+        print(f"  of which the client's munge credential: {percentiles(timed['credential'])}")
+        slow = sorted(range(len(samples)), key=lambda i: -samples[i])[:5]
+        print(
+            "  slowest (request number: ms): " + ", ".join(f"{i}: {samples[i]:.1f}" for i in slow)
+        )
+        if a.acks_only:
+            return verdict("ack p99", p99(samples), ACK_BUDGET_MS)
 
         # 2. the same job without drains, then with them
         walls = {}

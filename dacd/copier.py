@@ -62,7 +62,9 @@ WRITEBACK = 8 << 20  # a big copy is pushed to the disk in steps of this size...
 DROP_LAG = 4
 #: the workers yield the CPU to the walk that feeds them (and to dacd beside them): with 4
 #: workers on 2 cores the walk got 2/5 of a core and was what they waited for; 10,000 small
-#: files 0.61 s at nice 0, 0.57 s at 3, 0.55 s at 10 (docs/performance.md)
+#: files 0.61 s at nice 0, 0.57 s at 3, 0.55 s at 10 (docs/performance.md). Not when the
+#: plan names files only (no walk: an in-job drain of a checkpoint): there, beside 4 busy
+#: processes on the 2 cores, nice 10 copied 512 MiB at 33-39 MiB/s, nice 0 at 119-205, cp 153-273
 WORKER_NICE = 10
 DIED = "copier failed: a copy worker died"  # killed: by the OOM killer, an admin
 #: a type=list file: at most this many bytes and entries (a list of 200,000 pairs is ~100 MiB of
@@ -351,6 +353,13 @@ def _open_source(path: str) -> int:
 # -- copying data (in the workers) ----------------------------------------------------------------
 
 _KERNEL_COPY = [True]  # copy_file_range, until the kernel refuses it across filesystems
+#: whether a source's pages are dropped as they are copied: not when the source is the buffer
+#: (main sets it from the plan). A stage_out's source is what the job wrote, often still dirty
+#: (a checkpoint drained as soon as it is written): POSIX_FADV_DONTNEED would first write it
+#: back to the buffer's device, within the stage's time and beside the copy's own writes
+#: (1 GiB freshly written: 0.76 s of system time, 0.52 s without, medians of 3;
+#: docs/performance.md)
+_DROP_SOURCE = [True]
 #: one per worker process, reused for every read: private anonymous memory, so each forked
 #: worker writes its own copy (mmap's default, MAP_SHARED, would hand every worker the same
 #: pages) and a process that only imports this module (dacd, for encode_plan) never touches it
@@ -416,9 +425,9 @@ def _copy_dense(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> No
     writeback without waiting) and the source's pages dropped; a destination step is dropped
     DROP_LAG steps later, its writeback done (pages under writeback stay cached). So the disk
     writes while the copy still reads, a stage of a terabyte does not push everything else out
-    of memory, and the copy reuses the same few MiB of page cache instead of taking fresh pages
-    for every byte: on a VM whose host backs guest memory on first touch that costs ~3 ms per
-    MiB (docs/performance.md)."""
+    of memory (a buffer-side source's pages excepted: _DROP_SOURCE), and the copy reuses the
+    same few MiB of page cache instead of taking fresh pages for every byte: on a VM whose host
+    backs guest memory on first touch that costs ~3 ms per MiB (docs/performance.md)."""
     off = flushed = start
     written: list[tuple[int, int]] = []  # steps sent to the disk, not yet dropped
     while off < end:
@@ -430,7 +439,8 @@ def _copy_dense(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> No
         if part:
             part(n)
         if off - flushed >= WRITEBACK:
-            os.posix_fadvise(src_fd, flushed, off - flushed, os.POSIX_FADV_DONTNEED)
+            if _DROP_SOURCE[0]:
+                os.posix_fadvise(src_fd, flushed, off - flushed, os.POSIX_FADV_DONTNEED)
             os.posix_fadvise(dst_fd, flushed, off - flushed, os.POSIX_FADV_DONTNEED)
             written.append((flushed, off - flushed))
             if len(written) > DROP_LAG:
@@ -591,11 +601,17 @@ def _serve(tasks: int, results: int) -> None:
         _send(results, out)
 
 
+def worker_nice(pairs: list[dict]) -> int:
+    """WORKER_NICE when a pair is a tree to walk (a directory, a list); else 0: nothing to
+    yield to."""
+    return WORKER_NICE if any(p["type"] != "file" for p in pairs) else 0
+
+
 class Workers:
     """Forked copy processes, each with its own task and result pipe. multiprocessing's Pool
     did the same at 45 ms more per stage (its import and start: 9 % of 10,000 small files)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, nice: int = WORKER_NICE):
         self.procs: list[tuple[int, int, int]] = []  # (pid, task fd, result fd)
         self.queued: dict[int, int] = {}  # result fd -> tasks in flight
         for _ in range(max(1, n)):
@@ -611,7 +627,7 @@ class Workers:
                         os.close(t)
                         os.close(r)
                     signal.signal(signal.SIGINT, signal.SIG_DFL)
-                    os.nice(WORKER_NICE)
+                    os.nice(nice)
                     _serve(task_r, result_w)
                     code = 0
                 finally:
@@ -995,8 +1011,9 @@ def main() -> int:
     try:
         pairs, inside, buffer_side, n, chunk = decode_plan(sys.stdin.buffer.read())
         checked = check(pairs, inside, buffer_side)
+        _DROP_SOURCE[0] = buffer_side != "source"  # before the workers fork: theirs too
         pace_init()
-        workers = Workers(n)
+        workers = Workers(n, worker_nice(pairs))
         copy = Copy(workers, report, chunk)
         emit(_progress_line(copy, 0, None))
         copy.run(checked)

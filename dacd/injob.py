@@ -53,8 +53,60 @@ __all__ = ["InJobStager", "KEEP"]
 #: final stages kept per job (the newest); older ones are dropped, so a job draining a
 #: checkpoint every few seconds for days keeps a bounded record
 KEEP = 100
+#: the older ones are looked for after every this many stages (at most KEEP + PRUNE_EVERY are
+#: kept), before the stage is marked done: a look reads every stage of the job and a drop is an
+#: etcd write, which beside the job's next request made its answer wait (bench/injob_staging.py)
+PRUNE_EVERY = 16
 #: seconds between two looks for jobs whose buffer is gone
 SWEEP = 60.0
+
+
+class _Latest:
+    """A stage's progress lines written to its status by a thread of their own, the newest
+    only: the copier's reader never waits for etcd (a write's fsync shares the disk the copy
+    is writing back to), and lines that came while one was written are
+    replaced by the newest. A failed write stops the copy (`on_error`); `close()` writes what
+    is left and raises what the writes raised (Fenced, Conflict)."""
+
+    def __init__(self, write, on_error):
+        self._write, self._on_error, self._cond = write, on_error, threading.Condition()
+        self._pending: dict | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+        self.last_written: Progress | None = None
+        self._thread = threading.Thread(target=self._loop, name="injob-progress", daemon=True)
+        self._thread.start()
+
+    def offer(self, progress: dict) -> None:
+        with self._cond:
+            self._pending = progress
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                progress, self._pending = self._pending, None
+                if progress is None or self._error is not None:
+                    if self._closed:
+                        return
+                    continue
+            try:
+                self._write(progress)
+                self.last_written = Progress(**progress)
+            except BaseException as e:  # noqa: BLE001 - raised by close(), in the stage's thread
+                with self._cond:
+                    self._error = e
+                self._on_error()  # the copy stops, as when the reader's own write failed
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 class InJobStager:
@@ -286,17 +338,12 @@ class InJobStager:
             timer = threading.Timer(seconds, run.cancel, args=(f"timed out after {seconds:.0f} s",))
             timer.daemon = True
             timer.start()
+            progress = _Latest(lambda p: put(progress=Progress(**p)), run.kill)
             try:
-                result, stderr, rc = run_copier(
-                    buf,
-                    plan,
-                    direction,
-                    lambda p: put(progress=Progress(**p)),
-                    seconds,
-                    run,
-                )
+                result, stderr, rc = run_copier(buf, plan, direction, progress.offer, seconds, run)
             finally:
                 timer.cancel()
+                progress.close()
             check_result(direction, run, result, stderr, rc)
         except (Fenced, Conflict):
             raise
@@ -319,10 +366,11 @@ class InJobStager:
                 error=StatusError(category=e.kind, message=message),
             )
             return False
-        last = self.store.stage_status_of(self.host, stage.job, stage.id)
-        put(state=StageState.DONE, ended_at=time.time(), progress=last.progress if last else None)
+        ended = time.time()
+        if stage.id % PRUNE_EVERY == 0:  # before the job sees it done and asks again
+            self._prune(stage.job)
+        put(state=StageState.DONE, ended_at=ended, progress=progress.last_written)
         log.info("job %s: in-job stage %d done", stage.job, stage.id)
-        self._prune(stage.job)
         return True
 
     def _final(self, stage, incarnation, status, state: StageState, why: str = "") -> None:

@@ -19,10 +19,21 @@ import selectors
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from daccore.errors import AdminError, DacError, UserError
 from daccore.services.user_client import MAGIC, munge_argv, run_munge, split_address
 from daccore.services.user_requests import Caller, answer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    from daccore.settings.config import DacConfig
+    from daccore.store import Store
+
+#: a request waiting for one of its uid's slots: (connection, uid, gid, origin, request)
+_Task = tuple[socket.socket, int, int, str, dict[str, Any]]
 
 __all__ = [
     "serve",
@@ -60,17 +71,30 @@ BACKLOG = 4096
 ACCEPT_BATCH = 256
 
 
-def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict]:
+def decode(credential: bytes, socket_path: str = "") -> tuple[int, int, dict[str, Any]]:
     """(uid, gid, request) from a credential, as munged verified it; UserError when munged
     refuses it (bad, altered, replayed, expired, another key) or its payload is no request."""
     uid, gid, _, request = decode_origin(credential, socket_path)
     return uid, gid, request
 
 
-def decode_origin(credential: bytes, socket_path: str = "") -> tuple[int, int, str, dict]:
+def decode_origin(credential: bytes, socket_path: str = "") -> tuple[int, int, str, dict[str, Any]]:
     """(uid, gid, origin, request): `decode`'s, and the address the encoding munged wrote
     into the credential (ENCODE_HOST: munged's own, which the client cannot choose), '' when
     munged gave none. In-job stages check it against the job's node (daccore.services.injob)."""
+    from daccore.services import munge
+
+    if munge.available():
+        try:
+            uid, gid, origin, payload = munge.decode(credential, socket_path)
+        except munge.MungeRefused as e:
+            raise UserError(f"credential refused: {str(e)[:200]}") from None
+        except munge.MungeError as e:
+            raise AdminError(
+                f"the user service cannot reach munged: {str(e)[:200]} (an admin must check "
+                "munged on the service's host)"
+            ) from None
+        return uid, gid, origin, _request(payload)
     r = run_munge(munge_argv("unmunge", socket_path), credential)
     meta, _, payload = r.stdout.partition(b"\n\n")
     # "STATUS: Replayed credential (17)", "UID: alice (1234)": the text, then the number
@@ -84,14 +108,23 @@ def decode_origin(credential: bytes, socket_path: str = "") -> tuple[int, int, s
         raise UserError(f"credential refused: {why.removeprefix('unmunge: Error: ')[:200]}")
     try:
         uid, gid = (int(fields[k].rpartition("(")[2].rstrip(")")) for k in (b"UID", b"GID"))
-        request = json.loads(payload)
     except (KeyError, ValueError):
         raise UserError("credential refused: its payload is not a dac request") from None
-    if not isinstance(request, dict) or request.get("magic") != MAGIC:
-        raise UserError("credential refused: its payload is not a dac request")
+    request = _request(payload)
     # "ENCODE_HOST: node1 (10.0.0.1)": the address in parentheses
     origin = fields.get(b"ENCODE_HOST", "").rpartition("(")[2].rstrip(")")
     return uid, gid, origin, request
+
+
+def _request(payload: bytes) -> dict[str, Any]:
+    """The dac request a credential carries; UserError when it carries something else."""
+    try:
+        request = json.loads(payload)
+    except ValueError:
+        raise UserError("credential refused: its payload is not a dac request") from None
+    if not isinstance(request, dict) or request.get("magic") != MAGIC:
+        raise UserError("credential refused: its payload is not a dac request")
+    return request
 
 
 def caller(uid: int, gid: int, admin_group: str, origin: str = "") -> Caller:
@@ -119,7 +152,7 @@ class _Service:
     answered in one of the caller's PER_UID slots, or waits (parked, holding no thread) for
     one of that uid's requests to end; MAX_CLIENTS requests are answered at once at most."""
 
-    def __init__(self, address: tuple[str, int], config, store):
+    def __init__(self, address: tuple[str, int], config: DacConfig, store: Store):
         self.config, self.store = config, store
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.listener = socket.socket(family, socket.SOCK_STREAM)
@@ -133,10 +166,10 @@ class _Service:
         self.wake_r.setblocking(False)
         self.selector.register(self.wake_r, selectors.EVENT_READ)
         self.conns: dict[socket.socket, _Conn] = {}  # in accept order: the oldest first
-        self.work: queue.Queue = queue.Queue(MAX_QUEUED)
+        self.work: queue.Queue[tuple[socket.socket, bytes] | None] = queue.Queue(MAX_QUEUED)
         self.lock = threading.Lock()
         self.active: dict[int, int] = {}  # uid -> requests being answered
-        self.parked: dict[int, collections.deque] = {}  # uid -> requests waiting for a slot
+        self.parked: dict[int, collections.deque[_Task]] = {}  # uid -> requests waiting for a slot
         self.stopping = False
         self.workers = [
             threading.Thread(target=self._worker, daemon=True, name=f"usvc-{i}")
@@ -277,13 +310,14 @@ class _Service:
                 log.exception("uid None: null: failed")
                 _send(sock, _INTERNAL)
                 continue
-            task: tuple | None = (sock, uid, gid, origin, request)
+            new: _Task = (sock, uid, gid, origin, request)
+            task: _Task | None = new
             full = False
             with self.lock:
                 if self.active.get(uid, 0) >= PER_UID:
                     waiting = self.parked.setdefault(uid, collections.deque())
                     if len(waiting) < MAX_PARKED:
-                        waiting.append(task)
+                        waiting.append(new)
                         task = None
                     else:
                         task, full = None, True
@@ -305,7 +339,7 @@ class _Service:
                 finally:
                     task = self._next_of(uid)
 
-    def _next_of(self, uid: int) -> tuple | None:
+    def _next_of(self, uid: int) -> _Task | None:
         with self.lock:
             waiting = self.parked.get(uid)
             if waiting:
@@ -318,7 +352,9 @@ class _Service:
                 del self.active[uid]
             return None
 
-    def _answer(self, uid: int, gid: int, request: dict, origin: str = "") -> dict:
+    def _answer(
+        self, uid: int, gid: int, request: dict[str, Any], origin: str = ""
+    ) -> dict[str, Any]:
         verb = request.get("verb")
         try:
             who = caller(uid, gid, self.config.admin_group, origin)
@@ -333,7 +369,7 @@ class _Service:
             return _INTERNAL
 
 
-_INTERNAL = {
+_INTERNAL: dict[str, Any] = {
     "error": {
         "kind": "internal",
         "message": ("dac's user service failed on this request: an admin finds why in its log"),
@@ -341,15 +377,15 @@ _INTERNAL = {
 }
 
 
-def _error(e: DacError) -> dict:
+def _error(e: DacError) -> dict[str, Any]:
     return {"error": {"kind": e.kind.value, "message": str(e)}}
 
 
-def _busy(why: str) -> dict:
+def _busy(why: str) -> dict[str, Any]:
     return {"error": {"kind": "admin", "message": f"dac's user service is busy ({why}): try again"}}
 
 
-def _send(sock: socket.socket, reply: dict) -> None:
+def _send(sock: socket.socket, reply: dict[str, Any]) -> None:
     """The reply, then the close; a client that does not read it within READ_TIMEOUT loses it.
     The request was read to its end, so the close is no reset."""
     try:
@@ -372,7 +408,7 @@ def _more_descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def serve(config, ready=None) -> None:
+def serve(config: DacConfig, ready: Callable[[], object] | None = None) -> None:
     """Answer requests on `config.user_service` until SIGTERM/SIGINT; `ready()` is called
     once the port is listening."""
     import signal
@@ -394,7 +430,7 @@ def serve(config, ready=None) -> None:
             f"user service cannot listen on {config.user_service}: {e.strerror}"
         ) from None
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> None:
         server.shutdown()
 
     signal.signal(signal.SIGTERM, stop)

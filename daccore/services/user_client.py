@@ -5,10 +5,11 @@ Ordinary users hold no etcd credential (docs/security.md): their `dacctl status`
 on `user_service` (host:port) with `ask`.
 
 The wire protocol is one request per TCP connection: the client sends one munge credential
-(`munge -s <request>`, base64 text) and a newline; the service answers one JSON line and
-closes. The request (a JSON object: MAGIC, verb and arguments) is the credential's payload, so
-munge authenticates it together with the uid and gid: it cannot be altered, and munged refuses
-it a second time (replay) or after its TTL.
+(base64 text, as `munge -s <request>` prints it: made in-process through libmunge,
+daccore.services.munge, or by running `munge` where the library cannot be loaded) and a
+newline; the service answers one JSON line and closes. The request (a JSON object: MAGIC, verb
+and arguments) is the credential's payload, so munge authenticates it together with the uid
+and gid: it cannot be altered, and munged refuses it a second time (replay) or after its TTL.
 
 Reply: {"ok": answer} or {"error": {"kind": "user"|"admin"|"internal", "message": one line}}.
 """
@@ -26,7 +27,15 @@ if TYPE_CHECKING:
     from daccore.settings.cache import Json
     from daccore.settings.config import DacConfig
 
-__all__ = ["ask", "MAGIC", "MUNGE_TIMEOUT", "munge_argv", "run_munge", "split_address"]
+__all__ = [
+    "ask",
+    "credential_for",
+    "MAGIC",
+    "MUNGE_TIMEOUT",
+    "munge_argv",
+    "run_munge",
+    "split_address",
+]
 
 #: seconds munge or unmunge may take (a local socket round trip: ~1.3 ms measured)
 MUNGE_TIMEOUT = 10.0
@@ -35,7 +44,8 @@ MAGIC = "dac-user/1"
 
 
 def munge_argv(tool: str, socket_path: str) -> list[str]:
-    """`munge` or `unmunge`, on munged's `socket_path` (its default when empty)."""
+    """`munge` or `unmunge`, on munged's `socket_path` (its default when empty): run only
+    where libmunge cannot be loaded (daccore.services.munge)."""
     return [tool, *([f"--socket={socket_path}"] if socket_path else [])]
 
 
@@ -55,6 +65,29 @@ def run_munge(argv: list[str], data: bytes | None) -> subprocess.CompletedProces
         ) from None
 
 
+def credential_for(payload: str, socket_path: str) -> bytes:
+    """A munge credential for `payload`, for this process's uid: through libmunge when it
+    loads here, else by running `munge`; AdminError (one line) when munged cannot make one."""
+    from daccore.services import munge
+
+    if munge.available():
+        try:
+            return munge.encode(payload.encode(), socket_path)
+        except munge.MungeError as e:
+            raise AdminError(
+                f"munge cannot make a credential here: {e} (an admin must start munged "
+                "on this host)"
+            ) from None
+    r = run_munge([*munge_argv("munge", socket_path), "-s", payload], None)
+    if r.returncode != 0:
+        why = r.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
+        raise AdminError(
+            f"munge cannot make a credential here: {why[-1]} (an admin must "
+            "start munged on this host)"
+        )
+    return r.stdout.strip()
+
+
 def split_address(address: str) -> tuple[str, int]:
     """(host, port) of `user_service`: `host:port`, `[v6]:port`."""
     host, _, port = address.rpartition(":")
@@ -72,20 +105,14 @@ def ask(config: DacConfig, verb: str, args: Json, timeout: float | None = None) 
     """`verb`'s answer from the user service, for the uid this process runs as; the service's
     refusal is raised as the DacError of its kind, with its line."""
     payload = json.dumps({"magic": MAGIC, "verb": verb, "args": args})
-    r = run_munge([*munge_argv("munge", config.munge_socket), "-s", payload], None)
-    if r.returncode != 0:
-        why = r.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
-        raise AdminError(
-            f"munge cannot make a credential here: {why[-1]} (an admin must "
-            "start munged on this host)"
-        )
+    credential = credential_for(payload, config.munge_socket)
     # create/destroy wait for dacd as long as the service does; reads answer in milliseconds
     timeout = timeout or config.step_timeout + 30
     where = config.user_service
     try:
         with socket.create_connection(split_address(where), timeout=10) as s:
             s.settimeout(timeout)
-            s.sendall(r.stdout.strip() + b"\n")
+            s.sendall(credential + b"\n")
             data = b""
             while chunk := s.recv(65536):
                 data += chunk

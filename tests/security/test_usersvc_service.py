@@ -444,7 +444,8 @@ def test_usersvc_a_missing_service_or_munged_is_one_line_naming_the_admin(usersv
         and line.startswith("dacctl: admin error: munge cannot make a credential here: ")
         and line.endswith("(an admin must start munged on this host)")
     ), line
-    r = usersvc_as({**env, "PATH": "/nonexistent"}, A, "pools")
+    # where libmunge cannot be loaded (DAC_LIBMUNGE=none) the client runs `munge`
+    r = usersvc_as({**env, "PATH": "/nonexistent", "DAC_LIBMUNGE": "none"}, A, "pools")
     assert r.returncode == 2 and usersvc_line(r) == (
         "dacctl: admin error: munge is not installed on this host: an admin must install munge "
         "(dac's user service authenticates users with it)"

@@ -187,6 +187,22 @@ def test_a_worker_yields_the_cpu_and_one_that_dies_fails_the_stage_in_one_line(t
     assert workers.procs == []
 
 
+def test_workers_of_named_files_alone_keep_the_copiers_priority():
+    """No walk to yield to (an in-job drain of one checkpoint): the workers run at the copier's
+    own priority, so a busy storage server does not starve the copy; a tree keeps WORKER_NICE."""
+    one = {"type": "file", "source": "/a", "destination": "/b"}
+    assert copier.worker_nice([one, one]) == 0
+    for kind in ("directory", "list"):
+        assert copier.worker_nice([one, {**one, "type": kind}]) == copier.WORKER_NICE
+    workers = copier.Workers(1, 0)
+    try:
+        ((pid, _, _),) = workers.procs
+        time.sleep(0.2)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == os.nice(0)
+    finally:
+        workers.stop(kill=True)
+
+
 def test_a_big_copy_goes_to_the_disk_as_it_goes_and_leaves_the_page_cache_alone():
     """Every WRITEBACK bytes are handed to the disk and the source's dropped from the cache at
     once; the destination's DROP_LAG steps later, when written: of a 120 MiB copy into xfs on a
@@ -224,6 +240,34 @@ def test_a_big_copy_goes_to_the_disk_as_it_goes_and_leaves_the_page_cache_alone(
         subprocess.run(["umount", str(work / "mnt")], capture_output=True)
         loopdev.detach(device, work / "brick.img")
         shutil.rmtree(work)
+
+
+@pytest.mark.parametrize("drop", [True, False])
+def test_a_buffer_side_source_is_left_to_the_kernel_and_not_written_back_by_the_copy(
+    tmp_path, monkeypatch, drop
+):
+    """A stage_out's source (the buffer) is not advised away: a checkpoint just written is
+    dirty, and POSIX_FADV_DONTNEED would first write it back, inside the stage's time
+    (_DROP_SOURCE: main clears it when the plan's buffer side is the source). Any other
+    source is dropped as before; the destination goes to the disk as it goes either way."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    data = os.urandom(5 * copier.WRITEBACK // 2)
+    src.write_bytes(data)
+    advised: list[str] = []
+    real = os.posix_fadvise
+
+    def fadvise(fd, offset, length, advice):
+        if advice == os.POSIX_FADV_DONTNEED:
+            advised.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    monkeypatch.setattr(copier, "_DROP_SOURCE", [drop])
+    item = (str(src), str(dst), len(data), 0o644, 0, 0, False)
+    assert copier.copy_files([item]) == (len(data), 1)
+    assert dst.read_bytes() == data
+    assert (str(src) in advised) is drop
+    assert str(dst) in advised
 
 
 def test_the_plan_carries_any_path_but_one_with_a_nul():

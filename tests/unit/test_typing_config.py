@@ -27,13 +27,16 @@ STRICT = {
     "daccore.services.buffers",
     "daccore.services.dws",
     "daccore.services.estimate",
+    "daccore.services.injob",
     "daccore.services.jobs",
+    "daccore.services.munge",
     "daccore.services.stage_client",
     "daccore.services.user_client",
     "daccore.services.user_requests",
     "dacservice",
     "dacservice.answerer",
     "dacservice.mirror",
+    "dacservice.users",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only

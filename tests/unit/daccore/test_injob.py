@@ -304,6 +304,36 @@ def test_a_running_job_is_asked_of_slurm_again_only_after_a_few_seconds(slurm, m
         _ask(store, _config(slurm))
 
 
+def test_a_running_job_is_asked_of_slurm_again_in_the_background_before_its_answer_expires(
+    slurm, monkeypatch
+):
+    """Past SLURM_AHEAD of SLURM_FRESH the request is answered from the answer it has while
+    squeue is asked again beside it; the new answer stands for the next request. An answer
+    past SLURM_FRESH is never used: that request waits for squeue."""
+    import threading
+    import time
+
+    store = FakeStore(_buffer())
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    _ask(store, _config(slurm))
+    slurm.answer(squeue="COMPLETING|1234|node1")
+    clock[0] += injob.SLURM_FRESH * injob.SLURM_AHEAD + 1
+    _ask(store, _config(slurm))  # answered at once from the RUNNING answer...
+    for t in threading.enumerate():  # ...while squeue is asked again
+        if t.name == "squeue":
+            t.join(10)
+    assert JOB not in injob._SEEN and not injob._REFRESHING
+    with pytest.raises(NotFound, match="no running job"):
+        _ask(store, _config(slurm))  # the new answer stands
+    slurm.answer()
+    _ask(store, _config(slurm))
+    slurm.answer(squeue="COMPLETING|1234|node1")
+    clock[0] += injob.SLURM_FRESH + 1  # too old to be used at all: asked for at once
+    with pytest.raises(NotFound, match="no running job"):
+        _ask(store, _config(slurm))
+
+
 def test_bbstats_line_counts_the_stages_and_shows_the_running_ones_progress():
     from daccore.records.status_view import stages_text
 
