@@ -94,7 +94,9 @@ def stage_in(env: dict, tmp: Path, job: int, capacity: str, src: Path, store: St
     )
     run("dacctl", "--function", "setup", "--token", str(job), "--caller", "SLURM", "--user",
         str(UID), "--groupid", str(GID), "--job", str(script), env=env)  # fmt: skip
-    hosts = len(store.buffer(str(job)).record.allocation.hosts)
+    spec = store.buffer(str(job))
+    assert spec is not None
+    hosts = len(spec.record.allocation.hosts)
     assert hosts == (2 if capacity == "1GiB" else 1), hosts
     subprocess.run(["sync"], check=True)
     started = time.monotonic()

@@ -41,8 +41,8 @@ from daccore.store.hosts import PoolsAndHosts
 from daccore.store.injob import InJobStages
 from daccore.store.inventory import InventoryReads, PlacementView
 from daccore.store.leases import OWNER_LOCK_TTL, Leases
-from daccore.store.stageplans import StagePlans
 from daccore.store.owed import OwedMounts
+from daccore.store.stageplans import StagePlans
 from daccore.store.statuses import BufferStatuses
 from daccore.store.work import WorkKeys
 

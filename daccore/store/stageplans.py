@@ -37,7 +37,9 @@ class StagePlans(Leases):
             [Compare(self.keys.buffer(plan.buffer), "CREATE", incarnation)] if incarnation else []
         )
         if not self._fenced_txn(
-            [plan.primary], same, [put_op(self.keys.stage_plan(plan.buffer, plan.step), _dump(plan))]
+            [plan.primary],
+            same,
+            [put_op(self.keys.stage_plan(plan.buffer, plan.step), _dump(plan))],
         ):
             raise Superseded(plan.buffer)
 

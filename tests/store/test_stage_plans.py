@@ -158,7 +158,8 @@ def test_the_dacd_role_writes_plans_and_views_and_the_slurm_role_does_not(etcd_s
     try:
         dacd.put_stage_view(f"{tag}h1", "boot:mnt:[1]")
         dacd.put_stage_plan(plan(buffer=tag, primary=f"{tag}h1", owners=(f"{tag}h1", "h2")))
-        assert slurm.stage_plan(tag, "stage_in").primary == f"{tag}h1"  # every role reads
+        read = slurm.stage_plan(tag, "stage_in")  # every role reads
+        assert read is not None and read.primary == f"{tag}h1"
         for denied in (
             lambda: slurm.put_stage_view(f"{tag}h1", "x"),
             lambda: slurm.put_stage_plan(
