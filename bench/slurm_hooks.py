@@ -8,7 +8,11 @@ burst-buffer jobs are submitted held (a job_process each), RUN of them released 
 the end (a paths each); pools is called every 30 s on Slurm's own schedule: the bench waits for
 POOLS of them. All are cancelled after.
 
-    .venv/bin/python bench/slurm_hooks.py [--slurm-release 22.05|24.11|26.05]
+    .venv/bin/python bench/slurm_hooks.py [--slurm-release 22.05|24.11|26.05] [--probes]
+
+`--probes` also splits the job_process calls of the storm into their parts (a fresh Lua state,
+burst_buffer.lua compiled, Slurm's `slurm` table, the chunk, the hook, lua-socket's dlopen, the
+close) with uprobes in slurmctld (bench/lua_probes.py; needs perf): about 0.05 ms a call more.
 
 Needs root (a local DAC with that release's Slurm, 2 nodes).
 """
@@ -23,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import local_dac, p99, slurm_release, steal_meter  # noqa: E402
+from lua_probes import recorded  # noqa: E402
 from sbatch_storm import Submitter, conditions  # noqa: E402
 
 JOBS = 100
@@ -57,7 +62,12 @@ def main() -> int:
         log = Path(state.workdir) / "slurm" / "log" / "slurmctld.log"
         mark = log.stat().st_size
         cpu, load = steal_meter(), conditions()
-        sub.storm(JOB, JOBS, "hooks")
+        probes: list[str] = []
+        if "--probes" in sys.argv:
+            with recorded(state.slurm["pids"]["slurmctld"]) as probes:
+                sub.storm(JOB, JOBS, "hooks")
+        else:
+            sub.storm(JOB, JOBS, "hooks")
         ids = sub.run("squeue", "-h", "-o", "%i", "-u", sub.user.pw_name, as_user=False)
         running = sorted(ids.stdout.split(), key=int)[:RUN]
         sub.run("scontrol", "release", ",".join(running), as_user=False)
@@ -98,6 +108,8 @@ def main() -> int:
             f"{hook:22} n={len(ms):4} median {med:6.3f} ms p99 {top:6.3f} ms max {max(ms):6.3f} ms"
             f" (budget {MEDIAN_MS:.0f} / {P99_MS:.0f} ms): {'PASS' if ok else 'FAIL'}"
         )
+    for line in probes:
+        print(line)
     for hook in sorted(set(got) - set(HOOKS)):
         print(f"{hook:22} n={len(got[hook]):4} median {statistics.median(got[hook]):6.3f} ms")
     return failed
