@@ -109,6 +109,10 @@ class Reconciler:
         )
         self._claims: dict[str, str] = {}
         self._held: dict[str, int] = {}  # buffer name -> claim keys it holds on this host
+        #: claims in a "together" pool naming another primary: claim key -> buffer name. This
+        #: dacd does not act on those buffers (their primary runs every step) and never reads
+        #: their spec at a change; only a split stage's plan naming it wakes it (issue 35)
+        self._passive: dict[str, str] = {}
         #: pools whose backend runs each step once, on the buffer's primary, for all its hosts
         self._together = {
             p for p in self._pools if runs_once_for_all_hosts(config.pools[p].backend.value)
@@ -197,12 +201,16 @@ class Reconciler:
             for key, claim in found.items()
             if claim is not None and (name := self._works_on(key, claim)) is not None
         }
+        passive = {
+            key: claim[0] for key, claim in found.items() if claim is not None and key not in claims
+        }
         with self._lock:
-            self._claims, self._held = claims, {}
+            self._claims, self._held, self._passive = claims, {}, passive
             for name in claims.values():
                 self._held[name] = self._held.get(name, 0) + 1
         for name in set(claims.values()):
             self.schedule(name)
+        self._resume_shares(set(passive.values()) - set(claims.values()))
         dropped = self.store.drop_stray_work(self.host, self._pools)
         if dropped:
             log.info(
@@ -224,6 +232,25 @@ class Reconciler:
         ):
             return None
         return name
+
+    def _resume_shares(self, names: set[str]) -> None:
+        """At a start or a relist: the buffers of this host's passive claims (lustre, daos:
+        another primary runs their steps) that have a split stage's plan, looked at, so a
+        dacd restarted mid-share resumes it. One keys-only read of `stageplans/`, never
+        their specs."""
+        if not names or self._view is None:
+            return
+        try:
+            planned = set(self.store.stage_plan_buffers()) & names
+        except DacError as e:
+            log.warning("split stages' plans not looked at (%s); their wake-ups bring them", e)
+            return
+        for name in sorted(planned):
+            self.schedule(name)
+
+    def _passive_holds(self, name: str) -> bool:
+        with self._lock:
+            return name in self._passive.values()
 
     def relist(self) -> None:
         """After a new lease (the old one lapsed: steps were fenced meanwhile): look at every
@@ -253,7 +280,9 @@ class Reconciler:
                 self._watch, changes = self.store.watch_host_work(self.host, revision + 1)
                 for change in changes:
                     revision = change.revision
-                    if change.record is not None and self._holds(change.name):
+                    if change.record is not None and (
+                        self._holds(change.name) or self._passive_holds(change.name)
+                    ):  # a passive buffer's work key: a split stage's plan names this host
                         self.schedule(change.name)
             except WatchCompacted:
                 log.warning("work watch compacted; listing this host's buffers again")
@@ -297,6 +326,7 @@ class Reconciler:
                     elif change.record is None:
                         self._refused.pop(change.name, None)
                     with self._lock:
+                        self._passive.pop(change.name, None)
                         old = self._claims.pop(change.name, None)
                         if old is not None:
                             self._held[old] -= 1
@@ -310,6 +340,8 @@ class Reconciler:
                         if new is not None:
                             self._claims[change.name] = new
                             self._held[new] = self._held.get(new, 0) + 1
+                        elif change.record is not None:
+                            self._passive[change.name] = change.record[0]
                     for name in {n for n in (old, new) if n is not None}:
                         self.schedule(name)
             except WatchCompacted:
@@ -393,7 +425,16 @@ class Reconciler:
             backend = self.config.pools[buf.request.pool].backend.value  # parse_buffer checked
             together = runs_once_for_all_hosts(backend)
             if together and self.host != buf.allocation.primary_host:
-                return  # the primary runs every step for this buffer's hosts
+                # the primary runs every step for this buffer's hosts; this dacd is here only
+                # when a split stage's plan woke it: its shares, if any (issue 35)
+                if buf.desired_state in (State.STAGED_IN, State.STAGED_OUT) and len(hosts) > 1:
+                    try:
+                        mine = self._statuses(name).get(self.host)
+                    except Untrusted as e:
+                        self._log_once(name, str(e))
+                        return
+                    self._share_due(buf, incarnation, mine, backend)
+                return
             try:
                 statuses = self._statuses(name)
             except Untrusted as e:
@@ -541,10 +582,14 @@ class Reconciler:
         attempt = (mine.attempt + 1) if mine and mine.step == step else 1
         progress = [mine.progress if mine else None]  # the last staging progress stays shown
         share = [mine.share if mine else None]  # a split stage's shares done here
+        #: a stage of a lustre or daos buffer on several servers: the other hosts' progress
+        #: and share reports are their own dacds' (a split stage's shares, issue 35), so this
+        #: primary's progress lines go to its own status alone, and its outcome keeps theirs
+        staged_apart = step in ("stage_in", "stage_out") and len(hosts) > 1
         if step in ("stage_in", "stage_out") and self.host != buf.allocation.primary_host:
             progress[0] = None  # what a share copies here now is shown, not the last stage's
 
-        def status(**fields) -> None:
+        def status(line: bool = False, **fields) -> None:
             values = dict(
                 buffer=name,
                 state=reached,
@@ -557,7 +602,32 @@ class Reconciler:
                 share=share[0],
             )
             values.update(fields)
-            if len(hosts) == 1:
+            if staged_apart:
+                own = Status(host=self.host, **values)
+                if line:
+                    self.store.put_status(own, incarnation)
+                    return
+                try:
+                    theirs = self._statuses(name)
+                except Untrusted:  # this host's own is bad: the outcome is written over it
+                    theirs = {}
+                self.store.put_statuses(
+                    [own]
+                    + [
+                        Status(
+                            host=host,
+                            **{
+                                **values,
+                                "progress": theirs[host].progress if host in theirs else None,
+                                "share": theirs[host].share if host in theirs else None,
+                            },
+                        )
+                        for host in hosts
+                        if host != self.host
+                    ],
+                    incarnation,
+                )
+            elif len(hosts) == 1:
                 self.store.put_status(Status(host=hosts[0], **values), incarnation)
             else:
                 self.store.put_statuses(
@@ -570,7 +640,7 @@ class Reconciler:
             step that is going well; the step's outcome is written with status(), which
             raises, and a lapsed lease still stops the step (Fenced)."""
             try:
-                status(**fields)
+                status(True, **fields)
             except StoreUnavailable as e:
                 log.warning("buffer %s: %s progress not shown (%s)", name, step, e)
 
@@ -687,11 +757,7 @@ class Reconciler:
             from dacd.staging_split import split_here
 
             split_here(*args, limit, run, split)
-        elif (
-            split_by is not None
-            and not backend.one_run_for_all_hosts  # lustre, daos: their other servers' dacd
-            and len(owners := self._split_owners(buf)) > 1  # do not act on the buffer
-        ):
+        elif split_by is not None and len(owners := self._split_owners(buf, backend)) > 1:
             from dacd.staging_split import Across
 
             incarnation, attempt, mine, on_share = split_by
@@ -716,16 +782,23 @@ class Reconciler:
         if injob:  # then those it asked to run at its end, in order
             self.injob.at_job_end(buf, run)
 
-    def _split_owners(self, buf) -> list[str]:
-        """The servers a stage of `buf` is split across, this primary first: those of its hosts
-        whose dacd is alive and sees filesystems in this dacd's mount namespace (the local
-        DAC's servers: one machine). One (no split) for a buffer on one server, or whose other
-        servers see another tree."""
+    def _split_owners(self, buf, backend) -> list[str]:
+        """The servers a stage of `buf` is split across, this primary first: those of its
+        hosts whose dacd is alive and reaches the buffer's filesystem where this one does
+        (`reaches` in dacd/staging_split.py, by the backend's `split_reach`: a local buffer's
+        servers must share this dacd's mount namespace, a lustre buffer's must see its client
+        mount: here, be on this kernel; a daos buffer's never split). One (no split) for a
+        buffer on one server, or whose other servers cannot reach it."""
+        from dacd.staging_split import reaches, split_reach
+
         hosts = buf.allocation.hosts
         if len(hosts) < 2 or self._view is None:
             return [self.host]
+        reach = split_reach(backend)
+        if reach == "none":
+            return [self.host]
         views = self.store.stage_views(hosts)
-        alike = [h for h in hosts if h != self.host and views.get(h) == self._view]
+        alike = [h for h in hosts if h != self.host and reaches(self._view, views.get(h), reach)]
         alive = self.store.alive_among(alike) if alike else set()
         return [self.host] + [h for h in alike if h in alive]
 

@@ -269,6 +269,33 @@ def view() -> str:
     return f"{boot}:{os.readlink('/proc/self/ns/mnt')}"
 
 
+def split_reach(backend) -> str:
+    """A backend's rule for which servers a stage is split across (`reaches`): its own
+    `split_reach`, else "namespace" for a backend whose servers each run their own steps
+    (local) and "none" for one whose primary runs every step (daos)."""
+    default = "none" if backend.one_run_for_all_hosts else "namespace"
+    return str(getattr(backend, "split_reach", default))
+
+
+def reaches(mine: str, theirs: str | None, reach: str) -> bool:
+    """Whether a server whose dacd said view `theirs` reaches the filesystem a primary of view
+    `mine` stages into, by the backend's rule (`split_reach`). "namespace" (local): the
+    filesystem is a mount on the primary, seen only from the same mount namespace of the same
+    boot. "kernel" (lustre): it is the buffer's client mount at the primary's `fs_path`, one
+    filesystem wherever the client is mounted; what is known of that here is the kernel: on
+    the primary's boot (the multi-host site, whose hosts are namespaces of one machine and
+    whose Lustre stand-in's client mount is one real directory every server sees) every server
+    reaches it; a server on another kernel does once it mounts the buffer's client where the
+    primary does, which the playbooks do not yet do (docs/architecture.md, "A stage split
+    across servers"). "none" (daos: dfuse caches per mount, so another dfuse need not show
+    what the primary's wrote): never."""
+    if theirs is None or reach == "none":
+        return False
+    if reach == "kernel":
+        return theirs.partition(":")[0] == mine.partition(":")[0]
+    return theirs == mine
+
+
 _ERRORS = {Kind.USER: UserError, Kind.ADMIN: AdminError, Kind.INTERNAL: InternalError}
 
 

@@ -91,6 +91,12 @@ def partition(disk: str, number: int) -> str:
 @register("lustre")
 class LustreBackend(Backend):
     one_run_for_all_hosts = True
+    #: which servers a stage is split across (issue 35, dacd/staging_split.py `reaches`): the
+    #: buffer's client mount is one filesystem seen from every kernel that mounts it; here, those
+    #: of the primary's boot (the multi-host site's hosts: one machine, the stand-in's client
+    #: one real directory). The playbooks mount the client on the primary alone, so a server
+    #: on another kernel does not reach it yet
+    split_reach = "kernel"
 
     def _settings(self, buffer: Buffer) -> LustreSettings:
         s = self.config.pools[buffer.request.pool].lustre

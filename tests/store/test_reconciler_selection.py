@@ -183,6 +183,40 @@ def site_of(store, backend):
     return cfg
 
 
+def test_a_lustre_buffers_other_host_reads_it_only_when_its_work_key_is_put(store):
+    """lustre: another host of the buffer reads its spec only when woken through its own
+    work key (a split stage's primary puts it when its plan names the host: issue 35), never
+    at a spec change; a host not woken never reads it; the woken host takes no step of its
+    own (the primary runs them all)."""
+    cfg = site_of(store, "lustre")
+    servers = {h: Server(store, cfg, h) for h in HOSTS}
+    try:
+        for s in servers.values():
+            s.rec.start()
+        buf, _ = allocate_buffer(store, buffer_maker("wake", 300, "p"), capacity=300, pool="p")
+        primary = buf.allocation.primary_host
+        wait(
+            "wake to be created everywhere",
+            lambda: all(reached(store, "wake", h, S.CREATED) for h in HOSTS),
+        )
+        for _ in range(2):
+            set_desired(store, "wake", State.MOUNTED)
+            set_desired(store, "wake", State.CREATED)
+        woken, silent = sorted(set(HOSTS) - {primary})
+        assert servers[woken].reads == [] and servers[silent].reads == []
+        store.wake(woken, "wake")
+        wait("the woken host to read the spec", lambda: servers[woken].reads == ["wake"])
+        time.sleep(0.5)
+        assert servers[woken].reads == ["wake"] and servers[silent].reads == []
+        assert servers[woken].steps == [] and servers[silent].steps == []
+        set_desired(store, "wake", State.DELETED)
+        wait("wake to be reaped", lambda: store.buffer("wake") is None)
+        assert servers[woken].reads == ["wake"] and servers[silent].reads == []
+    finally:
+        for s in servers.values():
+            s.rec.stop(timeout=5)
+
+
 class WorkWatch:
     """The buffers whose work key of `host` was put, as that host's dacd sees them."""
 

@@ -1,0 +1,205 @@
+"""A stage of a Lustre buffer split across its servers' dacds (issue 35) on the multi-host site,
+whose Lustre stand-in's client mount is one real directory every server sees: each server's
+dacd, in its own namespaces, copies its share as the job's user into (stage_in) or out of
+(stage_out) the primary's client mount; the tree comes out as one copier makes it; a share that
+fails fails the stage in one line naming its server."""
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+from clitools import pools, run, slurm, wait_for
+
+from daccore.records.models import StageType
+from dacd import staging
+
+UID = GID = 1001
+MiB = 1 << 20
+
+
+def owned(path: Path, mode: int = 0o755) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, UID, GID)
+    os.chmod(path, mode)
+    return path
+
+
+def write(path: Path, data: bytes, mode: int = 0o640, times=None) -> None:
+    path.write_bytes(data)
+    os.chown(path, UID, GID)
+    os.chmod(path, mode)
+    if times:
+        os.utime(path, ns=times)
+
+
+def tree(src: Path) -> None:
+    """Directories, small and big files, a sparse one, an empty one, a link, times set."""
+    owned(src)
+    for d in range(2):
+        owned(src / f"d{d}", 0o750)
+        for f in range(60):
+            write(src / f"d{d}" / f"f{f}", os.urandom(f * 131), 0o600 + (f % 2) * 0o44)
+    write(src / "big", os.urandom(3 * MiB + 777), 0o604, (1_000_000_000, 2_000_000_000))
+    with open(src / "sparse", "wb") as sparse:
+        sparse.write(os.urandom(MiB))
+        sparse.seek(20 * MiB)
+        sparse.write(os.urandom(MiB))
+        sparse.truncate(32 * MiB)
+    os.chown(src / "sparse", UID, GID)
+    write(src / "empty", b"")
+    os.symlink("/etc/shadow", src / "link")
+    os.lchown(src / "link", UID, GID)
+    os.utime(src / "d1", ns=(5_000_000_000, 6_000_000_000))
+
+
+def seen(root: Path) -> dict:
+    """Every entry below `root`: kind and mode, owner, mtime (not a link's), bytes or target."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            what = (
+                os.readlink(p)
+                if os.path.islink(p)
+                else Path(p).read_bytes()
+                if os.path.isfile(p)
+                else None
+            )
+            mtime = None if os.path.islink(p) else st.st_mtime_ns
+            out[os.path.relpath(p, root)] = (st.st_mode, st.st_uid, st.st_gid, mtime, what)
+    return out
+
+
+def single_copy(src: Path, root: Path) -> dict:
+    """What one copier makes of `src` (as the job's user, as a stage does)."""
+    fs = owned(root)
+    owned(fs / "striped", 0o700)
+    line = SimpleNamespace(
+        type=StageType.DIRECTORY, source=str(src), destination="$DW_JOB_STRIPED/in"
+    )
+    buf = SimpleNamespace(
+        owner_uid=UID, owner_gid=GID, request=SimpleNamespace(stage_in=[line], stage_out=[])
+    )
+    staging.stage(buf, "in", str(fs), 2, lambda p: None)
+    return seen(fs / "striped" / "in")
+
+
+def job_script(site, token: int, *lines: str) -> Path:
+    script = site.root / f"job{token}.sh"
+    script.write_text(
+        "#!/bin/sh\n#DW jobdw capacity=200GiB access_mode=striped pool=p\n"
+        + "".join(line + "\n" for line in lines)
+    )
+    return script
+
+
+def set_up(env, token: int, script: Path) -> None:
+    slurm(env, "job_process", token, "--job", str(script))
+    slurm(
+        env,
+        "setup",
+        token,
+        "--caller",
+        "SLURM",
+        "--user",
+        str(UID),
+        "--groupid",
+        str(GID),
+        "--job",
+        str(script),
+    )
+
+
+def two_servers(store, token: int) -> tuple[str, str]:
+    alloc = store.buffer(str(token)).record.allocation
+    assert sorted(alloc.hosts) == ["srv1", "srv2"]
+    (other,) = set(alloc.hosts) - {alloc.primary_host}
+    return alloc.primary_host, other
+
+
+def dacd_log(site, host: str) -> str:
+    return (site.root / f"dacd-{host}.log").read_text(errors="replace")
+
+
+def test_mh_a_lustre_buffer_stages_in_and_out_split_across_both_servers(mh):
+    site, env, store = mh
+    work = owned(site.root / "split121")
+    src = work / "src"
+    tree(src)
+    expected = single_copy(src, work / "one")
+    out = owned(work / "results")
+    script = job_script(
+        site,
+        121,
+        f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
+        f"#DW stage_out type=directory source=$DW_JOB_STRIPED/in destination={out}/run1",
+    )
+    set_up(env, 121, script)
+    primary, other = two_servers(store, 121)
+    before = {h: len(dacd_log(site, h)) for h in (primary, other)}
+    slurm(env, "data_in", 121, "--job", str(script))
+
+    # the primary's client mount, as the primary's dacd stages into it
+    fs_path = Path(site.recorded.root) / primary / "fs" / "121"
+    got = seen(fs_path / "striped" / "in")
+    assert got.keys() == expected.keys() and len(got) == 2 + 120 + 4
+    for name in expected:
+        assert got[name] == expected[name], name
+    assert os.stat(fs_path / "striped" / "in" / "sparse").st_blocks * 512 <= 4 * MiB
+    # each server's dacd copied its share, in its own namespaces (its own log), as the user
+    # (the files are the user's: a copier as root would have had to chown them)
+    statuses = store.statuses("121")
+    generation = store.buffer("121").record.generation
+    for host in (primary, other):
+        report = statuses[host].share
+        assert (report.step, report.generation, report.failed) == ("stage_in", generation, "")
+    assert statuses[primary].share.done == [0] and statuses[other].share.done == [1]
+    assert "stage_in shares 1 on " + other in dacd_log(site, other)[before[other] :]
+    progress = [statuses[h].progress for h in (primary, other)]
+    assert all(p is not None and p.bytes_done > 0 for p in progress)
+    total = sum(f * 131 for f in range(60)) * 2 + 3 * MiB + 777 + 32 * MiB  # apparent sizes
+    assert sum(p.bytes_done for p in progress) == sum(p.bytes_total for p in progress) == total
+    assert store.stage_plan("121", "stage_in") is None  # dropped once done
+    line = run("dacctl", "status", "121", "--line", env=env).stdout
+    assert line.startswith("buffer 121: staged_in, staged ") and " 100% 124/124 files" in line
+
+    slurm(env, "data_out", 121, "--job", str(script))
+    got = seen(out / "run1")
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert got[name] == expected[name], name
+    statuses = store.statuses("121")
+    assert statuses[other].share.step == "stage_out" and statuses[other].share.done == [1]
+    assert "stage_out shares 1 on " + other in dacd_log(site, other)[before[other] :]
+    slurm(env, "teardown", 121, "--job", str(script))
+    wait_for(lambda: store.buffer("121") is None, 60, "the buffer reaped")
+    assert store.stage_plan_buffers() == [] and pools(env)["p"]["free_bricks"] == 2
+
+
+def test_mh_a_share_failing_on_the_other_server_fails_the_stage_in_one_line_naming_it(mh):
+    """The heavier file is share 0 (the primary's); the lighter one, share 1, is root's and
+    unreadable, so the other server's copier, as the user, cannot read it."""
+    site, env, store = mh
+    work = owned(site.root / "split122")
+    src = owned(work / "src")
+    write(src / "a", os.urandom(4 * MiB))
+    write(src / "b", os.urandom(MiB))
+    os.chown(src / "b", 0, 0)
+    os.chmod(src / "b", 0o600)
+    script = job_script(
+        site, 122, f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in"
+    )
+    set_up(env, 122, script)
+    primary, other = two_servers(store, 122)
+    r = slurm(env, "data_in", 122, "--job", str(script), check=False)
+    assert (r.returncode, r.stdout) == (
+        1,
+        f"buffer 122: stage_in failed on {other}: {src}/b: Permission denied\n",
+    )
+    statuses = store.statuses("122")
+    assert statuses[other].share.failed == f"stage_in failed on {other}: {src}/b: Permission denied"
+    assert store.stage_plan("122", "stage_in").failed  # every other share stops
+    slurm(env, "teardown", 122, "--job", str(script), "--hurry")
+    wait_for(lambda: store.buffer("122") is None, 60, "the buffer reaped")
+    assert store.stage_plan_buffers() == [] and pools(env)["p"]["free_bricks"] == 2
