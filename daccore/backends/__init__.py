@@ -11,8 +11,6 @@ so the buffer's primary host runs each step once for all its hosts and compute n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from daccore.backends.base import (
     REGISTRY,
     Backend,
@@ -24,6 +22,7 @@ from daccore.backends.base import (
 )
 from daccore.errors import ConfigError
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from daccore.settings.config import DacConfig
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Callable
 
 from daccore.errors import AdminError
 from daccore.records.layout import mount_path
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
     from daccore.records.models import BrickRef, Buffer
     from daccore.settings.config import BrickSettings, DacConfig

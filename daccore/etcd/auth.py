@@ -20,7 +20,6 @@ import json
 import os
 import stat
 import threading
-from typing import TYPE_CHECKING
 
 from daccore.errors import AdminError, NoCredential
 from daccore.etcd.types import EtcdRequestError, Unreachable
@@ -35,6 +34,7 @@ _CANNOT_SERVE = (
     "too many requests",
 )
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Callable, TypeVar
 

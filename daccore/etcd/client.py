@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from daccore.errors import StoreUnavailable
 from daccore.etcd.types import KV, TRANSPORTS, EtcdRequestError, TxnResult, Unreachable
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Callable, TypeVar
 

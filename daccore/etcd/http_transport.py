@@ -20,17 +20,7 @@ import binascii
 import json
 import socket
 import threading
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:
-    import ssl
-    from typing import Any, Iterator
-
-    from daccore.etcd.auth import Credential
-
-    #: a JSON object, as the gateway takes and answers it
-    Json = dict[str, Any]
 
 from daccore.errors import AdminError
 from daccore.etcd.types import (
@@ -45,6 +35,16 @@ from daccore.etcd.types import (
     key_bytes,
     key_text,
 )
+
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    import ssl
+    from typing import Any, Iterator
+
+    from daccore.etcd.auth import Credential
+
+    #: a JSON object, as the gateway takes and answers it
+    Json = dict[str, Any]
 
 __all__ = ["HttpTransport"]
 

@@ -5,10 +5,10 @@ hooks that run inside slurmctld load it (docs/performance.md)."""
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import TYPE_CHECKING
 
 from daccore.errors import InternalError
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Iterator, NamedTuple, Protocol, Sequence
 

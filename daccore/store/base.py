@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from collections import namedtuple
-from typing import TYPE_CHECKING
 
 from daccore.errors import BadRecord, Conflict
 from daccore.etcd.client import EtcdClient
 from daccore.etcd.types import KV, Compare, Op, absent, key_bytes, mod_is, put_op, range_op
 from daccore.records.keys import Keys, prefix_end
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Callable, Iterator, Self, TypeVar
 

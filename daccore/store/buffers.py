@@ -5,7 +5,6 @@ claims, statuses and work keys."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from daccore.errors import Conflict
 from daccore.etcd.types import delete_op, mod_is, put_op, range_op
@@ -14,6 +13,7 @@ from daccore.store.base import _MAX_TXN_OPS, Versioned, _doc, _load
 from daccore.store.claims import CLAIMS_PER_TXN, BrickClaims
 from daccore.store.leases import Leases
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Iterator
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections import namedtuple
-from typing import TYPE_CHECKING
 
 from daccore.errors import Conflict, DacError, InternalError, UserError
 from daccore.etcd.types import Compare, Op, absent, delete_op, mod_is, put_op, range_op
@@ -23,6 +22,7 @@ from daccore.store.base import (
 )
 from daccore.store.work import WorkKeys
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Iterable, Iterator
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from daccore.errors import AdminError, BadRecord, Conflict, NotFound
 from daccore.etcd.types import Compare, Op, absent, put_op, range_op
 from daccore.records.keys import prefix_end
 from daccore.store.base import Connection, _dump, _GuardFailed, _load
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from daccore.records.models import Host, Pool
 

@@ -6,8 +6,6 @@ stages holds when requests race)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from daccore.errors import BadRecord, Conflict, UserError
 from daccore.etcd.types import Compare, absent, delete_op, mod_is, put_op, range_op
 from daccore.records import bounds
@@ -15,6 +13,7 @@ from daccore.records.keys import Keys, prefix_end
 from daccore.store.base import _doc, _dump, _load
 from daccore.store.leases import Leases
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Callable, Iterator, TypeVar
 

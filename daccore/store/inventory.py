@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections import namedtuple
-from typing import TYPE_CHECKING
 
 from daccore.etcd.types import KV, Op, range_op
 from daccore.gcpause import gc_paused
@@ -22,6 +21,7 @@ from daccore.rules.inventory import (
 from daccore.store.base import _MAX_TXN_OPS, _claimant, _named
 from daccore.store.work import WorkKeys
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Callable, Iterable, Sequence
 

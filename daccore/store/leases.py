@@ -4,13 +4,13 @@ store's writes, who is alive, and an owner's lock for making persistent buffers.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from daccore.errors import Conflict, DacError, Fenced
 from daccore.etcd.types import Compare, Op, absent, mod_is, put_op, range_op
 from daccore.records.keys import Keys, prefix_end
 from daccore.store.base import Connection
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from typing import Callable, Iterator

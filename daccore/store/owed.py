@@ -4,12 +4,11 @@ admin forgets it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from daccore.errors import BadRecord
 from daccore.records.keys import prefix_end
 from daccore.store.base import Connection, _dump, _load
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from daccore.records.models import Owed
 

@@ -10,14 +10,13 @@ stays tens of bytes a server."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from daccore.errors import Superseded
 from daccore.etcd.types import Compare, delete_op, put_op, range_op
 from daccore.records.keys import Keys, prefix_end
 from daccore.store.base import _dump
 from daccore.store.leases import Leases
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from daccore.records.models import StagePlan
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING
 
 from daccore.errors import DacError, Superseded
 from daccore.etcd.types import Compare, put_op
@@ -13,6 +12,7 @@ from daccore.records.keys import Keys, prefix_end
 from daccore.store.base import _MAX_TXN_OPS, _doc, _dump
 from daccore.store.leases import Leases
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Iterator
 

@@ -5,12 +5,11 @@ docs/performance.md)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from daccore.etcd.types import KV, Op, delete_op, mod_is, put_op, range_op
 from daccore.records.keys import Keys, prefix_end
 from daccore.store.base import _MAX_TXN_OPS, Change, Connection, _claim_of, _doc
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Iterable, Iterator
 

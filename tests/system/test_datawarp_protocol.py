@@ -387,6 +387,8 @@ def test_the_hooks_inside_slurmctld_load_no_heavy_module(local_dac, job, tmp_pat
         assert "daccore.store" in loaded  # the trace is read
         heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY)
         assert heavy == [], f"{args[0]} loads {heavy}"
+        # 2.6 ms of a forked call: annotations only, behind `TYPE_CHECKING = False`
+        assert "typing" not in loaded, f"{args[0]} loads typing"
     assert fn(env, "teardown", "--token", "9", "--job", script, "--hurry").returncode == 0
 
 
