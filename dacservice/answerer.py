@@ -66,6 +66,8 @@ READ_TIMEOUT = 1.0
 #: 0.5 s for the reply (DAC_ANSWERER_TIMEOUT), then forks dacctl with the rest of its 2 s
 DIRECT_TIMEOUT = 0.3
 MAX_LINE = 65536
+#: READ_TIMEOUT as SO_RCVTIMEO and SO_SNDTIMEO take it (struct timeval)
+_TIMEVAL = struct.pack("ll", int(READ_TIMEOUT), int(READ_TIMEOUT % 1 * 1_000_000))
 #: connections answered at once (worker threads); past that one waits in the listen backlog
 MAX_CLIENTS = 8
 #: the collector's thresholds while answering: an answer allocates a few thousand short-lived
@@ -136,7 +138,7 @@ class Answerer:
         self.mirror = Mirror(watching.client, etcd["prefix"])
         # a MirrorClient answers the reads Store makes of an EtcdClient (mirror.py)
         client = cast("EtcdClient", MirrorClient(self.mirror, watching.client.endpoints))
-        self._mirror_store = Store(client, etcd["prefix"])
+        self._mirror_store = _summary_per_revision(Store(client, etcd["prefix"]), self.mirror)
         self._etcd = etcd
         if old is not None:
             old.stop()
@@ -219,7 +221,10 @@ class Answerer:
             self._count("refused_peer")
             log.warning("uid %d refused: only root and SlurmUser may ask", uid)
             return b"REFUSE only root and SlurmUser may ask\n"
-        sock.settimeout(READ_TIMEOUT)
+        # the kernel's timeouts on a blocking socket, not Python's: a receive or send is one
+        # system call, without the poll() before it and the switch to non-blocking mode
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL)
         words = _read_line(sock).split(" ")
         if words[0] != MAGIC or len(words) < 2:
             return b"REFUSE not a dac-answer/1 request\n"
@@ -272,6 +277,28 @@ class Answerer:
             return None, f"{why}; {e}"
 
 
+def _summary_per_revision(store: Store, mirror: Mirror) -> Store:
+    """`store` (the mirror's) whose `summary_inventory()` is built once per mirror content, not
+    once per answer: every `pools` and every `job_process` reads it, and it was a third of a
+    `job_process` answer (the capacity records' JSON parsed, the claims counted). The content
+    is the mirror's at `(revision, loads)`: an event raises the revision, a listing anew
+    (compaction, outage, another etcd behind the endpoint) the loads; answers are built under
+    `mirror.lock`, which holds both still. Its readers (`summarize`, `jobs.validate`) only
+    read the inventory."""
+    build = store.summary_inventory
+    memo: list[Any] = [None, None]  # [(revision, loads), Inventory]
+
+    def summary_inventory() -> Any:
+        key = (mirror.revision, mirror.loads)
+        if memo[0] != key:
+            memo[1] = build()  # Unsure propagates, and nothing is kept
+            memo[0] = key
+        return memo[1]
+
+    store.summary_inventory = summary_inventory  # type: ignore[method-assign]  # this store only
+    return store
+
+
 def _bounded(store: Store) -> Store:
     """`store` whose etcd out of reach (past DIRECT_TIMEOUT) is `Unsure`, not an answer: the
     fork that follows has the rest of the 2 s, and its own one line."""
@@ -292,7 +319,7 @@ def _read_line(sock: socket.socket) -> str:
     while b"\n" not in data:
         try:
             chunk = sock.recv(4096)
-        except TimeoutError:  # silent past READ_TIMEOUT: refused in one line, as garbage is
+        except BlockingIOError:  # silent past READ_TIMEOUT: refused in one line, as garbage is
             return ""
         if not chunk:
             break
