@@ -295,13 +295,27 @@ class Site:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
 
-    def start_dacd(self, server: Host, config: Path) -> None:
+    def start_dacd(self, server: Host, config: Path, env: dict | None = None) -> None:
         """dacd as its systemd unit starts it: `dacd` with the config, the host from the
-        hostname (its UTS namespace's)."""
+        hostname (its UTS namespace's); `env` over its environment (a test's copier pace)."""
         self.dacds[server.name] = server.spawn(
             [sys.executable, "-m", "dacd.main", "--config", str(config)],
             self.root / f"dacd-{server.name}.log",
-            env={"DAC_CONFIG": str(config)},
+            env={"DAC_CONFIG": str(config), **(env or {})},
+        )
+
+    def restart_dacd(self, name: str, sig: int = signal.SIGTERM, env: dict | None = None) -> None:
+        """Stop `name`'s dacd with `sig` and start it again with the same config; returns once
+        it registered (its log says so)."""
+        proc, log = self.dacds[name], self.root / f"dacd-{name}.log"
+        proc.send_signal(sig)
+        proc.wait(30)
+        size = log.stat().st_size
+        self.start_dacd(self.hosts[name], self.root / "etc" / name / "dac.yaml", env)
+        wait_for(
+            lambda: f"host {name} registered" in log.read_text(errors="replace")[size:],
+            60,
+            f"dacd {name} registered again",
         )
 
     def destroy(self) -> None:

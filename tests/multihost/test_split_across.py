@@ -5,6 +5,9 @@ dacd, in its own namespaces, copies its share as the job's user into (stage_in) 
 fails fails the stage in one line naming its server."""
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -203,3 +206,62 @@ def test_mh_a_share_failing_on_the_other_server_fails_the_stage_in_one_line_nami
     slurm(env, "teardown", 122, "--job", str(script), "--hurry")
     wait_for(lambda: store.buffer("122") is None, 60, "the buffer reaped")
     assert store.stage_plan_buffers() == [] and pools(env)["p"]["free_bricks"] == 2
+
+
+def test_mh_a_dacd_killed_mid_share_and_started_again_resumes_its_share(mh):
+    """The other server's dacd, its copier paced (the bench's DAC_BENCH_RATE) so its share
+    lasts seconds, is killed (-9) as it copies and started again at once: it finds the plan
+    from its passive claims (no spec change wakes it) and copies its share again; the stage
+    ends as one copier's would."""
+    site, env, store = mh
+    work = owned(site.root / "split123")
+    src = owned(work / "src")
+    block = os.urandom(8 * MiB)
+    for i in range(12):
+        write(src / f"f{i:02}", i.to_bytes(4, "big") + block[4:])
+    script = job_script(
+        site, 123, f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in"
+    )
+    set_up(env, 123, script)
+    primary, other = two_servers(store, 123)
+    paced = {"DAC_BENCH_RATE": str(12 * MiB)}
+    site.restart_dacd(other, env=paced)
+    try:
+        call = subprocess.Popen(
+            [
+                os.path.join(os.path.dirname(sys.executable), "dacctl"),
+                *("--function", "data_in", "--token", "123", "--job", str(script)),
+            ],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: copying(store, 123, other), 60, "the other server's share", every=0.05)
+        before = len(dacd_log(site, other))
+        site.restart_dacd(other, signal.SIGKILL, env=paced)
+        out, err = call.communicate(timeout=180)
+        assert (call.returncode, out) == (0, ""), err
+        inside = Path(site.recorded.root) / primary / "fs" / "123" / "striped" / "in"
+        assert {p.name: p.read_bytes() for p in inside.iterdir()} == {
+            p.name: p.read_bytes() for p in src.iterdir()
+        }
+        assert "stage_in shares 1 on " + other in dacd_log(site, other)[before:]
+        assert store.statuses("123")[other].share.done == [1]
+    finally:
+        site.restart_dacd(other)  # unpaced again, for the tests after
+    slurm(env, "teardown", 123, "--job", str(script))
+    wait_for(lambda: store.buffer("123") is None, 60, "the buffer reaped")
+    assert store.stage_plan_buffers() == [] and pools(env)["p"]["free_bricks"] == 2
+
+
+def copying(store, token: int, host: str) -> bool:
+    """True once `host`'s share of the stage under way has begun and is not done."""
+    s = store.statuses(str(token)).get(host)
+    report = s.share if s else None
+    return (
+        report is not None
+        and report.generation == store.buffer(str(token)).record.generation
+        and s.step == "stage_in"
+        and not report.done
+    )
