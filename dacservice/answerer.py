@@ -281,15 +281,15 @@ def _summary_per_revision(store: Store, mirror: Mirror) -> Store:
     """`store` (the mirror's) whose `summary_inventory()` is built once per mirror content, not
     once per answer: every `pools` and every `job_process` reads it, and it was a third of a
     `job_process` answer (the capacity records' JSON parsed, the claims counted). The content
-    is the mirror's at `(revision, loads)`: an event raises the revision, a listing anew
-    (compaction, outage, another etcd behind the endpoint) the loads; answers are built under
-    `mirror.lock`, which holds both still. Its readers (`summarize`, `jobs.validate`) only
-    read the inventory."""
+    is the mirror's as of `mirror.changes`, which every listing and every event on a mirrored
+    key raises (a probe, or a write elsewhere under the prefix, moves the revision alone);
+    answers are built under `mirror.lock`, which holds it still. The inventory's readers
+    (`summarize`, `jobs.validate`) only read it, and none reads its revision."""
     build = store.summary_inventory
-    memo: list[Any] = [None, None]  # [(revision, loads), Inventory]
+    memo: list[Any] = [None, None]  # [mirror.changes, Inventory]
 
     def summary_inventory() -> Any:
-        key = (mirror.revision, mirror.loads)
+        key = mirror.changes
         if memo[0] != key:
             memo[1] = build()  # Unsure propagates, and nothing is kept
             memo[0] = key

@@ -77,6 +77,10 @@ class Mirror:
         self.revision = 0
         self.confirmed_at: float | None = None
         self.loads = 0  # times the whole mirror was listed (start, compaction, outage)
+        #: raised whenever what the mirror holds changes (a listing, an event on a mirrored
+        #: key), not when only etcd's revision moves (a probe, an event elsewhere under the
+        #: prefix): what the answerer keeps built from the mirror is good while it stays
+        self.changes = 0
         self._kvs: dict[bytes, KV] = {}
         self._sorted: list[bytes] = []
         self._stop = threading.Event()
@@ -160,6 +164,7 @@ class Mirror:
             self.revision = r.revision
             self.confirmed_at = None  # the probe confirms it
             self.loads += 1
+            self.changes += 1
             # the listing lives on: the collector need not walk it again (answers' p99)
             gc.collect()
             gc.freeze()
@@ -198,6 +203,7 @@ class Mirror:
             for ev in events:
                 if not self.covers(ev.kv.key, None):
                     continue
+                self.changes += 1
                 k = key_bytes(ev.kv.key)
                 if ev.type == "put":
                     if k not in self._kvs:

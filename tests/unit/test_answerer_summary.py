@@ -1,15 +1,17 @@
 """The answerer's pools summary, built once per mirror content (dacservice/answerer.py
-`_summary_per_revision`): kept while the mirror's revision and listings stay, built again when
-either moves, and never kept from a build that raised."""
+`_summary_per_revision`): kept while what the mirror holds stays, built again when it changes
+(an event on a mirrored key, a listing anew), never kept from a build that raised; and the
+mirror's `changes` counter moves with its content, not with etcd's revision alone."""
 
 import pytest
 
+from daccore.etcd.types import KV, Event
 from dacservice.answerer import _summary_per_revision
-from dacservice.mirror import Unsure
+from dacservice.mirror import Mirror, Unsure
 
 
 class FakeMirror:
-    revision, loads = 5, 1
+    changes = 1
 
 
 class FakeStore:
@@ -29,11 +31,10 @@ def test_one_build_per_mirror_content():
     memo = _summary_per_revision(store, mirror)  # type: ignore[arg-type]
     first = memo.summary_inventory()
     assert memo.summary_inventory() is first and store.builds == 1
-    mirror.revision = 6  # an event applied, or a probe's confirmation
+    mirror.changes = 2  # an event applied, or the mirror listed anew
     second = memo.summary_inventory()
     assert second is not first and store.builds == 2
-    mirror.loads = 2  # listed anew at the same revision (another etcd behind the endpoint)
-    assert memo.summary_inventory() is not second and store.builds == 3
+    assert memo.summary_inventory() is second and store.builds == 2
 
 
 def test_a_build_that_raised_is_not_kept():
@@ -45,3 +46,17 @@ def test_a_build_that_raised_is_not_kept():
     store.fail = False
     kept = memo.summary_inventory()
     assert store.builds == 2 and memo.summary_inventory() is kept
+
+
+def test_the_mirrors_changes_follow_its_content_not_etcds_revision():
+    m = Mirror(None, "/dac")  # type: ignore[arg-type]  # never started: no etcd
+    before = m.changes
+    pool = m.keys.pools + "default"
+    m._apply([Event("put", KV(pool, b"{}", 5, 5, 1))])
+    assert m.changes == before + 1 and m.revision == 5
+    elsewhere = m.keys.root + "not-mirrored/x"
+    assert not m.covers(elsewhere, None)
+    m._apply([Event("put", KV(elsewhere, b"{}", 6, 6, 1))])
+    assert m.changes == before + 1 and m.revision == 6  # etcd moved; the content did not
+    m._apply([Event("delete", KV(pool, b"", 0, 7, 0))])
+    assert m.changes == before + 2
