@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +39,8 @@ from common import local_dac, p99, percentiles, verdict  # noqa: E402
 ACK_BUDGET_MS = 50.0
 WALL_BUDGET = 1.10
 RATE_BUDGET = 1.0
+#: drain and cp + sync rounds, alternating which goes first (a medians' comparison)
+ROUNDS = 5
 
 #: in the job, with the user launcher's interpreter and import paths: N stage-starts of a
 #: 4 KiB file, each timed alone, then waited for (untimed) so the job's cap never refuses one
@@ -201,21 +204,28 @@ def main(argv: list[str]) -> int:
             if mode == "drain":
                 # then the rate, the same file size both ways, each freshly written (its dirty
                 # pages still going to the disk, as each checkpoint's are when its drain
-                # starts), three times, alternating: a drain (its running time, from its
-                # status), then cp followed by sync of the copy
+                # starts), ROUNDS times, the order alternating round by round (whichever goes
+                # second finds the disk busy with the first's writeback): a drain (its
+                # running time, from its status), and cp followed by sync of the copy
+                drain = (
+                    f"  head -c {a.size_mib}M /dev/zero > $DW_JOB_STRIPED/r.$k\n"
+                    f"  {dacctl} stage out $DW_JOB_STRIPED/r.$k {out}/r.$k --json > {out}.r.$k\n"
+                    f"  {dacctl} stage wait --all --json > {out}.rw.$k\n"
+                )
+                cp = (
+                    f"  head -c {a.size_mib}M /dev/zero > $DW_JOB_STRIPED/c.$k\n"
+                    f"  c0=$(date +%s.%N); cp $DW_JOB_STRIPED/c.$k {out}/c.$k\n"
+                    f"  c1=$(date +%s.%N); sync {out}/c.$k; c2=$(date +%s.%N)\n"
+                    f'  echo "$c0 $c1 $c2" >> {out}.cp\n'
+                )
                 body += (
                     f"{dacctl} stage list --json > {out}.stages\n"
                     f"for i in $(seq 1 {count}); do cmp $DW_JOB_STRIPED/ckpt.$i {out}/ckpt.$i "
                     f"|| echo ckpt.$i >> {out}.differ; done\n"
                     f"rm -f $DW_JOB_STRIPED/ckpt.*\n"
-                    f"for k in 1 2 3; do\n"
-                    f"  head -c {a.size_mib}M /dev/zero > $DW_JOB_STRIPED/r.$k\n"
-                    f"  {dacctl} stage out $DW_JOB_STRIPED/r.$k {out}/r.$k --json > {out}.r.$k\n"
-                    f"  {dacctl} stage wait --all --json > {out}.rw.$k\n"
-                    f"  head -c {a.size_mib}M /dev/zero > $DW_JOB_STRIPED/c.$k\n"
-                    f"  c0=$(date +%s.%N); cp $DW_JOB_STRIPED/c.$k {out}/c.$k\n"
-                    f"  c1=$(date +%s.%N); sync {out}/c.$k; c2=$(date +%s.%N)\n"
-                    f'  echo "$c0 $c1 $c2" >> {out}.cp\n'
+                    f"for k in $(seq 1 {ROUNDS}); do\n"
+                    f"  if [ $((k % 2)) = 1 ]; then\n{drain}{cp}  else\n{cp}{drain}  fi\n"
+                    f"  rm -f $DW_JOB_STRIPED/r.$k $DW_JOB_STRIPED/c.$k {out}/r.$k {out}/c.$k\n"
                     f"done\n"
                 )
             job = _sbatch(env, jobs, mode, _header(capacity) + body)
@@ -238,9 +248,10 @@ def main(argv: list[str]) -> int:
         whole = not differ and len(files) == count
         print(f"checkpoints on the destination byte for byte: {len(files) - len(differ)}/{count}")
         size = a.size_mib << 20
-        ids = [json.loads((jobs / f"drain.r.{k}").read_text())["id"] for k in (1, 2, 3)]
+        rounds = range(1, ROUNDS + 1)
+        ids = [json.loads((jobs / f"drain.r.{k}").read_text())["id"] for k in rounds]
         ended = {
-            s["id"]: s for k in (1, 2, 3) for s in json.loads((jobs / f"drain.rw.{k}").read_text())
+            s["id"]: s for k in rounds for s in json.loads((jobs / f"drain.rw.{k}").read_text())
         }
         rates = sorted(
             size / (ended[i]["ended_at"] - ended[i]["started_at"])
@@ -252,9 +263,9 @@ def main(argv: list[str]) -> int:
             for line in (jobs / "drain.cp").read_text().split("\n")
             if line
         ]
-        cp_sync = sorted(size / (c2 - c0) for c0, _, c2 in cps)[1]
-        cp_alone = sorted(size / (c1 - c0) for c0, c1, _ in cps)[1]
-        drain_rate = rates[len(rates) // 2] if len(rates) == 3 else 0.0
+        cp_sync = statistics.median(size / (c2 - c0) for c0, _, c2 in cps)
+        cp_alone = statistics.median(size / (c1 - c0) for c0, c1, _ in cps)
+        drain_rate = statistics.median(rates) if len(rates) == ROUNDS else 0.0
         during = json.loads((jobs / "drain.stages").read_text())
         running = sorted(
             s["bytes_done"] / (s["ended_at"] - s["started_at"])
@@ -262,7 +273,7 @@ def main(argv: list[str]) -> int:
             if s["state"] == "done" and s["ended_at"] > s["started_at"]
         )
         print(
-            f"drain rate (median of 3) {drain_rate / 2**20:.0f} MiB/s; cp + sync "
+            f"drain rate (median of {ROUNDS}) {drain_rate / 2**20:.0f} MiB/s; cp + sync "
             f"{cp_sync / 2**20:.0f} MiB/s ({drain_rate / cp_sync:.2f}x); cp alone "
             f"{cp_alone / 2**20:.0f} MiB/s ({drain_rate / cp_alone:.2f}x); the checkpoints' "
             f"drains while the job ran: median {running[len(running) // 2] / 2**20:.0f} MiB/s"
