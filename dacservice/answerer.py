@@ -66,8 +66,6 @@ READ_TIMEOUT = 1.0
 #: 0.5 s for the reply (DAC_ANSWERER_TIMEOUT), then forks dacctl with the rest of its 2 s
 DIRECT_TIMEOUT = 0.3
 MAX_LINE = 65536
-#: READ_TIMEOUT as SO_RCVTIMEO and SO_SNDTIMEO take it (struct timeval)
-_TIMEVAL = struct.pack("ll", int(READ_TIMEOUT), int(READ_TIMEOUT % 1 * 1_000_000))
 #: connections answered at once (worker threads); past that one waits in the listen backlog
 MAX_CLIENTS = 8
 #: the collector's thresholds while answering: an answer allocates a few thousand short-lived
@@ -138,7 +136,7 @@ class Answerer:
         self.mirror = Mirror(watching.client, etcd["prefix"])
         # a MirrorClient answers the reads Store makes of an EtcdClient (mirror.py)
         client = cast("EtcdClient", MirrorClient(self.mirror, watching.client.endpoints))
-        self._mirror_store = _summary_per_revision(Store(client, etcd["prefix"]), self.mirror)
+        self._mirror_store = _summary_per_change(Store(client, etcd["prefix"]), self.mirror)
         self._etcd = etcd
         if old is not None:
             old.stop()
@@ -221,10 +219,7 @@ class Answerer:
             self._count("refused_peer")
             log.warning("uid %d refused: only root and SlurmUser may ask", uid)
             return b"REFUSE only root and SlurmUser may ask\n"
-        # the kernel's timeouts on a blocking socket, not Python's: a receive or send is one
-        # system call, without the poll() before it and the switch to non-blocking mode
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL)
+        sock.settimeout(READ_TIMEOUT)
         words = _read_line(sock).split(" ")
         if words[0] != MAGIC or len(words) < 2:
             return b"REFUSE not a dac-answer/1 request\n"
@@ -277,7 +272,7 @@ class Answerer:
             return None, f"{why}; {e}"
 
 
-def _summary_per_revision(store: Store, mirror: Mirror) -> Store:
+def _summary_per_change(store: Store, mirror: Mirror) -> Store:
     """`store` (the mirror's) whose `summary_inventory()` is built once per mirror content, not
     once per answer: every `pools` and every `job_process` reads it, and it was a third of a
     `job_process` answer (the capacity records' JSON parsed, the claims counted). The content
@@ -319,7 +314,7 @@ def _read_line(sock: socket.socket) -> str:
     while b"\n" not in data:
         try:
             chunk = sock.recv(4096)
-        except BlockingIOError:  # silent past READ_TIMEOUT: refused in one line, as garbage is
+        except TimeoutError:  # silent past READ_TIMEOUT: refused in one line, as garbage is
             return ""
         if not chunk:
             break

@@ -1,12 +1,12 @@
 """The answerer's pools summary, built once per mirror content (dacservice/answerer.py
-`_summary_per_revision`): kept while what the mirror holds stays, built again when it changes
+`_summary_per_change`): kept while what the mirror holds stays, built again when it changes
 (an event on a mirrored key, a listing anew), never kept from a build that raised; and the
 mirror's `changes` counter moves with its content, not with etcd's revision alone."""
 
 import pytest
 
 from daccore.etcd.types import KV, Event
-from dacservice.answerer import _summary_per_revision
+from dacservice.answerer import _summary_per_change
 from dacservice.mirror import Mirror, Unsure
 
 
@@ -28,7 +28,7 @@ class FakeStore:
 
 def test_one_build_per_mirror_content():
     mirror, store = FakeMirror(), FakeStore()
-    memo = _summary_per_revision(store, mirror)  # type: ignore[arg-type]
+    memo = _summary_per_change(store, mirror)  # type: ignore[arg-type]
     first = memo.summary_inventory()
     assert memo.summary_inventory() is first and store.builds == 1
     mirror.changes = 2  # an event applied, or the mirror listed anew
@@ -39,7 +39,7 @@ def test_one_build_per_mirror_content():
 
 def test_a_build_that_raised_is_not_kept():
     mirror, store = FakeMirror(), FakeStore()
-    memo = _summary_per_revision(store, mirror)  # type: ignore[arg-type]
+    memo = _summary_per_change(store, mirror)  # type: ignore[arg-type]
     store.fail = True
     with pytest.raises(Unsure):
         memo.summary_inventory()
