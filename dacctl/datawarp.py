@@ -23,6 +23,7 @@ records; the calls after it read and change specs as JSON (daccore/services/jobs
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -248,9 +249,37 @@ def _script(args, lua_directive: str):
         data = b""
         while chunk := os.read(fd, 1 << 20):
             data += chunk
-        return parse_script(data, lua_directive)
     except OSError as e:
         raise AdminError(f"cannot read the job script {args.job}: {e.strerror}") from None
+    if args.function not in HOT or len(data) > PARSE_CACHE_BYTES:
+        return parse_script(data, lua_directive)
+    return _copy(_parse_cached(data, lua_directive))
+
+
+#: job_process and paths parse their script on every call: the warm answerer keeps the last
+#: PARSE_CACHE parses of scripts up to PARSE_CACHE_BYTES long, keyed by the script's bytes
+#: themselves (compared whole, never a digest) and the only setting the parse reads
+#: (lua_directive). A script is still read on every call; a refused one is parsed again.
+PARSE_CACHE = 256
+PARSE_CACHE_BYTES = 64 << 10
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE)
+def _parse_cached(data: bytes, lua_directive: str):
+    from daccore.rules.directives import parse_script
+
+    return parse_script(data, lua_directive)
+
+
+def _copy(found):
+    """A cached parse's own copy for one call: its lists are new (their items are tuples)."""
+    from daccore.rules.directives import Directives
+
+    copy = Directives()
+    for name in Directives.__slots__:
+        value = getattr(found, name)
+        setattr(copy, name, list(value) if isinstance(value, list) else value)
+    return copy
 
 
 #: The functions Slurm runs in slurmscriptd for a job's buffer. Each rides out etcd out of

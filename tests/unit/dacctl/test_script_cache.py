@@ -1,0 +1,100 @@
+"""The job script's directives, parsed once per content for job_process and paths
+(dacctl/datawarp.py `_script`): the script is read every call, a cached parse is used only for
+the same bytes and the same lua_directive, each call gets its own copy, and a refused script
+is refused each time in the same words."""
+
+import argparse
+import os
+
+import pytest
+
+from daccore.rules.directives import DirectiveError, Directives, parse_script
+from dacctl import datawarp
+
+JOBDW = b"#!/bin/bash\n#DW jobdw capacity=1GiB access_mode=striped type=scratch\n"
+LUA = b"#!/bin/bash\n#SITE jobdw capacity=2GiB access_mode=striped type=scratch\n"
+PERSIST = b"#!/bin/bash\n#BB persistentdw name=alpha\n#DW persistentdw name=beta\n"
+
+
+def fields(d):
+    return {name: getattr(d, name) for name in Directives.__slots__}
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    datawarp._parse_cached.cache_clear()
+    yield
+    datawarp._parse_cached.cache_clear()
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "script"
+
+    def call(data, function="job_process", lua="BB_LUA"):
+        path.write_bytes(data)
+        fd = os.open(path, os.O_RDONLY)
+        args = argparse.Namespace(function=function, job=str(path), job_fd=fd)
+        try:
+            return datawarp._script(args, lua)
+        finally:
+            os.close(fd)
+
+    return call
+
+
+def test_same_bytes_parsed_once_and_equal_to_a_parse(script):
+    first = script(JOBDW)
+    second = script(JOBDW, function="paths")
+    assert fields(first) == fields(second) == fields(parse_script(JOBDW))
+    assert first.jobdw.capacity == 1 << 30
+    info = datawarp._parse_cached.cache_info()
+    assert (info.hits, info.misses) == (1, 1)
+
+
+def test_the_script_is_read_every_call(script):
+    assert script(JOBDW).jobdw.capacity == 1 << 30
+    changed = script(JOBDW.replace(b"1GiB", b"3GiB"))
+    assert changed.jobdw.capacity == 3 << 30
+    assert script(PERSIST).persistent == ["alpha", "beta"]
+
+
+def test_lua_directive_is_part_of_the_key(script):
+    assert script(LUA, lua="SITE").jobdw.capacity == 2 << 30
+    assert script(LUA).jobdw is None  # `#SITE` is only a comment under BB_LUA
+    assert script(LUA, lua="SITE").jobdw.capacity == 2 << 30
+    assert script(LUA, lua="OTHER").jobdw is None
+
+
+def test_each_call_gets_its_own_copy(script):
+    first = script(PERSIST)
+    first.persistent.append("mallory")
+    first.persistent_lines.append(9)
+    first.jobdw = "changed"
+    again = script(PERSIST)
+    assert again.persistent == ["alpha", "beta"] and again.persistent_lines == [2, 3]
+    assert again.jobdw is None and again is not first
+
+
+def test_a_refused_script_is_refused_each_time_in_the_same_words(script):
+    bad = b"#!/bin/bash\n#DW jobdw capacity=lots access_mode=striped type=scratch\n"
+    with pytest.raises(DirectiveError) as expected:
+        parse_script(bad)
+    for _ in range(2):
+        with pytest.raises(DirectiveError) as e:
+            script(bad)
+        assert str(e.value) == str(expected.value)
+    assert datawarp._parse_cached.cache_info().currsize == 0
+
+
+def test_only_the_hot_functions_and_small_scripts_are_cached(script):
+    script(JOBDW, function="setup")
+    big = JOBDW + b"echo\n" * (datawarp.PARSE_CACHE_BYTES // 5 + 1)
+    assert script(big).jobdw.capacity == 1 << 30
+    assert datawarp._parse_cached.cache_info().currsize == 0
+
+
+def test_bounded(script):
+    for i in range(datawarp.PARSE_CACHE + 10):
+        script(JOBDW + b"# %d\n" % i)
+    assert datawarp._parse_cached.cache_info().currsize == datawarp.PARSE_CACHE
