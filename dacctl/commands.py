@@ -772,6 +772,10 @@ def _top() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> tuple[Command, argparse.Namespace]:
     """The command `argv` names and its arguments; Usage when refused, Exit after --help or
     --version. A Slurm function's arguments carry its name as `function`, as Cray's did."""
+    if len(argv) > 1 and argv[0] == "--function":
+        fast = _function_words(argv[1], argv[2:])
+        if fast is not None:
+            return fast
     args = argparse.Namespace(command=None)
     try:
         _top().parse_args(argv, args)
@@ -784,4 +788,68 @@ def parse(argv: list[str]) -> tuple[Command, argparse.Namespace]:
         raise
     if found.who == SLURM:
         args.function = found.name.split()[-1]
+    return found, args
+
+
+# -- Slurm's functions without argparse: the answerer parses every call ------------------------
+
+
+@functools.cache
+def _function_table(name: str) -> tuple[Command, argparse.Namespace, dict] | None:
+    """For `--function name`: its command, the namespace argparse gives it without arguments
+    (every default), and each option string of its arguments (the table's, and --debug) as
+    (dest, flag, type); None when the name is not a Slurm function or an argument is more than
+    `--option VALUE` or a flag."""
+    found = _BY_NAME.get(f"function {name}")
+    if found is None or found.who != SLURM or found.handler is None:
+        return None
+    args = (*found.args, Arg("--debug", flag=True))
+    options: dict[str, tuple[str, bool, Any]] = {}
+    for a in args:
+        if set(a.options) - {"help", "flag", "type", "dest"}:
+            return None
+        if not all(f.startswith("-") for f in a.flags):
+            return None
+        for flag in a.flags:
+            options[flag] = (a.dest, bool(a.options.get("flag")), a.options.get("type"))
+    empty = argparse.Namespace(command=None)
+    _top().parse_args(["--function", name], empty)
+    empty.function = name
+    return found, empty, options
+
+
+def _function_words(name: str, words: list[str]) -> tuple[Command, argparse.Namespace] | None:
+    """What `parse(["--function", name, *words])` gives, for the plain form burst_buffer.lua
+    and burst_buffer/datawarp write (each option whole, as the table spells it, its value the
+    next word, not starting with "-"); None for anything else (an abbreviation, `--opt=v`, a
+    value argparse's type refuses, --help, a stray word), which argparse parses, and refuses
+    in its own words. tests/unit/dacctl/test_function_words.py holds the two to agreement."""
+    table = _function_table(name)
+    if table is None:
+        return None
+    found, empty, options = table
+    values: dict[str, object] = {}
+    i, n = 0, len(words)
+    while i < n:
+        option = options.get(words[i])
+        if option is None:
+            return None
+        dest, flag, convert = option
+        if flag:
+            values[dest] = True
+            i += 1
+            continue
+        if i + 1 >= n or words[i + 1].startswith("-"):
+            return None
+        value: object = words[i + 1]
+        if convert is not None:
+            try:
+                value = convert(value)
+            except (TypeError, ValueError, argparse.ArgumentTypeError):
+                return None
+        values[dest] = value
+        i += 2
+    args = argparse.Namespace(**vars(empty))
+    for dest, value in values.items():
+        setattr(args, dest, value)
     return found, args

@@ -248,3 +248,43 @@ def test_etcd_out_of_reach_is_refused_within_the_bound_then_answered_again(dac):
     a.wait_fresh()
     forked, answered = both(dac, "pools", [])
     assert forked == answered and forked[0] == 0
+
+
+def test_a_script_rewritten_in_place_is_answered_for_what_it_now_says(dac):
+    """The parse kept per script content (dacctl/datawarp.py `_script`): the same path
+    rewritten with each case in turn, twice round (the second from the kept parses), answered
+    as the fork answers each."""
+    workdir, _, a, scratch = dac
+    path = scratch / "rewritten.sh"
+    differ = []
+    for _ in range(2):
+        for case in CASES:
+            path.write_bytes(case.format(home=workdir.parent).encode())
+            forked, answered = both(dac, "job_process", ["--job", str(path), "--user", "1000"])
+            if forked != answered:
+                differ.append((case, forked, answered))
+    assert differ == []
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--job", "{job}", "--user", "1000"],
+        ["-j", "{job}", "-u", "1000", "--debug"],
+        ["--jo", "{job}"],  # abbreviated: argparse's
+        ["--job={job}", "--user=1000"],
+        ["--job", "{job}", "--user", "root"],
+        ["--job", "{job}", "--user", "-1"],
+        ["--job", "{job}", "stray"],
+        ["--job", "{job}", "--nosuch", "1"],
+        ["--job"],
+    ],
+    ids=lambda w: " ".join(w),
+)
+def test_job_process_words_parsed_as_the_fork_parses_them(dac, words):
+    """The answerer's parse of Slurm's words without argparse (dacctl/commands.py
+    `_function_words`), and argparse's where it gives way: the same answer, a refusal's
+    one line included."""
+    job = dac[3] / "job7.sh"
+    forked, answered = both(dac, "job_process", [w.format(job=job) for w in words])
+    assert forked == answered
