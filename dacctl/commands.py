@@ -7,7 +7,10 @@ command, so Slurm's have a group of their own): `dacctl function setup --token 7
 Slurm and burst_buffer.lua use, Cray's dw_wlm_cli `dacctl --function setup --token 7 …`, is
 the same command: `--function` is an option of the one parser whose action hands the rest of
 the line to the named function's parser, as data-acc's dacctl makes `--function` a
-subcommand. Nothing looks at argv before it is parsed.
+subcommand. Nothing looks at argv before it is parsed. One shortcut, for the warm answerer's
+sake: `--function NAME` followed only by options of that function as the table spells them,
+each with its value (or a flag alone), is read from the table directly (`_function_words`),
+into the namespace argparse would give; any other line goes to argparse.
 
 Who may run what (`who`), and where it is checked:
   ANYONE  the services decide per object (a user sees their own buffers); nothing here
