@@ -124,6 +124,9 @@ def row(label: str, jobs: int, seconds: float, each: list[float], extra: str) ->
 def main() -> int:
     from daclocal import cluster
 
+    if {"-h", "--help"} & set(sys.argv[1:]):  # a whole run takes minutes: not for a typo
+        print(__doc__)
+        return 0
     jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else JOBS
     rel = slurm_release(sys.argv) or "22.05"
     with local_dac(servers=2, bricks_per_server=4, release=rel) as (state, _env, work):
