@@ -54,6 +54,9 @@ def timings(log: str) -> dict[str, list[float]]:
 
 
 def main() -> int:
+    if {"-h", "--help"} & set(sys.argv[1:]):  # a whole run takes minutes: not for a typo
+        print(__doc__)
+        return 0
     rel = slurm_release(sys.argv) or "22.05"
     with local_dac(servers=2, bricks_per_server=4, release=rel) as (state, _env, work):
         sub = Submitter(state, work)
