@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -57,6 +58,8 @@ def recorded(pid: int):
     perf = None
     out = Path(tempfile.mkdtemp(prefix="dac-lua-probes-")) / "perf.data"
     try:
+        if shutil.which("perf") is None:  # only --probes needs it: make deps does not install it
+            raise RuntimeError("perf not found: apt-get install linux-perf")
         if lua is None or libc is None:
             raise RuntimeError(f"slurmctld {pid}'s liblua5.1 or libc is not at its path here")
         subprocess.run(["perf", "probe", "-q", "-d", f"{GROUP}:*"], capture_output=True)

@@ -12,7 +12,8 @@ POOLS of them. All are cancelled after.
 
 `--probes` also splits the job_process calls of the storm into their parts (a fresh Lua state,
 burst_buffer.lua compiled, Slurm's `slurm` table, the chunk, the hook, lua-socket's dlopen, the
-close) with uprobes in slurmctld (bench/lua_probes.py; needs perf): about 0.05 ms a call more.
+close) with uprobes in slurmctld (bench/lua_probes.py; needs perf, Debian's linux-perf, which
+`make deps` does not install): about 0.05 ms a call more.
 
 Needs root (a local DAC with that release's Slurm, 2 nodes).
 """
