@@ -5,13 +5,12 @@ is too slow, run dacctl with the very same arguments. A stand-in answerer (a thr
 each request; a stand-in dacctl records its argv."""
 
 import os
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from lua_answerer import FakeAnswerer
 
 from daccore.share import SLURM_FILES, asset
 
@@ -32,52 +31,6 @@ def lua_socket():
         if os.environ.get("CI") == "true":
             pytest.fail("lua-socket is not installed for Lua 5.1 (make deps installs it)")
         pytest.skip("lua-socket is not installed for Lua 5.1 (make deps installs it)")
-
-
-class FakeAnswerer:
-    """Answers every connection with `reply` after `delay` seconds; keeps the request lines."""
-
-    def __init__(self, path: Path, reply: bytes, delay: float = 0.0):
-        self.reply, self.delay = reply, delay
-        self.lines: list[str] = []
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
-        self.sock.listen(8)
-        self.stopped = False
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        try:
-            while not self.stopped:
-                try:
-                    conn, _ = self.sock.accept()
-                except OSError:
-                    return
-                with conn:
-                    data = b""
-                    while b"\n" not in data:
-                        chunk = conn.recv(4096)
-                        if not chunk:
-                            break
-                        data += chunk
-                    self.lines.append(data.decode())
-                    time.sleep(self.delay)
-                    try:
-                        conn.sendall(self.reply)
-                    except OSError:
-                        pass
-        finally:
-            self.sock.close()
-
-    def close(self) -> None:
-        """Stops accepting. The serving thread closes the socket as it ends: closed here,
-        its number could be a later test's socket while this thread still sleeps out
-        `delay`, and that thread would then answer the later test's connection."""
-        self.stopped = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
-        except OSError:
-            pass
 
 
 @pytest.fixture

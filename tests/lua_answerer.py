@@ -1,0 +1,54 @@
+"""A stand-in for dac-answerer on a unix socket, for the tests of the Lua clients that ask it
+(burst_buffer.lua's in-process hooks, the datawarp forwarder dw_wlm_cli.lua)."""
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+
+class FakeAnswerer:
+    """Answers every connection with `reply` after `delay` seconds; keeps the request lines."""
+
+    def __init__(self, path: Path, reply: bytes, delay: float = 0.0):
+        self.path, self.reply, self.delay = path, reply, delay
+        self.lines: list[str] = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(8)
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        try:
+            while not self.stopped:
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:
+                    return
+                with conn:
+                    data = b""
+                    while b"\n" not in data:
+                        chunk = conn.recv(4096)
+                        if not chunk:
+                            break
+                        data += chunk
+                    self.lines.append(data.decode())
+                    time.sleep(self.delay)
+                    try:
+                        conn.sendall(self.reply)
+                    except OSError:
+                        pass
+        finally:
+            self.sock.close()
+
+    def close(self):
+        """Stops accepting. The serving thread closes the socket as it ends: closed here,
+        its number could be a later test's socket while this thread still sleeps out
+        `delay`, and that thread would then answer the later test's connection."""
+        self.stopped = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        except OSError:
+            pass
