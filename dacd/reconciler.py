@@ -167,7 +167,7 @@ class Reconciler:
         """Which mount namespace this dacd sees filesystems in (`stage-views/<host>`): a
         buffer's primary splits a stage only across servers that see its filesystem where it
         does (dacd/staging_split.py)."""
-        from dacd.staging_split import view
+        from dacd.split_reach import view
 
         try:
             self._view = view()
@@ -785,11 +785,11 @@ class Reconciler:
     def _split_owners(self, buf, backend) -> list[str]:
         """The servers a stage of `buf` is split across, this primary first: those of its
         hosts whose dacd is alive and reaches the buffer's filesystem where this one does
-        (`reaches` in dacd/staging_split.py, by the backend's `split_reach`: a local buffer's
-        servers must share this dacd's mount namespace, a lustre buffer's must see its client
-        mount: here, be on this kernel; a daos buffer's never split). One (no split) for a
+        (`reaches` in dacd/split_reach.py, by the backend's `split_reach`: a local buffer's
+        servers must share this dacd's mount namespace, a lustre buffer's mount its client;
+        a daos buffer's never split; each proves it at copy time). One (no split) for a
         buffer on one server, or whose other servers cannot reach it."""
-        from dacd.staging_split import reaches, split_reach
+        from dacd.split_reach import reaches, split_reach
 
         hosts = buf.allocation.hosts
         if len(hosts) < 2 or self._view is None:
@@ -859,10 +859,10 @@ class Reconciler:
             step=plan.step, generation=plan.generation, attempt=plan.attempt
         )
 
-        def write(progress, now, step: str) -> None:
+        def write(now, step: str) -> None:
             status = base.model_copy(
                 update={
-                    "progress": Progress(**progress) if progress else None,
+                    "progress": None,  # the stage's is the primary's: the shares' sum
                     "share": now,
                     "step": step,
                     "updated_at": time.time(),

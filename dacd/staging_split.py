@@ -35,6 +35,7 @@ from daccore.errors import (
 )
 from daccore.records.models import ShareReport
 from dacd import copy_share
+from dacd.split_reach import drop_proof, make_proof, proves
 from dacd.staging import Run, check_result, pairs_of, run_copier
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Across", "Total", "finish", "lead", "run_owned", "run_share", "split_here", "view"]
+__all__ = ["Across", "Total", "finish", "lead", "run_owned", "run_share", "split_here"]
 
 
 def _plan(buffer, direction: str, fs_path: str, workers: int, role: str, count: int, **kw) -> bytes:
@@ -260,42 +261,6 @@ def split_here(
 # -- across dacds (issue 35): the primary leads and finishes, each server copies its shares ----
 
 
-def view() -> str:
-    """Which mount namespace this dacd sees filesystems in: the boot's id and the namespace's
-    inode. Two dacds with the same view see one tree (the local DAC's servers); a primary
-    splits a stage only across servers whose view is its own (`stage-views/<host>`)."""
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        boot = f.read().strip()
-    return f"{boot}:{os.readlink('/proc/self/ns/mnt')}"
-
-
-def split_reach(backend) -> str:
-    """A backend's rule for which servers a stage is split across (`reaches`): its own
-    `split_reach`, else "namespace" for a backend whose servers each run their own steps
-    (local) and "none" for one whose primary runs every step (daos)."""
-    default = "none" if backend.one_run_for_all_hosts else "namespace"
-    return str(getattr(backend, "split_reach", default))
-
-
-def reaches(mine: str, theirs: str | None, reach: str) -> bool:
-    """Whether a server whose dacd said view `theirs` reaches the filesystem a primary of view
-    `mine` stages into, by the backend's rule (`split_reach`). "namespace" (local): the
-    filesystem is a mount on the primary, seen only from the same mount namespace of the same
-    boot. "kernel" (lustre): it is the buffer's client mount at the primary's `fs_path`, one
-    filesystem wherever the client is mounted; what is known of that here is the kernel: on
-    the primary's boot (the multi-host site, whose hosts are namespaces of one machine and
-    whose Lustre stand-in's client mount is one real directory every server sees) every server
-    reaches it; a server on another kernel does once it mounts the buffer's client where the
-    primary does, which the playbooks do not yet do (docs/architecture.md, "A stage split
-    across servers"). "none" (daos: dfuse caches per mount, so another dfuse need not show
-    what the primary's wrote): never."""
-    if theirs is None or reach == "none":
-        return False
-    if reach == "kernel":
-        return theirs.partition(":")[0] == mine.partition(":")[0]
-    return theirs == mine
-
-
 _ERRORS = {Kind.USER: UserError, Kind.ADMIN: AdminError, Kind.INTERNAL: InternalError}
 
 
@@ -400,6 +365,7 @@ class Across:
                 self.run,
             )
             self.on_progress(self.total.sum())
+            self._drop_proof()
             try:
                 self.store.drop_stage_plan(self.buffer.name, self.step, self.host)
             except DacError as e:  # a plan left over is overwritten by the next, dropped at reap
@@ -463,20 +429,26 @@ class Across:
             except StoreUnavailable as e:  # etcd out of reach a moment: the stage's time bounds it
                 log.warning("buffer %s: shares not looked at (%s)", self.buffer.name, e)
                 continue
+            unreached, moved = set(), False
             for host, status in statuses.items():
                 report = status.share
                 if host == self.host or not answers(report, plan):
                     continue
                 if report.failed:
                     self._fail(_ERRORS.get(report.category, UserError)(report.failed))
+                if report.unreached:
+                    unreached.add(host)
                 done |= set(report.done)
+                moved |= self._theirs(plan, host, report)
+            if moved:
+                self.on_progress(self.total.sum())
             if done >= set(range(len(plan.shares))):
                 return
             now = time.monotonic()
-            if now - looked >= self.LIVENESS:
+            if now - looked >= self.LIVENESS or unreached & set(plan.owners):
                 looked = now
                 try:
-                    self._take_over(plan, done)
+                    self._take_over(plan, done, unreached)
                 except StoreUnavailable as e:
                     log.warning("buffer %s: owners not looked at (%s)", self.buffer.name, e)
 
@@ -520,7 +492,30 @@ class Across:
                 self._record(plan.model_copy(update={"failed": str(error)[:512] or "failed"}))
             except DacError as e:
                 log.warning("buffer %s: the failed plan not recorded: %s", self.buffer.name, e)
+            self._drop_proof()
         raise error
+
+    def _drop_proof(self) -> None:
+        """The plan's proof removed once its stage has ended (done or failed); left behind
+        (a dacd killed), it goes with the filesystem at teardown."""
+        assert self.plan is not None
+        try:
+            drop_proof(self.fs_path, self.plan.proof)
+        except OSError as e:
+            log.warning("buffer %s: the split's proof not removed: %s", self.buffer.name, e)
+
+    def _theirs(self, plan: StagePlan, host: str, report: ShareReport) -> bool:
+        """Another owner's figures for the shares the plan gives it, into the stage's
+        progress: a share is counted from its owner alone, so a lost server's last figures
+        for a share taken over are not counted twice. True when any moved."""
+        moved = False
+        for i, done, files, rate in report.parts:
+            if i < len(plan.owners) and plan.owners[i] == host:
+                got = {"bytes_done": done, "files_done": files, "rate": rate}
+                if self.total.shares.get(i) != got:
+                    self.total.update(i, got)
+                    moved = True
+        return moved
 
     # -- the shares copied here ----------------------------------------------------------------
 
@@ -550,6 +545,13 @@ class Across:
         """The lead's plan: recorded, then each other owner woken."""
         from daccore.records.models import StagePlan
 
+        try:
+            proof = make_proof(self.fs_path)
+        except OSError as e:
+            raise AdminError(
+                f"stage_{self.direction}: the split's proof not made at {self.fs_path}: "
+                f"{e.strerror}"
+            ) from e
         plan = StagePlan(
             buffer=self.buffer.name,
             step=self.step,
@@ -562,6 +564,7 @@ class Across:
             split=said["split"],
             shares=[tuple(s) for s in said["shares"]],
             owners=self.owners[: len(said["shares"])],
+            proof=proof,
             updated_at=time.time(),
         )
         self._record(plan)
@@ -577,6 +580,7 @@ class Across:
         with self.lock:
             self.plan = plan
             self.total.plan = _plan_dict(plan)
+            self.total.indexes = None  # the stage's progress: every share, whoever copies it
 
     def _record(self, plan: StagePlan) -> None:
         self.store.put_stage_plan(plan, self.incarnation)
@@ -587,6 +591,7 @@ class Across:
         with self.lock:
             self.local[i] = None
             self.total.add(i)
+        self.total.update(i, {})  # copied again from its start here
         t = threading.Thread(target=self._share, args=(i,), name=f"share{i}-{self.buffer.name}")
         self.threads.append(t)
         t.start()
@@ -640,11 +645,12 @@ class Across:
 
     # -- a lost server ---------------------------------------------------------------------------
 
-    def _take_over(self, plan: StagePlan, done: set[int]) -> None:
-        """The unfinished shares of owners whose lease lapsed, each given to the least loaded
-        live owner (this dacd on a tie): the record says so, the new owner is woken."""
-        others = sorted(set(plan.owners) - {self.host})
-        live = self.store.alive_among(others) | {self.host}
+    def _take_over(self, plan: StagePlan, done: set[int], unreached: set[str]) -> None:
+        """The unfinished shares of owners whose lease lapsed, or who said they do not see the
+        filesystem (`unreached`), each given to the least loaded live owner (this dacd on a
+        tie): the record says so, the new owner is woken."""
+        others = sorted(set(plan.owners) - {self.host} - unreached)
+        live = (self.store.alive_among(others) if others else set()) | {self.host}
         lost = [i for i, h in enumerate(plan.owners) if h not in live and i not in done]
         if not lost:
             return
@@ -656,10 +662,11 @@ class Across:
         for i in sorted(lost, key=lambda i: -plan.shares[i][0]):
             to = min(load, key=lambda h: (load[h], h != self.host, h))
             log.warning(
-                "buffer %s: %s share %d of lost server %s taken over by %s",
+                "buffer %s: %s share %d of %s server %s taken over by %s",
                 self.buffer.name,
                 self.step,
                 i,
+                "unreaching" if owners[i] in unreached else "lost",
                 owners[i],
                 to,
             )
@@ -673,10 +680,6 @@ class Across:
             self.store.wake(host, self.buffer.name)
 
 
-def _progress_of(write, total: Total, i: int, report, step: str, p: dict) -> None:
-    write(total.update(i, p), report, step)
-
-
 def run_owned(
     store,
     host: str,
@@ -688,32 +691,54 @@ def run_owned(
     timeout: float,
     run: Run,
     report: ShareReport,
-    write: Callable[[dict | None, ShareReport, str], None],
+    write: Callable[[ShareReport, str], None],
 ) -> None:
     """This server's shares of `plan` (`todo`, of those it owns), one after the other, as the
-    user; progress and the report (`write(progress, report, step)`: this host's status) as
-    they go. The record is looked at every second: marked failed (another share failed, or
-    the stage timed out), dropped, planned anew or the share given to another server, the
-    copier is stopped and nothing is reported."""
+    user, once the plan's proof is found at fs_path here (else the report says `unreached`
+    and the primary gives the shares to others); each share's figures (`parts`, summed by the
+    primary into the stage's progress) and the report (`write(report, step)`: this host's
+    status) as they go. The record is looked at every second: marked failed (another share
+    failed, or the stage timed out), dropped, planned anew or the share given to another
+    server, the copier is stopped and nothing is reported."""
     direction = plan.step.removeprefix("stage_")
-    total = Total(_plan_dict(plan), list(todo), links=False)
+    if not proves(fs_path, plan.proof):
+        log.error(
+            "buffer %s: %s shares %s left to the other servers: %s here is not the primary's"
+            " filesystem (the plan's proof is not there)",
+            buffer.name,
+            plan.step,
+            ",".join(map(str, todo)),
+            fs_path,
+        )
+        write(report.model_copy(update={"unreached": True}), "")
+        return
+    parts = {p[0]: p for p in report.parts if p[0] not in todo}
+    shown = threading.Lock()
+    now = [report]
+
+    def show(i: int, p: dict, step: str | None = None) -> None:
+        with shown:
+            parts[i] = (i, p.get("bytes_done", 0), p.get("files_done", 0), p.get("rate", 0))
+            now[0] = now[0].model_copy(update={"parts": [parts[k] for k in sorted(parts)]})
+            write(now[0], plan.step if step is None else step)
+
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.wait(1.0):
             try:
-                now = store.stage_plan(buffer.name, plan.step)
+                recorded = store.stage_plan(buffer.name, plan.step)
             except DacError:
                 continue  # etcd out of reach: the share goes on, the stage's time bounds it
             why = (
                 "stopped: the stage's plan is gone"
-                if now is None
-                else f"stopped: {now.failed}"
-                if now.failed
+                if recorded is None
+                else f"stopped: {recorded.failed}"
+                if recorded.failed
                 else "stopped: the stage was planned again"
-                if (now.generation, now.attempt) != (plan.generation, plan.attempt)
+                if (recorded.generation, recorded.attempt) != (plan.generation, plan.attempt)
                 else "stopped: its share was given to another server"
-                if not set(todo) <= set(now.owned_by(host))
+                if not set(todo) <= set(recorded.owned_by(host))
                 else None
             )
             if why:
@@ -726,7 +751,8 @@ def run_owned(
     timer.daemon = True
     timer.start()
     try:
-        write(total.sum(), report, plan.step)
+        for i in todo:
+            show(i, {})
         for i in todo:
             try:
                 out = run_share(
@@ -736,7 +762,7 @@ def run_owned(
                     workers,
                     _plan_dict(plan),
                     i,
-                    functools.partial(_progress_of, write, total, i, report, plan.step),
+                    functools.partial(show, i),
                     timeout,
                     run,
                 )
@@ -750,11 +776,16 @@ def run_owned(
             error = _failure(direction, run, out, f" on {host}")
             if error is not None:
                 log.error("buffer %s: %s", buffer.name, error)
-                report = report.model_copy(update={"failed": str(error), "category": error.kind})
-                write(total.sum(), report, "")
+                with shown:
+                    now[0] = now[0].model_copy(
+                        update={"failed": str(error), "category": error.kind}
+                    )
+                    write(now[0], "")
                 return
-            report = report.model_copy(update={"done": sorted({*report.done, i})})
-            write(total.sum(), report, plan.step if i != todo[-1] else "")
+            with shown:
+                now[0] = now[0].model_copy(update={"done": sorted({*now[0].done, i})})
+            bytes_, files = plan.shares[i]
+            show(i, {"bytes_done": bytes_, "files_done": files}, plan.step if i != todo[-1] else "")
             log.info("buffer %s: %s share %d done on %s", buffer.name, plan.step, i, host)
     finally:
         stop.set()

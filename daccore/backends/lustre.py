@@ -91,12 +91,9 @@ def partition(disk: str, number: int) -> str:
 @register("lustre")
 class LustreBackend(Backend):
     one_run_for_all_hosts = True
-    #: which servers a stage is split across (issue 35, dacd/staging_split.py `reaches`): the
-    #: buffer's client mount is one filesystem seen from every kernel that mounts it; here, those
-    #: of the primary's boot (the multi-host site's hosts: one machine, the stand-in's client
-    #: one real directory). The playbooks mount the client on the primary alone, so a server
-    #: on another kernel does not reach it yet
-    split_reach = "kernel"
+    #: which servers a stage is split across (issue 35, dacd/split_reach.py): create.yml mounts
+    #: the buffer's client at fs_path on every server, so each copies its share there
+    split_reach = "client"
 
     def _settings(self, buffer: Buffer) -> LustreSettings:
         s = self.config.pools[buffer.request.pool].lustre

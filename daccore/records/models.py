@@ -327,6 +327,25 @@ class ShareReport(Record):
     done: list[int] = Field([], max_length=MAX_SHARES)
     failed: Line = Field("", description="the failed share's line: '<path>: <reason>'")
     category: Kind | None = Field(None, description="who must act on `failed`")
+    parts: list[
+        tuple[
+            Annotated[int, Field(ge=0)],
+            Annotated[int, Field(ge=0)],
+            Annotated[int, Field(ge=0)],
+            Annotated[int, Field(ge=0)],
+        ]
+    ] = Field(
+        [],
+        max_length=MAX_SHARES,
+        description="each share copied here: (share, bytes done, files done, bytes a second);"
+        " the primary sums them into the stage's progress, counting a share only from the"
+        " host the plan names as its owner, so a lost server's last figures are not counted",
+    )
+    unreached: bool = Field(
+        False,
+        description="the plan's proof was not found at its fs_path here: this host does not"
+        " see the primary's filesystem, so its shares are given to the others",
+    )
 
 
 class Status(Record):
@@ -481,6 +500,12 @@ class StagePlan(Record):
         min_length=2, max_length=MAX_SHARES, description="share index -> host"
     )
     failed: Line = Field("", description="set by the primary when the stage failed: stop")
+    proof: str = Field(
+        "",
+        pattern=r"^([0-9a-f]{32})?$",
+        description="names the file `.dac-split-<proof>` the primary made, as root, at the top of"
+        " its fs_path: a server copies a share only where it finds it (it sees that filesystem)",
+    )
     updated_at: float = 0.0
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ import pytest
 from clitools import run, wait_for
 from security.entry_helpers import MALLORY
 
+from dacd.split_reach import PROOF_PREFIX, proves
 from daclocal.cluster import LocalState
 from daclocal.procs import child_env, spawn, stop_pid
 from daclocal.slurm import SUBMIT_USER, ensure_submit_user
@@ -214,6 +215,17 @@ def test_another_user_reads_nothing_of_a_live_buffer_or_of_the_logs(storage):
             env={**os.environ, **env},
         ).stdout
         assert secret_dir in mine, mine
+        # a split stage's proof (issue 35) is made by root at the buffer's top: neither its
+        # owner nor another user can make one there, so no server is ever fooled into
+        # copying a share where the buffer's filesystem is not
+        proof = fs / (PROOF_PREFIX + "0" * 32)
+        make = ["/usr/bin/python3", "-c", "import sys; open(sys.argv[1], 'x')", str(proof)]
+        for tried in (
+            subprocess.run(["runuser", "-u", SUBMIT_USER, "--", *make], capture_output=True),
+            as_mallory(*make),
+        ):
+            assert tried.returncode != 0 and b"Permission denied" in tried.stderr, tried
+        assert not proof.exists() and not proves(str(fs), "0" * 32)
     finally:
         for job in (live, failed):
             subprocess.run(

@@ -1,7 +1,10 @@
 """A stage split across a buffer's servers (issue 35): its plan `stageplans/<buffer>/<step>`,
 written by the primary's dacd alone, fenced on its lease and on the spec's incarnation as a
 status is; each share reported done in its host's own status; the views that say which servers
-see the primary's filesystem. Real etcd."""
+see the primary's filesystem; the stage's progress counted from each share's owner alone, so a
+lost server's last figures are not counted twice; a server that does not find the plan's proof
+at its fs_path copies nothing and says so, and the primary gives its shares to the others.
+Real etcd."""
 
 import os
 import time
@@ -15,6 +18,9 @@ from daccore.etcd.types import TRANSPORTS, EtcdRequestError
 from daccore.records.models import ShareReport, StagePlan, State, Status
 from daccore.services.buffers import allocate_buffer
 from daccore.store import Store
+from dacd.split_reach import make_proof
+from dacd.staging import Run
+from dacd.staging_split import Across, run_owned
 from daclocal.etcd_server import PREFIX
 
 
@@ -175,3 +181,96 @@ def test_the_dacd_role_writes_plans_and_views_and_the_slurm_role_does_not(etcd_s
         admin.drop_stage_plans(tag, f"{tag}h1")
         for c in clients.values():
             c.close()
+
+
+def across(store, progress, fs_path="/fs/h1/j1"):
+    buf = store.buffer("j1").record
+    return Across(
+        store,
+        "h1",
+        buf,
+        "stage_in",
+        fs_path,
+        2,
+        ["h1", "h2"],
+        1,
+        store.buffer("j1").create_revision,
+        None,
+        progress.append,
+        lambda report: None,
+        60,
+        Run(),
+    )
+
+
+def test_a_share_is_counted_from_its_owner_alone(store):
+    keepers = site(store)
+    shown: list[dict] = []
+    lead = across(store, shown)
+    first = plan()
+    lead._planned(first)
+    theirs = ShareReport(step="stage_in", generation=2, attempt=1, parts=[(1, 50, 1, 10)])
+    assert lead._theirs(first, "h2", theirs)
+    assert not lead._theirs(first, "h2", theirs)  # the same figures: nothing moved
+    lead.total.update(0, {"bytes_done": 100, "files_done": 2, "rate": 20})
+    got = lead.total.sum()
+    assert (got["bytes_done"], got["bytes_total"], got["files_total"]) == (150, 190, 5 + 3)
+    assert got["rate"] == 30
+    # h2 lost: its share 1 taken over by h1, which copies it again from its start
+    started: list[int] = []
+    lead._start = started.append  # type: ignore[method-assign]
+    lead._record(first)
+    keepers["h2"].stop()
+    store.client.delete(store.keys.alive_key("h2"))
+    lead._take_over(first, {0}, set())
+    taken = store.stage_plan("j1", "stage_in")
+    assert taken.owners == ["h1", "h1"] and started == [1]
+    lead._planned(taken)
+    lead.total.update(1, {})  # what _start does
+    assert not lead._theirs(taken, "h2", theirs)  # h2's last figures no longer count
+    got = lead.total.sum()
+    assert (got["bytes_done"], got["bytes_total"]) == (100, 190)
+    keepers["h1"].stop()
+
+
+def test_a_server_that_says_it_does_not_see_the_filesystem_has_its_shares_taken(store):
+    keepers = site(store)
+    lead = across(store, [])
+    first = plan()
+    started: list[int] = []
+    lead._start = started.append  # type: ignore[method-assign]
+    lead._record(first)
+    assert store.alive_among(["h2"]) == {"h2"}  # alive, but unreaching
+    lead._take_over(first, set(), {"h2"})
+    assert store.stage_plan("j1", "stage_in").owners == ["h1", "h1"] and started == [1]
+    for k in keepers.values():
+        k.stop()
+
+
+def test_an_owner_without_the_proof_copies_nothing_and_says_unreached(store, tmp_path):
+    keepers = site(store)
+    primary, here = tmp_path / "primary", tmp_path / "here"
+    primary.mkdir()
+    here.mkdir()  # the mount point, nothing mounted on it
+    planned = plan(proof=make_proof(str(primary)), fs_path=str(here))
+    written: list[tuple[ShareReport, str]] = []
+    report = ShareReport(step="stage_in", generation=2, attempt=1)
+    buf = store.buffer("j1").record
+    run = Run()
+    run_owned(
+        store,
+        "h2",
+        buf,
+        planned,
+        [1],
+        str(here),
+        2,
+        60,
+        run,
+        report,
+        lambda r, step: written.append((r, step)),
+    )
+    assert written == [(report.model_copy(update={"unreached": True}), "")]
+    assert list(here.iterdir()) == [] and run.reason is None
+    for k in keepers.values():
+        k.stop()

@@ -160,10 +160,11 @@ def test_a_two_server_buffer_stages_in_and_out_split_across_both_dacds(
         assert (report.step, report.generation, report.failed) == ("stage_in", generation, "")
     assert statuses[primary].share.done == [0] and statuses[other].share.done == [1]
     total = sum(f * 13 for f in range(150)) * 3 + 5 * MiB + 777 + 64 * MiB
-    progress = [statuses[h].progress for h in (primary, other)]
-    assert all(p.bytes_done > 0 for p in progress)
-    assert sum(p.bytes_done for p in progress) == sum(p.bytes_total for p in progress) == total
-    assert sum(p.files_done for p in progress) == sum(p.files_total for p in progress) == 454
+    # the stage's progress is the primary's: every share's, the other's from its report
+    progress, part = statuses[primary].progress, statuses[other].share.parts
+    assert statuses[other].progress is None and [p[0] for p in part] == [1] and part[0][1] > 0
+    assert (progress.bytes_done, progress.bytes_total) == (total, total)
+    assert (progress.files_done, progress.files_total) == (454, 454)
     line = run("dacctl", "status", "61", "--line", env=env).stdout
     assert line.startswith(
         f"buffer 61: staged_in, staged {format_size(total)}/{format_size(total)} 100% "
@@ -321,7 +322,14 @@ def test_a_server_lost_mid_share_has_its_share_taken_over(split_dac, open_dir, t
         p.name: p.read_bytes() for p in src.iterdir()
     }
     assert f"share 1 of lost server {other} taken over by {primary}" in dacds.log(primary)
-    assert store.statuses("64")[primary].share.done == [0, 1]
+    statuses = store.statuses("64")
+    assert statuses[primary].share.done == [0, 1]
+    # the lost server's last figures for share 1 are not counted with the primary's
+    assert statuses[other].share.parts and statuses[other].share.parts[0][0] == 1
+    progress = statuses[primary].progress
+    assert progress.bytes_done == progress.bytes_total == 12 * 8 * MiB
+    line = run("dacctl", "status", "64", "--line", env=env).stdout
+    assert " 100% 12/12 files" in line, line
     slurm(env, "teardown", 64, "--job", str(script))
 
 

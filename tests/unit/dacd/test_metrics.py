@@ -67,7 +67,10 @@ def samples(collector):
     }
 
 
-def test_only_the_primary_host_counts_a_buffer_and_a_gone_buffer_leaves_the_count():
+def test_only_the_primary_host_counts_a_buffer_and_a_gone_buffer_leaves_the_count(monkeypatch):
+    # the process's own count, empty: a dacd run in this process before (a store test's
+    # reconciler) may have counted buffers of its own
+    monkeypatch.setattr(metrics, "_buffers", {})
     collector = metrics._Buffers("h1")
     metrics.buffer_seen(buffer("m1", "h1"), "h1", status(State.CREATED))
     metrics.buffer_seen(buffer("m2", "h2"), "h1", status(State.CREATED))  # h2 counts this one
