@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -253,6 +254,75 @@ def test_mh_a_dacd_killed_mid_share_and_started_again_resumes_its_share(mh):
         site.restart_dacd(other)  # unpaced again, for the tests after
     slurm(env, "teardown", 123, "--job", str(script))
     wait_for(lambda: store.buffer("123") is None, 60, "the buffer reaped")
+    assert store.stage_plan_buffers() == [] and pools(env)["p"]["free_bricks"] == 2
+
+
+def test_mh_a_server_lost_mid_share_has_its_share_taken_over(mh):
+    """The other server's dacd, its copier paced so its share lasts seconds, is killed (-9)
+    as it copies and kept down: once its lease lapses the primary's dacd gives its unfinished
+    share to a live owner (itself, the only one) and copies it; the waiting call rides the
+    lost server out, and when the other dacd comes back (unpaced) the stage ends as one
+    copier's would, counted once."""
+    site, env, store = mh
+    work = owned(site.root / "split124")
+    src = owned(work / "src")
+    block = os.urandom(8 * MiB)
+    for i in range(12):
+        write(src / f"f{i:02}", i.to_bytes(4, "big") + block[4:])
+    script = job_script(
+        site, 124, f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in"
+    )
+    set_up(env, 124, script)
+    primary, other = two_servers(store, 124)
+    site.restart_dacd(other, env={"DAC_BENCH_RATE": str(12 * MiB)})
+    back = False
+    try:
+        call = subprocess.Popen(
+            [
+                os.path.join(os.path.dirname(sys.executable), "dacctl"),
+                *("--function", "data_in", "--token", "124", "--job", str(script)),
+            ],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: copying(store, 124, other), 60, "the other server's share", every=0.05)
+        site.dacds[other].kill()
+        site.dacds[other].wait(30)
+        started = time.monotonic()
+        wait_for(lambda: other not in store.alive(), 30, "its lease to lapse", every=0.1)
+        lapsed = time.monotonic() - started
+        said = f"stage_in share 1 of lost server {other} taken over by {primary}"
+
+        def taken_over() -> bool:
+            plan = store.stage_plan("124", "stage_in")
+            if plan is None:  # the primary copied it at once and the stage ended: dropped
+                return said in dacd_log(site, primary)
+            return plan.owners == [primary, primary]
+
+        wait_for(taken_over, 30, "the share taken over", every=0.1)
+        taken = time.monotonic() - started
+        print(f"lease lapsed {lapsed:.1f} s, share taken over {taken:.1f} s after the kill")
+        assert taken < 5 + 3  # the lease's TTL (Site.config), and a look a second
+        assert said in dacd_log(site, primary)
+        # the call rides the lost server out (restart_grace); it comes back, unpaced
+        site.restart_dacd(other)
+        back = True
+        out, err = call.communicate(timeout=180)
+        assert (call.returncode, out) == (0, ""), err
+        inside = Path(site.recorded.root) / primary / "fs" / "124" / "striped" / "in"
+        assert {p.name: p.read_bytes() for p in inside.iterdir()} == {
+            p.name: p.read_bytes() for p in src.iterdir()
+        }
+        assert store.statuses("124")[primary].share.done == [0, 1]
+        line = run("dacctl", "status", "124", "--line", env=env).stdout
+        assert line.startswith("buffer 124: staged_in, staged ") and " 100% 12/12 files" in line
+    finally:
+        if not back:  # up and unpaced, for the tests after
+            site.restart_dacd(other)
+    slurm(env, "teardown", 124, "--job", str(script))
+    wait_for(lambda: store.buffer("124") is None, 60, "the buffer reaped")
     assert store.stage_plan_buffers() == [] and pools(env)["p"]["free_bricks"] == 2
 
 
