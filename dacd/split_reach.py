@@ -44,8 +44,9 @@ def reaches(mine: str, theirs: str | None, reach: str) -> bool:
     reaches the filesystem a primary of view `mine` stages into, by the backend's rule.
     "namespace" (local): the filesystem is a mount on the primary, seen only from the same
     mount namespace of the same boot. "client" (lustre): the buffer's client, which the
-    create playbook mounts at fs_path on every server of the buffer. "none" (daos: dfuse
-    caches per mount, so another dfuse need not show what the primary's wrote): never.
+    create playbook mounts at fs_path on every server of the buffer. "none" (daos: the
+    staging mount is the user's own dfuse, where a proof would prove nothing against the
+    user; docs/architecture.md): never.
     Either way, the proof decides at copy time."""
     if theirs is None or reach == "none":
         return False
