@@ -21,7 +21,9 @@ A filesystem's files live in its store, <site>/lustre-fs/<fsname>.<n> (n: the fo
 MDT0000). While a client is mounted its mount point is a link to the store (or to the fileset
 inside it) and the directory it covers is set aside; umount puts that directory back. So what
 is written through one mount is seen through every other, and an unmounted mount point is the
-empty directory it was.
+empty directory it was. Several hosts may mount the filesystem at one path (every server's
+staging client at the primary's fs_path): each has its own entry, and the path leads into the
+store until the last of them is unmounted ("covered" passes to one still mounted).
 """
 
 from __future__ import annotations

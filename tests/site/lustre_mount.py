@@ -380,7 +380,18 @@ def _client(site: Site, state: dict, source: str, target: str, flags: list[str])
         "root": shown,
         "connect": connect_data(site, state, known),
     }
-    if os.path.realpath(target) != os.path.realpath(shown):
+    # The site's hosts are directories of one machine, so a mount point several hosts name is
+    # one directory: each host's client mount there is its own (its own entry, unmounted on its
+    # own), and while any of them is mounted the directory leads into the filesystem they show.
+    # Two hosts showing different things at one path cannot be modelled: refused, not faked.
+    others = _sharing(state, site.host, target)
+    if any(e.get("root") != shown for e in others):
+        raise Refused(
+            f"this site does not model {target} showing something else on another host "
+            f"({', '.join(sorted({e['source'] for e in others}))}): its hosts share one tree",
+            32,
+        )
+    if not others and os.path.realpath(target) != os.path.realpath(shown):
         # what the mount shows is the filesystem: the directory it covers is set aside and the
         # mount point leads into the filesystem's store until umount puts the directory back
         entry["covered"] = os.path.join(site.dir, "lustre-fs", "covered", f"{site.host}.{instance}")
@@ -388,6 +399,17 @@ def _client(site: Site, state: dict, source: str, target: str, flags: list[str])
         shutil.move(target, entry["covered"])
         os.symlink(shown, target)
     return entry
+
+
+def _sharing(state: dict, host: str, point: str) -> list[dict]:
+    """The other hosts' client mounts at this mount point (one directory of the site)."""
+    return [
+        e
+        for other, entries in state.get("mounts", {}).items()
+        if other != host
+        for e in entries
+        if e.get("kind") == "client" and e["dir"] == point
+    ]
 
 
 def _target(site: Site, state: dict, source: str, target: str, flags: list[str]) -> dict:
@@ -500,7 +522,7 @@ def _umount_one(state: dict, host: str, path: str, lazy: bool) -> str | None:
     below = tuple(d.rstrip("/") + "/" for d in (entry["dir"], entry.get("root")) if d)
     if not lazy and any(e is not entry and e["dir"].startswith(below) for e in entries):
         return "target is busy."
-    users = _users(state, entry)
+    users = _users(state, host, entry)
     if users and not lazy:  # EBUSY from umount2(2): libmount's "target is busy", rc 32
         return "target is busy."
     if users and entry.get("kind") == "client":
@@ -509,7 +531,12 @@ def _umount_one(state: dict, host: str, path: str, lazy: bool) -> str | None:
         state.setdefault("lustre", {}).setdefault("detached", []).append(
             {"host": host, "root": entry["root"], "instance": entry["instance"], "pids": users}
         )
-    if entry.get("covered"):  # put back the directory the mount covered
+    others = _sharing(state, host, entry["dir"])
+    if entry.get("covered") and others:
+        # another host's client mount there still shows the filesystem: the directory stays
+        # set aside, for the last of them to put back
+        others[0]["covered"] = entry["covered"]
+    elif entry.get("covered"):  # put back the directory the mount covered
         if os.path.islink(entry["dir"]):
             os.unlink(entry["dir"])
         shutil.move(entry["covered"], entry["dir"])
@@ -517,13 +544,16 @@ def _umount_one(state: dict, host: str, path: str, lazy: bool) -> str | None:
     return None
 
 
-def _users(state: dict, entry: dict) -> list[int]:
+def _users(state: dict, host: str, entry: dict) -> list[int]:
     """The processes of this machine using the mount: a cwd, root or open file in it
     (sitelib.holders). Every client mount of a filesystem leads into its one store here, so
     a path there is taken to be held through the client mounts whose root holds it most
     closely (a job's process in a node's private/<node> mount does not make the primary's
     mount of the whole filesystem busy), and a process that held a mount when it was lazily
-    detached stays that mount's, as on a real site, where each client mount is its own."""
+    detached stays that mount's, as on a real site, where each client mount is its own. Where
+    other hosts mount the same root (every server's staging client), a process in another
+    mount namespace than this umount's is another host's (the multi-host site gives each host
+    its own); where the hosts share one namespace (the one-machine site) it counts for each."""
     mine = os.path.realpath(entry.get("root") or entry["dir"])
     lustre = state.get("lustre", {})
     roots = {
@@ -537,12 +567,29 @@ def _users(state: dict, entry: dict) -> list[int]:
         + [d["root"] for d in lustre.get("detached", [])]
     }
     detached = {pid for d in lustre.get("detached", []) for pid in d["pids"]}
+    shared = any(
+        e.get("kind") == "client" and os.path.realpath(e.get("root") or e["dir"]) == mine
+        for other, es in state.get("mounts", {}).items()
+        if other != host
+        for e in es
+    )
     users = []
     for pid, held in holders(mine).items():
         inner = [r for r in roots if held == r or held.startswith(r.rstrip("/") + "/")]
-        if pid not in detached and max(inner, key=len, default=mine) == mine:
-            users.append(pid)
+        if pid in detached or max(inner, key=len, default=mine) != mine:
+            continue
+        if shared and not _in_my_namespace(pid):
+            continue
+        users.append(pid)
     return users
+
+
+def _in_my_namespace(pid: int) -> bool:
+    """Whether a process is in this process's mount namespace (if it cannot be told: yes)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return True
 
 
 def _forget_unused(state: dict) -> None:

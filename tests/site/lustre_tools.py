@@ -58,12 +58,15 @@ lustre/target/tgt_mount.c). mount(8) exits with mount.lustre's status, an errno:
     rc 2); MDT0000 is mounted (rc 5); (site) an OST of the filesystem is mounted (ENOMEDIUM,
     rc 123; a real client would mount and then block on I/O); <subdir> is a directory in the
     filesystem (rc 2). While mounted, the mount point shows the filesystem's files and hides
-    what it covered (lustre_model.py)
+    what it covered (lustre_model.py). (site) Hosts are directories of one machine: several
+    hosts may mount the same filesystem at one path, each mount its own, the path showing it
+    until the last is unmounted; another host showing something else there is refused (rc 32)
 umount (util-linux sys-utils/umount.c): "<path>: not mounted." for an existing path, "<path>: no
   mount point specified." for a missing one, "<path>: target is busy." (umount2(2) EBUSY,
   libmount context_umount.c) while a mount sits below it or a process of this machine has its
   cwd, root or an open file in it (fs/namespace.c do_umount(); read from /proc: a path in a
-  filesystem's store counts for the client mounts whose root holds it most closely,
+  filesystem's store counts for the client mounts whose root holds it most closely, and,
+  where other hosts mount the same root, only if it is in this umount's mount namespace,
   lustre_mount._users); -l/--lazy detaches regardless (MNT_DETACH), and a client mount still
   used lives on detached, its users its own, until they let it go; rc 32 each, summed over
   several paths (as util-linux adds them up)

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -1013,3 +1014,71 @@ def test_every_call_is_recorded_and_a_fault_fires_once(blank):
     ]
     assert calls[2]["argv"] == args
     assert calls[3]["stderr"] == f"umount: {blank.path('targets', 'spare')}: not mounted."
+
+
+def test_hosts_mounting_one_mount_point_each_have_their_own_client(site):
+    """The site's hosts share one tree, so every server's staging client of a buffer (issue 35:
+    each at the primary's fs_path) is one directory: each host's mount is its own entry, and
+    the directory shows the filesystem until the last of them is unmounted, whatever order."""
+    point = site.path("dac1", "fs")
+    for first, last in (("dac1", "dac2"), ("dac2", "dac1")):
+        if first == "dac2":  # dac1's client is the template's; the second round starts anew
+            site.ok("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1", point)
+        site.ok("dac2", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1", point)
+        clients = {
+            h: [e["dir"] for e in m if e.get("kind") == "client"]
+            for h, m in site.state()["mounts"].items()
+        }
+        assert clients == {"dac1": [point], "dac2": [point]}
+        # each is a client of its own: its tuning, on its host
+        site.ok("dac2", "lctl", "set_param", "llite.fs1-*.checksum_pages=0")
+        site.ok(first, "umount", point)
+        assert os.path.islink(point) and os.listdir(point) == ["striped"]  # last's still shows it
+        done = site.run(first, "umount", point)
+        assert (done.returncode, done.stderr.strip()) == (32, f"umount: {point}: not mounted.")
+        site.ok(last, "umount", point)
+        # the last one gone, the mount point is the empty directory it was
+        assert not os.path.islink(point) and os.listdir(point) == []
+        assert not [e for m in site.state()["mounts"].values() for e in m if e["kind"] == "client"]
+
+
+def test_another_host_showing_something_else_at_a_mount_point_is_refused_not_faked(site):
+    before = site.state()
+    done = site.run(
+        "dac2", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1/striped", site.path("dac1", "fs")
+    )
+    assert done.returncode == 32 and "does not model" in done.stderr
+    assert site.state() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace of its own needs root")
+def test_a_process_of_another_hosts_namespace_keeps_only_that_hosts_client_busy(site):
+    """Two hosts' clients at one mount point lead into one store: a process holding it counts
+    for the host whose mount namespace it is in (the multi-host site gives each host its own),
+    not for the other; one in this namespace counts for both (the one-machine site's hosts
+    share it, so which host's it is cannot be told)."""
+    point = site.path("dac1", "fs")
+    site.ok("dac2", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1", point)
+    elsewhere = subprocess.Popen(["unshare", "--mount", "sleep", "60"], cwd=point)
+    here = None
+    try:
+        mine = os.readlink("/proc/self/ns/mnt")
+        for _ in range(500):  # until unshare has made its namespace
+            if os.readlink(f"/proc/{elsewhere.pid}/ns/mnt") != mine:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("unshare --mount made no namespace")
+        site.ok("dac1", "umount", point)  # another namespace's process: not dac1's mount's
+        site.ok("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{MGS}:/fs1", point)
+        here = subprocess.Popen(["sleep", "60"], cwd=point)
+        done = site.run("dac1", "umount", point)
+        assert (done.returncode, done.stderr.strip()) == (32, f"umount: {point}: target is busy.")
+    finally:
+        for p in (elsewhere, here):
+            if p:
+                p.kill()
+                p.wait()
+    site.ok("dac1", "umount", point)
+    site.ok("dac2", "umount", point)
+    assert not os.path.islink(point) and os.listdir(point) == []

@@ -4,6 +4,8 @@ lfs), each following one Lustre release. Each test asserts the full ordered list
 forks=1 makes the order exact. The one-host lifecycle and the io500 case run on every release;
 the other cases on one each, so every release's stand-ins meet every playbook."""
 
+import os
+
 import pytest
 from recorded_site import LUSTRE_RELEASES, RecordedSite
 
@@ -185,25 +187,30 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
         ([] if mgs == "shared" else [(primary, "mdt0")])
         + [(h, f"mdt{i}") for i, h in enumerate(servers) if mgs == "shared" or i > 0]
         + [(h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)]
-        + [(primary, "42")]
+        + [(h, "42") for h in servers]
     )
     assert mgs_mount == expected
     formats = [c for c in cmds if c[1] == "mkfs.lustre"]
     assert len(formats) == 3 * hosts  # an MDT and two OSTs per server
     assert all(f"--mgsnode={nid}" in c for c in formats if "--mgs" not in c)
     assert ("--mgs" in formats[0]) == (mgs == "per_buffer")
+    # every server mounts the client at the primary's fs_path, where its dacd copies its share
+    # of a split stage (issue 35); the primary alone makes the job's directories
+    fs_path = f"<site>/{primary}/fs/42"
     client = [c for c in cmds if c[1] == "mount" and "-o" in c]
     assert client == [
-        (primary, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}", f"<site>/{primary}/fs/42")
+        (h, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}", fs_path) for h in servers
     ]
+    assert [c[0] for c in cmds if c[1] == "lfs"] == [primary]
+    assert servers_mounted(s, fs) == {h: [fs_path] for h in servers}
     if mgs == "shared":  # with a timeout: a cold o2ib peer may take longer than 1 s
         assert [c for c in cmds if c[1] == "lctl" and c[2] == "ping"] == [
             (h, "lctl", "ping", nid, "10") for h in servers
         ]
         assert ("mgs1", "lctl", "erase_lcfg", fs) in cmds  # create's clean start
     tuned = [c for c in cmds if c[1:3] == ("lctl", "set_param")]
-    if tuning == "io500":
-        assert [c[0] for c in tuned] == servers + [primary]
+    if tuning == "io500":  # each server's targets, then each server's client
+        assert [c[0] for c in tuned] == servers + servers
         # the MDT's limit first where the release has one (2.16), before any client connects
         mdt = (f"mdt.{fs}-MDT*.max_mod_rpcs_in_flight=127",) if release == "2.16" else ()
         assert tuned[0][3:] == (
@@ -211,9 +218,9 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
             f"obdfilter.{fs}-OST*.brw_size=16",
             f"obdfilter.{fs}-OST*.precreate_batch=1024",
         )
-        assert f"osc.{fs}-*.max_pages_per_rpc=4096" in tuned[-1]
+        assert all(f"osc.{fs}-*.max_pages_per_rpc=4096" in c for c in tuned[hosts:])
         mod = "127" if release == "2.16" else "8"  # 2.15: the mdt module's default, 8
-        assert f"mdc.{fs}-*.max_mod_rpcs_in_flight={mod}" in tuned[-1]
+        assert all(f"mdc.{fs}-*.max_mod_rpcs_in_flight={mod}" in c for c in tuned[hosts:])
         assert all(
             c["rc"] == 0 and "error" not in c.get("stderr", "")
             for c in calls
@@ -263,13 +270,25 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
     order = [(c[0], c[-1].replace(f"{t}/", "")) for c in s.commands_of(calls) if c[1] == "umount"]
     assert order == [
         (n, NODE.format(node=n, kind=k)) for n in ("node1", "node2") for k in ("private", "striped")
-    ] + [(primary, f"<site>/{primary}/fs/42")] + [
+    ] + [(h, f"<site>/{primary}/fs/42") for h in servers] + [
         (h, f"mdt{i}") for i, h in enumerate(servers) if i > 0
     ] + [(primary, "mdt0")] + [
         (h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)
     ]
     mounted = {h: m for h, m in s.state().get("mounts", {}).items() if m}
     assert list(mounted) == (["mgs1"] if mgs == "shared" else [])  # the site's MGS stays up
+    assert not (s.root / primary / "fs" / "42").exists()  # every server's mount point went
+
+
+def servers_mounted(s, fs: str) -> dict[str, list[str]]:
+    """Where each host has the whole filesystem `fs` mounted as a client (site paths as
+    <site>), as its own mount table says."""
+    out: dict[str, list[str]] = {}
+    for h, entries in s.state().get("mounts", {}).items():
+        for e in entries:
+            if e.get("kind") == "client" and e["fsname"] == fs and not e["subdir"]:
+                out.setdefault(h, []).append(e["dir"].replace(str(s.root), "<site>"))
+    return out
 
 
 def test_teardown_after_a_create_that_failed_half_way(site):
@@ -295,6 +314,7 @@ def test_teardown_after_a_create_that_failed_half_way(site):
     t = f"<site>/targets/{fs}"
     assert [c for c in s.commands_of(calls) if c[1] in ("umount", "wipefs")] == [
         ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac2", "umount", "<site>/dac1/fs/42"),
         ("dac2", "umount", f"{t}/mdt1"),
         ("dac1", "umount", f"{t}/mdt0"),
         ("dac1", "umount", f"{t}/ost0"),
@@ -307,10 +327,56 @@ def test_teardown_after_a_create_that_failed_half_way(site):
         ("dac2", "wipefs", "--all", "<site>/dac2/dev/nvme0n1"),
     ]
     # what was never mounted was skipped, not an error; what was mounted is stopped
-    rcs = {tuple(c["argv"][1:]): c["rc"] for c in calls if c["argv"][0] == "umount"}
-    assert rcs[(f"{s.root}/targets/{fs}/ost1",)] == 32
-    assert rcs[(f"{s.root}/targets/{fs}/ost0",)] == 0
+    rcs = {(c["host"], *c["argv"][1:]): c["rc"] for c in calls if c["argv"][0] == "umount"}
+    assert rcs[("dac2", f"{s.root}/targets/{fs}/ost1")] == 32
+    assert rcs[("dac1", f"{s.root}/dac1/fs/42")] == rcs[("dac2", f"{s.root}/dac1/fs/42")] == 32
+    assert rcs[("dac1", f"{s.root}/targets/{fs}/ost0")] == 0
     assert not any(s.state().get("mounts", {}).values())
+
+
+def test_teardown_after_a_create_that_failed_at_a_servers_client_mount(site):
+    """The primary's client is mounted, the other server's refused: the create stops there
+    (the job's directories are never made) and the teardown unmounts the primary's client,
+    skips the other server's, and leaves nothing mounted and no mount point behind."""
+    s = site(2, release="2.15")
+    config = s.config("lustre")
+    buf = s.buffer([("dac1", 0), ("dac2", 0)])
+    fs = fsname(buf)
+    fs_path = f"{s.root}/dac1/fs/42"
+    s.fail(
+        "mount",
+        ["-o", fs_path],
+        host="dac2",
+        rc=5,
+        stderr=f"mount.lustre: mount {fs} at {fs_path} failed: Input/output error",
+    )
+    with pytest.raises(PlaybookFailed) as e:
+        s.run(config, "lustre", buf, "create")
+    assert (e.value.host, e.value.task) == ("dac2", "mount the filesystem")
+    cmds = s.commands()
+    assert [c for c in cmds if c[1] == "mount" and "-o" in c] == [
+        (h, "mount", "-t", "lustre", "-o", OPTS, f"10.0.0.1@tcp:/{fs}", "<site>/dac1/fs/42")
+        for h in ("dac1", "dac2")
+    ]
+    assert not [c for c in cmds if c[1] == "lfs"]
+    assert servers_mounted(s, fs) == {"dac1": ["<site>/dac1/fs/42"]}
+
+    s.run(config, "lustre", buf, "delete")
+    calls = s.calls()
+    ok(calls)
+    t = f"<site>/targets/{fs}"
+    assert [c for c in s.commands_of(calls) if c[1] == "umount"] == [
+        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac2", "umount", "<site>/dac1/fs/42"),
+        ("dac2", "umount", f"{t}/mdt1"),
+        ("dac1", "umount", f"{t}/mdt0"),
+        ("dac1", "umount", f"{t}/ost0"),
+        ("dac2", "umount", f"{t}/ost1"),
+    ]
+    rcs = [(c["host"], c["rc"]) for c in calls if c["argv"] == ["umount", fs_path]]
+    assert rcs == [("dac1", 0), ("dac2", 32)]  # the one never mounted is skipped, no error
+    assert not any(s.state().get("mounts", {}).values())
+    assert not os.path.lexists(fs_path)
 
 
 def test_bricks_named_by_their_udev_links_get_udevs_partition_names(site):
