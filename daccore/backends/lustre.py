@@ -1,16 +1,18 @@
 """The `lustre` backend: one Lustre filesystem per buffer across the servers holding its bricks.
 
-Every server of the buffer is MDS, OSS and (the primary) client for staging, as in the Data
-Accelerator reference architecture. Each brick gets a GPT label and an OST partition; the first
-`max_mdts_per_host` bricks of each server (at most `max_mdts` in all) also get an MDT
-partition of `mdt_size`, placed first. MDT0 is on the primary. The MGS is either per buffer
-(sharing MDT0's device, so it lives and dies with the buffer) or a shared MGS the site runs;
-targets and clients always name the same MGS NID, `mgs_nid`.
+Every server of the buffer is MDS, OSS and client for staging, as in the Data Accelerator
+reference architecture (each server's dacd copies its share of a split stage, issue 35).
+Each brick gets a GPT label and an OST partition; the first `max_mdts_per_host` bricks of
+each server (at most `max_mdts` in all) also get an MDT partition of `mdt_size`, placed
+first. MDT0 is on the primary. The MGS is either per buffer (sharing MDT0's device, so it
+lives and dies with the buffer) or a shared MGS the site runs; targets and clients always
+name the same MGS NID, `mgs_nid`.
 
-    servers   mkfs.lustre, mount -t lustre <partition> <target_root>/<fsname>/<mdtN|ostN>
-    primary   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname> <fs_root>/<buffer>,
-              then striped/ (lfs setstripe -c -1: over every OST), 0700, the user's, and private/,
-              root's, 0711 (each node's private/<node> is the user's)
+    servers   mkfs.lustre, mount -t lustre <partition> <target_root>/<fsname>/<mdtN|ostN>,
+              then mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname> <fs_path> (the
+              primary's <fs_root>/<buffer>, the same path on every server)
+    primary   then, once: striped/ (lfs setstripe -c -1: over every OST), 0700, the user's, and
+              private/, root's, 0711 (each node's private/<node> is the user's)
     clients   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname>/striped (or
               /private/<node>: a subdirectory mount) at the daccore.records.layout path
 
