@@ -20,9 +20,11 @@ dac-bbstat) against dac-bbstat run directly. 24.11 starts a fresh slurmctld for 
 
 `--datawarp` adds burst_buffer/datawarp's forked calls, interleaved, DATAWARP_ROUNDS each, while
 a dac-answerer runs: dac's forwarder (slurm-plugin/dw_wlm_cli.lua, as GetSysState) and dacctl
-itself for `pools` and `job_process`, and data-acc's Go dacctl for the same two against the
-local DAC's etcd when bench/dataacc_go.py can build it (else the row says why). Budget: the
-forwarder's median <= 0.5x data-acc's.
+itself for `pools` and `job_process`, and data-acc's Go dacctl for the same two once
+bench/dataacc_go.py has built it (its --help says how; else the rows say why), against a second,
+plain etcd on loopback holding data-acc's registry of the same pool (bench/dataacc_go.py etcd()).
+Every answer must be exit 0; `pools` must be JSON naming pool `default`. Budget: the forwarder's
+median <= 0.5x data-acc's, on each function.
 """
 
 from __future__ import annotations
@@ -181,8 +183,7 @@ def run(bindir: Path, release: str | None, datawarp: bool = False) -> int:
         inproc = in_process(bindir, env, script, work / "paths-inproc", prefix)
         dw_ok = True
         if datawarp:
-            endpoints = ",".join(state.endpoints) if state.endpoints else state.endpoint
-            dw_ok = forked_datawarp(bindir, env, script, work, prefix, endpoints)
+            dw_ok = forked_datawarp(bindir, env, script, work, prefix)
         times: dict[str, list[float]] = {name: [] for name in commands}
         cpu = steal_meter()
         for _ in range(ROUNDS):  # interleaved, so drift hits every command alike
@@ -306,16 +307,15 @@ def answerer(bindir: Path, env: dict, sock: Path, prefix: list[str]) -> Iterator
         log.close()
 
 
-def forked_datawarp(
-    bindir: Path, env: dict, script: Path, work: Path, prefix: list[str], endpoints: str
-) -> bool:
+def forked_datawarp(bindir: Path, env: dict, script: Path, work: Path, prefix: list[str]) -> bool:
     """burst_buffer/datawarp's forked `pools` and `job_process`: dac's forwarder (answerer
-    running), dacctl, data-acc's Go dacctl; interleaved, DATAWARP_ROUNDS each. True when the
-    forwarder's medians are within DATAWARP_RATIO of data-acc's (or data-acc cannot be built:
-    then it says why, and only the forwarder and the fork are timed)."""
+    running), dacctl, data-acc's Go dacctl (its own plain etcd); interleaved, DATAWARP_ROUNDS
+    each. True when the forwarder's medians are within DATAWARP_RATIO of data-acc's (or
+    data-acc is not built: then it says why, and only the forwarder and the fork are timed)."""
     import json
+    from contextlib import ExitStack
 
-    from dataacc_go import build, command
+    from dataacc_go import build, command, etcd
 
     from daccore.share import asset
     from dacservice.answerer import ask
@@ -330,29 +330,34 @@ def forked_datawarp(
     for fn, args in calls.items():
         rows[f"forwarder {fn}"] = (prefix + [str(forwarder), "--function", fn, *args], fenv)
         rows[f"dacctl {fn}"] = (prefix + [str(bindir / "dacctl"), "--function", fn, *args], env)
-    go, why = build()
-    if go is not None:
-        for fn, args in calls.items():
-            rows[f"data-acc {fn}"] = command(go, endpoints, fn, *args)
-    else:
-        print(f"data-acc's Go dacctl not timed: {why}")
-    times: dict[str, list[float]] = {name: [] for name in rows}
+    times: dict[str, list[float]] = {}
     answers: dict[str, tuple[int, bytes]] = {}
-    cpu, load = steal_meter(), Path("/proc/loadavg").read_text().split()[:3]
-    with answerer(bindir, fenv, sock, prefix):
+    with ExitStack() as stack:
+        go, why = build()
+        if go is not None:
+            endpoint = stack.enter_context(etcd(work / "data-acc-etcd"))
+            for fn, args in calls.items():
+                rows[f"data-acc {fn}"] = command(go, endpoint, work / "data-acc.log", fn, *args)
+        else:
+            print(f"data-acc's Go dacctl not timed: {why}")
+        times = {name: [] for name in rows}
+        cpu, load = steal_meter(), Path("/proc/loadavg").read_text().split()[:3]
+        stack.enter_context(answerer(bindir, fenv, sock, prefix))
         before = json.loads(ask(str(sock), "stats", [])[2])
         for _ in range(DATAWARP_ROUNDS):
             for name, (argv, renv) in rows.items():
                 t = time.perf_counter()
                 r = subprocess.run(argv, env=renv, capture_output=True)
                 times[name].append((time.perf_counter() - t) * 1000)
-                answers[name] = (r.returncode, (r.stdout + r.stderr)[:160])
-                if not name.startswith("data-acc"):
-                    assert r.returncode == 0, (name, r.stdout, r.stderr)
+                answers[name] = (r.returncode, r.stdout)
+                assert r.returncode == 0, (name, r.stdout, r.stderr)
         after = json.loads(ask(str(sock), "stats", [])[2])
     for fn in calls:  # the forwarder's answer is dacctl's, and came from the answerer
         assert answers[f"forwarder {fn}"] == answers[f"dacctl {fn}"], answers
         assert after.get(f"{fn}:mirror", 0) - before.get(f"{fn}:mirror", 0) >= DATAWARP_ROUNDS
+    if "data-acc pools" in answers:  # a sane answer: JSON naming the same pool
+        pools = json.loads(answers["data-acc pools"][1])["pools"]
+        assert [p["id"] for p in pools] == ["default"], answers["data-acc pools"]
     ok = True
     for name, samples in times.items():
         med, fn = statistics.median(samples), name.split()[-1]
@@ -360,13 +365,12 @@ def forked_datawarp(
         ratio = med / statistics.median(peer) if peer else None
         within = not name.startswith("forwarder") or ratio is None or ratio <= DATAWARP_RATIO
         ok &= within
-        said = f"  answered rc={answers[name][0]} {answers[name][1]!r}" if peer is None else ""
         print(
             f"datawarp {name:22s} median {med:7.2f} ms  p99 {_p99(samples):7.2f} ms  "
             f"min {min(samples):6.2f} ms  n={len(samples)}"
-            + (f"  {ratio:4.2f}x data-acc" if name.startswith("forwarder") and ratio else "")
+            + (f"  {ratio:4.2f}x data-acc" if ratio and not name.startswith("data-acc") else "")
             + ("" if within else " OVER BUDGET")
-            + (said if name.startswith("data-acc") else "")
+            + (f"  answered {answers[name][1][:100]!r}" if name.startswith("data-acc") else "")
         )
     print(f"datawarp rows: load {' '.join(load)}; {cpu()}")
     print(
