@@ -46,6 +46,16 @@ def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn
     assert node_mounts == ["node1", "node1", "node2", "node2"]  # striped and private each
     assert [c[0] for c in calls if c[1] == "lfs"] == [primary]
     assert {c[0] for c in calls} == {"srv1", "srv2", "node1", "node2"}
+    # each server mounts the buffer's client at the primary's fs_path, on its own host, where
+    # its dacd copies its share of a split stage (issue 35)
+    fs_path = f"{site.recorded.root}/{primary}/fs/101"
+    shown = f"<site>/{primary}/fs/101"
+    assert sorted(c[0] for c in calls if c[1] == "mount" and c[-1] == shown) == ["srv1", "srv2"]
+    assert sorted(
+        h
+        for h, m in site.recorded.state()["mounts"].items()
+        if any(e.get("kind") == "client" and e["dir"] == fs_path for e in m)
+    ) == ["srv1", "srv2"]
     # one filesystem: what the job writes on node1's striped mount is read on node2's, and
     # each node's private mount is its own
     as_user(site, "node1", f"echo from node1 > {mount_of(site, 'node1', 101)}/shared")
@@ -57,6 +67,9 @@ def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn
     slurm(env, "teardown", 101, "--job", args[1])
     assert store.buffer("101") is None and pools(env)["p"]["free_bricks"] == 2
     assert not any(site.recorded.state().get("mounts", {}).values())
+    unmounted = [c for c in site.recorded.calls() if c["argv"] == ["umount", fs_path]]
+    assert sorted((c["host"], c["rc"]) for c in unmounted) == [("srv1", 0), ("srv2", 0)]
+    assert not os.path.lexists(fs_path)  # every server's mount point went
 
 
 def mount_of(site, node: str, token: int, kind: str = "striped") -> str:
