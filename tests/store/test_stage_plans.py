@@ -218,7 +218,7 @@ def test_a_share_is_counted_from_its_owner_alone(store):
     assert got["rate"] == 30
     # h2 lost: its share 1 taken over by h1, which copies it again from its start
     started: list[int] = []
-    lead._start = started.append  # type: ignore[method-assign]
+    lead._start = started.append
     lead._record(first)
     keepers["h2"].stop()
     store.client.delete(store.keys.alive_key("h2"))
@@ -238,7 +238,7 @@ def test_a_server_that_says_it_does_not_see_the_filesystem_has_its_shares_taken(
     lead = across(store, [])
     first = plan()
     started: list[int] = []
-    lead._start = started.append  # type: ignore[method-assign]
+    lead._start = started.append
     lead._record(first)
     assert store.alive_among(["h2"]) == {"h2"}  # alive, but unreaching
     lead._take_over(first, set(), {"h2"})
