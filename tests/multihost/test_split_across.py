@@ -10,83 +10,49 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from clitools import pools, run, slurm, wait_for
+from stage_trees import MiB, Owner, seen
 
-from daccore.records.models import StageType
 from dacd import staging
 
-UID = GID = 1001
-MiB = 1 << 20
-
-
-def owned(path: Path, mode: int = 0o755) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chown(path, UID, GID)
-    os.chmod(path, mode)
-    return path
-
-
-def write(path: Path, data: bytes, mode: int = 0o640, times=None) -> None:
-    path.write_bytes(data)
-    os.chown(path, UID, GID)
-    os.chmod(path, mode)
-    if times:
-        os.utime(path, ns=times)
+#: the job's user on the multi-host site's hosts
+USER = Owner(1001, 1001)
+owned, write = USER.owned, USER.write
 
 
 def tree(src: Path) -> None:
     """Directories, small and big files, a sparse one, an empty one, a link, times set."""
-    owned(src)
-    for d in range(2):
-        owned(src / f"d{d}", 0o750)
-        for f in range(60):
-            write(src / f"d{d}" / f"f{f}", os.urandom(f * 131), 0o600 + (f % 2) * 0o44)
-    write(src / "big", os.urandom(3 * MiB + 777), 0o604, (1_000_000_000, 2_000_000_000))
-    with open(src / "sparse", "wb") as sparse:
-        sparse.write(os.urandom(MiB))
-        sparse.seek(20 * MiB)
-        sparse.write(os.urandom(MiB))
-        sparse.truncate(32 * MiB)
-    os.chown(src / "sparse", UID, GID)
-    write(src / "empty", b"")
-    os.symlink("/etc/shadow", src / "link")
-    os.lchown(src / "link", UID, GID)
-    os.utime(src / "d1", ns=(5_000_000_000, 6_000_000_000))
-
-
-def seen(root: Path) -> dict:
-    """Every entry below `root`: kind and mode, owner, mtime (not a link's), bytes or target."""
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in dirs + files:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            what = (
-                os.readlink(p)
-                if os.path.islink(p)
-                else Path(p).read_bytes()
-                if os.path.isfile(p)
-                else None
-            )
-            mtime = None if os.path.islink(p) else st.st_mtime_ns
-            out[os.path.relpath(p, root)] = (st.st_mode, st.st_uid, st.st_gid, mtime, what)
-    return out
+    USER.tree(src, dirs=2, files=60, step=131, big=3 * MiB + 777, sparse=(1, 20, 32))
 
 
 def single_copy(src: Path, root: Path) -> dict:
     """What one copier makes of `src` (as the job's user, as a stage does)."""
-    fs = owned(root)
-    owned(fs / "striped", 0o700)
-    line = SimpleNamespace(
-        type=StageType.DIRECTORY, source=str(src), destination="$DW_JOB_STRIPED/in"
-    )
-    buf = SimpleNamespace(
-        owner_uid=UID, owner_gid=GID, request=SimpleNamespace(stage_in=[line], stage_out=[])
-    )
-    staging.stage(buf, "in", str(fs), 2, lambda p: None)
+    fs = USER.fs_root(root)
+    staging.stage(USER.buffer_for(src), "in", str(fs), 2, lambda p: None)
     return seen(fs / "striped" / "in")
+
+
+def paced_source(site, token: int) -> Path:
+    """12 files of 8 MiB, each its own first bytes: long enough to cut a paced share."""
+    src = owned(owned(site.root / f"split{token}") / "src")
+    block = os.urandom(8 * MiB)
+    for i in range(12):
+        write(src / f"f{i:02}", i.to_bytes(4, "big") + block[4:])
+    return src
+
+
+def data_in_in_background(env, token: int, script: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "dacctl"),
+            *("--function", "data_in", "--token", str(token), "--job", str(script)),
+        ],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def job_script(site, token: int, *lines: str) -> Path:
@@ -107,9 +73,9 @@ def set_up(env, token: int, script: Path) -> None:
         "--caller",
         "SLURM",
         "--user",
-        str(UID),
+        str(USER.uid),
         "--groupid",
-        str(GID),
+        str(USER.gid),
         "--job",
         str(script),
     )
@@ -216,11 +182,7 @@ def test_mh_a_dacd_killed_mid_share_and_started_again_resumes_its_share(mh):
     from its passive claims (no spec change wakes it) and copies its share again; the stage
     ends as one copier's would."""
     site, env, store = mh
-    work = owned(site.root / "split123")
-    src = owned(work / "src")
-    block = os.urandom(8 * MiB)
-    for i in range(12):
-        write(src / f"f{i:02}", i.to_bytes(4, "big") + block[4:])
+    src = paced_source(site, 123)
     script = job_script(
         site, 123, f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in"
     )
@@ -229,16 +191,7 @@ def test_mh_a_dacd_killed_mid_share_and_started_again_resumes_its_share(mh):
     paced = {"DAC_BENCH_RATE": str(12 * MiB)}
     site.restart_dacd(other, env=paced)
     try:
-        call = subprocess.Popen(
-            [
-                os.path.join(os.path.dirname(sys.executable), "dacctl"),
-                *("--function", "data_in", "--token", "123", "--job", str(script)),
-            ],
-            env={**os.environ, **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        call = data_in_in_background(env, 123, script)
         wait_for(lambda: copying(store, 123, other), 60, "the other server's share", every=0.05)
         before = len(dacd_log(site, other))
         site.restart_dacd(other, signal.SIGKILL, env=paced)
@@ -264,11 +217,7 @@ def test_mh_a_server_lost_mid_share_has_its_share_taken_over(mh):
     lost server out, and when the other dacd comes back (unpaced) the stage ends as one
     copier's would, counted once."""
     site, env, store = mh
-    work = owned(site.root / "split124")
-    src = owned(work / "src")
-    block = os.urandom(8 * MiB)
-    for i in range(12):
-        write(src / f"f{i:02}", i.to_bytes(4, "big") + block[4:])
+    src = paced_source(site, 124)
     script = job_script(
         site, 124, f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in"
     )
@@ -277,16 +226,7 @@ def test_mh_a_server_lost_mid_share_has_its_share_taken_over(mh):
     site.restart_dacd(other, env={"DAC_BENCH_RATE": str(12 * MiB)})
     back = False
     try:
-        call = subprocess.Popen(
-            [
-                os.path.join(os.path.dirname(sys.executable), "dacctl"),
-                *("--function", "data_in", "--token", "124", "--job", str(script)),
-            ],
-            env={**os.environ, **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        call = data_in_in_background(env, 124, script)
         wait_for(lambda: copying(store, 124, other), 60, "the other server's share", every=0.05)
         site.dacds[other].kill()
         site.dacds[other].wait(30)
