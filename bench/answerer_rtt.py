@@ -22,16 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import local_dac  # noqa: E402
-
-SCRIPT = """#!/bin/bash
-#SBATCH -N 2
-#SBATCH -t 10
-#DW jobdw capacity=100MiB access_mode=striped type=scratch pool=default
-#DW stage_in type=directory source=/home/alice/in destination=$DW_JOB_STRIPED/in
-#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination=/home/alice/out
-srun ./simulate
-"""
+from common import hot_job, local_dac  # noqa: E402
 
 
 def _ask(path: str, line: bytes) -> bytes:
@@ -54,30 +45,7 @@ def main() -> int:
     from dacservice.answerer import MAGIC, _encode, ask
 
     with local_dac() as (state, env, work):
-        script = work / "job.sh"
-        script.write_text(SCRIPT)
-        dacctl = str(Path(sys.executable).parent / "dacctl")
-        subprocess.run(
-            [
-                dacctl,
-                "--function",
-                "setup",
-                "--token",
-                "7",
-                "--caller",
-                "SLURM",
-                "--user",
-                "1000",
-                "--groupid",
-                "1000",
-                "--capacity",
-                "default:100MiB",
-                "--job",
-                str(script),
-            ],
-            env=env,
-            check=True,
-        )
+        script = hot_job(str(Path(sys.executable).parent / "dacctl"), env, work)
         procs, socks = [], []
         for i, tree in enumerate(a.trees):
             sock = work / f"ans{i}" / "socket"

@@ -108,6 +108,38 @@ def as_slurm(state, work: Path) -> tuple[list[str], Path]:
     )
 
 
+#: the hot-path benches' job: two nodes, a 100 MiB buffer, a stage each way
+HOT_SCRIPT = """#!/bin/bash
+#SBATCH -N 2
+#SBATCH -t 10
+#DW jobdw capacity=100MiB access_mode=striped type=scratch pool=default
+#DW stage_in type=directory source=/home/alice/in destination=$DW_JOB_STRIPED/in
+#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination=/home/alice/out
+srun ./simulate
+"""
+
+
+def hot_job(dacctl: str, env: dict, work: Path, prefix: list[str] | None = None) -> Path:
+    """HOT_SCRIPT written to `work`/job.sh and its buffer made, as Slurm's setup makes it
+    (job 7, uid 1000), so `paths` has a buffer to read; the script's path."""
+    import subprocess
+
+    script = work / "job.sh"
+    script.write_text(HOT_SCRIPT)
+    subprocess.run(
+        [
+            *(prefix or []),
+            dacctl,
+            *("--function", "setup", "--token", "7", "--caller", "SLURM"),
+            *("--user", "1000", "--groupid", "1000", "--capacity", "default:100MiB"),
+            *("--job", str(script)),
+        ],
+        env=env,
+        check=True,
+    )
+    return script
+
+
 def many_jobs(env: dict, work: Path, function: str, jobs: int) -> list:
     """Run `dacctl --function <function>` for jobs 1..jobs all at once, as Slurm would for that
     many jobs, each asking for one 512 MiB striped buffer; the completed processes, in order."""

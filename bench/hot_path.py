@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import as_slurm, local_dac, slurm_release, steal_meter  # noqa: E402
+from common import as_slurm, hot_job, local_dac, slurm_release, steal_meter  # noqa: E402
 
 BUDGET = 4.0
 ROUNDS = 40
@@ -49,14 +49,6 @@ INPROC_MEDIAN_MS, INPROC_P99_MS = 1.0, 5.0
 #: issue 34: burst_buffer/datawarp's forked GetSysState, dac's forwarder against data-acc's Go
 DATAWARP_ROUNDS = 40
 DATAWARP_RATIO = 0.5
-SCRIPT = """#!/bin/bash
-#SBATCH -N 2
-#SBATCH -t 10
-#DW jobdw capacity=100MiB access_mode=striped type=scratch pool=default
-#DW stage_in type=directory source=/home/alice/in destination=$DW_JOB_STRIPED/in
-#DW stage_out type=directory source=$DW_JOB_STRIPED/out destination=/home/alice/out
-srun ./simulate
-"""
 
 
 def installed(root: Path, out: Path) -> Path:
@@ -102,6 +94,9 @@ def main() -> int:
     import shutil
     import tempfile
 
+    if {"-h", "--help"} & set(sys.argv[1:]):  # a whole run takes minutes: not for a typo
+        print(__doc__)
+        return 0
     root = Path(__file__).resolve().parent.parent
     argv = [a for a in sys.argv[1:] if a not in ("--editable", "--datawarp")]
     out = Path(tempfile.mkdtemp(prefix="dac-bench-wheel-", dir="/tmp"))
@@ -125,31 +120,8 @@ def run(bindir: Path, release: str | None, datawarp: bool = False) -> int:
     print(f"timing {bindir.parent}'s dacctl")
     with local_dac(release=release) as (state, env, work):
         prefix, work = as_slurm(state, work)
-        script = work / "job.sh"
-        script.write_text(SCRIPT)
         dacctl = str(bindir / "dacctl")
-        subprocess.run(
-            [
-                *prefix,
-                dacctl,
-                "--function",
-                "setup",
-                "--token",
-                "7",
-                "--caller",
-                "SLURM",
-                "--user",
-                "1000",
-                "--groupid",
-                "1000",
-                "--capacity",
-                "default:100MiB",
-                "--job",
-                str(script),
-            ],
-            env=env,
-            check=True,
-        )
+        script = hot_job(dacctl, env, work, prefix)
         base_python = os.path.join(sys.base_prefix, "bin", "python3")
         commands = {
             "python3 -c pass": [str(bindir / "python"), "-c", "pass"],
