@@ -132,8 +132,9 @@ def finish(buffer, direction: str, fs_path: str, plan: dict, timeout: float, run
 class Total:
     """One stage's progress from its shares': bytes and files summed (the plan knows every
     share's totals, so nothing is `counting`), rates summed, time left from the sums. With
-    `indexes`, only those shares (one server's, across dacds: the status views sum the
-    servers'), and the links counted only with `links` (the primary made them)."""
+    `indexes`, only those shares (of those the primary's `Across` has begun with, until the
+    plan is known: then every share, the others' from their owners' reports), and the links
+    counted only with `links` (the primary made them)."""
 
     def __init__(self, plan: dict, indexes: list[int] | None = None, links: bool = True):
         self.plan = plan
