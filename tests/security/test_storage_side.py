@@ -221,10 +221,12 @@ def test_another_user_reads_nothing_of_a_live_buffer_or_of_the_logs(storage):
         proof = fs / (PROOF_PREFIX + "0" * 32)
         make = ["/usr/bin/python3", "-c", "import sys; open(sys.argv[1], 'x')", str(proof)]
         for tried in (
-            subprocess.run(["runuser", "-u", SUBMIT_USER, "--", *make], capture_output=True),
+            subprocess.run(
+                ["runuser", "-u", SUBMIT_USER, "--", *make], capture_output=True, text=True
+            ),
             as_mallory(*make),
         ):
-            assert tried.returncode != 0 and b"Permission denied" in tried.stderr, tried
+            assert tried.returncode != 0 and "Permission denied" in tried.stderr, tried
         assert not proof.exists() and not proves(str(fs), "0" * 32)
     finally:
         for job in (live, failed):
