@@ -98,8 +98,8 @@ class SplitShares:
         if plan.generation != buf.generation or plan.failed:
             return False
         report = mine.share if mine and answers(mine.share, plan) else None
-        if report is not None and report.failed:
-            return False
+        if report is not None and (report.failed or report.unreached):
+            return False  # said once for this plan: the primary gives its shares to others
         done = report.done if report is not None else []
         todo = [i for i in plan.owned_by(self.host) if i not in done]
         if not todo:

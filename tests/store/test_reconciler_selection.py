@@ -156,12 +156,13 @@ LUSTRE = {
 }
 
 
-def site_of(store, backend):
+def site_of(store, backend, placement=None):
+    local = {"granularity": 100, "backend": backend}
+    if placement:
+        local["placement"] = placement
     cfg = DacConfig.model_validate(
         {
-            "pools": {
-                "p": LUSTRE if backend == "lustre" else {"granularity": 100, "backend": backend}
-            },
+            "pools": {"p": LUSTRE if backend == "lustre" else local},
             "hosts": {
                 h: {
                     "bricks": [
@@ -353,3 +354,44 @@ def test_a_progress_line_etcd_did_not_take_fails_no_step(store):
         assert status.get("error") is None and status["state"] == S.CREATED.value
     finally:
         rec.stop(timeout=5)
+
+
+def test_a_host_that_said_it_does_not_see_the_filesystem_is_not_handed_its_shares_again(store):
+    """A split stage's owner that did not find the plan's proof said `unreached` in its report
+    (issue 35): until the primary gives its shares to others, a pass over the buffer must not
+    hand them to the stage pool again (each hand-off would look for the proof and write the
+    status once more, in a loop); one that said nothing is handed its share."""
+    from daccore.backends import get as get_backend
+    from daccore.records.models import ShareReport, StagePlan, Status
+
+    cfg = site_of(store, "local", "across_servers")
+    buf, _ = allocate_buffer(store, buffer_maker("ur", 200, "p"), capacity=200, pool="p")
+    set_desired(store, "ur", State.STAGED_IN)
+    held = store.buffer("ur")
+    buf = held.record
+    primary = buf.allocation.primary_host
+    other = sorted(set(buf.allocation.hosts) - {primary})[0]
+    fs_path = get_backend("local", cfg, primary).variables(buf, "stage_in")["fs_path"]
+    plan = StagePlan(
+        buffer="ur",
+        step="stage_in",
+        generation=buf.generation,
+        attempt=1,
+        primary=primary,
+        fs_path=fs_path,
+        digest="0123456789abcdef0123456789abcdef",
+        split=64 << 20,
+        shares=[(100, 1), (100, 1)],
+        owners=[primary, other],
+        proof="ab" * 16,
+    )
+    store.client.put(store.keys.stage_plan("ur", "stage_in"), plan.model_dump_json())
+    rec = Reconciler(Store(store.client, store.keys.root), cfg, other, lambda *a, **k: None)
+    rec._view = "a view"
+    handed: list = []
+    rec._hand_off_share = lambda *a: handed.append(a)  # type: ignore[method-assign]
+    said = ShareReport(step="stage_in", generation=buf.generation, attempt=1, unreached=True)
+    mine = Status(buffer="ur", host=other, share=said)
+    assert rec._share_due(buf, held.create_revision, mine, "local") is False and handed == []
+    assert rec._share_due(buf, held.create_revision, None, "local") is True
+    assert [a[4] for a in handed] == [[1]]  # its one share, to the stage pool
