@@ -408,6 +408,13 @@ for d in /dev /sys; do mount --rbind "$d" "$R$d"; mount --make-rslave "$R$d"; do
 for d in {shared}; do
   mkdir -p "$R$d"; mount --rbind "$d" "$R$d"; mount --make-rslave "$R$d"
 done
+# the rbind copied every mount under /tmp, other local DACs' buffers among them; on a host whose
+# / is not a shared mount their unmounts never reach this copy, which would pin their devices
+# past their teardowns: only this DAC's own stay
+awk '{{print $5}}' /proc/self/mountinfo | sort -r | while read -r m; do
+  case "$m" in "$R"{own}|"$R"{own}/*) continue;; esac
+  case "$m" in "$R"/tmp/*) umount -l "$m" || true;; esac
+done
 {private_root}
 for d in {readonly}; do
   mkdir -p "$R$d"; mount --bind "$d" "$R$d"; mount -o remount,bind,ro "$R$d"
@@ -452,6 +459,7 @@ def daemon_argv(
         private_root = 'mount -t tmpfs -o mode=0711 tmpfs "$R/root"'
     userspec = "" if user == "root" else f"--userspec={q(user)}:{q(user)}"
     script = _MOUNT.format(
+        own=q(str(Path(workdir).resolve())),
         root=q(root),
         node=node,
         shared=" ".join(q(d) for d in shared),

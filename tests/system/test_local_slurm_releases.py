@@ -4,6 +4,7 @@ release's SlurmUser cannot enter (issue 32, the local DAC's two faults)."""
 import os
 import subprocess
 import tempfile
+import time
 
 from clitools import run
 
@@ -76,3 +77,47 @@ def test_a_chroot_cache_slurm_cannot_enter_is_refused_up_front_in_one_line(open_
             os.path.join(cache, ".slurm-24.11.lock")
         ) else None
         os.rmdir(cache)
+
+
+def test_a_chroot_daemon_holds_no_other_local_dacs_mount(tmp_path):
+    """A chroot release's daemon rbinds /tmp into its own mount namespace; on a host whose / is
+    not a shared mount (this machine, CI's) the copies of another local DAC's buffer mounts
+    there never see their unmounts and pinned those buffers' devices past teardown ("still
+    mounted after its unmount"). Only the daemon's own DAC's mounts stay."""
+    from daclocal.releases import daemon_argv
+
+    rel = release("24.11")
+    ensure_chroot(rel)
+    foreign = tempfile.mkdtemp(prefix="dac-foreign-", dir="/tmp")
+    own = tempfile.mkdtemp(prefix="dac-own-", dir="/tmp")
+    image = os.path.join(foreign, "img")
+    subprocess.run(["truncate", "-s", "64M", image], check=True)
+    dev = subprocess.run(
+        ["losetup", "-f", "--show", image], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    mnt, mine = os.path.join(foreign, "mnt"), os.path.join(own, "mnt")
+    proc = None
+    try:
+        subprocess.run(["mkfs.ext4", "-q", dev], check=True)
+        os.mkdir(mnt)
+        os.mkdir(mine)
+        subprocess.run(["mount", dev, mnt], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", mine], check=True)
+        proc = subprocess.Popen(daemon_argv(rel, own, ["/bin/sleep", "30"]))
+        seen = ""
+        for _ in range(100):  # its namespace made, chrooted: its mounts settled
+            seen = open(f"/proc/{proc.pid}/mountinfo").read()
+            if os.readlink(f"/proc/{proc.pid}/root") != "/":
+                break
+            time.sleep(0.05)
+        assert os.readlink(f"/proc/{proc.pid}/root") != "/"
+        assert foreign not in seen  # another DAC's buffer: not held
+        assert mine in seen  # its own DAC's: kept
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+        subprocess.run(["umount", "-l", mine], capture_output=True)
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+        subprocess.run(["rm", "-rf", foreign, own])
