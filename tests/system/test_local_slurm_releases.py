@@ -5,6 +5,7 @@ import os
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 from clitools import run
 
@@ -103,7 +104,7 @@ def test_a_chroot_daemon_holds_no_other_local_dacs_mount(tmp_path):
         os.mkdir(mine)
         subprocess.run(["mount", dev, mnt], check=True)
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", mine], check=True)
-        proc = subprocess.Popen(daemon_argv(rel, own, ["/bin/sleep", "30"]))
+        proc = subprocess.Popen(daemon_argv(rel, Path(own), ["/bin/sleep", "30"]))
         seen = ""
         for _ in range(100):  # its namespace made, chrooted: its mounts settled
             seen = open(f"/proc/{proc.pid}/mountinfo").read()
