@@ -224,7 +224,10 @@ def open_write(
     finally:
         os.close(parent)
     _check_file(fd, path, what, trusted, links_ok=False)
-    os.ftruncate(fd, 0)  # only once it is known to be Slurm's own regular file
+    # only once it is known to be Slurm's own regular file; Slurm hands paths an empty one,
+    # and emptying that again costs ext4's flush at close (auto_da_alloc): 0.04-0.07 ms a call
+    if os.fstat(fd).st_size:
+        os.ftruncate(fd, 0)
     return fd
 
 

@@ -223,7 +223,7 @@ class Answerer:
         words = _read_line(sock).split(" ")
         if words[0] != MAGIC or len(words) < 2:
             return b"REFUSE not a dac-answer/1 request\n"
-        function, args = words[1], [urllib.parse.unquote(w) for w in words[2:]]
+        function, args = words[1], [_decode(w) for w in words[2:]]
         if function == "stats":
             with self._lock:
                 stats = json.dumps(
@@ -279,14 +279,15 @@ def _summary_per_change(store: Store, mirror: Mirror) -> Store:
     is the mirror's as of `mirror.changes`, which every listing and every event on a mirrored
     key raises (a probe, or a write elsewhere under the prefix, moves the revision alone);
     answers are built under `mirror.lock`, which holds it still. The inventory's readers
-    (`summarize`, `jobs.validate`) only read it, and none reads its revision."""
+    (`summarize`, `jobs.validate`) only read it, and none reads its revision; so its summary
+    is kept with it (`freeze_summary`)."""
     build = store.summary_inventory
     memo: list[Any] = [None, None]  # [mirror.changes, Inventory]
 
     def summary_inventory() -> Any:
         key = mirror.changes
         if memo[0] != key:
-            memo[1] = build()  # Unsure propagates, and nothing is kept
+            memo[1] = build().freeze_summary()  # Unsure propagates, and nothing is kept
             memo[0] = key
         return memo[1]
 
@@ -307,6 +308,11 @@ def _bounded(store: Store) -> Store:
 
     store.client._call = bounded  # type: ignore[method-assign]  # this store's client only
     return store
+
+
+def _decode(word: str) -> str:
+    """A request's word: percent-decoded where it holds an escape (most words hold none)."""
+    return urllib.parse.unquote(word) if "%" in word else word
 
 
 def _read_line(sock: socket.socket) -> str:

@@ -107,6 +107,7 @@ class Inventory:
         self._alive: set[str] = set()
         self._views: list[HostView] | None = None
         self._counts: ClaimCounts | None = None
+        self._summary: list[PoolSummary] | None = None
 
     @classmethod
     def from_json(
@@ -194,6 +195,12 @@ class Inventory:
                 for h in self.hosts.values()
             ]
         return self._views
+
+    def freeze_summary(self) -> Inventory:
+        """This inventory, its `summarize` kept: for a holder that never changes it (the
+        answerer's per-change inventory, which every pools and job_process answer reads)."""
+        self._summary = summarize(self)
+        return self
 
     def claim_counts(self) -> ClaimCounts:
         if self._counts is None:  # built from HostInfo and (host, brick) claims
@@ -349,6 +356,8 @@ class PoolSummary(
 
 def summarize(inv: Inventory) -> list[PoolSummary]:
     """One summary per pool, sorted by name."""
+    if inv._summary is not None:
+        return list(inv._summary)
     names = inv.pools
     counts = inv.claim_counts()
     total: Counter[str] = Counter()

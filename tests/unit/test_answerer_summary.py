@@ -6,6 +6,7 @@ mirror's `changes` counter moves with its content, not with etcd's revision alon
 import pytest
 
 from daccore.etcd.types import KV, Event
+from daccore.rules.inventory import Inventory
 from dacservice.answerer import _summary_per_change
 from dacservice.mirror import Mirror, Unsure
 
@@ -23,7 +24,7 @@ class FakeStore:
         self.builds += 1
         if self.fail:
             raise Unsure("a read the mirror cannot answer")
-        return object()
+        return Inventory({}, {}, {})
 
 
 def test_one_build_per_mirror_content():

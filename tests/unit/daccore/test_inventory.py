@@ -32,6 +32,12 @@ def test_summary_counts_live_free_used_and_drained():
     assert (s.hosts_up, s.hosts_down, s.hosts_drained) == (2, 1, 1)
     assert s.as_dict()["free_bytes"] == 30
     assert sorted(inv.free_bricks("p")) == ["up"]
+    # kept by the answerer (freeze_summary): the same summary, each caller its own list
+    assert inv.freeze_summary() is inv
+    kept = summarize(inv)
+    assert kept == [s] and kept is not summarize(inv)
+    kept.clear()
+    assert summarize(inv) == [s]
 
 
 from daccore.records.models import Brick, Host, HostCapacity  # noqa: E402
