@@ -287,10 +287,10 @@ def _granularities(config) -> dict:
     }
 
 
-def slurm_files(directory: Path, force: bool) -> None:
+def slurm_files(directory: Path, force: bool, lua_bytecode: str | None) -> None:
     from dacctl.slurm_files import write_slurm_files
 
-    for name, what in write_slurm_files(str(directory), force):
+    for name, what in write_slurm_files(str(directory), force, lua_bytecode):
         print(f"{directory / name}: {'written' if what == 'written' else 'unchanged'}")
 
 

@@ -414,11 +414,19 @@ COMMANDS: tuple[Command, ...] = (
         (
             Arg("directory", metavar="DIRECTORY", type=_path("directory")),
             Arg("--force", flag=True, help="replace files that differ from dac's"),
+            Arg(
+                "--lua-bytecode",
+                metavar="LUA",
+                help="write burst_buffer.lua compiled to Lua 5.1 bytecode by the interpreter "
+                "LUA (e.g. lua5.1): only for a slurmctld linking that same Lua 5.1",
+            ),
         ),
         "dacctl.cli:slurm_files",
         "burst_buffer.lua, and sample burst_buffer.conf files for burst_buffer/lua and "
         "burst_buffer/datawarp (docs/slurm.md says which to use). A file that differs from "
-        "dac's is kept unless --force.",
+        "dac's is kept unless --force. --lua-bytecode saves slurmctld compiling the script "
+        "on every in-process hook (docs/slurm.md, The answerer); run it again after every "
+        "dac upgrade.",
     ),
     Command(
         "etcd-certs",

@@ -423,8 +423,12 @@ def paths(args, settings: dict, store) -> str:
         persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
     lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
     fd, args.pathfile = args.pathfile, None
-    with open(fd, "w", closefd=True) as out:  # the fd _check_args opened
-        out.write("".join(line + "\n" for line in lines))
+    try:  # the fd _check_args opened; os.write, not a text file's buffer and encoder
+        data = "".join(line + "\n" for line in lines).encode()
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
     return ""
 
 

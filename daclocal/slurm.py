@@ -23,6 +23,7 @@ from pathlib import Path
 
 from daccore.errors import AdminError
 from daccore.share import asset
+from dacctl.slurm_files import LUA_SCRIPT, lua_bytecode_of
 from daclocal import releases
 from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
 
@@ -243,6 +244,14 @@ def answerer_default() -> bool:
     DAC_LOCAL_ANSWERER=0 (every hook then forks dacctl: the fallback's own path, kept under
     test)."""
     return os.environ.get("DAC_LOCAL_ANSWERER", "1") != "0"
+
+
+def lua_bytecode_default() -> bool:
+    """Whether the local DAC installs burst_buffer.lua compiled to Lua 5.1 bytecode, as a
+    Debian site does with `dacctl slurm-files --lua-bytecode lua5.1` (docs/slurm.md): where
+    lua5.1 is found (every release here links Debian's Lua 5.1.5, one bytecode format),
+    unless DAC_LOCAL_LUA_BYTECODE=0 (the source itself, as sites without the option run it)."""
+    return os.environ.get("DAC_LOCAL_LUA_BYTECODE", "1") != "0" and bool(shutil.which("lua5.1"))
 
 
 def _has_lua51(rel: releases.Release) -> bool:
@@ -532,7 +541,11 @@ class SlurmCluster:
         bb = self.base / "etc" / "burst_buffer.conf"
         if self.plugin == "lua":
             bb.write_text(_BB_LUA)
-            shutil.copy(asset("slurm", "burst_buffer.lua"), self.base / "etc" / "burst_buffer.lua")
+            script = self.base / "etc" / LUA_SCRIPT
+            data = asset("slurm", LUA_SCRIPT).read_bytes()
+            if lua_bytecode_default():  # the workdir: at the same path in a chroot's slurmctld
+                data = lua_bytecode_of(data, f"@{script}", "lua5.1")
+            script.write_bytes(data)
             _write_env_file(self.base / "etc" / "burst_buffer.env", self.hook_env())
         else:
             bin_ = Path(sys.executable).parent

@@ -417,7 +417,7 @@ VERBS: dict[str, dict[str, list[str] | None]] = {
         "--output": BAD_SIZES + GOOD_SIZES,
         "--json": None,
     },
-    "slurm-files": {"--force": None},
+    "slurm-files": {"--force": None, "--lua-bytecode": ["lua5.1", "/bin/false", "nosuch", ""]},
     "local": {},
 }
 LOCAL = {"env": {}, "status": {"--json": None}, "down": {}}

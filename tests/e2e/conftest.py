@@ -153,9 +153,15 @@ def slurm(request):
 @pytest.fixture(scope="module")
 def slurm_forked():
     """The host's Slurm, burst_buffer/lua, without dac's answerer (DAC_LOCAL_ANSWERER=0): every
-    hook forks dacctl, the fallback's own path. Every other Slurm here runs the answerer, as a
-    site does (docs/slurm.md, The answerer)."""
-    yield from _local_slurm(HOST_RELEASE, "lua", HOST_ETCD, up_env={"DAC_LOCAL_ANSWERER": "0"})
+    hook forks dacctl, the fallback's own path; and burst_buffer.lua's source, not its
+    bytecode (DAC_LOCAL_LUA_BYTECODE=0), as a site without `--lua-bytecode` runs it. Every
+    other Slurm here runs the answerer and the bytecode (docs/slurm.md, The answerer)."""
+    yield from _local_slurm(
+        HOST_RELEASE,
+        "lua",
+        HOST_ETCD,
+        up_env={"DAC_LOCAL_ANSWERER": "0", "DAC_LOCAL_LUA_BYTECODE": "0"},
+    )
 
 
 @pytest.fixture(scope="module")

@@ -114,3 +114,38 @@ def test_slurm_files_as_a_user_writes_only_where_the_user_may(sticky_dir):
     )
     assert (alice_dir / "burst_buffer.conf.lua").read_text().endswith("# alice\n")
     assert {(alice_dir / n).stat().st_uid for n in SLURM_FILES} == {ALICE[0]}
+
+
+def test_slurm_files_writes_burst_buffer_lua_as_lua51_bytecode_on_request(tmp_path):
+    """--lua-bytecode LUA: burst_buffer.lua compiled by that Lua 5.1 (docs/slurm.md), named
+    by its installed path (so it finds burst_buffer.env), the same bytes again next time;
+    an interpreter that is not Lua 5.1 is refused in one line, before anything is written."""
+    target = tmp_path / "etc-slurm"
+    r = run("dacctl", "slurm-files", "--lua-bytecode", "lua5.1", str(target))
+    assert f"{target}/burst_buffer.lua: written" in r.stdout.splitlines()
+    compiled = (target / "burst_buffer.lua").read_bytes()
+    assert compiled.startswith(b"\x1bLua\x51") and compiled != shipped("burst_buffer.lua")
+    probe = subprocess.run(
+        [
+            "lua5.1",
+            "-e",
+            f'print(debug.getinfo(assert(loadfile("{target}/burst_buffer.lua")), "S").source)',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == f"@{target}/burst_buffer.lua"
+    for name in SLURM_FILES:
+        if name != "burst_buffer.lua":
+            assert (target / name).read_bytes() == shipped(name)
+    r = run("dacctl", "slurm-files", "--lua-bytecode", "lua5.1", str(target))
+    assert f"{target}/burst_buffer.lua: unchanged" in r.stdout.splitlines()
+    # the source where the bytecode is: a difference, kept unless --force
+    r = run("dacctl", "slurm-files", str(target), check=False)
+    assert r.returncode == 1 and "burst_buffer.lua exists and differs" in r.stderr
+    other = tmp_path / "other"
+    r = run("dacctl", "slurm-files", "--lua-bytecode", "/bin/false", str(other), check=False)
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1)
+    assert "admin error: slurm-files: /bin/false cannot compile burst_buffer.lua" in r.stderr
+    assert not any(other.iterdir())

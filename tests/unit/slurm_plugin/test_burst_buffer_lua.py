@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from daccore.share import asset
+from dacctl.slurm_files import lua_bytecode_of
 
 LUA = asset("slurm", "burst_buffer.lua")
 
@@ -247,12 +248,18 @@ def test_nothing_but_dacctls_stdout_is_the_answer(tmp_path):
     assert (tmp_path / "dacctl.log").read_text() == "noise\n"
 
 
-def test_a_stripped_environment_falls_back_on_burst_buffer_env(tmp_path):
+@pytest.mark.parametrize("bytecode", [False, True], ids=["source", "bytecode"])
+def test_a_stripped_environment_falls_back_on_burst_buffer_env(tmp_path, bytecode):
     """Slurm 24.11.0 and 24.11.1 run the hooks with no environment: burst_buffer.env beside
-    burst_buffer.lua names dacctl and what dacctl needs."""
+    burst_buffer.lua names dacctl and what dacctl needs. Compiled (`dacctl slurm-files
+    --lua-bytecode`), the script finds it by the name its chunk was given."""
     etc = tmp_path / "etc"
     etc.mkdir()
-    (etc / "burst_buffer.lua").write_text(LUA.read_text())
+    data = LUA.read_bytes()
+    if bytecode:
+        data = lua_bytecode_of(data, f"@{etc}/burst_buffer.lua", "lua5.1")
+        assert data.startswith(b"\x1bLua\x51")
+    (etc / "burst_buffer.lua").write_bytes(data)
     fake = tmp_path / "dacctl"
     fake.write_text(
         f'#!/bin/sh\nprintf \'%s\\n\' "$DAC_CONFIG" "$SLURM_CONF" "$@" > {tmp_path}/argv\n'
