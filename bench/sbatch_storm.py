@@ -7,6 +7,11 @@ same 1,000 with the answerer stopped, where every job_process forks dacctl (the 
 as DAC_LOCAL_ANSWERER=0 runs it).
 
     .venv/bin/python bench/sbatch_storm.py [--slurm-release 22.05|24.11|26.05] [--jobs N]
+        [--cpu]
+
+Each run's line also says slurmctld's own median time per submission (its RPC handler, the
+hooks included, as it logs it). `--cpu`: after each run, the processes that used the most CPU,
+in ms per submission, read from /proc before and after.
 
 Runs in one local DAC (2 servers, 2 Slurm nodes; needs root): dac first, then the answerer
 stopped, then slurm.conf without BurstBufferType and slurmctld restarted on its saved state,
@@ -40,6 +45,41 @@ srun hostname
 """
 
 
+def cpu_by_process() -> dict[tuple[str, str], int]:
+    """{(pid, name): clock ticks of CPU so far} of every process (`--cpu`); a Python process is
+    named by its first arguments (dac-answerer, dacd)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if name.startswith("python"):
+            name = " ".join(os.path.basename(a.decode(errors="replace")) for a in argv[1:3])
+        out[(pid, name)] = int(fields[11]) + int(fields[12])  # utime + stime
+    return out
+
+
+def cpu_per_job(before: dict[tuple[str, str], int], jobs: int, top: int = 6) -> str:
+    """The processes that used the most CPU since `before`, in ms per submission."""
+    used: dict[str, int] = {}
+    earlier = {pid: ticks for (pid, _), ticks in before.items()}  # a kworker's name changes
+    for (pid, name), ticks in cpu_by_process().items():
+        name = "kworker" if name.startswith("kworker/") else name
+        used[name] = used.get(name, 0) + ticks - earlier.get(pid, 0)
+    per = 1000 / os.sysconf("SC_CLK_TCK") / jobs
+    most = sorted(used.items(), key=lambda kv: -kv[1])[:top]
+    return "CPU a submission: " + ", ".join(f"{n} {t * per:.2f} ms" for n, t in most if t)
+
+
+_SUBMITTED = re.compile(r"_slurm_rpc_submit_batch_job: JobId=\d+ .*?usec=(\d+)")
+
+
 def without_dw(script: str) -> str:
     return "".join(line for line in script.splitlines(True) if not line.startswith("#DW"))
 
@@ -61,6 +101,7 @@ class Submitter:
         if self.cluster.bindir:
             path = f"{self.cluster.bindir}:{path}"
         self.env = {"PATH": path, "SLURM_CONF": str(self.cluster.conf), "HOME": str(work)}
+        self.log = Path(state.workdir) / "slurm" / "log" / "slurmctld.log"
 
     def run(self, *argv: str, as_user: bool = True) -> subprocess.CompletedProcess[str]:
         uid, gid = (self.user.pw_uid, self.user.pw_gid) if as_user else (None, None)
@@ -76,8 +117,30 @@ class Submitter:
             extra_groups=[] if as_user else None,
         )
 
+    def handled(self, since: int) -> str:
+        """slurmctld's own time for each submission logged after byte `since` of its log
+        (`_slurm_rpc_submit_batch_job: JobId=N ... usec=U`, at info): the RPC handler under
+        its locks, the burst-buffer hooks included; the rest of a submission is sbatch's own
+        start, its RPC's way and munge."""
+        with open(self.log, errors="replace") as f:
+            f.seek(since)
+            usecs = [int(u) for u in _SUBMITTED.findall(f.read())]
+        if not usecs:
+            return "slurmctld logged no submission time"
+        return f"slurmctld's handler median {statistics.median(usecs) / 1000:.2f} ms"
+
     def storm(self, script: str, jobs: int, label: str) -> tuple[float, list[float]]:
-        """`jobs` held submissions of `script` in a row: (seconds in all, each one's ms)."""
+        """`jobs` held submissions of `script` in a row: (seconds in all, each one's ms). With
+        `--cpu`, each process's CPU per submission is printed after the run (sbatch's own, a
+        child that has exited, is not among them)."""
+        before = cpu_by_process() if "--cpu" in sys.argv and jobs >= 100 else None
+        try:
+            return self._storm(script, jobs, label)
+        finally:
+            if before is not None:
+                print(f"  {label}: {cpu_per_job(before, jobs)}")
+
+    def _storm(self, script: str, jobs: int, label: str) -> tuple[float, list[float]]:
         path = self.work / f"{label}.sh"
         path.write_text(script)
         path.chmod(0o644)
@@ -132,23 +195,30 @@ def main() -> int:
     with local_dac(servers=2, bricks_per_server=4, release=rel) as (state, _env, work):
         sub = Submitter(state, work)
         print(f"Slurm {rel}, {jobs} held sbatch in a row each, {os.cpu_count()} CPUs")
+        # every run on a slurmctld just restarted, as the later ones are: the first ran on the
+        # one the local DAC booted, and was the slowest of the three in each quiet run
+        cluster.restart_slurmctld(work / "dac")
         sub.storm(DW, 20, "warm")  # first hooks, first connections
         sub.cancel_all()
         answerer = state.slurm["pids"].get("answerer")
         label = "dac (burst_buffer/lua, answerer)"
         if not answerer:  # DAC_LOCAL_ANSWERER=0: the fallback's path throughout
             label = "dac, no answerer (forks dacctl)"
-        cpu, load = steal_meter(), conditions()
+        cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
         secs, each = sub.storm(DW, jobs, "dac")
-        rates = {"dac": row(label, jobs, secs, each, f"{load}; {cpu()}")}
+        rates = {"dac": row(label, jobs, secs, each, f"{load}; {cpu()}; {sub.handled(mark)}")}
         sub.cancel_all()
         if answerer:  # the fallback: burst_buffer.lua forks dacctl for every job_process
             os.kill(answerer, 15)
             time.sleep(1)
-            cpu, load = steal_meter(), conditions()
+            cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
             secs, each = sub.storm(DW, jobs, "forked")
             rates["forked"] = row(
-                "dac, answerer stopped (forks dacctl)", jobs, secs, each, f"{load}; {cpu()}"
+                "dac, answerer stopped (forks dacctl)",
+                jobs,
+                secs,
+                each,
+                f"{load}; {cpu()}; {sub.handled(mark)}",
             )
             sub.cancel_all()
             cluster.restart_answerer(work / "dac")  # slurmctld's restart checks it runs
@@ -157,9 +227,15 @@ def main() -> int:
         cluster.restart_slurmctld(work / "dac")
         sub.storm(without_dw(DW), 20, "warm-nobb")
         sub.cancel_all()
-        cpu, load = steal_meter(), conditions()
+        cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
         secs, each = sub.storm(without_dw(DW), jobs, "nobb")
-        rates["none"] = row("no burst buffer plugin, no #DW", jobs, secs, each, f"{load}; {cpu()}")
+        rates["none"] = row(
+            "no burst buffer plugin, no #DW",
+            jobs,
+            secs,
+            each,
+            f"{load}; {cpu()}; {sub.handled(mark)}",
+        )
         sub.cancel_all()
         # dac again, after: the load on a shared machine drifts, so dac's rate is the mean of
         # one run before and one after no burst buffer's (A-B-A)
@@ -167,9 +243,9 @@ def main() -> int:
         cluster.restart_slurmctld(work / "dac")
         sub.storm(DW, 20, "warm-again")
         sub.cancel_all()
-        cpu, load = steal_meter(), conditions()
+        cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
         secs, each = sub.storm(DW, jobs, "dac-again")
-        again = row(label + ", again", jobs, secs, each, f"{load}; {cpu()}")
+        again = row(label + ", again", jobs, secs, each, f"{load}; {cpu()}; {sub.handled(mark)}")
         rates["dac"] = (rates["dac"] + again) / 2
         sub.cancel_all()
     ratio = rates["dac"] / rates["none"]

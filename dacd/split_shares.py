@@ -40,11 +40,11 @@ class SplitShares:
     _staging: dict
     _stages: ThreadPoolExecutor
 
-    def schedule(self, name: str) -> None:  # the reconciler's
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the reconciler's own, declared for mypy: nothing of the mixin's
 
-    def _log_once(self, key: str, why: str, generation: int = 0) -> bool:  # the reconciler's
-        raise NotImplementedError
+        def schedule(self, name: str) -> None: ...
+
+        def _log_once(self, key: str, why: str, generation: int = 0) -> bool: ...
 
     def _split_owners(self, buf, backend) -> list[str]:
         """The servers a stage of `buf` is split across, this primary first: those of its
