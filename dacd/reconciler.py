@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Reconciler", "RESYNC"]
 
+#: early wake-ups kept at most (_early): a work key of a buffer never claimed here is a stray
+EARLY_MAX = 4096
 #: Seconds between two looks at the revisions of the specs this host works on (each spread
 #: by +-50 % so that a site's dacds started together do not look together): one keys-only
 #: read a dacd, a spec read only for a buffer changed unseen.
@@ -114,6 +116,9 @@ class Reconciler(SplitShares):
         #: dacd does not act on those buffers (their primary runs every step) and never reads
         #: their spec at a change; only a split stage's plan naming it wakes it (issue 35)
         self._passive: dict[str, str] = {}
+        #: buffers woken through this host's work key before its claims' watch told of their
+        #: claim (two watches, no order between them): looked at when the claim comes
+        self._early: set[str] = set()
         #: pools whose backend runs each step once, on the buffer's primary, for all its hosts
         self._together = {
             p for p in self._pools if runs_once_for_all_hosts(config.pools[p].backend.value)
@@ -281,10 +286,14 @@ class Reconciler(SplitShares):
                 self._watch, changes = self.store.watch_host_work(self.host, revision + 1)
                 for change in changes:
                     revision = change.revision
-                    if change.record is not None and (
-                        self._holds(change.name) or self._passive_holds(change.name)
-                    ):  # a passive buffer's work key: a split stage's plan names this host
-                        self.schedule(change.name)
+                    if change.record is None:
+                        continue
+                    if self._holds(change.name) or self._passive_holds(change.name):
+                        self.schedule(change.name)  # passive: a split stage's plan names it
+                    else:  # its claim's event may still be coming: _follow_claims looks then
+                        with self._lock:
+                            if len(self._early) < EARLY_MAX:
+                                self._early.add(change.name)
             except WatchCompacted:
                 log.warning("work watch compacted; listing this host's buffers again")
                 revision = self._list_all()
@@ -338,12 +347,17 @@ class Reconciler(SplitShares):
                             if change.record is None
                             else self._works_on(change.name, change.record)
                         )
+                        woken = None
+                        if change.record is not None:
+                            if change.record[0] in self._early:
+                                self._early.discard(change.record[0])
+                                woken = change.record[0]
                         if new is not None:
                             self._claims[change.name] = new
                             self._held[new] = self._held.get(new, 0) + 1
                         elif change.record is not None:
                             self._passive[change.name] = change.record[0]
-                    for name in {n for n in (old, new) if n is not None}:
+                    for name in {n for n in (old, new, woken) if n is not None}:
                         self.schedule(name)
             except WatchCompacted:
                 log.warning("claim watch compacted; listing this host's buffers again")
