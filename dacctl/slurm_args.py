@@ -223,10 +223,10 @@ def open_write(
         )
     finally:
         os.close(parent)
-    _check_file(fd, path, what, trusted, links_ok=False)
+    checked = _check_file(fd, path, what, trusted, links_ok=False)
     # only once it is known to be Slurm's own regular file; Slurm hands paths an empty one,
     # and emptying that again costs ext4's flush at close (auto_da_alloc): 0.04-0.07 ms a call
-    if os.fstat(fd).st_size:
+    if checked.st_size:
         os.ftruncate(fd, 0)
     return fd
 
@@ -317,10 +317,10 @@ def _check_file(
     trusted: frozenset[int],
     links_ok: bool = False,
     memfd: bool = False,
-) -> None:
+) -> os.stat_result:
     """A regular file of root's or SlurmUser's, which no one else can write to (a memfd only
     its process can reach: its mode says nothing); one with several names (a job array's
-    script, linked by Slurm) only where `links_ok`."""
+    script, linked by Slurm) only where `links_ok`. Its stat, checked."""
     st = os.fstat(fd)
     why = (
         "not a regular file"
@@ -336,3 +336,4 @@ def _check_file(
     if why:
         os.close(fd)
         raise Refused(f"{what} {path}: {why}")
+    return st
