@@ -7,6 +7,7 @@ uid 5678 a second user."""
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,6 +43,26 @@ def as_user(argv, uid=UID, gid=GID) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+#: Run by root in a mount namespace of its own: every mount under /tmp but the test's own top
+#: ($1) detached there, then `$4...` as uid $2, gid $3. A user's namespace made from it copies
+#: this test's buffer alone, not those of the other test lines running meanwhile: a locked copy
+#: of theirs would pin their devices past their teardowns ("not the job's user's alone").
+_APART = """
+awk '{print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+  case "$m" in "$1"|"$1"/*) continue;; /tmp/*) umount -l "$m" || true;; esac
+done
+uid=$2 gid=$3; shift 3
+exec setpriv --reuid "$uid" --regid "$gid" --groups "$gid" -- "$@"
+"""
+
+
+def apart(top: Path, argv, uid=UID, gid=GID) -> int:
+    """The pid printed by `argv` (a user's namespace maker) run detached as uid, gid, from a
+    mount namespace holding no other test line's mounts."""
+    inner = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _APART, "sh"]
+    return started(["setsid", "-f", *inner, str(top), str(uid), str(gid), *argv], 0, 0)
 
 
 def started(argv, uid=UID, gid=GID) -> int:
@@ -162,20 +183,21 @@ def test_teardown_ends_the_users_own_namespaces_holding_the_buffer(one_brick, tm
     top, workdir, env, store = one_brick
     script, node, device = running_job(workdir, env, store, tmp_path, 43)
     elsewhere = owned(top / "elsewhere", UID, GID, 0o700)
-    userns = ["setsid", "-f", "unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c"]
+    userns = ["unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c"]
     # the buffer bind-mounted elsewhere in the user's own namespace, cwd /
-    bound = started(
+    bound = apart(
+        top,
         userns
         + [
             'mount --bind "$1" "$2" && cd / && echo $$ && exec sleep 1000',
             "sh",
             str(node),
             str(elsewhere),
-        ]
+        ],
     )
     # a cwd and an open file in the buffer, inside such a namespace
-    inside = started(
-        userns + ['cd "$1" && exec 3>held && echo $$ && exec sleep 1000', "sh", str(node)]
+    inside = apart(
+        top, userns + ['cd "$1" && exec 3>held && echo $$ && exec sleep 1000', "sh", str(node)]
     )
     try:
         assert Path(f"/proc/{bound}/ns/mnt").resolve() != Path("/proc/self/ns/mnt").resolve()
@@ -200,22 +222,20 @@ def test_teardown_names_a_mount_left_in_another_users_namespace_and_releases_not
     fs = buffer_fs(workdir, store, 45)
     # another user's namespace made while the buffer is mounted holds a copy of its mounts
     # (locked: not even root can unmount it there); dac kills no one but the job's user
-    other = started(
-        [
-            "setsid",
-            "-f",
-            "unshare",
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--",
-            "sh",
-            "-c",
-            "echo $$ && exec sleep 1000",
-        ],
+    # a mount of another test line's, which that namespace must not copy (see _APART)
+    neighbour = Path(tempfile.mkdtemp(prefix="dac-neighbour-", dir="/tmp"))
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(neighbour)], check=True)
+    other = apart(
+        top,
+        ["unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c"]
+        + ["echo $$ && exec sleep 1000"],
         OTHER_UID,
         OTHER_GID,
     )
+    held = Path(f"/proc/{other}/mountinfo").read_text()
+    subprocess.run(["umount", str(neighbour)], check=True)
+    neighbour.rmdir()
+    assert str(fs) in held and str(neighbour) not in held
     # a daemon of root's started meanwhile with a private mount namespace: an unlocked copy,
     # which dac unmounts there (as propagation would on a host whose / is shared)
     daemon = started(
