@@ -17,6 +17,19 @@ Reply, then the close:
   `REFUSE <reason>\\n`: the caller forks dacctl.
 `dac-answer/1 stats` answers `ANSWER 0 <n>\\n` and a JSON object of counters.
 
+The pools file. `slurm_bb_pools` is the one hook whose answer is the same for every caller,
+and Slurm calls it every 30 s, so each call finds the answerer idle and cold: the round trip
+alone (lua-socket loaded, a process woken) was most of its time inside slurmctld. So the
+answerer also keeps the `pools` answer in a file beside its socket (POOLS_FILE, the same
+directory, so the same people may read it), which burst_buffer.lua reads instead of asking:
+`dac-pools/1 <expires> <exit status> <n>\\n` then dacctl's stdout (n bytes). It is the very
+answer the socket would give (built by `answer()` from the mirror), rewritten within
+PUBLISH_EVERY of each change of the mirror's content, renewed every second, and removed within
+PUBLISH_EVERY of the mirror no longer being confirmed current; `<expires>` (whole seconds of
+the wall clock, Lua 5.1 has no finer one) bounds how long a file an answerer stopped or hung
+left behind is believed: under POOLS_GOOD_FOR + 1 s. burst_buffer.lua asks the socket when
+the file is missing, expired, or dated in the future (a clock set back).
+
 Who may connect: root and SlurmUser (the config's `slurm_user`, as for `dacctl --function`),
 checked on every connection with the peer's credentials (SO_PEERCRED); anyone else is refused
 before a byte is read. The socket's directory is this process's own, 0700, or 0750 with
@@ -77,6 +90,15 @@ GC_THRESHOLD = (20_000, 50, 100)
 #: Python's default, 5 ms, is the whole p99 budget; at 0.5 ms the in-process p99 fell (three
 #: runs each, A/B: the three hooks' p99 summed 11.3 ms against 14.8)
 SWITCH_INTERVAL = 0.0005
+#: the pools file, beside the socket (module docstring)
+POOLS_FILE = "pools"
+POOLS_MAGIC = b"dac-pools/1"
+#: whole seconds of the wall clock, past the second it was written in, that the pools file is
+#: believed by burst_buffer.lua; rewritten every RENEW_EVERY seconds while the mirror is current
+POOLS_GOOD_FOR = 1
+RENEW_EVERY = 1.0
+#: seconds between two looks at the mirror by the pools file's writer
+PUBLISH_EVERY = 0.1
 
 
 def _encode(word: str) -> str:
@@ -103,6 +125,11 @@ class Answerer:
         self._stopping = False
         self._reload()  # a config that cannot be read stops the start, with its one line
         self.listener = _listen(path, self._settings["slurm_user"])
+        directory = os.path.dirname(path) or "."
+        self.pools_path = os.path.join(directory, POOLS_FILE)
+        self._group = os.stat(directory).st_gid  # _listen made it ours, and set its group
+        self._published: tuple[object, ...] | None = None  # what the pools file holds
+        self._renew_at = 0.0
 
     # -- the config and the stores -------------------------------------------------------------
 
@@ -169,6 +196,7 @@ class Answerer:
         ]
         for w in workers:
             w.start()
+        threading.Thread(target=self._publisher, name="pools-file", daemon=True).start()
         self._stopped.wait()
         for w in workers:
             w.join(timeout=READ_TIMEOUT + DIRECT_TIMEOUT + 1)
@@ -190,6 +218,47 @@ class Answerer:
             except Exception:  # noqa: BLE001 - a bug must not end the worker; the caller forks
                 log.exception("answering failed")
 
+    # -- the pools file -----------------------------------------------------------------------
+
+    def _publisher(self) -> None:
+        while not self._stopped.wait(PUBLISH_EVERY):
+            try:
+                self.publish_pools()
+            except Exception:  # noqa: BLE001 - the file goes; the hook asks the socket
+                log.exception("writing %s failed", self.pools_path)
+                self._unpublish()
+
+    def publish_pools(self, now: float | None = None) -> None:
+        """The pools file made to hold what the socket would answer now, or removed when the
+        mirror is not confirmed current (module docstring)."""
+        mirror = self.mirror
+        if mirror is None or not mirror.fresh():
+            self._unpublish()
+            return
+        now = time.time() if now is None else now
+        what = (mirror, mirror.changes, self._identity)
+        if what == self._published and now < self._renew_at:
+            return
+        source, result = self.answer("pools", [])
+        if source != "mirror" or isinstance(result, str):
+            self._unpublish()  # refused, or etcd's answer: not the mirror's, so not kept
+            return
+        rc, out, _ = result
+        body = out.encode("utf-8", "surrogateescape")
+        expires = int(now) + POOLS_GOOD_FOR + 1
+        head = b"%s %d %d %d\n" % (POOLS_MAGIC, expires, rc, len(body))
+        _replace(self.pools_path, head + body, self._group)
+        self._published, self._renew_at = what, now + RENEW_EVERY
+        self._count("pools:file")
+
+    def _unpublish(self) -> None:
+        if self._published is not None or os.path.lexists(self.pools_path):
+            try:
+                os.unlink(self.pools_path)
+            except FileNotFoundError:
+                pass
+            self._published = None
+
     def shutdown(self) -> None:
         """From any thread (a signal handler too): the workers stop accepting."""
         self._stopping = True
@@ -204,10 +273,11 @@ class Answerer:
         if self.mirror is not None:
             self.mirror.stop()
         self.listener.close()
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        for path in (self.path, self.pools_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def _count(self, what: str) -> None:
         with self._lock:
@@ -308,6 +378,25 @@ def _bounded(store: Store) -> Store:
 
     store.client._call = bounded  # type: ignore[method-assign]  # this store's client only
     return store
+
+
+def _replace(path: str, data: bytes, group: int) -> None:
+    """`path` (in the answerer's own directory) replaced whole by `data`, mode 0640 with the
+    directory's group: a reader sees the old file or the new, never a part."""
+    tmp = path + ".new"
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    try:
+        if os.fstat(fd).st_gid != group:
+            os.fchown(fd, -1, group)
+        os.fchmod(fd, 0o640)  # whatever the umask
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
 
 
 def _decode(word: str) -> str:

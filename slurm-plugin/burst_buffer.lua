@@ -32,7 +32,8 @@ Why it is written this way:
     process, with lua-socket (Debian's lua-socket for Lua 5.1), which answers what dacctl would
     in well under a millisecond. When lua-socket is missing, the socket absent, the answerer
     refuses or is slower than DAC_ANSWERER_TIMEOUT, they fork dacctl as every other hook does,
-    with what is left of 2 s (DAC_HOT_TIMEOUT).
+    with what is left of 2 s (DAC_HOT_TIMEOUT). pools first reads the answer the answerer
+    keeps in a file beside its socket (pools_file below), and asks only when there is none.
   * Slurm loads this file into a fresh Lua state for every call (burst_buffer_lua.c), inside
     the time slurmctld reports for a hook, so the three in-process hooks pay for loading all of
     it on every sbatch (docs/performance.md, "as slurmctld times them"). So: burst_buffer.env
@@ -319,7 +320,34 @@ function slurm_bb_job_process(job_script, uid, ...)
 	return hot("job_process", args)
 end
 
+-- The pools answer the answerer keeps in a file beside its socket (dacservice/answerer.py, "the
+-- pools file"): (exit status, stdout), or nil when there is none to believe. Read, not asked:
+-- Slurm calls pools every 30 s, so every call found the answerer idle, and the round trip was
+-- most of the hook's time. Believed while its expiry (whole seconds) is 1-2 s ahead of the
+-- clock (answerer.py's POOLS_GOOD_FOR + 1): a file left by a stopped answerer is not.
+local function pools_file(socket)
+	local f = io.open((string.gsub(socket, "[^/]*$", "")) .. "pools", "rb")
+	if f == nil then
+		return nil
+	end
+	local data = f:read("*a") or ""
+	f:close()
+	local expires, rc, n, rest = string.match(data, "^dac%-pools/1 (%d+) (%d+) (%d+)\n(.*)$")
+	local left = expires and tonumber(expires) - os.time()
+	if left == nil or left <= 0 or left > 2 or #rest ~= tonumber(n) then
+		return nil
+	end
+	return rc, rest
+end
+
 function slurm_bb_pools(...)
+	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
+	if socket ~= "none" then
+		local rc, out = pools_file(socket)
+		if rc ~= nil then
+			return finish("pools", rc, out)
+		end
+	end
 	return hot("pools", {})
 end
 

@@ -149,6 +149,48 @@ def test_answerer_users_can_neither_reach_its_socket_nor_list_its_directory(answ
         assert seen == {"NOLIST": "EACCES", "CONNECT": "EACCES"}, (user, seen)
 
 
+def _read_as(user, path: Path, groups: str = "") -> str:
+    """ "READ <bytes>" or the errno's name, for `user` opening `path` to read."""
+    ids = [f"--reuid={user[0]}", f"--regid={user[1]}"]
+    ids += [f"--groups={groups}"] if groups else ["--clear-groups"]
+    code = (
+        "import errno, sys\n"
+        "try:\n    print('READ', len(open(sys.argv[1], 'rb').read()))\n"
+        "except OSError as e:\n    print(errno.errorcode[e.errno])\n"
+    )
+    r = subprocess.run(
+        ["/usr/bin/setpriv", *ids, "/usr/bin/python3", "-I", "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_answerer_pools_file_is_closed_to_users_and_read_by_slurm_user(answerer):
+    """The pools file burst_buffer.lua reads instead of asking (answerer.py): in the socket's
+    directory, 0640 with SlurmUser's group; neither user may read it, nor replace it."""
+    sock, _ = answerer
+    slurm = pwd.getpwnam(SLURM_USER)
+    pools = sock.parent / "pools"
+    deadline = time.monotonic() + 5
+    while not pools.exists():
+        assert time.monotonic() < deadline, "the answerer wrote no pools file"
+        time.sleep(0.05)
+    st = os.stat(pools)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, slurm.pw_gid, 0o640)
+    for user in (A, B):
+        assert _read_as(user, pools) == "EACCES", user
+    assert _read_as((slurm.pw_uid, slurm.pw_gid), pools).startswith("READ ")
+    # a user in SlurmUser's group reads what `scontrol show bbstat` shows anyone, and cannot
+    # change it: the directory is 0750
+    assert _read_as(A, pools, groups=str(slurm.pw_gid)).startswith("READ ")
+    seen = _as(A, sock, "dac-answer/1 stats", groups=str(slurm.pw_gid))
+    assert "pools" in seen["LISTED"]
+
+
 def test_answerer_answers_root_and_slurm_user(answerer):
     sock, _ = answerer
     assert ask(str(sock), "stats", [])[:2] == ("ANSWER", 0)

@@ -81,6 +81,7 @@ class Answerer:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=10)
         self.log.close()
+        assert pools_file(self) is None  # not left to be believed for its last second
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +142,33 @@ def test_job_process_answers_every_directive_case_as_the_fork_does(dac):
     assert a.stats()["job_process:mirror"] - before >= len(scripts)
 
 
+def pools_file(a: Answerer):
+    """(exit status, stdout) of the answerer's pools file (answerer.py), None when there is
+    none; its expiry 1-2 s ahead, its length whole."""
+    try:
+        data = (a.path.parent / "pools").read_bytes()
+    except FileNotFoundError:
+        return None
+    head, _, body = data.partition(b"\n")
+    magic, expires, rc, n = head.split()
+    assert magic == b"dac-pools/1" and 0 < int(expires) - time.time() <= 2, head
+    assert len(body) == int(n), data
+    return int(rc), body.decode()
+
+
+def file_says(a: Answerer, forked, timeout: float = 3.0) -> None:
+    """The pools file comes to hold the fork's answer (rewritten every PUBLISH_EVERY)."""
+    deadline = time.monotonic() + timeout
+    while (seen := pools_file(a)) != (forked[0], forked[1]):
+        assert time.monotonic() < deadline, (seen, forked)
+        time.sleep(0.02)
+
+
 def test_pools_answers_as_the_fork_does_and_follows_etcd(dac):
     _, env, a, scratch = dac
     forked, answered = both(dac, "pools", [])
     assert forked == answered and forked[0] == 0
+    file_says(a, forked)
     job = scratch / "job8.sh"
     job.write_text("#!/bin/sh\n#DW jobdw capacity=600MiB access_mode=striped\n")
     fn(env, "setup", "--token", "8", "--caller", "SLURM", "--user", "1000", "--groupid", "1000",
@@ -152,10 +176,12 @@ def test_pools_answers_as_the_fork_does_and_follows_etcd(dac):
     try:
         changed, answered = both(dac, "pools", [])  # two more bricks claimed, at once
         assert changed == answered and changed != forked
+        file_says(a, changed)  # and the file within PUBLISH_EVERY
     finally:
         fn(env, "teardown", "--token", "8", "--job", str(job))
     forked, answered = both(dac, "pools", [])
     assert forked == answered
+    file_says(a, forked)
 
 
 def _paths(dac, token: str, script: Path, *more: str):
@@ -235,6 +261,7 @@ def test_etcd_out_of_reach_is_refused_within_the_bound_then_answered_again(dac):
         os.kill(pid, signal.SIGSTOP)  # etcd answers nothing, and closes nothing
     try:
         time.sleep(0.7)  # past FRESH_FOR: the mirror is no longer confirmed current
+        assert pools_file(a) is None  # so its pools file is gone: the hook asks, and forks
         for function, args in (("pools", []), ("job_process", ["--job", str(scratch / "job7.sh")])):
             started = time.monotonic()
             reply = ask(str(a.path), function, args)
@@ -248,6 +275,7 @@ def test_etcd_out_of_reach_is_refused_within_the_bound_then_answered_again(dac):
     a.wait_fresh()
     forked, answered = both(dac, "pools", [])
     assert forked == answered and forked[0] == 0
+    file_says(a, forked)
 
 
 def test_a_script_rewritten_in_place_is_answered_for_what_it_now_says(dac):

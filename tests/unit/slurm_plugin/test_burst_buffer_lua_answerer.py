@@ -188,3 +188,54 @@ def test_the_other_hooks_never_ask_the_answerer(tmp_path):
         a.close()
     assert (rc, out, argv[:2]) == (0, "forked", ["--function", "data_in"])
     assert a.lines == []
+
+
+def _pools_file(tmp_path, expires_in: int, body: str, rc: int = 0, n: int | None = None):
+    head = "dac-pools/1 %d %d %d\n" % (
+        int(time.time()) + expires_in,
+        rc,
+        len(body) if n is None else n,
+    )
+    (tmp_path / "pools").write_text(head + body)
+
+
+def test_pools_reads_the_answerers_file_and_asks_nothing(tmp_path):
+    pools = '{"pools": [{"id": "default", "free": 4}]}'
+    _pools_file(tmp_path, 2, pools)
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot")
+    try:
+        rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
+        _pools_file(tmp_path, 2, "line 1: etcd said no", rc=1)
+        failed = hook(tmp_path, "slurm_bb_pools()", a.path)
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, pools, None)
+    assert failed[:3] == (-1, "line 1: etcd said no", None)  # its exit status, as asked
+    assert a.lines == []
+
+
+@pytest.mark.parametrize(
+    "expires_in, body, n",
+    [
+        (0, "{}", None),  # expired: an answerer stopped or hung left it
+        (-30, "{}", None),
+        (10, "{}", None),  # dated ahead: the clock was set back since it was written
+        (2, "{}", 5),  # cut short
+    ],
+)
+def test_pools_asks_the_socket_when_the_file_is_not_to_be_believed(tmp_path, expires_in, body, n):
+    _pools_file(tmp_path, expires_in, body, n=n)
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!")
+    try:
+        rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, "asked!", None)
+    assert a.lines == ["dac-answer/1 pools\n"]
+
+
+def test_none_reads_no_pools_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # "none" has no directory: a "pools" here must not be read
+    _pools_file(tmp_path, 2, "from the file")
+    rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", "none")
+    assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
