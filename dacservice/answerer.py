@@ -196,10 +196,12 @@ class Answerer:
         ]
         for w in workers:
             w.start()
-        threading.Thread(target=self._publisher, name="pools-file", daemon=True).start()
+        publisher = threading.Thread(target=self._publisher, name="pools-file", daemon=True)
+        publisher.start()
         self._stopped.wait()
         for w in workers:
             w.join(timeout=READ_TIMEOUT + DIRECT_TIMEOUT + 1)
+        publisher.join(timeout=DIRECT_TIMEOUT + 1)  # so close() removes its last file for good
 
     def _work(self) -> None:
         while not self._stopping:
