@@ -239,9 +239,19 @@ def _array_of(job: str) -> str | None:
     return array_job_id(job)
 
 
-def _script(args, lua_directive: str):
-    from daccore.errors import AdminError
+def _script(args, lua_directive: str, data: bytes | None = None):
+    """The job script's directives (`data`: its bytes, if already read)."""
     from daccore.rules.directives import parse_script
+
+    if data is None:
+        data = _script_bytes(args)
+    if args.function not in HOT or len(data) > PARSE_CACHE_BYTES:
+        return parse_script(data, lua_directive)
+    return _copy(_parse_cached(data, lua_directive))
+
+
+def _script_bytes(args) -> bytes:
+    from daccore.errors import AdminError
 
     fd = _script_fd(args)
     try:  # read from the start each time: a call run again after etcd came back reads it anew
@@ -251,9 +261,7 @@ def _script(args, lua_directive: str):
             data += chunk
     except OSError as e:
         raise AdminError(f"cannot read the job script {args.job}: {e.strerror}") from None
-    if args.function not in HOT or len(data) > PARSE_CACHE_BYTES:
-        return parse_script(data, lua_directive)
-    return _copy(_parse_cached(data, lua_directive))
+    return data
 
 
 #: job_process and paths parse their script on every call: the warm answerer keeps the last
@@ -403,12 +411,32 @@ def pools(args, settings: dict, store) -> str:
     )
 
 
+#: job_process scripts found valid against a store that can say what it holds (the answerer's
+#: mirror, `store.content()`), up to VALID_KEPT: the same script of the same user against the
+#: same pools and buffers is valid again without its checks (a workflow's storm of one
+#: script). Keyed by everything the checks read: the script's bytes (compared whole), the
+#: user, the two settings they use and the store's content; a refusal is never kept, and a
+#: fork (which reads etcd) keeps nothing.
+VALID_KEPT = 256
+_valid: dict[tuple, None] = {}
+
+
 def job_process(args, settings: dict, store) -> str:
     from daccore.services import jobs
 
-    jobs.validate(
-        store, _script(args, settings["lua_directive"]), settings["default_pool"], args.user
-    )
+    data = _script_bytes(args)
+    pool, directive = settings["default_pool"], settings["lua_directive"]
+    content = getattr(store, "content", None)
+    key = None
+    if content is not None and len(data) <= PARSE_CACHE_BYTES:
+        key = (data, args.user, pool, directive, content())
+        if key in _valid:
+            return ""
+    jobs.validate(store, _script(args, directive, data), pool, args.user)
+    if key is not None:
+        if len(_valid) >= VALID_KEPT:
+            _valid.clear()  # a full memo starts again: simpler than an order, and rare
+        _valid[key] = None
     return ""
 
 

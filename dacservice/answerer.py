@@ -39,6 +39,7 @@ SlurmUser's group when it runs as root: no one else may reach the socket or list
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import logging
 import os
@@ -355,6 +356,7 @@ def _summary_per_change(store: Store, mirror: Mirror) -> Store:
     is kept with it (`freeze_summary`)."""
     build = store.summary_inventory
     memo: list[Any] = [None, None]  # [mirror.changes, Inventory]
+    generation = next(_GENERATIONS)  # a mirror made after a config change counts anew
 
     def summary_inventory() -> Any:
         key = mirror.changes
@@ -364,7 +366,12 @@ def _summary_per_change(store: Store, mirror: Mirror) -> Store:
         return memo[1]
 
     store.summary_inventory = summary_inventory  # type: ignore[method-assign]  # this store only
+    # what the store holds, for dacctl's job_process to keep a valid answer by (datawarp.py)
+    store.content = lambda: (generation, mirror.changes)  # type: ignore[attr-defined]
     return store
+
+
+_GENERATIONS = itertools.count()
 
 
 def _bounded(store: Store) -> Store:

@@ -142,6 +142,34 @@ def test_job_process_answers_every_directive_case_as_the_fork_does(dac):
     assert a.stats()["job_process:mirror"] - before >= len(scripts)
 
 
+def test_a_valid_job_process_kept_is_checked_again_once_etcd_changes(dac):
+    """The answerer keeps a valid job_process answer by the mirror's content (datawarp.py
+    `_valid`): another user's buffer of the name the script attaches turns it into a refusal
+    as soon as the mirror holds it, as the fork says."""
+    _, env, a, scratch = dac
+    job = scratch / "jp-kept.sh"
+    job.write_text("#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\n"
+                   "#DW persistentdw name=kept9\n")  # fmt: skip
+    args = ["--job", str(job), "--user", "1000"]
+    for _ in range(2):  # a buffer not made yet is no error at submission: valid, and kept
+        forked, answered = both(dac, "job_process", args)
+        assert forked == answered and forked[0] == 0
+    fn(env, "create_persistent", "--token", "kept9", "--caller", "CLI", "--user", "1001",
+       "--capacity", "default:512MiB")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 5
+        while (reply := ask(str(a.path), "job_process", args))[1] == 0:
+            assert time.monotonic() < deadline, "the kept answer outlived the change"
+            time.sleep(0.02)
+        forked, answered = both(dac, "job_process", args)
+        assert forked == answered and forked[0] == 1 and reply[1:] == answered
+        assert "belongs to another user" in forked[1]
+    finally:
+        fn(env, "teardown", "--token", "kept9", "--job", str(job))
+    forked, answered = both(dac, "job_process", args)
+    assert forked == answered and forked[0] == 0
+
+
 def pools_file(a: Answerer):
     """(exit status, stdout) of the answerer's pools file (answerer.py), None when there is
     none; its expiry 1-2 s ahead, its length whole."""
