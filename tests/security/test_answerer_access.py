@@ -104,13 +104,18 @@ def _fresh(sock: Path) -> bool:
         return False
 
 
+def _ids(user, groups: str) -> list[str]:
+    """setpriv's options for (uid, gid), with `groups` as its only supplementary ones."""
+    ids = [f"--reuid={user[0]}", f"--regid={user[1]}"]
+    return ids + ([f"--groups={groups}"] if groups else ["--clear-groups"])
+
+
 def _as(user, sock: Path, request: str, groups: str = "") -> dict[str, str]:
     """The client above run as `user` ((uid, gid) or a name); {LISTED|NOLIST, REPLY|CONNECT}."""
     if isinstance(user, str):
         pw = pwd.getpwnam(user)
         user = (pw.pw_uid, pw.pw_gid)
-    ids = [f"--reuid={user[0]}", f"--regid={user[1]}"]
-    ids += [f"--groups={groups}"] if groups else ["--clear-groups"]
+    ids = _ids(user, groups)
     r = subprocess.run(
         ["/usr/bin/setpriv", *ids, "/usr/bin/python3", "-I", "-c", _CLIENT, str(sock), request],
         capture_output=True,
@@ -151,8 +156,7 @@ def test_answerer_users_can_neither_reach_its_socket_nor_list_its_directory(answ
 
 def _read_as(user, path: Path, groups: str = "") -> str:
     """ "READ <bytes>" or the errno's name, for `user` opening `path` to read."""
-    ids = [f"--reuid={user[0]}", f"--regid={user[1]}"]
-    ids += [f"--groups={groups}"] if groups else ["--clear-groups"]
+    ids = _ids(user, groups)
     code = (
         "import errno, sys\n"
         "try:\n    print('READ', len(open(sys.argv[1], 'rb').read()))\n"
