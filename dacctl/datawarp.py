@@ -61,13 +61,17 @@ def run(parsed) -> int:
     return rc
 
 
-def answer(argv, settings: dict | None = None, store=None) -> tuple[int, str, str]:
+def answer(
+    argv, settings: dict | None = None, store=None, script: bytes | None = None
+) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of `dacctl --function argv`: the one place of every
     answer, for the forked command and for the warm answerer (dacservice/answerer.py), which
     passes `settings` (settings_for_caller's, once it has checked its peer's credentials) and
     a `store` reading its in-memory mirror. Files this call opened are closed when it ends:
     the answerer lives on. `argv`: the words after `dacctl`, or dacctl.main's parse of them
-    (a Namespace, or the Usage that refused them), told only once the caller is known."""
+    (a Namespace, or the Usage that refused them), told only once the caller is known.
+    `script`: the job script's bytes as the caller read them from --job's path (the answerer's
+    peer, slurmctld: root or SlurmUser), for job_process, which then opens no file."""
     from dacctl.commands import Exit, Usage
     from dacctl.slurm_args import Refused
 
@@ -82,6 +86,7 @@ def answer(argv, settings: dict | None = None, store=None) -> tuple[int, str, st
             settings = settings_for_caller()
         args = _parsed(argv)
         _check_args(args, settings)
+        args.script_data = script if args.function == "job_process" else None
         out = _dispatch(args, settings, store)
         return 0, (out if not out or out.endswith("\n") else out + "\n"), ""
     except Usage as e:
@@ -253,6 +258,9 @@ def _script(args, lua_directive: str, data: bytes | None = None):
 def _script_bytes(args) -> bytes:
     from daccore.errors import AdminError
 
+    given = getattr(args, "script_data", None)
+    if given is not None:  # the answerer's peer read it (answer())
+        return given
     fd = _script_fd(args)
     try:  # read from the start each time: a call run again after etcd came back reads it anew
         os.lseek(fd, 0, os.SEEK_SET)
@@ -411,33 +419,13 @@ def pools(args, settings: dict, store) -> str:
     )
 
 
-#: job_process scripts found valid against a store that can say what it holds (the answerer's
-#: mirror, `store.content()`), up to VALID_KEPT: the same script of the same user against the
-#: same pools and buffers is valid again without its checks (a workflow's storm of one
-#: script). Keyed by everything the checks read: the script's bytes (compared whole), the
-#: user, the two settings they use and the store's content; a refusal is never kept, and a
-#: fork (which reads etcd) keeps nothing.
-VALID_KEPT = 256
-_valid: dict[tuple, None] = {}
-
-
 def job_process(args, settings: dict, store) -> str:
     from daccore.services import jobs
 
     data = _script_bytes(args)
     pool, directive = settings["default_pool"], settings["lua_directive"]
-    content = getattr(store, "content", None)
-    key = None
-    if content is not None and len(data) <= PARSE_CACHE_BYTES:
-        key = (data, args.user, pool, directive, content())
-        if key in _valid:
-            return ""
     jobs.validate(store, _script(args, directive, data), pool, args.user)
-    if key is not None:
-        if len(_valid) >= VALID_KEPT:
-            _valid.clear()  # a full memo starts again: simpler than an order, and rare
-        _valid[key] = None
-    return ""
+    return ""  # the answerer keeps this answer by what it read (answerer.py, VALID_KEPT)
 
 
 def paths(args, settings: dict, store) -> str:

@@ -465,6 +465,9 @@ class SlurmCluster:
             "DAC_SLURM_LOG": str(self.base / "log" / "dacctl.log"),
             # "none": every hook forks dacctl (DAC_LOCAL_ANSWERER=0)
             "DAC_ANSWERER_SOCKET": str(self.answerer_socket) if self.answerer else "none",
+            # set, as docs/slurm.md advises: a setting the environment lacks is looked up in
+            # burst_buffer.env on every call
+            "DAC_ANSWERER_TIMEOUT": "0.5",
         }
 
     def _slurmd_argv(self, node: str) -> list[str]:

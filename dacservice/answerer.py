@@ -12,6 +12,11 @@ neither can answer for sure, the answerer refuses, and burst_buffer.lua forks `d
 
 Wire protocol, one request per connection. Request: one line, `dac-answer/1 <function>
 <arg>...`, each word percent-encoded (every byte but letters, digits and `-._/:=,` as %XX).
+`job_process` may carry its job script: `dac-answer/1 job_process script:<n> <arg>...`, the
+line then the script's n bytes (at most MAX_SCRIPT), as the caller read them from --job's
+path; the answer is built from them and no file is opened (burst_buffer.lua reads the file
+itself: slurmctld's own, in its StateSaveLocation; the walk to it from `/` through no-follow
+descriptors was the answer's largest part).
 Reply, then the close:
   `ANSWER <exit status> <n>\\n` then dacctl's stdout (n bytes), then its stderr;
   `REFUSE <reason>\\n`: the caller forks dacctl.
@@ -39,7 +44,6 @@ SlurmUser's group when it runs as root: no one else may reach the socket or list
 from __future__ import annotations
 
 import gc
-import itertools
 import json
 import logging
 import os
@@ -80,6 +84,10 @@ READ_TIMEOUT = 1.0
 #: 0.5 s for the reply (DAC_ANSWERER_TIMEOUT), then forks dacctl with the rest of its 2 s
 DIRECT_TIMEOUT = 0.3
 MAX_LINE = 65536
+#: the largest job script a request may carry (burst_buffer.lua's MAX_SCRIPT): a larger one is
+#: read by the answer from --job's path, as the forked dacctl reads it
+MAX_SCRIPT = 65536
+SCRIPT_WORD = "script:"
 #: connections answered at once (worker threads); past that one waits in the listen backlog
 MAX_CLIENTS = 8
 #: the collector's thresholds while answering: an answer allocates a few thousand short-lived
@@ -91,6 +99,13 @@ GC_THRESHOLD = (20_000, 50, 100)
 #: Python's default, 5 ms, is the whole p99 budget; at 0.5 ms the in-process p99 fell (three
 #: runs each, A/B: the three hooks' p99 summed 11.3 ms against 14.8)
 SWITCH_INTERVAL = 0.0005
+#: valid job_process answers kept, each by everything it was built from (`_valid_key`): the
+#: same script of the same user against the same config and mirror content is valid again
+#: without the answer (a workflow's storm of one script). A refusal is never kept (it names
+#: the path or a line), nor an answer from etcd (the mirror's content does not say what etcd
+#: held). The answer's checks were most of a job_process round trip after the answerer sat
+#: idle (docs/performance.md).
+VALID_KEPT = 256
 #: the pools file, beside the socket (module docstring)
 POOLS_FILE = "pools"
 POOLS_MAGIC = b"dac-pools/1"
@@ -121,6 +136,8 @@ class Answerer:
         self._settings: Json = {}
         self._etcd: Json | None = None
         self.mirror: Mirror | None = None
+        self._epoch = 0  # raised at every config read (and mirror made): VALID_KEPT
+        self._valid: dict[tuple[object, ...], None] = {}
         self._mirror_store: Store | None = None
         self._direct: Store | None = None
         self._stopping = False
@@ -152,6 +169,8 @@ class Answerer:
             if settings["etcd"] != self._etcd:
                 self._connect(settings["etcd"])
             self._settings, self._identity = settings, identity
+            self._epoch += 1  # what a kept answer was built from is gone
+            self._valid.clear()
             log.info("config %s read; answering for uids %s", path, sorted(self._allowed()))
         return self._settings
 
@@ -293,10 +312,22 @@ class Answerer:
             log.warning("uid %d refused: only root and SlurmUser may ask", uid)
             return b"REFUSE only root and SlurmUser may ask\n"
         sock.settimeout(READ_TIMEOUT)
-        words = _read_line(sock).split(" ")
+        line, rest = _read_line(sock)
+        words = line.split(" ")
         if words[0] != MAGIC or len(words) < 2:
             return b"REFUSE not a dac-answer/1 request\n"
-        function, args = words[1], [_decode(w) for w in words[2:]]
+        function, script = words[1], None
+        if len(words) > 2 and words[2].startswith(SCRIPT_WORD):
+            n = words[2][len(SCRIPT_WORD) :]
+            if function != "job_process" or not n.isdigit() or int(n) > MAX_SCRIPT:
+                return b"REFUSE only job_process carries a script, of at most %d bytes\n" % (
+                    MAX_SCRIPT
+                )
+            script = _read_bytes(sock, rest, int(n))
+            if script is None:
+                return b"REFUSE a job script cut short\n"
+            del words[2]
+        args = [_decode(w) for w in words[2:]]
         if function == "stats":
             with self._lock:
                 stats = json.dumps(
@@ -305,7 +336,7 @@ class Answerer:
             return b"ANSWER 0 %d\n" % len(stats) + stats.encode()
         if function not in datawarp.HOT:
             return b"REFUSE only job_process, pools and paths are answered here\n"
-        source, result = self.answer(function, args)
+        source, result = self.answer(function, args, script)
         if source is None:
             self._count(f"{function}:refused")
             log.info("%s refused: %s", function, result)
@@ -316,21 +347,55 @@ class Answerer:
         body = out.encode("utf-8", "surrogateescape")
         return b"ANSWER %d %d\n" % (rc, len(body)) + body + err.encode("utf-8", "surrogateescape")
 
+    def _valid_key(
+        self, function: str, args: list[str], script: bytes | None, epoch: int
+    ) -> tuple[object, ...] | None:
+        """What a valid job_process answer is kept by (VALID_KEPT), but the mirror's content
+        (`changes`, added by the caller): the script's bytes (compared whole), the other
+        words of the request (the user) and `epoch`, the config read and the mirror that
+        answered (`_reload` raises it and empties the memo). Not --job's path: a valid answer
+        is empty, and job_process reads its path only for the script. None when there is
+        nothing to key by: no script carried, or no --job."""
+        if function != "job_process" or script is None:
+            return None
+        try:
+            at = args.index("--job")
+        except ValueError:
+            return None
+        return (tuple(args[:at] + args[at + 2 :]), script, epoch)
+
+    def _keep_valid(self, key: tuple[object, ...], epoch: int) -> None:
+        with self._lock:
+            if epoch != self._epoch:
+                return  # the config or the mirror changed meanwhile: built from the old
+            if len(self._valid) >= VALID_KEPT:
+                self._valid.clear()  # a full memo starts again: simpler than an order, and rare
+            self._valid[key] = None
+
     def answer(
-        self, function: str, args: list[str]
+        self, function: str, args: list[str], script: bytes | None = None
     ) -> tuple[str, tuple[int, str, str]] | tuple[None, str]:
-        """(source, (rc, stdout, stderr)): source "mirror" or "etcd"; (None, why) refused."""
+        """(source, (rc, stdout, stderr)): source "mirror", "etcd", or "kept" (a valid
+        job_process answer given again, VALID_KEPT); (None, why) refused. `script`:
+        job_process's script as the peer sent it (datawarp.answer)."""
         try:
             settings = self._reload()
         except Exception as e:  # noqa: BLE001 - dacctl forked will say it in its one line
             return None, f"config: {e}"
+        epoch = self._epoch  # before what it stands for is read: _keep_valid
         argv = ["--function", function, *args]
         mirror, store, why = self.mirror, self._mirror_store, "no mirror yet"
         if mirror is not None and mirror.fresh():
+            key = self._valid_key(function, args, script, epoch)
+            if key is not None and (*key, mirror.changes) in self._valid:
+                return "kept", (0, "", "")
             try:
                 with mirror.lock:
                     if mirror.fresh():
-                        return "mirror", datawarp.answer(argv, settings, store)
+                        result = datawarp.answer(argv, settings, store, script)
+                        if key is not None and result == (0, "", ""):
+                            self._keep_valid((*key, mirror.changes), epoch)
+                        return "mirror", result
                     why = "the mirror is not confirmed current"
             except Unsure as e:
                 why = str(e)
@@ -340,7 +405,7 @@ class Answerer:
             if gone:  # no read of etcd would be answered in time: refused at once
                 return None, f"{why}; {gone}"
         try:
-            return "etcd", datawarp.answer(argv, settings, self._direct)
+            return "etcd", datawarp.answer(argv, settings, self._direct, script)
         except Unsure as e:
             return None, f"{why}; {e}"
 
@@ -356,7 +421,6 @@ def _summary_per_change(store: Store, mirror: Mirror) -> Store:
     is kept with it (`freeze_summary`)."""
     build = store.summary_inventory
     memo: list[Any] = [None, None]  # [mirror.changes, Inventory]
-    generation = next(_GENERATIONS)  # a mirror made after a config change counts anew
 
     def summary_inventory() -> Any:
         key = mirror.changes
@@ -366,12 +430,7 @@ def _summary_per_change(store: Store, mirror: Mirror) -> Store:
         return memo[1]
 
     store.summary_inventory = summary_inventory  # type: ignore[method-assign]  # this store only
-    # what the store holds, for dacctl's job_process to keep a valid answer by (datawarp.py)
-    store.content = lambda: (generation, mirror.changes)  # type: ignore[attr-defined]
     return store
-
-
-_GENERATIONS = itertools.count()
 
 
 def _bounded(store: Store) -> Store:
@@ -413,19 +472,37 @@ def _decode(word: str) -> str:
     return urllib.parse.unquote(word) if "%" in word else word
 
 
-def _read_line(sock: socket.socket) -> str:
+def _read_line(sock: socket.socket) -> tuple[str, bytes]:
+    """The request's line, and what came after it in the same reads."""
     data = b""
     while b"\n" not in data:
         try:
-            chunk = sock.recv(4096)
+            chunk = sock.recv(MAX_SCRIPT + 4096)
         except TimeoutError:  # silent past READ_TIMEOUT: refused in one line, as garbage is
-            return ""
+            return "", b""
         if not chunk:
             break
         data += chunk
-        if len(data) > MAX_LINE:
-            return ""
-    return data.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+        if len(data) > MAX_LINE + MAX_SCRIPT:
+            return "", b""
+    line, _, rest = data.partition(b"\n")
+    if len(line) > MAX_LINE:
+        return "", b""
+    return line.decode("ascii", "replace").strip(), rest
+
+
+def _read_bytes(sock: socket.socket, data: bytes, n: int) -> bytes | None:
+    """`n` bytes, `data` the first of them: None when the peer sends fewer (or more) before
+    it stops or READ_TIMEOUT passes."""
+    while len(data) < n:
+        try:
+            chunk = sock.recv(n - len(data))
+        except TimeoutError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    return data if len(data) == n else None
 
 
 def _listen(path: str, slurm_user: str | None) -> socket.socket:
@@ -497,14 +574,21 @@ def serve(path: str, ready: Callable[[], object] | None = None) -> None:
         server.close()
 
 
-def ask(path: str, function: str, args: list[str], timeout: float = 2.0) -> tuple[Any, ...]:
+def ask(
+    path: str,
+    function: str,
+    args: list[str],
+    timeout: float = 2.0,
+    script: bytes | None = None,
+) -> tuple[Any, ...]:
     """What burst_buffer.lua does, in Python (tests, bench): ("ANSWER", rc, stdout, stderr)
-    or ("REFUSE", reason)."""
-    line = " ".join([MAGIC, function, *(_encode(a) for a in args)]) + "\n"
+    or ("REFUSE", reason). `script`: job_process's script, sent with the request."""
+    carried = [] if script is None else [f"{SCRIPT_WORD}{len(script)}"]
+    line = " ".join([MAGIC, function, *carried, *(_encode(a) for a in args)]) + "\n"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(path)
-        s.sendall(line.encode("utf-8", "surrogateescape"))
+        s.sendall(line.encode("utf-8", "surrogateescape") + (script or b""))
         data = b""
         while chunk := s.recv(65536):
             data += chunk

@@ -254,7 +254,7 @@ end
 -- it took. One request a connection, the reply read to the close that ends it. dw_wlm_cli.lua
 -- has the same client, kept in step by hand: a module both load would be one more file to
 -- install beside each, and one more to open and compile in every call here.
-local function ask(unix, socket, timeout, fn, args)
+local function ask(unix, socket, timeout, fn, args, script)
 	local c, err = unix.stream()
 	if c == nil then
 		return nil, err, 0
@@ -268,10 +268,13 @@ local function ask(unix, socket, timeout, fn, args)
 	end
 	-- a connected socket's age is the clock (socket.core's gettime, without loading it)
 	local line = "dac-answer/1 " .. fn
+	if script ~= nil then -- its bytes follow the line (answerer.py's wire protocol)
+		line = line .. " script:" .. #script
+	end
 	for _, a in ipairs(args) do
 		line = line .. " " .. encode(a)
 	end
-	ok, err = c:send(line .. "\n")
+	ok, err = c:send(script and (line .. "\n" .. script) or (line .. "\n"))
 	if ok ~= nil then
 		c:settimeout(math.max(0, timeout - select(3, c:getstats())))
 		reply, err, partial = c:receive("*a")
@@ -292,14 +295,14 @@ local function ask(unix, socket, timeout, fn, args)
 end
 
 -- job_process, pools, paths: the answerer's answer, else dacctl's (the header says why).
-local function hot(fn, args)
+local function hot(fn, args, script)
 	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
 	local unix = socket ~= "none" and lua_socket()
 	if not unix then
 		return fork().dacctl(fn, args) -- turned off, or no lua-socket: the fork, as before
 	end
 	local timeout = tonumber(setting("DAC_ANSWERER_TIMEOUT", "0.5")) or 0.5
-	local rc, out, took = ask(unix, socket, timeout, fn, args)
+	local rc, out, took = ask(unix, socket, timeout, fn, args, script)
 	if rc ~= nil then
 		return finish(fn, rc, out)
 	end
@@ -310,14 +313,29 @@ local function hot(fn, args)
 	return fork().dacctl(fn, args, string.format("DAC_HOT_TIMEOUT=%.3f ", left))
 end
 
--- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing.
+-- the largest job script sent to the answerer with job_process (answerer.py's MAX_SCRIPT); a
+-- larger one the answerer reads from its path
+local MAX_SCRIPT = 65536
+
+-- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing. The script
+-- (slurmctld's own file) is read here and sent with the request: the answerer then opens no
+-- file, and its walk to the script was the largest part of its answer.
 function slurm_bb_job_process(job_script, uid, ...)
 	local args = { "--job", job_script }
 	if type(uid) == "string" and string.match(uid, "^%d+$") then
 		table.insert(args, "--user")
 		table.insert(args, uid)
 	end
-	return hot("job_process", args)
+	local script
+	local f = io.open(job_script, "rb")
+	if f ~= nil then
+		script = f:read(MAX_SCRIPT + 1)
+		f:close()
+		if script ~= nil and #script > MAX_SCRIPT then
+			script = nil
+		end
+	end
+	return hot("job_process", args, script)
 end
 
 -- The pools answer the answerer keeps in a file beside its socket (dacservice/answerer.py, "the

@@ -8,11 +8,13 @@ from pathlib import Path
 
 
 class FakeAnswerer:
-    """Answers every connection with `reply` after `delay` seconds; keeps the request lines."""
+    """Answers every connection with `reply` after `delay` seconds; keeps the request lines,
+    and the job script a line says follows it (`script:<n>`), or None, in `scripts`."""
 
     def __init__(self, path: Path, reply: bytes, delay: float = 0.0):
         self.path, self.reply, self.delay = path, reply, delay
         self.lines: list[str] = []
+        self.scripts: list[bytes | None] = []
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(path))
         self.sock.listen(8)
@@ -34,7 +36,17 @@ class FakeAnswerer:
                         if not chunk:
                             break
                         data += chunk
-                    self.lines.append(data.decode())
+                    line, _, rest = data.partition(b"\n")
+                    words = line.split(b" ")
+                    script = None
+                    if len(words) > 2 and words[2].startswith(b"script:"):
+                        n = int(words[2][len(b"script:") :])
+                        while len(rest) < n and (chunk := conn.recv(n - len(rest))):
+                            rest += chunk
+                        script, rest = rest[:n], rest[n:]
+                        del words[2]
+                    self.lines.append((b" ".join(words) + b"\n" + rest).decode())
+                    self.scripts.append(script)
                     time.sleep(self.delay)
                     try:
                         conn.sendall(self.reply)

@@ -237,6 +237,19 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
             b"REFUSE only job_process, pools and paths are answered here\n",
         ),
         (b"", b"REFUSE not a dac-answer/1 request\n"),
+        (
+            b"dac-answer/1 setup script:4 --token 7 --caller SLURM --user 0 --groupid 0\nabcd",
+            b"REFUSE only job_process carries a script, of at most 65536 bytes\n",
+        ),
+        (
+            b"dac-answer/1 job_process script:99999999999 --job /etc/shadow\n",
+            b"REFUSE only job_process carries a script, of at most 65536 bytes\n",
+        ),
+        (
+            b"dac-answer/1 job_process script:-1 --job /etc/shadow\n",
+            b"REFUSE only job_process carries a script, of at most 65536 bytes\n",
+        ),
+        (b"dac-answer/1 job_process script:9 --job /x\nabc", b"REFUSE a job script cut short\n"),
     ],
     ids=[
         "garbage",
@@ -248,6 +261,10 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
         "teardown",
         "option-as-function",
         "empty",
+        "script-on-setup",
+        "script-oversized",
+        "script-negative",
+        "script-cut-short",
     ],
 )
 def test_answerer_refuses_forged_and_garbage_requests_in_one_line(answerer, request_, reply):

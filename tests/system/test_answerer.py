@@ -17,7 +17,7 @@ import pytest
 from fuzzgen import job_scripts
 from fuzzrun import as_process, local_dac
 
-from dacservice.answerer import ask
+from dacservice.answerer import MAX_SCRIPT, ask
 
 BIN = Path(sys.executable).parent
 
@@ -111,11 +111,17 @@ def fn(env, function, *args):
     return out
 
 
-def both(dac, function, args):
-    """The forked dacctl's (rc, stdout, stderr) and the answerer's, for the same call."""
+def both(dac, function, args, carried=False):
+    """The forked dacctl's (rc, stdout, stderr) and the answerer's, for the same call;
+    `carried`: the job script sent with the request, as burst_buffer.lua sends it."""
     _, env, a, _ = dac
     forked = as_process(["--function", function, *args], env)
-    reply = ask(str(a.path), function, args)
+    script = None
+    if carried:  # as burst_buffer.lua: a script longer than MAX_SCRIPT is not sent
+        with open(args[args.index("--job") + 1], "rb") as f:
+            script = f.read()
+        script = script if len(script) <= MAX_SCRIPT else None
+    reply = ask(str(a.path), function, args, script=script)
     assert reply[0] == "ANSWER", reply
     return forked, reply[1:]
 
@@ -130,9 +136,10 @@ def test_job_process_answers_every_directive_case_as_the_fork_does(dac):
         path = scratch / f"jp{i}.sh"
         path.write_bytes(script)
         for user in ([], ["--user", "1000"], ["--user", "1001"]) if i < len(CASES) else ([],):
-            forked, answered = both(dac, "job_process", ["--job", str(path), *user])
-            if forked != answered:
-                differ.append((script[:200], user, forked, answered))
+            for carried in (False, True):  # the script read by the answer, or sent with it
+                forked, answered = both(dac, "job_process", ["--job", str(path), *user], carried)
+                if forked != answered:
+                    differ.append((script[:200], user, carried, forked, answered))
     assert differ == []
     forked, answered = both(dac, "job_process", ["--job", str(scratch / "absent.sh")])
     assert forked == answered and forked[0] == 1
@@ -143,25 +150,27 @@ def test_job_process_answers_every_directive_case_as_the_fork_does(dac):
 
 
 def test_a_valid_job_process_kept_is_checked_again_once_etcd_changes(dac):
-    """The answerer keeps a valid job_process answer by the mirror's content (datawarp.py
-    `_valid`): another user's buffer of the name the script attaches turns it into a refusal
+    """The answerer keeps a valid job_process answer by the mirror's content (answerer.py,
+    VALID_KEPT): another user's buffer of the name the script attaches turns it into a refusal
     as soon as the mirror holds it, as the fork says."""
     _, env, a, scratch = dac
     job = scratch / "jp-kept.sh"
     job.write_text("#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\n"
                    "#DW persistentdw name=kept9\n")  # fmt: skip
     args = ["--job", str(job), "--user", "1000"]
-    for _ in range(2):  # a buffer not made yet is no error at submission: valid, and kept
-        forked, answered = both(dac, "job_process", args)
+    kept = a.stats().get("job_process:kept", 0)
+    for _ in range(3):  # a buffer not made yet is no error at submission: valid, and kept
+        forked, answered = both(dac, "job_process", args, carried=True)
         assert forked == answered and forked[0] == 0
+    assert a.stats()["job_process:kept"] > kept  # (unless every call saw another change)
     fn(env, "create_persistent", "--token", "kept9", "--caller", "CLI", "--user", "1001",
        "--capacity", "default:512MiB")  # fmt: skip
     try:
         deadline = time.monotonic() + 5
-        while (reply := ask(str(a.path), "job_process", args))[1] == 0:
+        while (reply := ask(str(a.path), "job_process", args, script=job.read_bytes()))[1] == 0:
             assert time.monotonic() < deadline, "the kept answer outlived the change"
             time.sleep(0.02)
-        forked, answered = both(dac, "job_process", args)
+        forked, answered = both(dac, "job_process", args, carried=True)
         assert forked == answered and forked[0] == 1 and reply[1:] == answered
         assert "belongs to another user" in forked[1]
     finally:
@@ -316,7 +325,9 @@ def test_a_script_rewritten_in_place_is_answered_for_what_it_now_says(dac):
     for _ in range(2):
         for case in CASES:
             path.write_bytes(case.format(home=workdir.parent).encode())
-            forked, answered = both(dac, "job_process", ["--job", str(path), "--user", "1000"])
+            forked, answered = both(
+                dac, "job_process", ["--job", str(path), "--user", "1000"], carried=True
+            )
             if forked != answered:
                 differ.append((case, forked, answered))
     assert differ == []
@@ -344,3 +355,33 @@ def test_job_process_words_parsed_as_the_fork_parses_them(dac, words):
     job = dac[3] / "job7.sh"
     forked, answered = both(dac, "job_process", [w.format(job=job) for w in words])
     assert forked == answered
+
+
+def _raw(a: Answerer, data: bytes, shut: bool = False) -> bytes:
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(str(a.path))
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_a_carried_script_is_job_processs_alone_whole_and_bounded(dac):
+    """`script:<n>` (answerer.py's wire protocol): job_process only, at most MAX_SCRIPT bytes,
+    all of them; else REFUSE, which burst_buffer.lua answers by forking dacctl."""
+    _, _, a, _ = dac
+    job = str(dac[3] / "job7.sh")
+    assert _raw(a, b"dac-answer/1 pools script:3\nabc").startswith(b"REFUSE only job_process")
+    too_big = b"dac-answer/1 job_process script:%d --job %s\n" % (MAX_SCRIPT + 1, job.encode())
+    assert _raw(a, too_big).startswith(b"REFUSE only job_process carries a script, of at most")
+    short = b"dac-answer/1 job_process script:100 --job %s\n#!/bin/sh\n" % job.encode()
+    assert _raw(a, short, shut=True) == b"REFUSE a job script cut short\n"
+    whole = b"#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\n"
+    line = b"dac-answer/1 job_process script:%d --job /nonexistent/x\n" % len(whole)
+    assert _raw(a, line + whole) == b"ANSWER 0 0\n"  # built from the bytes: no file opened

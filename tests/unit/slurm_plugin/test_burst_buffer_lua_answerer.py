@@ -13,6 +13,7 @@ import pytest
 from lua_answerer import FakeAnswerer
 
 from daccore.share import asset
+from dacservice.answerer import MAX_SCRIPT
 
 LUA = asset("slurm", "burst_buffer.lua")
 
@@ -99,6 +100,27 @@ def test_a_refusing_answer_is_an_error_with_its_line(tmp_path):
     assert (rc, out, argv) == (-1, line.decode().strip(), None)
     # every byte but letters, digits and -._/:=, percent-encoded
     assert a.lines == ["dac-answer/1 job_process --job /s/job%201%25.sh\n"]
+
+
+@pytest.mark.parametrize("size", [1, 300, MAX_SCRIPT, MAX_SCRIPT + 1, None])
+def test_job_process_sends_its_script_up_to_max_script(tmp_path, size):
+    """The script (slurmctld's own file) read in the hook and sent after the line, so the
+    answerer opens no file; a longer one, or one that cannot be opened, is the answerer's to
+    read from its path (answerer.py's wire protocol)."""
+    job = tmp_path / "job.sh"
+    data = (b"#!/bin/sh\n#DW jobdw capacity=1GiB\n" + b"x" * MAX_SCRIPT)[: size or 0]
+    if size is not None:
+        job.write_bytes(data)
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n")
+    try:
+        rc, _, argv, _, _, _ = hook(
+            tmp_path, f'slurm_bb_job_process("{job}", "1001", "1002")', a.path
+        )
+    finally:
+        a.close()
+    assert (rc, argv) == (0, None)
+    assert a.lines == [f"dac-answer/1 job_process --job {job} --user 1001\n"]
+    assert a.scripts == [data if size is not None and size <= MAX_SCRIPT else None]
 
 
 def test_paths_sends_every_argument_slurm_gives(tmp_path):
