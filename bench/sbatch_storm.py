@@ -129,24 +129,31 @@ class Submitter:
             return "slurmctld logged no submission time"
         return f"slurmctld's handler median {statistics.median(usecs) / 1000:.2f} ms"
 
-    def storm(self, script: str, jobs: int, label: str) -> tuple[float, list[float]]:
+    def storm(
+        self, script: str, jobs: int, label: str, distinct: bool = False
+    ) -> tuple[float, list[float]]:
         """`jobs` held submissions of `script` in a row: (seconds in all, each one's ms). With
         `--cpu`, each process's CPU per submission is printed after the run (sbatch's own, a
-        child that has exited, is not among them)."""
+        child that has exited, is not among them). `distinct`: each submission's script ends
+        in a comment of its own (no two alike, as hand-written scripts are)."""
         before = cpu_by_process() if "--cpu" in sys.argv and jobs >= 100 else None
         try:
-            return self._storm(script, jobs, label)
+            return self._storm(script, jobs, label, distinct)
         finally:
             if before is not None:
                 print(f"  {label}: {cpu_per_job(before, jobs)}")
 
-    def _storm(self, script: str, jobs: int, label: str) -> tuple[float, list[float]]:
+    def _storm(
+        self, script: str, jobs: int, label: str, distinct: bool
+    ) -> tuple[float, list[float]]:
         path = self.work / f"{label}.sh"
         path.write_text(script)
         path.chmod(0o644)
         each: list[float] = []
         start = time.perf_counter()
-        for _ in range(jobs):
+        for n in range(jobs):
+            if distinct:
+                path.write_text(f"{script}# submission {n}\n")
             t = time.perf_counter()
             r = self.run("sbatch", "--parsable", "--hold", "-o", "/dev/null", str(path))
             each.append((time.perf_counter() - t) * 1000)

@@ -9,6 +9,11 @@ the end (a paths each); pools is called every 30 s on Slurm's own schedule: the 
 POOLS of them. All are cancelled after.
 
     .venv/bin/python bench/slurm_hooks.py [--slurm-release 22.05|24.11|26.05] [--probes]
+                                          [--distinct]
+
+The JOBS scripts are one script, as a workflow submits it, so after the first the answerer
+gives job_process its kept answer (dacservice/answerer.py, VALID_KEPT); `--distinct` ends each
+in a comment of its own, so every job_process is answered afresh.
 
 `--probes` also splits the job_process calls of the storm into their parts (a fresh Lua state,
 burst_buffer.lua compiled, Slurm's `slurm` table, the chunk, the hook, lua-socket's dlopen, the
@@ -59,6 +64,7 @@ def main() -> int:
         print(__doc__)
         return 0
     rel = slurm_release(sys.argv) or "22.05"
+    distinct = "--distinct" in sys.argv
     with local_dac(servers=2, bricks_per_server=4, release=rel) as (state, _env, work):
         sub = Submitter(state, work)
         r = sub.run("scontrol", "setdebug", "verbose", as_user=False)
@@ -69,9 +75,9 @@ def main() -> int:
         probes: list[str] = []
         if "--probes" in sys.argv:
             with recorded(state.slurm["pids"]["slurmctld"]) as probes:
-                sub.storm(JOB, JOBS, "hooks")
+                sub.storm(JOB, JOBS, "hooks", distinct)
         else:
-            sub.storm(JOB, JOBS, "hooks")
+            sub.storm(JOB, JOBS, "hooks", distinct)
         ids = sub.run("squeue", "-h", "-o", "%i", "-u", sub.user.pw_name, as_user=False)
         running = sorted(ids.stdout.split(), key=int)[:RUN]
         sub.run("scontrol", "release", ",".join(running), as_user=False)
@@ -96,7 +102,8 @@ def main() -> int:
         kept = Path(f"/tmp/slurm_hooks-{rel}.slurmctld.log")  # the workdir goes with the DAC
         kept.write_text(text)
         sub.cancel_all()
-    print(f"Slurm {rel}: slurmctld's own timing of each in-process Lua call ({seen})")
+    scripts = "a distinct script each" if distinct else "one script"
+    print(f"Slurm {rel}: slurmctld's own timing of each in-process Lua call ({scripts}; {seen})")
     print(f"slurmctld's log of the run: {kept}")
     failed = 0
     for hook in HOOKS:
