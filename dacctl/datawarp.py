@@ -62,7 +62,11 @@ def run(parsed) -> int:
 
 
 def answer(
-    argv, settings: dict | None = None, store=None, script: bytes | None = None
+    argv,
+    settings: dict | None = None,
+    store=None,
+    script: bytes | None = None,
+    pathfile_reply: bool = False,
 ) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of `dacctl --function argv`: the one place of every
     answer, for the forked command and for the warm answerer (dacservice/answerer.py), which
@@ -71,7 +75,9 @@ def answer(
     the answerer lives on. `argv`: the words after `dacctl`, or dacctl.main's parse of them
     (a Namespace, or the Usage that refused them), told only once the caller is known.
     `script`: the job script's bytes as the caller read them from --job's path (the answerer's
-    peer, slurmctld: root or SlurmUser), for job_process, which then opens no file."""
+    peer, slurmctld: root or SlurmUser), for job_process, which then opens no file.
+    `pathfile_reply`: paths answers the path file's lines on stdout and opens no file (its
+    name still checked): the answerer's peer writes them into its own file."""
     from dacctl.commands import Exit, Usage
     from dacctl.slurm_args import Refused
 
@@ -85,6 +91,7 @@ def answer(
         if settings is None:
             settings = settings_for_caller()
         args = _parsed(argv)
+        args.pathfile_reply = pathfile_reply and args.function == "paths"
         _check_args(args, settings)
         args.script_data = script if args.function == "job_process" else None
         out = _dispatch(args, settings, store)
@@ -199,9 +206,12 @@ def _check_args(args, settings: dict) -> None:
         if args.function != "paths":
             raise sa.Refused(f"--pathfile is for --function paths only, not {args.function}")
         job = sa.job_id(args.token or "", "--token")
-        args.pathfile = sa.open_write(
-            args.pathfile, "the path file", trusted, job, ("path", "pathfile")
-        )
+        if getattr(args, "pathfile_reply", False):  # the caller writes its own file (answer())
+            sa.check_name(args.pathfile, "the path file", job, ("path", "pathfile"))
+        else:
+            args.pathfile = sa.open_write(
+                args.pathfile, "the path file", trusted, job, ("path", "pathfile")
+            )
 
 
 def _one_line(text: str) -> str:
@@ -438,6 +448,8 @@ def paths(args, settings: dict, store) -> str:
         access = ""
         persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
     lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
+    if getattr(args, "pathfile_reply", False):  # the answerer's peer writes them (answer())
+        return "".join(line + "\n" for line in lines)
     fd, args.pathfile = args.pathfile, None
     try:  # the fd _check_args opened; os.write, not a text file's buffer and encoder
         data = "".join(line + "\n" for line in lines).encode()

@@ -145,7 +145,7 @@ def open_read(
         fd = _open(path, os.O_RDONLY | os.O_CLOEXEC, what)
         _check_file(fd, path, what, trusted, memfd=True)
         return fd
-    _check_name(path, what, token, names)
+    check_name(path, what, token, names)
     parent, name = _parent(path, what, trusted)
     try:
         fd = _open(
@@ -204,7 +204,7 @@ def open_write(
 ) -> int:
     """A write fd of the file Slurm asked us to fill (the path file), created or emptied
     inside Slurm's own job directory, never through a link."""
-    _check_name(path, what, token, names)
+    check_name(path, what, token, names)
     try:
         parent, name = _parent(path, what, trusted)
     except Missing:
@@ -232,7 +232,7 @@ def open_write(
 
 
 def _make_job_dir(path: str, what: str, trusted: frozenset[int]) -> None:
-    """The job directory of `path` (checked by _check_name to be this job's, in Slurm's
+    """The job directory of `path` (checked by check_name to be this job's, in Slurm's
     layout), made in its hash directory as Slurm makes it: 0700, owned as the hash directory
     is. Slurm removes it with the job's files when the job is purged."""
     hash_dir, job_dir = _parent(path.rsplit("/", 1)[0], what, trusted)
@@ -247,7 +247,7 @@ def _make_job_dir(path: str, what: str, trusted: frozenset[int]) -> None:
         os.close(hash_dir)
 
 
-def _check_name(path: str, what: str, token: str | None, names: tuple[str, ...]) -> None:
+def check_name(path: str, what: str, token: str | None, names: tuple[str, ...]) -> None:
     """A path in Slurm's layout must be the file Slurm uses for this job. Other places (a
     site's own wrapper, the test suite) pass on the trusted-directory rule alone."""
     m = _JOB_FILE.search(path)

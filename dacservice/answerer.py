@@ -16,7 +16,10 @@ Wire protocol, one request per connection. Request: one line, `dac-answer/1 <fun
 line then the script's n bytes (at most MAX_SCRIPT), as the caller read them from --job's
 path; the answer is built from them and no file is opened (burst_buffer.lua reads the file
 itself: slurmctld's own, in its StateSaveLocation; the walk to it from `/` through no-follow
-descriptors was the answer's largest part).
+descriptors was the answer's largest part). `paths` may ask for its path file's lines in the
+reply instead of written: `dac-answer/1 paths reply:pathfile <arg>...` (--pathfile's name is
+still checked to be Slurm's for the job; burst_buffer.lua writes the lines into slurmctld's
+own file, and asks again without it when it cannot).
 Reply, then the close:
   `ANSWER <exit status> <n>\\n` then dacctl's stdout (n bytes), then its stderr;
   `REFUSE <reason>\\n`: the caller forks dacctl.
@@ -88,6 +91,7 @@ MAX_LINE = 65536
 #: read by the answer from --job's path, as the forked dacctl reads it
 MAX_SCRIPT = 65536
 SCRIPT_WORD = "script:"
+PATHFILE_WORD = "reply:pathfile"
 #: connections answered at once (worker threads); past that one waits in the listen backlog
 MAX_CLIENTS = 8
 #: the collector's thresholds while answering: an answer allocates a few thousand short-lived
@@ -316,8 +320,13 @@ class Answerer:
         words = line.split(" ")
         if words[0] != MAGIC or len(words) < 2:
             return b"REFUSE not a dac-answer/1 request\n"
-        function, script = words[1], None
-        if len(words) > 2 and words[2].startswith(SCRIPT_WORD):
+        function, script, pathfile_reply = words[1], None, False
+        if len(words) > 2 and words[2] == PATHFILE_WORD:
+            if function != "paths":
+                return b"REFUSE only paths replies with its path file's lines\n"
+            pathfile_reply = True
+            del words[2]
+        elif len(words) > 2 and words[2].startswith(SCRIPT_WORD):
             n = words[2][len(SCRIPT_WORD) :]
             if function != "job_process" or not n.isdigit() or int(n) > MAX_SCRIPT:
                 return b"REFUSE only job_process carries a script, of at most %d bytes\n" % (
@@ -336,7 +345,7 @@ class Answerer:
             return b"ANSWER 0 %d\n" % len(stats) + stats.encode()
         if function not in datawarp.HOT:
             return b"REFUSE only job_process, pools and paths are answered here\n"
-        source, result = self.answer(function, args, script)
+        source, result = self.answer(function, args, script, pathfile_reply)
         if source is None:
             self._count(f"{function}:refused")
             log.info("%s refused: %s", function, result)
@@ -373,11 +382,16 @@ class Answerer:
             self._valid[key] = None
 
     def answer(
-        self, function: str, args: list[str], script: bytes | None = None
+        self,
+        function: str,
+        args: list[str],
+        script: bytes | None = None,
+        pathfile_reply: bool = False,
     ) -> tuple[str, tuple[int, str, str]] | tuple[None, str]:
         """(source, (rc, stdout, stderr)): source "mirror", "etcd", or "kept" (a valid
         job_process answer given again, VALID_KEPT); (None, why) refused. `script`:
-        job_process's script as the peer sent it (datawarp.answer)."""
+        job_process's script as the peer sent it; `pathfile_reply`: paths's lines answered,
+        not written (datawarp.answer)."""
         try:
             settings = self._reload()
         except Exception as e:  # noqa: BLE001 - dacctl forked will say it in its one line
@@ -392,7 +406,7 @@ class Answerer:
             try:
                 with mirror.lock:
                     if mirror.fresh():
-                        result = datawarp.answer(argv, settings, store, script)
+                        result = datawarp.answer(argv, settings, store, script, pathfile_reply)
                         if key is not None and result == (0, "", ""):
                             self._keep_valid((*key, mirror.changes), epoch)
                         return "mirror", result
@@ -405,7 +419,7 @@ class Answerer:
             if gone:  # no read of etcd would be answered in time: refused at once
                 return None, f"{why}; {gone}"
         try:
-            return "etcd", datawarp.answer(argv, settings, self._direct, script)
+            return "etcd", datawarp.answer(argv, settings, self._direct, script, pathfile_reply)
         except Unsure as e:
             return None, f"{why}; {e}"
 
@@ -580,10 +594,13 @@ def ask(
     args: list[str],
     timeout: float = 2.0,
     script: bytes | None = None,
+    pathfile_reply: bool = False,
 ) -> tuple[Any, ...]:
     """What burst_buffer.lua does, in Python (tests, bench): ("ANSWER", rc, stdout, stderr)
-    or ("REFUSE", reason). `script`: job_process's script, sent with the request."""
+    or ("REFUSE", reason). `script`: job_process's script, sent with the request;
+    `pathfile_reply`: paths's lines asked for in the reply (module docstring)."""
     carried = [] if script is None else [f"{SCRIPT_WORD}{len(script)}"]
+    carried += [PATHFILE_WORD] if pathfile_reply else []
     line = " ".join([MAGIC, function, *carried, *(_encode(a) for a in args)]) + "\n"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)

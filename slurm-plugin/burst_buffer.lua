@@ -254,7 +254,7 @@ end
 -- it took. One request a connection, the reply read to the close that ends it. dw_wlm_cli.lua
 -- has the same client, kept in step by hand: a module both load would be one more file to
 -- install beside each, and one more to open and compile in every call here.
-local function ask(unix, socket, timeout, fn, args, script)
+local function ask(unix, socket, timeout, fn, args, script, word)
 	local c, err = unix.stream()
 	if c == nil then
 		return nil, err, 0
@@ -270,6 +270,8 @@ local function ask(unix, socket, timeout, fn, args, script)
 	local line = "dac-answer/1 " .. fn
 	if script ~= nil then -- its bytes follow the line (answerer.py's wire protocol)
 		line = line .. " script:" .. #script
+	elseif word ~= nil then
+		line = line .. " " .. word
 	end
 	for _, a in ipairs(args) do
 		line = line .. " " .. encode(a)
@@ -294,15 +296,35 @@ local function ask(unix, socket, timeout, fn, args, script)
 	return status, string.sub(rest, 1, tonumber(n)), took
 end
 
+-- `out` into slurmctld's own path file (Slurm made it, empty); false when it cannot be
+-- opened (24.11+: a job array's task whose directory Slurm never made, which dacctl makes)
+local function write_pathfile(path, out)
+	local f = io.open(path, "wb")
+	if f == nil then
+		return false
+	end
+	local ok = f:write(out)
+	return f:close() and ok ~= nil
+end
+
 -- job_process, pools, paths: the answerer's answer, else dacctl's (the header says why).
-local function hot(fn, args, script)
+-- `pathfile`: paths's, whose lines the answerer replies (reply:pathfile) and this writes.
+local function hot(fn, args, script, pathfile)
 	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
 	local unix = socket ~= "none" and lua_socket()
 	if not unix then
 		return fork().dacctl(fn, args) -- turned off, or no lua-socket: the fork, as before
 	end
 	local timeout = tonumber(setting("DAC_ANSWERER_TIMEOUT", "0.5")) or 0.5
-	local rc, out, took = ask(unix, socket, timeout, fn, args, script)
+	local rc, out, took = ask(unix, socket, timeout, fn, args, script, pathfile and "reply:pathfile")
+	if rc ~= nil and pathfile ~= nil and tonumber(rc) == 0 then
+		if write_pathfile(pathfile, out) then
+			return finish(fn, rc, "")
+		end
+		local more -- the answerer writes it, making what is missing, as dacctl does
+		rc, out, more = ask(unix, socket, math.max(0, timeout - took), fn, args)
+		took = took + more
+	end
 	if rc ~= nil then
 		return finish(fn, rc, out)
 	end
@@ -379,7 +401,7 @@ function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
 		table.insert(args, "--array-job")
 		table.insert(args, string.format("%d", array))
 	end
-	return hot("paths", args)
+	return hot("paths", args, nil, path_file)
 end
 
 -- data_in returns only when the data is in, so there is never anything to poll (24.05+).

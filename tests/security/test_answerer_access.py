@@ -250,6 +250,10 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
             b"REFUSE only job_process carries a script, of at most 65536 bytes\n",
         ),
         (b"dac-answer/1 job_process script:9 --job /x\nabc", b"REFUSE a job script cut short\n"),
+        (
+            b"dac-answer/1 job_process reply:pathfile --job /etc/shadow\n",
+            b"REFUSE only paths replies with its path file's lines\n",
+        ),
     ],
     ids=[
         "garbage",
@@ -265,6 +269,7 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
         "script-oversized",
         "script-negative",
         "script-cut-short",
+        "pathfile-reply-on-job-process",
     ],
 )
 def test_answerer_refuses_forged_and_garbage_requests_in_one_line(answerer, request_, reply):

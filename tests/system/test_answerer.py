@@ -234,6 +234,20 @@ def _paths(dac, token: str, script: Path, *more: str):
     )
     assert reply[0] == "ANSWER", reply
     texts = [f.read_bytes() if f.exists() else None for f in files]
+    # burst_buffer.lua's way (reply:pathfile): the lines in the reply, for it to write; the
+    # answerer touches no file
+    files.append(workdir.parent / f"pathfile.{token}.replied")
+    lines = ask(
+        str(dac[2].path),
+        "paths",
+        ["--token", token, "--job", str(script), "--pathfile", str(files[2]), *more],
+        pathfile_reply=True,
+    )
+    assert not files[2].exists()
+    if reply[1] == 0:
+        assert lines == ("ANSWER", 0, texts[1].decode(), reply[3]), (lines, texts[1])
+    else:
+        assert lines == reply, lines
     return (forked, texts[0]), (reply[1:], texts[1])
 
 
@@ -248,7 +262,7 @@ def test_paths_answers_as_the_fork_does(dac):
         f"DW_JOB_STRIPED={workdir}/mnt/7/striped\nDW_JOB_PRIVATE={workdir}/mnt/7/private\n"
         "DW_PERSISTENT_STRIPED_proj1=".encode()
     )
-    assert a.stats()["paths:mirror"] == before + 1
+    assert a.stats()["paths:mirror"] == before + 2  # written, and replied
     # no buffer for job 21: its persistentdw names from the script, read from etcd to be sure
     assert _paths(dac, "21", persistent)[0] == _paths(dac, "21", persistent)[1]
     for bad in (["--array-job", "x"], ["--array-job", "5"]):

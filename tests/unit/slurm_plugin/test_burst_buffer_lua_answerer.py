@@ -123,20 +123,47 @@ def test_job_process_sends_its_script_up_to_max_script(tmp_path, size):
     assert a.scripts == [data if size is not None and size <= MAX_SCRIPT else None]
 
 
-def test_paths_sends_every_argument_slurm_gives(tmp_path):
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n")
+def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(tmp_path):
+    lines = b"DW_JOB_STRIPED=/mnt/dac/12/striped\n"
+    pathfile = tmp_path / "path"
+    pathfile.write_bytes(b"")  # as Slurm hands it
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
     try:
         rc, out, argv, _, _, _ = hook(
             tmp_path,
-            'slurm_bb_paths("12", "/s/script", "/s/p", "1001", "1002", {array_job_id = 9})',
+            f'slurm_bb_paths("12", "/s/script", "{pathfile}", "1001", "1002", '
+            "{array_job_id = 9})",
             a.path,
         )
     finally:
         a.close()
     assert (rc, out, argv) == (0, "", None)
     assert a.lines == [
-        "dac-answer/1 paths --token 12 --job /s/script --pathfile /s/p --array-job 9\n"
+        f"dac-answer/1 paths reply:pathfile --token 12 --job /s/script --pathfile {pathfile} "
+        "--array-job 9\n"
     ]
+    assert pathfile.read_bytes() == lines
+
+
+def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_open(tmp_path):
+    """24.11+: a job array's task whose job directory Slurm never made: dacctl makes it
+    (dacctl/slurm_args.py), so the answerer is asked again to write the file itself."""
+    lines = b"DW_JOB_STRIPED=/mnt/dac/12/striped\n"
+    pathfile = tmp_path / "hash.2" / "job.12" / "path"
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
+    try:
+        rc, out, argv, _, _, _ = hook(
+            tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
+        )
+    finally:
+        a.close()
+    assert (rc, argv) == (0, None)
+    words = f"--token 12 --job /s/script --pathfile {pathfile}\n"
+    assert a.lines == [
+        f"dac-answer/1 paths reply:pathfile {words}",
+        f"dac-answer/1 paths {words}",
+    ]
+    assert not pathfile.exists()
 
 
 def test_no_socket_forks_dacctl_with_the_whole_budget(tmp_path):
