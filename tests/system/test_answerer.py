@@ -245,7 +245,7 @@ def _paths(dac, token: str, script: Path, *more: str):
     )
     assert not files[2].exists()
     if reply[1] == 0:
-        assert lines == ("ANSWER", 0, texts[1].decode(), reply[3]), (lines, texts[1])
+        assert texts[1] is not None and lines == ("ANSWER", 0, texts[1].decode(), reply[3])
     else:
         assert lines == reply, lines
     return (forked, texts[0]), (reply[1:], texts[1])

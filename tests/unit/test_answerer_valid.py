@@ -35,7 +35,7 @@ def server(monkeypatch):
     calls: list = []
     result = [(0, "", "")]
 
-    def answer(argv, settings, store, script=None):
+    def answer(argv, settings, store, script=None, pathfile_reply=False):
         calls.append((argv, script, store))
         return result[0]
 
@@ -88,7 +88,7 @@ def test_nothing_is_kept_without_the_script_or_from_etcd(server):
 def test_an_answer_built_across_a_config_read_is_not_kept(server, monkeypatch):
     a, calls, _ = server
 
-    def answer(argv, settings, store, script=None):
+    def answer(argv, settings, store, script=None, pathfile_reply=False):
         a._epoch += 1  # what _reload does when the file changed, meanwhile
         calls.append(argv)
         return (0, "", "")
