@@ -38,7 +38,7 @@ def _stats(slurm) -> dict:
 def _answered(before: dict, after: dict, function: str) -> int:
     return sum(
         after.get(f"{function}:{s}", 0) - before.get(f"{function}:{s}", 0)
-        for s in ("mirror", "etcd")
+        for s in ("mirror", "etcd", "kept")  # kept: a valid job_process given again
     )
 
 
