@@ -37,7 +37,7 @@ from lua_probes import recorded  # noqa: E402
 from sbatch_storm import Submitter, conditions  # noqa: E402
 
 JOBS = 100
-RUN = 5
+RUN = 10
 #: slurmctld calls pools every 30 s: this many samples of it (the bench waits for them)
 POOLS = 3
 MEDIAN_MS, P99_MS = 1.0, 5.0

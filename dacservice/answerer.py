@@ -146,6 +146,7 @@ class Answerer:
         self._direct: Store | None = None
         self._stopping = False
         self._reload()  # a config that cannot be read stops the start, with its one line
+        datawarp.warm()
         self.listener = _listen(path, self._settings["slurm_user"])
         directory = os.path.dirname(path) or "."
         self.pools_path = os.path.join(directory, POOLS_FILE)
