@@ -99,6 +99,10 @@ def main() -> int:
                 break
             time.sleep(2)
         seen = f"{load}, {cpu()}"
+        from dacservice.answerer import ask
+
+        sock = Path(state.workdir) / "slurm" / "answerer" / "socket"
+        answered = ask(str(sock), "stats", [])  # where each answer came from
         kept = Path(f"/tmp/slurm_hooks-{rel}.slurmctld.log")  # the workdir goes with the DAC
         kept.write_text(text)
         sub.cancel_all()
@@ -119,6 +123,7 @@ def main() -> int:
             f"{hook:22} n={len(ms):4} median {med:6.3f} ms p99 {top:6.3f} ms max {max(ms):6.3f} ms"
             f" (budget {MEDIAN_MS:.0f} / {P99_MS:.0f} ms): {'PASS' if ok else 'FAIL'}"
         )
+    print(f"the answerer's counters: {answered[2] if answered[0] == 'ANSWER' else answered}")
     for line in probes:
         print(line)
     for hook in sorted(set(got) - set(HOOKS)):

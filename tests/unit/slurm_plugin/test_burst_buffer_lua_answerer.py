@@ -145,11 +145,16 @@ def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(tmp
     assert pathfile.read_bytes() == lines
 
 
-def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_open(tmp_path):
+@pytest.mark.parametrize("there", [None, b"old lines, longer than the new\n" * 3])
+def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(tmp_path, there):
     """24.11+: a job array's task whose job directory Slurm never made: dacctl makes it
-    (dacctl/slurm_args.py), so the answerer is asked again to write the file itself."""
+    (dacctl/slurm_args.py); a file not empty: Lua cannot cut it short. The answerer is asked
+    again to write the file itself."""
     lines = b"DW_JOB_STRIPED=/mnt/dac/12/striped\n"
     pathfile = tmp_path / "hash.2" / "job.12" / "path"
+    if there is not None:
+        pathfile.parent.mkdir(parents=True)
+        pathfile.write_bytes(there)
     a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
     try:
         rc, out, argv, _, _, _ = hook(
@@ -163,7 +168,7 @@ def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_open(tmp_path):
         f"dac-answer/1 paths reply:pathfile {words}",
         f"dac-answer/1 paths {words}",
     ]
-    assert not pathfile.exists()
+    assert (pathfile.read_bytes() if there else pathfile.exists()) == (there or False)
 
 
 def test_no_socket_forks_dacctl_with_the_whole_budget(tmp_path):
