@@ -15,8 +15,8 @@ Wire protocol, one request per connection. Request: one line, `dac-answer/1 <fun
 `job_process` may carry its job script: `dac-answer/1 job_process script:<n> <arg>...`, the
 line then the script's n bytes (at most MAX_SCRIPT), as the caller read them from --job's
 path; the answer is built from them and no file is opened (burst_buffer.lua reads the file
-itself: slurmctld's own, in its StateSaveLocation; the walk to it from `/` through no-follow
-descriptors was the answer's largest part). `paths` may ask for its path file's lines in the
+itself: slurmctld's own, in its StateSaveLocation), and a valid answer can be kept by those
+bytes (VALID_KEPT). `paths` may ask for its path file's lines in the
 reply instead of written: `dac-answer/1 paths reply:pathfile <arg>...` (--pathfile's name is
 still checked to be Slurm's for the job; burst_buffer.lua writes the lines into slurmctld's
 own file, and asks again without it when it cannot).
@@ -107,8 +107,8 @@ SWITCH_INTERVAL = 0.0005
 #: same script of the same user against the same config and mirror content is valid again
 #: without the answer (a workflow's storm of one script). A refusal is never kept (it names
 #: the path or a line), nor an answer from etcd (the mirror's content does not say what etcd
-#: held). The answer's checks were most of a job_process round trip after the answerer sat
-#: idle (docs/performance.md).
+#: held). dacctl's parse, checks and dispatch were a third to a half of a job_process round
+#: trip after the answerer sat idle (docs/performance.md).
 VALID_KEPT = 256
 #: the pools file, beside the socket (module docstring)
 POOLS_FILE = "pools"
@@ -492,13 +492,13 @@ def _read_line(sock: socket.socket) -> tuple[str, bytes]:
     data = b""
     while b"\n" not in data:
         try:
-            chunk = sock.recv(MAX_SCRIPT + 4096)
+            chunk = sock.recv(4096)
         except TimeoutError:  # silent past READ_TIMEOUT: refused in one line, as garbage is
             return "", b""
         if not chunk:
             break
         data += chunk
-        if len(data) > MAX_LINE + MAX_SCRIPT:
+        if len(data) > MAX_LINE and b"\n" not in data:
             return "", b""
     line, _, rest = data.partition(b"\n")
     if len(line) > MAX_LINE:

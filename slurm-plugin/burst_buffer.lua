@@ -347,7 +347,7 @@ local MAX_SCRIPT = 65536
 
 -- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing. The script
 -- (slurmctld's own file) is read here and sent with the request: the answerer then opens no
--- file, and its walk to the script was the largest part of its answer.
+-- file, and keeps a valid answer by its bytes, so the same script again skips the checks.
 function slurm_bb_job_process(job_script, uid, ...)
 	local args = { "--job", job_script }
 	if type(uid) == "string" and string.match(uid, "^%d+$") then
