@@ -12,14 +12,16 @@ neither can answer for sure, the answerer refuses, and burst_buffer.lua forks `d
 
 Wire protocol, one request per connection. Request: one line, `dac-answer/1 <function>
 <arg>...`, each word percent-encoded (every byte but letters, digits and `-._/:=,` as %XX).
-`job_process` may carry its job script: `dac-answer/1 job_process script:<n> <arg>...`, the
-line then the script's n bytes (at most MAX_SCRIPT), as the caller read them from --job's
-path; the answer is built from them and no file is opened (burst_buffer.lua reads the file
-itself: slurmctld's own, in its StateSaveLocation), and a valid answer can be kept by those
-bytes (VALID_KEPT). `paths` may ask for its path file's lines in the
-reply instead of written: `dac-answer/1 paths reply:pathfile <arg>...` (--pathfile's name is
-still checked to be Slurm's for the job; burst_buffer.lua writes the lines into slurmctld's
-own file, and asks again without it when it cannot).
+`dac-answer/2` is /1 with one word more after the function (MAGIC_CARRYING; an answerer of
+/1 alone refuses it, and the hook forks dacctl, so a burst_buffer.lua newer than the running
+answerer loses nothing). `job_process` may carry its job script: `dac-answer/2 job_process
+script:<n> <arg>...`, the line then the script's n bytes (at most MAX_SCRIPT), as the caller
+read them from --job's path; the answer is built from them and no file is opened
+(burst_buffer.lua reads the file itself: slurmctld's own, in its StateSaveLocation), and a
+valid answer can be kept by those bytes (VALID_KEPT). `paths` may ask for its path file's
+lines in the reply instead of written: `dac-answer/2 paths reply:pathfile <arg>...`
+(--pathfile's name is still checked to be Slurm's for the job; burst_buffer.lua writes the
+lines into slurmctld's own file, and asks again without it when it cannot).
 Reply, then the close:
   `ANSWER <exit status> <n>\\n` then dacctl's stdout (n bytes), then its stderr;
   `REFUSE <reason>\\n`: the caller forks dacctl.
@@ -81,6 +83,7 @@ log = logging.getLogger(__name__)
 #: where burst_buffer.lua looks unless DAC_ANSWERER_SOCKET says otherwise
 SOCKET = "/run/dac-answerer/socket"
 MAGIC = "dac-answer/1"
+MAGIC_CARRYING = "dac-answer/2"
 #: seconds a client has to send its line (slurmctld sends it at once)
 READ_TIMEOUT = 1.0
 #: seconds an answer may wait for etcd when the mirror cannot give it: burst_buffer.lua waits
@@ -319,15 +322,16 @@ class Answerer:
         sock.settimeout(READ_TIMEOUT)
         line, rest = _read_line(sock)
         words = line.split(" ")
-        if words[0] != MAGIC or len(words) < 2:
-            return b"REFUSE not a dac-answer/1 request\n"
+        if words[0] not in (MAGIC, MAGIC_CARRYING) or len(words) < 2:
+            return b"REFUSE not a dac-answer/1 or /2 request\n"
         function, script, pathfile_reply = words[1], None, False
-        if len(words) > 2 and words[2] == PATHFILE_WORD:
+        carrying = words[0] == MAGIC_CARRYING and len(words) > 2
+        if carrying and words[2] == PATHFILE_WORD:
             if function != "paths":
                 return b"REFUSE only paths replies with its path file's lines\n"
             pathfile_reply = True
             del words[2]
-        elif len(words) > 2 and words[2].startswith(SCRIPT_WORD):
+        elif carrying and words[2].startswith(SCRIPT_WORD):
             n = words[2][len(SCRIPT_WORD) :]
             if function != "job_process" or not n.isdigit() or int(n) > MAX_SCRIPT:
                 return b"REFUSE only job_process carries a script, of at most %d bytes\n" % (
@@ -602,7 +606,8 @@ def ask(
     `pathfile_reply`: paths's lines asked for in the reply (module docstring)."""
     carried = [] if script is None else [f"{SCRIPT_WORD}{len(script)}"]
     carried += [PATHFILE_WORD] if pathfile_reply else []
-    line = " ".join([MAGIC, function, *carried, *(_encode(a) for a in args)]) + "\n"
+    magic = MAGIC_CARRYING if carried else MAGIC
+    line = " ".join([magic, function, *carried, *(_encode(a) for a in args)]) + "\n"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(path)

@@ -268,10 +268,10 @@ local function ask(unix, socket, timeout, fn, args, script, word)
 	end
 	-- a connected socket's age is the clock (socket.core's gettime, without loading it)
 	local line = "dac-answer/1 " .. fn
-	if script ~= nil then -- its bytes follow the line (answerer.py's wire protocol)
-		line = line .. " script:" .. #script
+	if script ~= nil then -- its bytes follow the line (answerer.py's wire protocol, /2)
+		line = "dac-answer/2 " .. fn .. " script:" .. #script
 	elseif word ~= nil then
-		line = line .. " " .. word
+		line = "dac-answer/2 " .. fn .. " " .. word
 	end
 	for _, a in ipairs(args) do
 		line = line .. " " .. encode(a)

@@ -216,14 +216,17 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
 @pytest.mark.parametrize(
     "request_, reply",
     [
-        (b"hello\n", b"REFUSE not a dac-answer/1 request\n"),
-        (b"dac-answer/1\n", b"REFUSE not a dac-answer/1 request\n"),
-        (b"dac-answer/2 pools\n", b"REFUSE not a dac-answer/1 request\n"),
+        (b"hello\n", b"REFUSE not a dac-answer/1 or /2 request\n"),
+        (b"dac-answer/1\n", b"REFUSE not a dac-answer/1 or /2 request\n"),
+        (b"dac-answer/3 pools\n", b"REFUSE not a dac-answer/1 or /2 request\n"),
         (
             b"\xff\xfe\x00\x1b]0;pwned\x07 dac-answer/1 pools\n",
-            b"REFUSE not a dac-answer/1 request\n",
+            b"REFUSE not a dac-answer/1 or /2 request\n",
         ),
-        (b"dac-answer/1 pools" + b"A" * (MAX_LINE + 10), b"REFUSE not a dac-answer/1 request\n"),
+        (
+            b"dac-answer/1 pools" + b"A" * (MAX_LINE + 10),
+            b"REFUSE not a dac-answer/1 or /2 request\n",
+        ),
         (
             b"dac-answer/1 setup --token 7 --caller SLURM --user 0 --groupid 0 --job /etc/hosts\n",
             b"REFUSE only job_process, pools and paths are answered here\n",
@@ -236,22 +239,22 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
             b"dac-answer/1 --function\n",
             b"REFUSE only job_process, pools and paths are answered here\n",
         ),
-        (b"", b"REFUSE not a dac-answer/1 request\n"),
+        (b"", b"REFUSE not a dac-answer/1 or /2 request\n"),
         (
-            b"dac-answer/1 setup script:4 --token 7 --caller SLURM --user 0 --groupid 0\nabcd",
+            b"dac-answer/2 setup script:4 --token 7 --caller SLURM --user 0 --groupid 0\nabcd",
             b"REFUSE only job_process carries a script, of at most 65536 bytes\n",
         ),
         (
-            b"dac-answer/1 job_process script:99999999999 --job /etc/shadow\n",
+            b"dac-answer/2 job_process script:99999999999 --job /etc/shadow\n",
             b"REFUSE only job_process carries a script, of at most 65536 bytes\n",
         ),
         (
-            b"dac-answer/1 job_process script:-1 --job /etc/shadow\n",
+            b"dac-answer/2 job_process script:-1 --job /etc/shadow\n",
             b"REFUSE only job_process carries a script, of at most 65536 bytes\n",
         ),
-        (b"dac-answer/1 job_process script:9 --job /x\nabc", b"REFUSE a job script cut short\n"),
+        (b"dac-answer/2 job_process script:9 --job /x\nabc", b"REFUSE a job script cut short\n"),
         (
-            b"dac-answer/1 job_process reply:pathfile --job /etc/shadow\n",
+            b"dac-answer/2 job_process reply:pathfile --job /etc/shadow\n",
             b"REFUSE only paths replies with its path file's lines\n",
         ),
     ],
@@ -308,6 +311,6 @@ def test_answerer_drops_a_silent_connection_and_keeps_answering(answerer):
         silent.connect(str(sock))
         assert ask(str(sock), "stats", [])[:2] == ("ANSWER", 0)  # answered meanwhile
         reply = silent.recv(4096)
-    assert reply == b"REFUSE not a dac-answer/1 request\n"
+    assert reply == b"REFUSE not a dac-answer/1 or /2 request\n"
     assert time.monotonic() - started < READ_TIMEOUT + 2
     assert proc.poll() is None

@@ -391,11 +391,17 @@ def test_a_carried_script_is_job_processs_alone_whole_and_bounded(dac):
     all of them; else REFUSE, which burst_buffer.lua answers by forking dacctl."""
     _, _, a, _ = dac
     job = str(dac[3] / "job7.sh")
-    assert _raw(a, b"dac-answer/1 pools script:3\nabc").startswith(b"REFUSE only job_process")
-    too_big = b"dac-answer/1 job_process script:%d --job %s\n" % (MAX_SCRIPT + 1, job.encode())
+    assert _raw(a, b"dac-answer/2 pools script:3\nabc").startswith(b"REFUSE only job_process")
+    too_big = b"dac-answer/2 job_process script:%d --job %s\n" % (MAX_SCRIPT + 1, job.encode())
     assert _raw(a, too_big).startswith(b"REFUSE only job_process carries a script, of at most")
-    short = b"dac-answer/1 job_process script:100 --job %s\n#!/bin/sh\n" % job.encode()
+    short = b"dac-answer/2 job_process script:100 --job %s\n#!/bin/sh\n" % job.encode()
     assert _raw(a, short, shut=True) == b"REFUSE a job script cut short\n"
+    # under /1 no word is taken for a script: dacctl's own refusal of a stray word, as the
+    # fork's for the same words
+    reply = _raw(a, b"dac-answer/1 job_process script:3 --job %s\nabc" % job.encode(), shut=True)
+    forked = as_process(["--function", "job_process", "script:3", "--job", job], dac[1])
+    assert reply.startswith(b"ANSWER 1 ") and forked[0] == 1
+    assert reply.split(b"\n", 1)[1].decode() == forked[1] + forked[2]
     whole = b"#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\n"
-    line = b"dac-answer/1 job_process script:%d --job /nonexistent/x\n" % len(whole)
+    line = b"dac-answer/2 job_process script:%d --job /nonexistent/x\n" % len(whole)
     assert _raw(a, line + whole) == b"ANSWER 0 0\n"  # built from the bytes: no file opened

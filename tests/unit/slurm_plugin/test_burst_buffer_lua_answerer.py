@@ -119,7 +119,8 @@ def test_job_process_sends_its_script_up_to_max_script(tmp_path, size):
     finally:
         a.close()
     assert (rc, argv) == (0, None)
-    assert a.lines == [f"dac-answer/1 job_process --job {job} --user 1001\n"]
+    carried = size is not None and size <= MAX_SCRIPT
+    assert a.lines == [f"dac-answer/{2 if carried else 1} job_process --job {job} --user 1001\n"]
     assert a.scripts == [data if size is not None and size <= MAX_SCRIPT else None]
 
 
@@ -139,7 +140,7 @@ def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(tmp
         a.close()
     assert (rc, out, argv) == (0, "", None)
     assert a.lines == [
-        f"dac-answer/1 paths reply:pathfile --token 12 --job /s/script --pathfile {pathfile} "
+        f"dac-answer/2 paths reply:pathfile --token 12 --job /s/script --pathfile {pathfile} "
         "--array-job 9\n"
     ]
     assert pathfile.read_bytes() == lines
@@ -165,7 +166,7 @@ def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(tmp_path, 
     assert (rc, argv) == (0, None)
     words = f"--token 12 --job /s/script --pathfile {pathfile}\n"
     assert a.lines == [
-        f"dac-answer/1 paths reply:pathfile {words}",
+        f"dac-answer/2 paths reply:pathfile {words}",
         f"dac-answer/1 paths {words}",
     ]
     assert (pathfile.read_bytes() if there else pathfile.exists()) == (there or False)
