@@ -64,3 +64,19 @@ class FakeAnswerer:
             self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
         except OSError:
             pass
+
+
+def raw_request(sock, data: bytes, *, shut: bool = False, timeout: float = 5) -> bytes:
+    """A real answerer's whole reply to `data` sent on its socket `sock` as this process
+    (`shut`: then no more to send): the wire protocol's tests (system, security)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock))
+        if data:
+            s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+        return reply

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from clitools import BIN
 from fuzzrun import local_dac
+from lua_answerer import raw_request
 
 from dacservice.answerer import MAX_LINE, READ_TIMEOUT, ask
 
@@ -125,21 +126,6 @@ def _as(user, sock: Path, request: str, groups: str = "") -> dict[str, str]:
     )
     assert r.returncode == 0, r.stderr
     return dict(line.split(" ", 1) for line in r.stdout.splitlines())
-
-
-def _raw(sock: Path, data: bytes, *, shut: bool = False, timeout: float = 5) -> bytes:
-    """The answerer's whole reply to `data` sent as root (`shut`: then no more to send)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(str(sock))
-        if data:
-            s.sendall(data)
-        if shut:
-            s.shutdown(socket.SHUT_WR)
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
-        return reply
 
 
 def test_answerer_users_can_neither_reach_its_socket_nor_list_its_directory(answerer):
@@ -277,7 +263,7 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
 )
 def test_answerer_refuses_forged_and_garbage_requests_in_one_line(answerer, request_, reply):
     sock, proc = answerer
-    assert _raw(sock, request_, shut=True) == reply
+    assert raw_request(sock, request_, shut=True) == reply
     assert proc.poll() is None and ask(str(sock), "stats", [])[:2] == ("ANSWER", 0)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fuzzgen import job_scripts
 from fuzzrun import as_process, local_dac
+from lua_answerer import raw_request
 
 from dacservice.answerer import MAX_SCRIPT, ask
 
@@ -371,37 +372,30 @@ def test_job_process_words_parsed_as_the_fork_parses_them(dac, words):
     assert forked == answered
 
 
-def _raw(a: Answerer, data: bytes, shut: bool = False) -> bytes:
-    import socket
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
-        s.connect(str(a.path))
-        s.sendall(data)
-        if shut:
-            s.shutdown(socket.SHUT_WR)
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
-    return reply
-
-
 def test_a_carried_script_is_job_processs_alone_whole_and_bounded(dac):
     """`script:<n>` (answerer.py's wire protocol): job_process only, at most MAX_SCRIPT bytes,
     all of them; else REFUSE, which burst_buffer.lua answers by forking dacctl."""
     _, _, a, _ = dac
     job = str(dac[3] / "job7.sh")
-    assert _raw(a, b"dac-answer/2 pools script:3\nabc").startswith(b"REFUSE only job_process")
+    assert raw_request(a.path, b"dac-answer/2 pools script:3\nabc").startswith(
+        b"REFUSE only job_process"
+    )
     too_big = b"dac-answer/2 job_process script:%d --job %s\n" % (MAX_SCRIPT + 1, job.encode())
-    assert _raw(a, too_big).startswith(b"REFUSE only job_process carries a script, of at most")
+    assert raw_request(a.path, too_big).startswith(
+        b"REFUSE only job_process carries a script, of at most"
+    )
     short = b"dac-answer/2 job_process script:100 --job %s\n#!/bin/sh\n" % job.encode()
-    assert _raw(a, short, shut=True) == b"REFUSE a job script cut short\n"
+    assert raw_request(a.path, short, shut=True) == b"REFUSE a job script cut short\n"
     # under /1 no word is taken for a script: dacctl's own refusal of a stray word, as the
     # fork's for the same words
-    reply = _raw(a, b"dac-answer/1 job_process script:3 --job %s\nabc" % job.encode(), shut=True)
+    reply = raw_request(
+        a.path, b"dac-answer/1 job_process script:3 --job %s\nabc" % job.encode(), shut=True
+    )
     forked = as_process(["--function", "job_process", "script:3", "--job", job], dac[1])
     assert reply.startswith(b"ANSWER 1 ") and forked[0] == 1
     assert reply.split(b"\n", 1)[1].decode() == forked[1] + forked[2]
     whole = b"#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\n"
     line = b"dac-answer/2 job_process script:%d --job /nonexistent/x\n" % len(whole)
-    assert _raw(a, line + whole) == b"ANSWER 0 0\n"  # built from the bytes: no file opened
+    assert (
+        raw_request(a.path, line + whole) == b"ANSWER 0 0\n"
+    )  # built from the bytes: no file opened
