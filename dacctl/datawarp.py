@@ -456,21 +456,34 @@ def paths(args, settings: dict, store) -> str:
 
     buffer = store.buffer_json(args.token)
     if buffer is not None:
-        access, persistent = buffer["request"]["access"], buffer["request"]["persistent"]
+        text = buffer_paths(args.token, buffer, settings["mount_root"])
     else:  # no jobdw: the job may still attach persistent buffers
-        access = ""
         persistent = _script(args, settings["lua_directive"]).persistent if args.job else []
-    lines = jobs.paths_for(args.token, access, persistent, settings["mount_root"])
+        text = _lines(jobs.paths_for(args.token, "", persistent, settings["mount_root"]))
     if getattr(args, "pathfile_reply", False):  # the answerer's peer writes them (answer())
-        return "".join(line + "\n" for line in lines)
+        return text
     fd, args.pathfile = args.pathfile, None
     try:  # the fd _check_args opened; os.write, not a text file's buffer and encoder
-        data = "".join(line + "\n" for line in lines).encode()
+        data = text.encode()
         while data:
             data = data[os.write(fd, data) :]
     finally:
         os.close(fd)
     return ""
+
+
+def buffer_paths(token: str, buffer: dict, mount_root: str) -> str:
+    """The path file's text of job `token` whose buffer spec (JSON, as etcd holds it) is
+    `buffer`: the one place of it, for `paths` and for the answerer's paths files
+    (dacservice/pathsfiles.py)."""
+    from daccore.services import jobs
+
+    request = buffer["request"]
+    return _lines(jobs.paths_for(token, request["access"], request["persistent"], mount_root))
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
 
 
 def show(args, settings: dict, store) -> str:

@@ -40,6 +40,10 @@ the wall clock, Lua 5.1 has no finer one) bounds how long a file an answerer sto
 left behind is believed: under POOLS_GOOD_FOR + 1 s. burst_buffer.lua asks the socket when
 the file is missing, expired, or dated in the future (a clock set back).
 
+The paths files (published.py): beside it, `paths/<job id>` holds each job buffer's `paths`
+answer, made to follow the mirror just before each pools file is written, so a pools file
+believed vouches for them; burst_buffer.lua reads the job's at its start instead of asking.
+
 Who may connect: root and SlurmUser (the config's `slurm_user`, as for `dacctl --function`),
 checked on every connection with the peer's credentials (SO_PEERCRED); anyone else is refused
 before a byte is read. The socket's directory is this process's own, 0700, or 0750 with
@@ -64,6 +68,7 @@ from typing import TYPE_CHECKING, cast
 from daccore.errors import AdminError, StoreUnavailable
 from dacctl import datawarp
 from dacservice.mirror import Mirror, MirrorClient, Unsure
+from dacservice.published import PathsFiles, replace
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -153,7 +158,9 @@ class Answerer:
         self.listener = _listen(path, self._settings["slurm_user"])
         directory = os.path.dirname(path) or "."
         self.pools_path = os.path.join(directory, POOLS_FILE)
-        self._group = os.stat(directory).st_gid  # _listen made it ours, and set its group
+        st = os.stat(directory)  # _listen made it ours, and set its group and mode
+        self._group = st.st_gid
+        self.paths_files = PathsFiles(directory, st.st_gid, st.st_mode & 0o777)
         self._published: tuple[object, ...] | None = None  # what the pools file holds
         self._renew_at = 0.0
 
@@ -253,14 +260,16 @@ class Answerer:
     def _publisher(self) -> None:
         while not self._stopped.wait(PUBLISH_EVERY):
             try:
-                self.publish_pools()
+                self.publish()
             except Exception:  # noqa: BLE001 - the file goes; the hook asks the socket
                 log.exception("writing %s failed", self.pools_path)
                 self._unpublish()
 
-    def publish_pools(self, now: float | None = None) -> None:
+    def publish(self, now: float | None = None) -> None:
         """The pools file made to hold what the socket would answer now, or removed when the
-        mirror is not confirmed current (module docstring)."""
+        mirror is not confirmed current (module docstring); the paths files
+        (dacservice/published.py) made to follow the mirror first, so that a pools file
+        believed vouches for them too."""
         mirror = self.mirror
         if mirror is None or not mirror.fresh():
             self._unpublish()
@@ -273,11 +282,16 @@ class Answerer:
         if source != "mirror" or isinstance(result, str):
             self._unpublish()  # refused, or etcd's answer: not the mirror's, so not kept
             return
+        if what != self._published:  # the mirror's content or the config moved
+            n = self.paths_files.update(mirror, self._settings["mount_root"])
+            if n:
+                with self._lock:
+                    self.counts["paths:files"] = self.counts.get("paths:files", 0) + n
         rc, out, _ = result
         body = out.encode("utf-8", "surrogateescape")
         expires = int(now) + POOLS_GOOD_FOR + 1
         head = b"%s %d %d %d\n" % (POOLS_MAGIC, expires, rc, len(body))
-        _replace(self.pools_path, head + body, self._group)
+        replace(self.pools_path, head + body, self._group)
         self._published, self._renew_at = what, now + RENEW_EVERY
         self._count("pools:file")
 
@@ -308,6 +322,7 @@ class Answerer:
                 os.unlink(path)
             except OSError:
                 pass
+        self.paths_files.clear()
 
     def _count(self, what: str) -> None:
         with self._lock:
@@ -465,25 +480,6 @@ def _bounded(store: Store) -> Store:
 
     store.client._call = bounded  # type: ignore[method-assign]  # this store's client only
     return store
-
-
-def _replace(path: str, data: bytes, group: int) -> None:
-    """`path` (in the answerer's own directory) replaced whole by `data`, mode 0640 with the
-    directory's group: a reader sees the old file or the new, never a part."""
-    tmp = path + ".new"
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
-    try:
-        if os.fstat(fd).st_gid != group:
-            os.fchown(fd, -1, group)
-        os.fchmod(fd, 0o640)  # whatever the umask
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
 
 
 def _decode(word: str) -> str:

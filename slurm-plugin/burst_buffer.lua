@@ -32,8 +32,9 @@ Why it is written this way:
     process, with lua-socket (Debian's lua-socket for Lua 5.1), which answers what dacctl would
     in well under a millisecond. When lua-socket is missing, the socket absent, the answerer
     refuses or is slower than DAC_ANSWERER_TIMEOUT, they fork dacctl as every other hook does,
-    with what is left of 2 s (DAC_HOT_TIMEOUT). pools first reads the answer the answerer
-    keeps in a file beside its socket (pools_file below), and asks only when there is none.
+    with what is left of 2 s (DAC_HOT_TIMEOUT). pools and paths first read the answer the
+    answerer keeps in a file beside its socket (pools_file and paths_file below), and ask only
+    when there is none to believe.
   * Slurm loads this file into a fresh Lua state for every call (burst_buffer_lua.c), inside
     the time slurmctld reports for a hook, so the three in-process hooks pay for loading all of
     it on every sbatch (docs/performance.md, "as slurmctld times them"). So: burst_buffer.env
@@ -397,10 +398,42 @@ function slurm_bb_pools(...)
 	return hot("pools", {})
 end
 
+-- The job's paths answer the answerer keeps beside its socket (dacservice/published.py, "the
+-- paths files"): the path file's text, or nil when there is none to believe. Read, not asked:
+-- paths runs as each job starts, beside the other jobs' starts and forks, where waking the
+-- answerer was most of its time. Believed only while the pools file is (the answerer's mirror
+-- confirmed current); a job without one (no buffer of its own) asks.
+local function paths_file(socket, job_id)
+	if type(job_id) ~= "string" or not string.match(job_id, "^%d+$") or #job_id > 10 then
+		return nil
+	end
+	if pools_file(socket) == nil then
+		return nil
+	end
+	local f = io.open((string.gsub(socket, "[^/]*$", "")) .. "paths/" .. job_id, "rb")
+	if f == nil then
+		return nil
+	end
+	local data = f:read("*a") or ""
+	f:close()
+	local n, text = string.match(data, "^dac%-paths/1 (%d+)\n(.*)$")
+	if n == nil or #text ~= tonumber(n) then
+		return nil
+	end
+	return text
+end
+
 -- 23.02+: (job_id, job_script, path_file, uid, gid, job_info). A job array's task: the array's
 -- id, which paths (inside slurmctld, so no scontrol) needs on 24.11+ to find the script Slurm
 -- never wrote for the task (dacctl/slurm_args.py).
 function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
+	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
+	if socket ~= "none" then
+		local text = paths_file(socket, job_id)
+		if text ~= nil and write_pathfile(path_file, text) then
+			return finish("paths", 0, "")
+		end
+	end
 	local args = { "--token", job_id, "--job", job_script, "--pathfile", path_file }
 	local array = type(job_info) == "table" and tonumber(job_info.array_job_id) or nil
 	if array ~= nil and array > 0 and array ~= tonumber(job_id) then

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clitools import BIN
-from fuzzrun import local_dac
+from fuzzrun import as_process, local_dac
 from lua_answerer import raw_request
 
 from dacservice.answerer import MAX_LINE, READ_TIMEOUT, ask
@@ -77,6 +77,14 @@ def answerer():
         top.mkdir(mode=0o755)
         top.chmod(0o755)
         sock = top / "run" / "socket"
+        job = workdir / "job31.sh"  # user A's job buffer: its paths file (published.py)
+        job.write_text("#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\n")
+        made = as_process(
+            ["--function", "setup", "--token", "31", "--caller", "SLURM", "--user", str(A[0]),
+             "--groupid", str(A[1]), "--capacity", "default:100MiB", "--job", str(job)],
+            {**env, "DAC_CONFIG": str(path)},
+        )  # fmt: skip
+        assert made[0] == 0, made
         log = open(workdir / "answerer.log", "ab")
         proc = subprocess.Popen(
             [str(BIN / "dac-answerer"), "--socket", str(sock)],
@@ -179,6 +187,37 @@ def test_answerer_pools_file_is_closed_to_users_and_read_by_slurm_user(answerer)
     assert _read_as(A, pools, groups=str(slurm.pw_gid)).startswith("READ ")
     seen = _as(A, sock, "dac-answer/1 stats", groups=str(slurm.pw_gid))
     assert "pools" in seen["LISTED"]
+
+
+def test_answerer_paths_files_are_closed_to_users_and_read_by_slurm_user(answerer):
+    """The paths files burst_buffer.lua reads at a job's start (published.py): a directory
+    in the socket's, with its owner, group and mode; each file 0640 with SlurmUser's group.
+    Neither user, not even the job's owner, may list them, read them or put one there."""
+    sock, _ = answerer
+    slurm = pwd.getpwnam(SLURM_USER)
+    paths = sock.parent / "paths"
+    mine = paths / "31"
+    deadline = time.monotonic() + 5
+    while not mine.exists():
+        assert time.monotonic() < deadline, "the answerer wrote no paths file for job 31"
+        time.sleep(0.05)
+    st = os.stat(paths)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, slurm.pw_gid, 0o750)
+    st = os.stat(mine)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, slurm.pw_gid, 0o640)
+    assert mine.read_bytes().startswith(b"dac-paths/1 ")
+    for user in (A, B):
+        assert _read_as(user, mine) == "EACCES", user
+        assert _read_as(user, paths / "32") == "EACCES", user  # nor learn which jobs have one
+    assert _read_as((slurm.pw_uid, slurm.pw_gid), mine).startswith("READ ")
+    for user in (A, B):  # in SlurmUser's group (as for the pools file): read, never written
+        r = subprocess.run(
+            ["/usr/bin/setpriv", *_ids(user, str(slurm.pw_gid)), "/usr/bin/python3", "-I", "-c",
+             "import sys; open(sys.argv[1], 'wb')", str(paths / "33")],
+            capture_output=True, text=True, timeout=30, cwd="/",
+        )  # fmt: skip
+        assert r.returncode != 0 and "PermissionError" in r.stderr, r
+    assert not (paths / "33").exists()
 
 
 def test_answerer_answers_root_and_slurm_user(answerer):

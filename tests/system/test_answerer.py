@@ -83,6 +83,7 @@ class Answerer:
         self.proc.wait(timeout=10)
         self.log.close()
         assert pools_file(self) is None  # not left to be believed for its last second
+        assert not (self.path.parent / "paths").exists()  # nor its paths files
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +223,20 @@ def test_pools_answers_as_the_fork_does_and_follows_etcd(dac):
     file_says(a, forked)
 
 
+def paths_file_says(a: Answerer, token: str, text: bytes | None, timeout: float = 3.0) -> None:
+    """The answerer's paths file of job `token` (dacservice/published.py) comes to hold
+    `text` (None: comes to be absent), within PUBLISH_EVERY of the mirror."""
+    path = a.path.parent / "paths" / token
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = path.read_bytes() if path.exists() else None
+        want = None if text is None else b"dac-paths/1 %d\n" % len(text) + text
+        if seen == want:
+            return
+        assert time.monotonic() < deadline, (seen, want)
+        time.sleep(0.02)
+
+
 def _paths(dac, token: str, script: Path, *more: str):
     workdir = dac[0]
     files = [workdir.parent / f"pathfile.{token}.{n}" for n in ("fork", "answer")]
@@ -264,8 +279,10 @@ def test_paths_answers_as_the_fork_does(dac):
         "DW_PERSISTENT_STRIPED_proj1=".encode()
     )
     assert a.stats()["paths:mirror"] == before + 2  # written, and replied
+    paths_file_says(a, "7", forked[1])  # what burst_buffer.lua reads at the job's start
     # no buffer for job 21: its persistentdw names from the script, read from etcd to be sure
     assert _paths(dac, "21", persistent)[0] == _paths(dac, "21", persistent)[1]
+    paths_file_says(a, "21", None)  # its lines are in its script: asked, never a file
     for bad in (["--array-job", "x"], ["--array-job", "5"]):
         forked, answered = _paths(dac, "22", scratch / "absent.sh", *bad)
         assert forked == answered
@@ -283,8 +300,10 @@ def test_paths_of_a_buffer_made_a_moment_ago_is_that_buffers(dac):
         forked, answered = _paths(dac, "9", job)
         assert forked == answered
         assert answered[1] == f"DW_JOB_PRIVATE={workdir}/mnt/9/private\n".encode()
+        paths_file_says(a, "9", answered[1])
     finally:
         fn(env, "teardown", "--token", "9", "--job", str(job))
+    paths_file_says(a, "9", None)  # gone with its buffer
 
 
 def test_a_config_change_is_answered_without_a_restart(dac):
@@ -297,11 +316,12 @@ def test_a_config_change_is_answered_without_a_restart(dac):
         forked, answered = _paths(dac, "7", scratch / "job7.sh")
         assert forked == answered
         assert answered[1].startswith(b"DW_JOB_STRIPED=/elsewhere/7/striped\n")
+        paths_file_says(a, "7", answered[1])
     finally:
         config.write_text(text)
-    assert _paths(dac, "7", scratch / "job7.sh")[1][1].startswith(
-        f"DW_JOB_STRIPED={workdir}".encode()
-    )
+    again = _paths(dac, "7", scratch / "job7.sh")[1][1]
+    assert again.startswith(f"DW_JOB_STRIPED={workdir}".encode())
+    paths_file_says(a, "7", again)
 
 
 def test_etcd_out_of_reach_is_refused_within_the_bound_then_answered_again(dac):

@@ -294,3 +294,80 @@ def test_none_reads_no_pools_file(tmp_path, monkeypatch):
     _pools_file(tmp_path, 2, "from the file")
     rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", "none")
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
+
+
+def _paths_file(tmp_path, job: str, text: bytes, n: int | None = None) -> None:
+    (tmp_path / "paths").mkdir(exist_ok=True)
+    head = b"dac-paths/1 %d\n" % (len(text) if n is None else n)
+    (tmp_path / "paths" / job).write_bytes(head + text)
+
+
+def test_paths_reads_the_jobs_paths_file_and_asks_nothing(tmp_path):
+    """The answerer's paths file (dacservice/published.py), believed while the pools file is:
+    its text becomes the job's path file, and the answerer is not woken."""
+    text = b"DW_JOB_STRIPED=/mnt/dac/12/striped\nDW_PERSISTENT_STRIPED_p=/mnt/dac/12/ps/p\n"
+    _pools_file(tmp_path, 2, "{}")
+    _paths_file(tmp_path, "12", text)
+    _paths_file(tmp_path, "13", b"DW_JOB_PRIVATE=/not/this/job\n")
+    pathfile = tmp_path / "path"
+    pathfile.write_bytes(b"")  # as Slurm hands it
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!")
+    try:
+        rc, out, argv, _, _, _ = hook(
+            tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}", "1001", "1002")', a.path
+        )
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, "", None)
+    assert a.lines == []
+    assert pathfile.read_bytes() == text
+
+
+@pytest.mark.parametrize(
+    "pools, job, n, there",
+    [
+        (None, "12", None, b""),  # no pools file: the answerer's mirror is not vouched for
+        (0, "12", None, b""),  # an expired one: an answerer stopped or hung left them
+        (2, "13", None, b""),  # no file for this job (no buffer of its own)
+        (2, "12", 3, b""),  # cut short
+        (2, "12", None, b"x"),  # a path file not empty: Lua cannot cut it short
+    ],
+)
+def test_paths_asks_the_socket_when_its_file_is_not_to_be_believed(tmp_path, pools, job, n, there):
+    if pools is not None:
+        _pools_file(tmp_path, pools, "{}")
+    _paths_file(tmp_path, job, b"DW_JOB_STRIPED=/from/the/file\n", n)
+    lines = b"DW_JOB_STRIPED=/asked\n"
+    pathfile = tmp_path / "path"
+    pathfile.write_bytes(there)
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
+    try:
+        rc, _, argv, _, _, _ = hook(
+            tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
+        )
+    finally:
+        a.close()
+    assert (rc, argv) == (0, None)
+    assert (
+        a.lines[0] == f"dac-answer/2 paths reply:pathfile --token 12 --job /s/script "
+        f"--pathfile {pathfile}\n"
+    )
+    if not there:
+        assert pathfile.read_bytes() == lines
+
+
+def test_paths_reads_no_file_of_a_job_id_that_is_not_one(tmp_path):
+    _pools_file(tmp_path, 2, "{}")
+    (tmp_path / "elsewhere").write_bytes(b"dac-paths/1 6\nX=1\n\n")
+    pathfile = tmp_path / "path"
+    pathfile.write_bytes(b"")
+    lines = b"asked\n"
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
+    try:
+        rc, _, argv, _, _, _ = hook(
+            tmp_path, f'slurm_bb_paths("../elsewhere", "/s/script", "{pathfile}")', a.path
+        )
+    finally:
+        a.close()
+    assert (rc, argv) == (0, None)
+    assert len(a.lines) == 1 and pathfile.read_bytes() == lines

@@ -1,0 +1,153 @@
+"""What the answerer keeps in files beside its socket for burst_buffer.lua to read instead of
+asking (answerer.py): each file replaced whole (`replace`), in the socket's own directory, so
+the same people may read it as may reach the socket. The pools file is the answerer's own
+(`Answerer.publish`); the paths files are this module's.
+
+The paths files. `slurm_bb_paths` runs under slurmctld's job lock as each job starts, in the
+same moments as the other jobs' starts, their forked `pre_run`s and dacd's playbooks: a round
+trip to the answerer is a process woken on a busy machine (docs/performance.md). Yet the
+answer for a job with a buffer never needs the caller: it is its spec's `request.access` and
+`request.persistent` under the config's mount root (dacctl/datawarp.py, `buffer_paths`), set
+when the buffer is made. So for every key `buffers/<job id>` the mirror holds, the answerer
+keeps `paths/<job id>`: `dac-paths/1 <n>\\n` then the path file's n bytes, the very text
+`dacctl --function paths` writes, rewritten when the spec or the config changes and removed
+with it, within PUBLISH_EVERY of the mirror. burst_buffer.lua believes one only while the
+pools file is believed (the mirror confirmed current within the last 1-2 s), and asks the
+socket otherwise, or when there is no file (a job without a buffer: its persistentdw names are
+in its script). A spec that is not what `paths` reads (not JSON, no `request.access` string,
+no list of names) gets no file: asked, it gets the fork's own answer. A new answerer removes
+what one before it left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from typing import TYPE_CHECKING
+
+from daccore.records.keys import prefix_end
+from dacctl.datawarp import buffer_paths
+
+if TYPE_CHECKING:
+    from dacservice.mirror import Mirror
+
+__all__ = ["PathsFiles", "replace", "PATHS_DIRECTORY", "PATHS_MAGIC"]
+
+
+PATHS_DIRECTORY = "paths"
+PATHS_MAGIC = b"dac-paths/1"
+#: a job id: what burst_buffer.lua looks up (Slurm's uint32)
+_MAX_JOB_DIGITS = 10
+
+
+def replace(path: str, data: bytes, group: int) -> None:
+    """`path` (in the answerer's own directory) replaced whole by `data`, mode 0640 with the
+    directory's group: a reader sees the old file or the new, never a part."""
+    tmp = path + ".new"
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    try:
+        if os.fstat(fd).st_gid != group:
+            os.fchown(fd, -1, group)
+        os.fchmod(fd, 0o640)  # whatever the umask
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def _is_job(name: str) -> bool:
+    return 0 < len(name) <= _MAX_JOB_DIGITS and name.isascii() and name.isdigit()
+
+
+def paths_file(job: str, value: bytes, mount_root: str) -> bytes | None:
+    """The paths file of job `job` whose spec is `value` (etcd's bytes), None when the spec is
+    not what `paths` reads (module docstring)."""
+    try:
+        doc = json.loads(value)
+        request = doc["request"]
+        access, persistent = request["access"], request["persistent"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(access, str) or not isinstance(persistent, list):
+        return None
+    if not all(isinstance(p, str) for p in persistent):
+        return None
+    try:
+        body = buffer_paths(job, doc, mount_root).encode()
+    except UnicodeEncodeError:
+        return None
+    return b"%s %d\n" % (PATHS_MAGIC, len(body)) + body
+
+
+class PathsFiles:
+    """The paths files of one answerer, in `directory`/PATHS_DIRECTORY (module docstring)."""
+
+    def __init__(self, directory: str, group: int, mode: int):
+        self.path = os.path.join(directory, PATHS_DIRECTORY)
+        self._group, self._mode = group, mode
+        #: job -> (the spec's mod_revision, the file's bytes) of every file written
+        self._written: dict[str, tuple[int, bytes]] = {}
+        self._built_for: tuple[Mirror, str] | None = None
+        self.clear()
+        os.mkdir(self.path, self._mode)
+        os.chown(self.path, -1, self._group)
+        os.chmod(self.path, self._mode)  # whatever the umask
+
+    def clear(self) -> None:
+        """No paths file left (at the start, what an answerer before this one left; at the
+        close, this one's)."""
+        try:
+            if stat.S_ISDIR(os.lstat(self.path).st_mode):
+                shutil.rmtree(self.path)
+            else:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self._written, self._built_for = {}, None
+
+    def update(self, mirror: Mirror, mount_root: str) -> int:
+        """The files made to hold what the mirror's buffer specs say now; how many were
+        written or removed. Only specs whose revision moved are read again, unless the
+        mirror or the mount root are not those the files were built for."""
+        prefix = mirror.keys.buffers
+        with mirror.lock:
+            kvs, _ = mirror.read(prefix, prefix_end(prefix), False, 0)
+        again = self._built_for != (mirror, mount_root)
+        seen: set[str] = set()
+        done = 0
+        for kv in kvs:
+            job = kv.key[len(prefix) :]
+            if not _is_job(job):
+                continue
+            seen.add(job)
+            old = self._written.get(job)
+            if old is not None and old[0] == kv.mod_revision and not again:
+                continue
+            data = paths_file(job, kv.value, mount_root)
+            if data is None:
+                done += self._remove(job)
+            elif old is None or old[1] != data:
+                replace(os.path.join(self.path, job), data, self._group)
+                self._written[job] = (kv.mod_revision, data)
+                done += 1
+            else:
+                self._written[job] = (kv.mod_revision, data)
+        for job in set(self._written) - seen:
+            done += self._remove(job)
+        self._built_for = (mirror, mount_root)
+        return done
+
+    def _remove(self, job: str) -> int:
+        if self._written.pop(job, None) is None:
+            return 0
+        try:
+            os.unlink(os.path.join(self.path, job))
+        except FileNotFoundError:
+            pass
+        return 1
