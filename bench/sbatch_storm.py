@@ -7,11 +7,17 @@ same 1,000 with the answerer stopped, where every job_process forks dacctl (the 
 as DAC_LOCAL_ANSWERER=0 runs it).
 
     .venv/bin/python bench/sbatch_storm.py [--slurm-release 22.05|24.11|26.05] [--jobs N]
-        [--cpu]
+        [--cpu] [--floor]
 
 Each run's line also says slurmctld's own median time per submission (its RPC handler, the
 hooks included, as it logs it). `--cpu`: after each run, the processes that used the most CPU,
 in ms per submission, read from /proc before and after.
+
+`--floor`: also the same #DW jobs through burst_buffer/lua with a stand-in burst_buffer.lua
+whose every hook returns success at once (FLOOR_LUA: no socket, no file, no fork), after no
+burst buffer's run: what Slurm's burst_buffer/lua costs a submission by itself (a fresh Lua
+state per call, the job's record packed and pushed to it on 24.11+), which no script can win
+back; dac's own share is the difference between its rate and the floor's.
 
 Runs in one local DAC (2 servers, 2 Slurm nodes; needs root): dac first, then the answerer
 stopped, then slurm.conf without BurstBufferType and slurmctld restarted on its saved state,
@@ -43,6 +49,32 @@ DW = """#!/bin/bash
 #DW stage_in type=directory source=/tmp/in destination=$DW_JOB_STRIPED/in
 srun hostname
 """
+
+
+#: `--floor`'s pools: the local DAC's (2 servers x 4 bricks of 1 GiB), as dac answers them
+POOLS = (
+    '{"pools": [{"id": "default", "units": "bytes", "granularity": 1073741824, '
+    '"quantity": 8, "free": 8}]}'
+)
+#: `--floor`'s burst_buffer.lua: every hook any release requires, each answering success at once
+FLOOR_LUA = "".join(
+    f"function slurm_bb_{name}(...)\n\treturn slurm.SUCCESS, {answer}\nend\n"
+    for name, answer in (
+        ("job_process", '""'),
+        ("pools", "'" + POOLS + "'"),
+        ("job_teardown", '""'),
+        ("setup", '""'),
+        ("data_in", '""'),
+        ("test_data_in", '""'),
+        ("real_size", '""'),
+        ("paths", '""'),
+        ("pre_run", '""'),
+        ("post_run", '""'),
+        ("data_out", '""'),
+        ("test_data_out", '""'),
+        ("get_status", '""'),
+    )
+)
 
 
 def cpu_by_process() -> dict[tuple[str, str], int]:
@@ -247,6 +279,26 @@ def main() -> int:
         # dac again, after: the load on a shared machine drifts, so dac's rate is the mean of
         # one run before and one after no burst buffer's (A-B-A)
         sub.cluster.conf.write_text(conf)
+        if "--floor" in sys.argv:
+            script = sub.cluster.conf.parent / "burst_buffer.lua"
+            ours = script.read_bytes()
+            script.write_text(FLOOR_LUA)
+            try:
+                cluster.restart_slurmctld(work / "dac")
+                sub.storm(DW, 20, "warm-floor")
+                sub.cancel_all()
+                cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
+                secs, each = sub.storm(DW, jobs, "floor")
+                rates["floor"] = row(
+                    "Slurm's floor (hooks answering nothing)",
+                    jobs,
+                    secs,
+                    each,
+                    f"{load}; {cpu()}; {sub.handled(mark)}",
+                )
+                sub.cancel_all()
+            finally:
+                script.write_bytes(ours)
         cluster.restart_slurmctld(work / "dac")
         sub.storm(DW, 20, "warm-again")
         sub.cancel_all()
@@ -257,6 +309,11 @@ def main() -> int:
         sub.cancel_all()
     ratio = rates["dac"] / rates["none"]
     ok = ratio >= RATIO
+    if "floor" in rates:
+        print(
+            f"Slurm's floor {rates['floor'] / rates['none']:.2f}x no burst buffer's; dac "
+            f"{rates['dac'] / rates['floor']:.2f}x the floor's"
+        )
     print(
         f"dac's rate (mean of both runs) {ratio:.2f}x no burst buffer's, budget >= {RATIO:.2f}x: "
         f"{'PASS' if ok else 'FAIL'}"
