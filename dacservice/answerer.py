@@ -43,6 +43,10 @@ the file is missing, expired, or dated in the future (a clock set back).
 The paths files (published.py): beside it, `paths/<job id>` holds each job buffer's `paths`
 answer, made to follow the mirror just before each pools file is written, so a pools file
 believed vouches for them; burst_buffer.lua reads the job's at its start instead of asking.
+The valid files (published.py), likewise: each job_process answer kept as valid (VALID_KEPT)
+for the mirror's content now is in `valid/<name>` (the request's words and script), all
+removed when that content or the config moves; burst_buffer.lua answers a request one holds
+whole without asking.
 
 Who may connect: root and SlurmUser (the config's `slurm_user`, as for `dacctl --function`),
 checked on every connection with the peer's credentials (SO_PEERCRED); anyone else is refused
@@ -68,7 +72,7 @@ from typing import TYPE_CHECKING, cast
 from daccore.errors import AdminError, StoreUnavailable
 from dacctl import datawarp
 from dacservice.mirror import Mirror, MirrorClient, Unsure
-from dacservice.published import PathsFiles, replace
+from dacservice.published import PathsFiles, ValidFiles, replace
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -150,6 +154,8 @@ class Answerer:
         self.mirror: Mirror | None = None
         self._epoch = 0  # raised at every config read (and mirror made): VALID_KEPT
         self._valid: dict[tuple[object, ...], None] = {}
+        self._valid_moves = 0  # raised at every change of _valid: the valid files follow it
+        self._valid_synced: tuple[object, ...] | None = None
         self._mirror_store: Store | None = None
         self._direct: Store | None = None
         self._stopping = False
@@ -161,6 +167,9 @@ class Answerer:
         st = os.stat(directory)  # _listen made it ours, and set its group and mode
         self._group = st.st_gid
         self.paths_files = PathsFiles(directory, st.st_gid, st.st_mode & 0o777)
+        self.valid_files = ValidFiles(
+            directory, st.st_gid, st.st_mode & 0o777, _file_owner(self._settings["slurm_user"])
+        )
         self._published: tuple[object, ...] | None = None  # what the pools file holds
         self._renew_at = 0.0
 
@@ -186,6 +195,7 @@ class Answerer:
             self._settings, self._identity = settings, identity
             self._epoch += 1  # what a kept answer was built from is gone
             self._valid.clear()
+            self._valid_moves += 1
             log.info("config %s read; answering for uids %s", path, sorted(self._allowed()))
         return self._settings
 
@@ -277,6 +287,7 @@ class Answerer:
         now = time.time() if now is None else now
         what = (mirror, mirror.changes, self._identity)
         if what == self._published and now < self._renew_at:
+            self._sync_valid(mirror)  # answers kept since
             return
         source, result = self.answer("pools", [])
         if source != "mirror" or isinstance(result, str):
@@ -287,6 +298,7 @@ class Answerer:
             if n:
                 with self._lock:
                     self.counts["paths:files"] = self.counts.get("paths:files", 0) + n
+        self._sync_valid(mirror)
         rc, out, _ = result
         body = out.encode("utf-8", "surrogateescape")
         expires = int(now) + POOLS_GOOD_FOR + 1
@@ -294,6 +306,25 @@ class Answerer:
         replace(self.pools_path, head + body, self._group)
         self._published, self._renew_at = what, now + RENEW_EVERY
         self._count("pools:file")
+
+    def _sync_valid(self, mirror: Mirror) -> None:
+        """The valid files (published.py) made to hold the answers kept for the mirror's
+        content and the config as they are now: the others removed."""
+        with self._lock:
+            epoch, changes = self._epoch, mirror.changes
+            synced = (mirror, epoch, changes, self._valid_moves)
+            if synced == self._valid_synced:
+                return
+            entries = [
+                (" ".join(cast("tuple[str, ...]", k[0])), cast("bytes", k[1]))
+                for k in self._valid
+                if k[2] == epoch and k[3] == changes
+            ]
+        n = self.valid_files.sync((mirror, epoch, changes), entries)
+        self._valid_synced = synced
+        if n:
+            with self._lock:
+                self.counts["valid:files"] = self.counts.get("valid:files", 0) + n
 
     def _unpublish(self) -> None:
         if self._published is not None or os.path.lexists(self.pools_path):
@@ -323,6 +354,7 @@ class Answerer:
             except OSError:
                 pass
         self.paths_files.clear()
+        self.valid_files.clear()
 
     def _count(self, what: str) -> None:
         with self._lock:
@@ -400,6 +432,7 @@ class Answerer:
             if len(self._valid) >= VALID_KEPT:
                 self._valid.clear()  # a full memo starts again: simpler than an order, and rare
             self._valid[key] = None
+            self._valid_moves += 1
 
     def answer(
         self,
@@ -480,6 +513,18 @@ def _bounded(store: Store) -> Store:
 
     store.client._call = bounded  # type: ignore[method-assign]  # this store's client only
     return store
+
+
+def _file_owner(slurm_user: str | None) -> int:
+    """Whose the valid files are (they hold users' scripts): SlurmUser's, when this process is
+    root and SlurmUser is another account; else -1, this process's own."""
+    if os.geteuid() != 0 or not slurm_user:
+        return -1
+    try:
+        uid = pwd.getpwnam(slurm_user).pw_uid
+    except KeyError:
+        return -1
+    return uid if uid != 0 else -1
 
 
 def _decode(word: str) -> str:

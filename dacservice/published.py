@@ -33,7 +33,16 @@ from dacctl.datawarp import buffer_paths
 if TYPE_CHECKING:
     from dacservice.mirror import Mirror
 
-__all__ = ["PathsFiles", "replace", "PATHS_DIRECTORY", "PATHS_MAGIC"]
+__all__ = [
+    "PathsFiles",
+    "ValidFiles",
+    "replace",
+    "valid_name",
+    "PATHS_DIRECTORY",
+    "PATHS_MAGIC",
+    "VALID_DIRECTORY",
+    "VALID_MAGIC",
+]
 
 
 PATHS_DIRECTORY = "paths"
@@ -42,20 +51,33 @@ PATHS_MAGIC = b"dac-paths/1"
 _MAX_JOB_DIGITS = 10
 
 
-def replace(path: str, data: bytes, group: int) -> None:
-    """`path` (in the answerer's own directory) replaced whole by `data`, mode 0640 with the
-    directory's group: a reader sees the old file or the new, never a part."""
+VALID_DIRECTORY = "valid"
+VALID_MAGIC = b"dac-valid/1"
+#: the largest prime under 2**32: `valid_name`'s modulus (exact in Lua 5.1's doubles)
+_P = 4294967291
+#: bytes of a script `valid_name` samples, evenly spaced: the name costs Lua the same for any
+#: script; the file holds the whole script, compared whole, so names that collide cost a
+#: round trip, never a wrong answer
+_SAMPLES = 64
+
+
+def replace(path: str, data: bytes, group: int, owner: int = -1, mode: int = 0o640) -> None:
+    """`path` (in the answerer's own directory) replaced whole by `data`, `mode` (0640) with
+    the directory's group (and `owner`, when not -1): a reader sees the old file or the new,
+    never a part."""
     tmp = path + ".new"
     try:
         os.unlink(tmp)
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        if os.fstat(fd).st_gid != group:
-            os.fchown(fd, -1, group)
-        os.fchmod(fd, 0o640)  # whatever the umask
-        os.write(fd, data)
+        st = os.fstat(fd)
+        if st.st_gid != group or owner not in (-1, st.st_uid):
+            os.fchown(fd, owner, group)
+        os.fchmod(fd, mode)  # whatever the umask
+        while data:
+            data = data[os.write(fd, data) :]
     finally:
         os.close(fd)
     os.rename(tmp, path)
@@ -148,6 +170,80 @@ class PathsFiles:
             return 0
         try:
             os.unlink(os.path.join(self.path, job))
+        except FileNotFoundError:
+            pass
+        return 1
+
+
+def valid_name(words: str, script: bytes) -> str:
+    """The valid file's name of a job_process request: its words but --job's (`--user U`, or
+    none) and its script, sampled (_SAMPLES). burst_buffer.lua's `valid_name` computes the
+    same: a test holds them to it."""
+    h = 0
+    for b in words.encode():
+        h = (h * 31 + b) % _P
+    n = len(script)
+    h = (h * 31 + n) % _P
+    for i in range(0, n, max(1, n // _SAMPLES)):
+        h = (h * 31 + script[i]) % _P
+    return "%08x" % h
+
+
+class ValidFiles:
+    """The valid files: the job_process answers the answerer keeps as valid (answerer.py,
+    VALID_KEPT), each in `valid/<valid_name>`: `dac-valid/1 <w> <n>\\n`, the request's words
+    (w bytes) and its script (n bytes). burst_buffer.lua reads the one its request would be
+    named by, believed only while the pools file is, and answers success without asking when
+    it holds the very words and script; otherwise it asks. `sync` makes the files hold what
+    the memo holds for the mirror's content now: every file goes when that content (or the
+    config) moves, within PUBLISH_EVERY; each file is 0600, SlurmUser's (a user's script)."""
+
+    def __init__(self, directory: str, group: int, mode: int, owner: int):
+        self.path = os.path.join(directory, VALID_DIRECTORY)
+        self._group, self._mode, self._owner = group, mode, owner
+        self._written: dict[str, tuple[str, bytes]] = {}  # name -> (words, script)
+        self._stamp: object = None
+        self.clear()
+        os.mkdir(self.path, self._mode)
+        os.chown(self.path, -1, self._group)
+        os.chmod(self.path, self._mode)
+
+    def clear(self) -> None:
+        try:
+            if stat.S_ISDIR(os.lstat(self.path).st_mode):
+                shutil.rmtree(self.path)
+            else:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self._written, self._stamp = {}, None
+
+    def sync(self, stamp: object, entries: list[tuple[str, bytes]]) -> int:
+        """The files made to hold `entries` ((words, script) valid for `stamp`, what they were
+        kept against); how many were written or removed."""
+        done = 0
+        if stamp != self._stamp:
+            for name in list(self._written):
+                done += self._remove(name)
+            self._stamp = stamp
+        wanted = {valid_name(w, s): (w, s) for w, s in entries}
+        for name in [n for n in self._written if n not in wanted]:
+            done += self._remove(name)
+        for name, (words, script) in wanted.items():
+            if self._written.get(name) == (words, script):
+                continue
+            w = words.encode()
+            head = b"%s %d %d\n" % (VALID_MAGIC, len(w), len(script))
+            path = os.path.join(self.path, name)
+            replace(path, head + w + script, self._group, self._owner, 0o600)
+            self._written[name] = (words, script)
+            done += 1
+        return done
+
+    def _remove(self, name: str) -> int:
+        self._written.pop(name, None)
+        try:
+            os.unlink(os.path.join(self.path, name))
         except FileNotFoundError:
             pass
         return 1

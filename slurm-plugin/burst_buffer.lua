@@ -32,9 +32,9 @@ Why it is written this way:
     process, with lua-socket (Debian's lua-socket for Lua 5.1), which answers what dacctl would
     in well under a millisecond. When lua-socket is missing, the socket absent, the answerer
     refuses or is slower than DAC_ANSWERER_TIMEOUT, they fork dacctl as every other hook does,
-    with what is left of 2 s (DAC_HOT_TIMEOUT). pools and paths first read the answer the
-    answerer keeps in a file beside its socket (pools_file and paths_file below), and ask only
-    when there is none to believe.
+    with what is left of 2 s (DAC_HOT_TIMEOUT). pools, paths and job_process first read the
+    answer the answerer keeps in a file beside its socket (pools_file, paths_file and
+    valid_file below), and ask only when there is none to believe.
   * Slurm loads this file into a fresh Lua state for every call (burst_buffer_lua.c), inside
     the time slurmctld reports for a hook, so the three in-process hooks pay for loading all of
     it on every sbatch (docs/performance.md, "as slurmctld times them"). So: burst_buffer.env
@@ -346,27 +346,6 @@ end
 -- larger one the answerer reads from its path
 local MAX_SCRIPT = 65536
 
--- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing. The script
--- (slurmctld's own file) is read here and sent with the request: the answerer then opens no
--- file, and keeps a valid answer by its bytes, so the same script again skips the checks.
-function slurm_bb_job_process(job_script, uid, ...)
-	local args = { "--job", job_script }
-	if type(uid) == "string" and string.match(uid, "^%d+$") then
-		table.insert(args, "--user")
-		table.insert(args, uid)
-	end
-	local script
-	local f = io.open(job_script, "rb")
-	if f ~= nil then
-		script = f:read(MAX_SCRIPT + 1)
-		f:close()
-		if script ~= nil and #script > MAX_SCRIPT then
-			script = nil
-		end
-	end
-	return hot("job_process", args, script)
-end
-
 -- The pools answer the answerer keeps in a file beside its socket (dacservice/answerer.py, "the
 -- pools file"): (exit status, stdout), or nil when there is none to believe. Read, not asked:
 -- Slurm calls pools every 30 s, so every call found the answerer idle, and the round trip was
@@ -385,6 +364,67 @@ local function pools_file(socket)
 		return nil
 	end
 	return rc, rest
+end
+
+-- The name of the valid file of a request's words and script (dacservice/published.py,
+-- valid_name, which a test holds this to): the words, the length and 64 evenly spaced bytes.
+local function valid_name(words, script)
+	local P, h = 4294967291, 0
+	for i = 1, #words do
+		h = (h * 31 + string.byte(words, i)) % P
+	end
+	local n = #script
+	h = (h * 31 + n) % P
+	for i = 1, n, math.max(1, math.floor(n / 64)) do
+		h = (h * 31 + string.byte(script, i)) % P
+	end
+	return string.format("%08x", h)
+end
+
+-- Whether the answerer keeps this very request (its words but --job's, and its script) as
+-- valid, in its valid file (dacservice/published.py, "the valid files"), believed only while
+-- the pools file is: then job_process is answered without waking the answerer.
+local function valid_file(socket, words, script)
+	if pools_file(socket) == nil then
+		return false
+	end
+	local dir = string.gsub(socket, "[^/]*$", "")
+	local f = io.open(dir .. "valid/" .. valid_name(words, script), "rb")
+	if f == nil then
+		return false
+	end
+	local data = f:read("*a") or ""
+	f:close()
+	local w, n, rest = string.match(data, "^dac%-valid/1 (%d+) (%d+)\n(.*)$")
+	return w ~= nil and tonumber(w) == #words and tonumber(n) == #script and rest == words .. script
+end
+
+-- 23.02+ passes uid, gid as the first varargs of job_process; 22.05 passes nothing. The script
+-- (slurmctld's own file) is read here and sent with the request: the answerer then opens no
+-- file, and keeps a valid answer by its bytes, so the same script again skips the checks, and
+-- once in its valid file, the round trip too.
+function slurm_bb_job_process(job_script, uid, ...)
+	local args = { "--job", job_script }
+	local words = ""
+	if type(uid) == "string" and string.match(uid, "^%d+$") then
+		table.insert(args, "--user")
+		table.insert(args, uid)
+		words = "--user " .. uid
+	end
+	local script
+	local f = io.open(job_script, "rb")
+	if f ~= nil then
+		script = f:read(MAX_SCRIPT + 1)
+		f:close()
+		if script ~= nil and #script > MAX_SCRIPT then
+			script = nil
+		end
+	end
+	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
+	if script ~= nil and socket ~= "none" and valid_file(socket, words, script) then
+		return finish("job_process", 0, "")
+	end
+	return hot("job_process", args, script)
 end
 
 function slurm_bb_pools(...)

@@ -63,12 +63,13 @@ def test_the_hooks_inside_slurmctld_are_answered_by_the_answerer_not_by_forks(sl
     for job_id in ids:
         _ran(slurm, job_id)
     after = _stats(slurm)
-    # each sbatch's job_process (the refused one too) came over the socket; each start's paths
+    # the first sbatch's job_process and the refused one's came over the socket (the next two,
+    # the same script, may read the valid file the answerer then keeps); each start's paths
     # from the job's paths file the answerer keeps beside it (dacservice/published.py: one
     # written for each buffer), else over the socket (the pools file not believed a moment);
     # pools since slurmctld started (at its start, and every 30 s), over the socket or from the
     # pools file; no fork logged, and each job saw its own path
-    assert _answered(before, after, "job_process") >= 4, (before, after)
+    assert _answered(before, after, "job_process") >= 2, (before, after)
     written = after.get("paths:files", 0) - before.get("paths:files", 0)
     assert written >= 3, (before, after)
     assert _answered(before, after, "paths") < 3, (before, after)  # a file read, at least
@@ -89,9 +90,11 @@ def test_the_answerer_killed_and_restarted_under_50_submissions_loses_no_job(slu
     held = JOB.replace("#SBATCH -o", "#SBATCH --hold\n#SBATCH -o")
     submitted: list[float] = []
 
-    def submit(_):
+    def submit(i):
         submitted.append(time.monotonic())
-        return slurm.sbatch(held)
+        # each its own script: none is answered from a valid file a killed answerer left
+        # (believed for up to 2 s), so the calls while none listens fork
+        return slurm.sbatch(f"{held}# submission {i}\n")
 
     with ThreadPoolExecutor(6) as pool:
         futures = [pool.submit(submit, i) for i in range(50)]

@@ -24,6 +24,7 @@ from fuzzrun import as_process, local_dac
 from lua_answerer import raw_request
 
 from dacservice.answerer import MAX_LINE, READ_TIMEOUT, ask
+from dacservice.published import valid_name
 
 A, B = (1234, 4321), (5678, 8765)
 SLURM_USER = "slurm"
@@ -218,6 +219,32 @@ def test_answerer_paths_files_are_closed_to_users_and_read_by_slurm_user(answere
         )  # fmt: skip
         assert r.returncode != 0 and "PermissionError" in r.stderr, r
     assert not (paths / "33").exists()
+
+
+def test_answerer_valid_files_hold_scripts_for_slurm_user_alone(answerer, tmp_path):
+    """The valid files burst_buffer.lua reads instead of asking job_process (published.py)
+    hold a user's job script: 0600 and SlurmUser's, so neither user reads one, not even in
+    SlurmUser's group; SlurmUser does."""
+    sock, _ = answerer
+    slurm = pwd.getpwnam(SLURM_USER)
+    data = b"#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\necho secret-token\n"
+    job = tmp_path / "job.sh"
+    job.write_bytes(data)
+    valid = sock.parent / "valid" / valid_name(f"--user {A[0]}", data)
+    deadline = time.monotonic() + 10
+    while not valid.exists():  # kept once the answer is valid (and the mirror stood still)
+        assert time.monotonic() < deadline, "the answerer wrote no valid file"
+        reply = ask(str(sock), "job_process", ["--job", str(job), "--user", str(A[0])], script=data)
+        assert reply[:2] == ("ANSWER", 0), reply
+        time.sleep(0.2)
+    st = os.stat(sock.parent / "valid")
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, slurm.pw_gid, 0o750)
+    st = os.stat(valid)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (slurm.pw_uid, slurm.pw_gid, 0o600)
+    for user in (A, B):
+        assert _read_as(user, valid) == "EACCES", user
+        assert _read_as(user, valid, groups=str(slurm.pw_gid)) == "EACCES", user
+    assert _read_as((slurm.pw_uid, slurm.pw_gid), valid) == f"READ {len(valid.read_bytes())}"
 
 
 def test_answerer_answers_root_and_slurm_user(answerer):

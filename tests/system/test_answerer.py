@@ -19,6 +19,7 @@ from fuzzrun import as_process, local_dac
 from lua_answerer import raw_request
 
 from dacservice.answerer import MAX_SCRIPT, ask
+from dacservice.published import valid_name
 
 BIN = Path(sys.executable).parent
 
@@ -84,6 +85,7 @@ class Answerer:
         self.log.close()
         assert pools_file(self) is None  # not left to be believed for its last second
         assert not (self.path.parent / "paths").exists()  # nor its paths files
+        assert not (self.path.parent / "valid").exists()  # nor its valid files
 
 
 @pytest.fixture(scope="module")
@@ -165,12 +167,23 @@ def test_a_valid_job_process_kept_is_checked_again_once_etcd_changes(dac):
         forked, answered = both(dac, "job_process", args, carried=True)
         assert forked == answered and forked[0] == 0
     assert a.stats()["job_process:kept"] > kept  # (unless every call saw another change)
+    # and in its valid file, which burst_buffer.lua reads instead of asking (published.py)
+    valid = a.path.parent / "valid" / valid_name("--user 1000", job.read_bytes())
+    want = b"dac-valid/1 11 %d\n--user 1000" % len(job.read_bytes()) + job.read_bytes()
+    deadline = time.monotonic() + 5
+    while not (valid.exists() and valid.read_bytes() == want):
+        assert time.monotonic() < deadline, "no valid file of the kept answer"
+        both(dac, "job_process", args, carried=True)  # kept again, if the mirror moved
+        time.sleep(0.05)
     fn(env, "create_persistent", "--token", "kept9", "--caller", "CLI", "--user", "1001",
        "--capacity", "default:512MiB")  # fmt: skip
     try:
         deadline = time.monotonic() + 5
         while (reply := ask(str(a.path), "job_process", args, script=job.read_bytes()))[1] == 0:
             assert time.monotonic() < deadline, "the kept answer outlived the change"
+            time.sleep(0.02)
+        while valid.exists():  # gone within PUBLISH_EVERY of the mirror's change
+            assert time.monotonic() < deadline, "the valid file outlived the change"
             time.sleep(0.02)
         forked, answered = both(dac, "job_process", args, carried=True)
         assert forked == answered and forked[0] == 1 and reply[1:] == answered

@@ -29,7 +29,7 @@ def server(monkeypatch):
     and datawarp.answer records each call, answering `result[0]`."""
     a = Answerer.__new__(Answerer)
     a._lock = threading.Lock()
-    a._epoch, a._valid = 1, {}
+    a._epoch, a._valid, a._valid_moves = 1, {}, 0
     a.mirror, a._mirror_store, a._direct = Mirror(), object(), object()  # type: ignore[assignment]
     monkeypatch.setattr(a, "_reload", lambda: {})
     calls: list = []

@@ -14,6 +14,7 @@ from lua_answerer import FakeAnswerer
 
 from daccore.share import asset
 from dacservice.answerer import MAX_SCRIPT
+from dacservice.published import valid_name
 
 LUA = asset("slurm", "burst_buffer.lua")
 
@@ -371,3 +372,64 @@ def test_paths_reads_no_file_of_a_job_id_that_is_not_one(tmp_path):
         a.close()
     assert (rc, argv) == (0, None)
     assert len(a.lines) == 1 and pathfile.read_bytes() == lines
+
+
+def _valid_file(tmp_path, words: str, script: bytes, stored=None) -> None:
+    """The answerer's valid file of (words, script) (dacservice/published.py), holding
+    `stored` (words, script) instead when given (a name two requests share)."""
+    (tmp_path / "valid").mkdir(exist_ok=True)
+    w, s = stored or (words, script)
+    head = b"dac-valid/1 %d %d\n" % (len(w.encode()), len(s))
+    (tmp_path / "valid" / valid_name(words, script)).write_bytes(head + w.encode() + s)
+
+
+SCRIPT = b"#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=striped\nsrun x\n"
+
+
+def test_job_process_kept_valid_by_the_answerer_is_answered_without_asking(tmp_path):
+    """Its valid file (the request's words and script, whole), believed while the pools file
+    is: success at once, and the answerer is not woken."""
+    script = tmp_path / "job.sh"
+    script.write_bytes(SCRIPT)
+    _pools_file(tmp_path, 2, "{}")
+    _valid_file(tmp_path, "--user 1001", SCRIPT)
+    a = FakeAnswerer(tmp_path / "s", b"REFUSE asked\n")
+    try:
+        rc, out, argv, _, _, _ = hook(
+            tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
+        )
+        old = hook(tmp_path, f'slurm_bb_job_process("{script}")', a.path)  # 22.05: no uid
+    finally:
+        a.close()
+    assert (rc, out, argv) == (0, "", None)
+    assert a.lines == [f"dac-answer/2 job_process --job {script}\n"]  # the 22.05 call alone
+    assert a.scripts == [SCRIPT]
+    assert old[:3] == (0, "forked", ["--function", "job_process", "--job", str(script)])
+
+
+@pytest.mark.parametrize(
+    "pools, words, stored",
+    [
+        (None, "--user 1001", None),  # no pools file: the answerer's mirror is not vouched for
+        (0, "--user 1001", None),  # expired
+        (2, "--user 1002", None),  # kept for another user
+        (2, "--user 1001", ("--user 1001", SCRIPT + b"rm -rf x\n")),  # another script's
+        (2, "--user 1001", ("--user 10011", SCRIPT)),  # another user's, by its name
+    ],
+)
+def test_job_process_asks_when_no_valid_file_holds_its_very_request(tmp_path, pools, words, stored):
+    script = tmp_path / "job.sh"
+    script.write_bytes(SCRIPT)
+    if pools is not None:
+        _pools_file(tmp_path, pools, "{}")
+    _valid_file(tmp_path, words, SCRIPT, stored)
+    a = FakeAnswerer(tmp_path / "s", b"ANSWER 1 9\nline 2: x")
+    try:
+        rc, out, argv, _, _, _ = hook(
+            tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
+        )
+    finally:
+        a.close()
+    assert (rc, out, argv) == (-1, "line 2: x", None)  # the answerer's refusal, as asked
+    assert a.lines == [f"dac-answer/2 job_process --job {script} --user 1001\n"]
+    assert a.scripts == [SCRIPT]
