@@ -4,12 +4,12 @@ as Slurm itself reports them (bench/hot_path.py times the same calls inside Lua,
 
 With DebugFlags=BurstBuffer at SlurmctldDebug=verbose (`scontrol setdebug verbose`: the local
 DAC logs at info), burst_buffer/lua logs each call's time in microseconds (TIMING below). JOBS
-burst-buffer jobs are submitted held (a job_process each), RUN of them released and run to
-the end (a paths each); pools is called every 30 s on Slurm's own schedule: the bench waits for
+burst-buffer jobs are submitted held (a job_process each), RUN of them (all) released and run
+to the end (a paths each); pools is called every 30 s on Slurm's own schedule: the bench waits for
 POOLS of them. All are cancelled after.
 
     .venv/bin/python bench/slurm_hooks.py [--slurm-release 22.05|24.11|26.05] [--probes]
-                                          [--distinct]
+                                          [--distinct] [--site] [--floor-paths]
 
 The JOBS scripts are one script, as a workflow submits it, so after the first the answerer
 gives job_process its kept answer (dacservice/answerer.py, VALID_KEPT); `--distinct` ends each
@@ -20,11 +20,23 @@ burst_buffer.lua compiled, Slurm's `slurm` table, the chunk, the hook, lua-socke
 close) with uprobes in slurmctld (bench/lua_probes.py; needs perf, Debian's linux-perf, which
 `make deps` does not install): about 0.05 ms a call more.
 
+`--site`: the local DAC's dacd processes (its storage servers and compute nodes, and the
+playbooks they run) at SCHED_IDLE, as if on other hosts: a site's controller runs slurmctld and
+the hooks' forks, not the filesystems' builds and mounts, which on this one machine share its
+two cores with slurmctld as the jobs start.
+
+`--floor-paths`: burst_buffer.lua's `slurm_bb_paths` replaced by one that returns success at
+once (no file read, none written; the jobs' DW_* variables go unset, which their script does
+not need), the rest dac's: what slurmctld's timing of paths is with nothing of dac's in it,
+under the same job starts, Slurm's own floor (its job record packed and unpacked on 24.11+, a
+Lua state made, loaded and closed).
+
 Needs root (a local DAC with that release's Slurm, 2 nodes).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import sys
@@ -37,7 +49,10 @@ from lua_probes import recorded  # noqa: E402
 from sbatch_storm import Submitter, conditions  # noqa: E402
 
 JOBS = 100
-RUN = 10
+#: jobs released and run (a paths each): all of them, so that paths' p99 is one of 100 calls,
+#: not the slowest of a few; 8 bricks run them in waves, each start among the others' setups,
+#: pre_runs and teardowns
+RUN = 100
 #: slurmctld calls pools every 30 s: this many samples of it (the bench waits for them)
 POOLS = 3
 MEDIAN_MS, P99_MS = 1.0, 5.0
@@ -59,6 +74,31 @@ def timings(log: str) -> dict[str, list[float]]:
     return out
 
 
+def idle_class(pids: list[int]) -> int:
+    """Every thread of `pids` put in SCHED_IDLE (their children inherit it); how many."""
+    n = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+            n += 1
+    return n
+
+
+def floor_paths(script: Path) -> None:
+    """`--floor-paths`: dac's burst_buffer.lua with a slurm_bb_paths answering nothing, compiled
+    as the local DAC installs it (Slurm loads the file afresh at every call)."""
+    from daccore.share import asset
+    from dacctl.slurm_files import LUA_SCRIPT, lua_bytecode_of
+    from daclocal.slurm import lua_bytecode_default
+
+    source = asset("slurm", LUA_SCRIPT).read_text()
+    source += '\nfunction slurm_bb_paths(...)\n\treturn slurm.SUCCESS, ""\nend\n'
+    data = source.encode()
+    if lua_bytecode_default():
+        data = lua_bytecode_of(data, f"@{script}", "lua5.1")
+    script.write_bytes(data)
+
+
 def main() -> int:
     if {"-h", "--help"} & set(sys.argv[1:]):  # a whole run takes minutes: not for a typo
         print(__doc__)
@@ -67,6 +107,11 @@ def main() -> int:
     distinct = "--distinct" in sys.argv
     with local_dac(servers=2, bricks_per_server=4, release=rel) as (state, _env, work):
         sub = Submitter(state, work)
+        if "--site" in sys.argv:
+            n = idle_class([d["pid"] for d in state.dacd])
+            print(f"--site: {len(state.dacd)} dacd ({n} threads) at SCHED_IDLE")
+        if "--floor-paths" in sys.argv:
+            floor_paths(sub.cluster.conf.parent / "burst_buffer.lua")
         r = sub.run("scontrol", "setdebug", "verbose", as_user=False)
         assert r.returncode == 0, r.stderr
         log = Path(state.workdir) / "slurm" / "log" / "slurmctld.log"
@@ -81,7 +126,7 @@ def main() -> int:
         ids = sub.run("squeue", "-h", "-o", "%i", "-u", sub.user.pw_name, as_user=False)
         running = sorted(ids.stdout.split(), key=int)[:RUN]
         sub.run("scontrol", "release", ",".join(running), as_user=False)
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
             left = sub.run(
                 "squeue", "-h", "-t", "PD,CF,R,CG", "-j", ",".join(running), as_user=False
@@ -107,6 +152,10 @@ def main() -> int:
         kept.write_text(text)
         sub.cancel_all()
     scripts = "a distinct script each" if distinct else "one script"
+    if "--site" in sys.argv:
+        scripts += "; dacd at SCHED_IDLE"
+    if "--floor-paths" in sys.argv:
+        scripts += "; paths answering nothing (Slurm's floor)"
     print(f"Slurm {rel}: slurmctld's own timing of each in-process Lua call ({scripts}; {seen})")
     print(f"slurmctld's log of the run: {kept}")
     failed = 0
