@@ -1,7 +1,8 @@
 """What the answerer keeps in files beside its socket for burst_buffer.lua to read instead of
 asking (answerer.py): each file replaced whole (`replace`), in the socket's own directory, so
 the same people may read it as may reach the socket. The pools file is the answerer's own
-(`Answerer.publish`); the paths files are this module's.
+(`Answerer.publish`); the paths files and the valid files (`ValidFiles`, job_process's kept
+answers) are this module's.
 
 The paths files. `slurm_bb_paths` runs under slurmctld's job lock as each job starts, in the
 same moments as the other jobs' starts, their forked `pre_run`s and dacd's playbooks: a round
@@ -49,7 +50,6 @@ PATHS_DIRECTORY = "paths"
 PATHS_MAGIC = b"dac-paths/1"
 #: a job id: what burst_buffer.lua looks up (Slurm's uint32)
 _MAX_JOB_DIGITS = 10
-
 
 VALID_DIRECTORY = "valid"
 VALID_MAGIC = b"dac-valid/1"
