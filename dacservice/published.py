@@ -83,6 +83,26 @@ def replace(path: str, data: bytes, group: int, owner: int = -1, mode: int = 0o6
     os.rename(tmp, path)
 
 
+def _removed(path: str) -> None:
+    """`path` (the answerer's own, in its own directory) gone, whatever it was."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _made_anew(path: str, group: int, mode: int) -> None:
+    """`path` an empty directory with `group` and `mode`: what an answerer before this one
+    left there removed first."""
+    _removed(path)
+    os.mkdir(path, mode)
+    os.chown(path, -1, group)
+    os.chmod(path, mode)  # whatever the umask
+
+
 def _is_job(name: str) -> bool:
     return 0 < len(name) <= _MAX_JOB_DIGITS and name.isascii() and name.isdigit()
 
@@ -112,25 +132,15 @@ class PathsFiles:
 
     def __init__(self, directory: str, group: int, mode: int):
         self.path = os.path.join(directory, PATHS_DIRECTORY)
-        self._group, self._mode = group, mode
+        self._group = group
         #: job -> (the spec's mod_revision, the file's bytes) of every file written
         self._written: dict[str, tuple[int, bytes]] = {}
         self._built_for: tuple[Mirror, str] | None = None
-        self.clear()
-        os.mkdir(self.path, self._mode)
-        os.chown(self.path, -1, self._group)
-        os.chmod(self.path, self._mode)  # whatever the umask
+        _made_anew(self.path, group, mode)
 
     def clear(self) -> None:
-        """No paths file left (at the start, what an answerer before this one left; at the
-        close, this one's)."""
-        try:
-            if stat.S_ISDIR(os.lstat(self.path).st_mode):
-                shutil.rmtree(self.path)
-            else:
-                os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        """No paths file left (at the close)."""
+        _removed(self.path)
         self._written, self._built_for = {}, None
 
     def update(self, mirror: Mirror, mount_root: str) -> int:
@@ -200,22 +210,14 @@ class ValidFiles:
 
     def __init__(self, directory: str, group: int, mode: int, owner: int):
         self.path = os.path.join(directory, VALID_DIRECTORY)
-        self._group, self._mode, self._owner = group, mode, owner
+        self._group, self._owner = group, owner
         self._written: dict[str, tuple[str, bytes]] = {}  # name -> (words, script)
         self._stamp: object = None
-        self.clear()
-        os.mkdir(self.path, self._mode)
-        os.chown(self.path, -1, self._group)
-        os.chmod(self.path, self._mode)
+        _made_anew(self.path, group, mode)
 
     def clear(self) -> None:
-        try:
-            if stat.S_ISDIR(os.lstat(self.path).st_mode):
-                shutil.rmtree(self.path)
-            else:
-                os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        """No valid file left (at the close)."""
+        _removed(self.path)
         self._written, self._stamp = {}, None
 
     def sync(self, stamp: object, entries: list[tuple[str, bytes]]) -> int:
