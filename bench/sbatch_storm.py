@@ -193,6 +193,15 @@ class Submitter:
                 raise SystemExit(f"{label}: sbatch failed: {r.stderr.strip()}")
         return time.perf_counter() - start, each
 
+    def measured(self, script: str, jobs: int, label: str, title: str) -> float:
+        """One measured run: `jobs` submissions of `script`, its row printed with the load, the
+        hypervisor's steal and slurmctld's handler time, then every job cancelled; its rate."""
+        cpu, load, mark = steal_meter(), conditions(), self.log.stat().st_size
+        secs, each = self.storm(script, jobs, label)
+        rate = row(title, jobs, secs, each, f"{load}; {cpu()}; {self.handled(mark)}")
+        self.cancel_all()
+        return rate
+
     def cancel_all(self) -> None:
         """Every job of the submit user's cancelled, and gone from squeue."""
         self.run("scancel", "-u", self.user.pw_name, as_user=False)
@@ -243,39 +252,20 @@ def main() -> int:
         label = "dac (burst_buffer/lua, answerer)"
         if not answerer:  # DAC_LOCAL_ANSWERER=0: the fallback's path throughout
             label = "dac, no answerer (forks dacctl)"
-        cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
-        secs, each = sub.storm(DW, jobs, "dac")
-        rates = {"dac": row(label, jobs, secs, each, f"{load}; {cpu()}; {sub.handled(mark)}")}
-        sub.cancel_all()
+        rates = {"dac": sub.measured(DW, jobs, "dac", label)}
         if answerer:  # the fallback: burst_buffer.lua forks dacctl for every job_process
             os.kill(answerer, 15)
             time.sleep(1)
-            cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
-            secs, each = sub.storm(DW, jobs, "forked")
-            rates["forked"] = row(
-                "dac, answerer stopped (forks dacctl)",
-                jobs,
-                secs,
-                each,
-                f"{load}; {cpu()}; {sub.handled(mark)}",
+            rates["forked"] = sub.measured(
+                DW, jobs, "forked", "dac, answerer stopped (forks dacctl)"
             )
-            sub.cancel_all()
             cluster.restart_answerer(work / "dac")  # slurmctld's restart checks it runs
         conf = sub.cluster.conf.read_text()
         drop_bb_plugin(sub.cluster.conf)
         cluster.restart_slurmctld(work / "dac")
         sub.storm(without_dw(DW), 20, "warm-nobb")
         sub.cancel_all()
-        cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
-        secs, each = sub.storm(without_dw(DW), jobs, "nobb")
-        rates["none"] = row(
-            "no burst buffer plugin, no #DW",
-            jobs,
-            secs,
-            each,
-            f"{load}; {cpu()}; {sub.handled(mark)}",
-        )
-        sub.cancel_all()
+        rates["none"] = sub.measured(without_dw(DW), jobs, "nobb", "no burst buffer plugin, no #DW")
         # dac again, after: the load on a shared machine drifts, so dac's rate is the mean of
         # one run before and one after no burst buffer's (A-B-A)
         sub.cluster.conf.write_text(conf)
@@ -287,26 +277,15 @@ def main() -> int:
                 cluster.restart_slurmctld(work / "dac")
                 sub.storm(DW, 20, "warm-floor")
                 sub.cancel_all()
-                cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
-                secs, each = sub.storm(DW, jobs, "floor")
-                rates["floor"] = row(
-                    "Slurm's floor (hooks answering nothing)",
-                    jobs,
-                    secs,
-                    each,
-                    f"{load}; {cpu()}; {sub.handled(mark)}",
+                rates["floor"] = sub.measured(
+                    DW, jobs, "floor", "Slurm's floor (hooks answering nothing)"
                 )
-                sub.cancel_all()
             finally:
                 script.write_bytes(ours)
         cluster.restart_slurmctld(work / "dac")
         sub.storm(DW, 20, "warm-again")
         sub.cancel_all()
-        cpu, load, mark = steal_meter(), conditions(), sub.log.stat().st_size
-        secs, each = sub.storm(DW, jobs, "dac-again")
-        again = row(label + ", again", jobs, secs, each, f"{load}; {cpu()}; {sub.handled(mark)}")
-        rates["dac"] = (rates["dac"] + again) / 2
-        sub.cancel_all()
+        rates["dac"] = (rates["dac"] + sub.measured(DW, jobs, "dac-again", label + ", again")) / 2
     ratio = rates["dac"] / rates["none"]
     ok = ratio >= RATIO
     if "floor" in rates:
