@@ -197,10 +197,41 @@ class Submitter:
         """One measured run: `jobs` submissions of `script`, its row printed with the load, the
         hypervisor's steal and slurmctld's handler time, then every job cancelled; its rate."""
         cpu, load, mark = steal_meter(), conditions(), self.log.stat().st_size
+        before = self.answerer_counts()
         secs, each = self.storm(script, jobs, label)
-        rate = row(title, jobs, secs, each, f"{load}; {cpu()}; {self.handled(mark)}")
+        extra = f"{load}; {cpu()}; {self.handled(mark)}{self.asked(before)}"
+        rate = row(title, jobs, secs, each, extra)
         self.cancel_all()
         return rate
+
+    def answerer_counts(self) -> dict[str, int] | None:
+        """The answerer's counters (`stats`), or None when none answers (stopped, the floor)."""
+        import json
+
+        from dacservice.answerer import ask
+
+        try:
+            r = ask(str(self.cluster.answerer_socket), "stats", [], timeout=1.0)
+        except OSError:
+            return None
+        if r[0] != "ANSWER":
+            return None
+        return {k: v for k, v in json.loads(r[2]).items() if type(v) is int}
+
+    def asked(self, before: dict[str, int] | None) -> str:
+        """How many job_process calls of the run reached the answerer's socket (the rest read
+        a valid file: burst_buffer.lua, no round trip), by where their answer came from."""
+        after = self.answerer_counts()
+        if before is None or after is None:
+            return ""
+        moved = {
+            k.partition(":")[2]: after[k] - before.get(k, 0)
+            for k in after
+            if k.startswith("job_process:") and after[k] != before.get(k, 0)
+        }
+        return "; job_process asked: " + (
+            ", ".join(f"{n} {where}" for where, n in sorted(moved.items())) or "none"
+        )
 
     def cancel_all(self) -> None:
         """Every job of the submit user's cancelled, and gone from squeue."""

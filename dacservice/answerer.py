@@ -34,11 +34,12 @@ answerer also keeps the `pools` answer in a file beside its socket (POOLS_FILE, 
 directory, so the same people may read it), which burst_buffer.lua reads instead of asking:
 `dac-pools/1 <expires> <exit status> <n>\\n` then dacctl's stdout (n bytes). It is the very
 answer the socket would give (built by `answer()` from the mirror), rewritten within
-PUBLISH_EVERY of each change of the mirror's content, renewed every second, and removed within
-PUBLISH_EVERY of the mirror no longer being confirmed current; `<expires>` (whole seconds of
-the wall clock, Lua 5.1 has no finer one) bounds how long a file an answerer stopped or hung
-left behind is believed: under POOLS_GOOD_FOR + 1 s. burst_buffer.lua asks the socket when
-the file is missing, expired, or dated in the future (a clock set back).
+PUBLISH_EVERY of each change of the mirror's content, renewed as each wall-clock second
+begins (`renewal`), and removed within PUBLISH_EVERY of the mirror no longer being confirmed
+current; `<expires>` (whole seconds of the wall clock, Lua 5.1 has no finer one) bounds how
+long a file an answerer stopped or hung left behind is believed: under POOLS_GOOD_FOR + 1 s.
+burst_buffer.lua asks the socket when the file is missing, expired, or dated in the future (a
+clock set back).
 
 The paths files (published.py): beside it, `paths/<job id>` holds each job buffer's `paths`
 answer, made to follow the mirror just before each pools file is written, so a pools file
@@ -126,11 +127,29 @@ VALID_KEPT = 256
 POOLS_FILE = "pools"
 POOLS_MAGIC = b"dac-pools/1"
 #: whole seconds of the wall clock, past the second it was written in, that the pools file is
-#: believed by burst_buffer.lua; rewritten every RENEW_EVERY seconds while the mirror is current
+#: believed by burst_buffer.lua; rewritten at the start of each wall-clock second while the
+#: mirror is current (`renewal`)
 POOLS_GOOD_FOR = 1
 RENEW_EVERY = 1.0
 #: seconds between two looks at the mirror by the pools file's writer
 PUBLISH_EVERY = 0.1
+
+
+def pools_expiry(now: float) -> int:
+    """The `<expires>` of a pools file written at `now`: burst_buffer.lua believes it while the
+    wall clock's whole seconds are below it (pools_file), so for POOLS_GOOD_FOR whole seconds
+    past the one it was written in."""
+    return int(now) + POOLS_GOOD_FOR + 1
+
+
+def renewal(now: float) -> float:
+    """When a pools file written at `now` is written again: at the start of the next wall-clock
+    second, not RENEW_EVERY after `now`. Renewed every second from whenever it was written, a
+    file written late in a second expired before its renewal came (the writer looks every
+    PUBLISH_EVERY): for up to PUBLISH_EVERY every few seconds, each hook asked the socket. On the
+    second's boundary the file written is believed POOLS_GOOD_FOR whole seconds longer than the
+    writer waits, whatever the fraction."""
+    return float(int(now)) + RENEW_EVERY
 
 
 def _encode(word: str) -> str:
@@ -301,10 +320,10 @@ class Answerer:
         self._sync_valid(mirror)
         rc, out, _ = result
         body = out.encode("utf-8", "surrogateescape")
-        expires = int(now) + POOLS_GOOD_FOR + 1
+        expires = pools_expiry(now)
         head = b"%s %d %d %d\n" % (POOLS_MAGIC, expires, rc, len(body))
         replace(self.pools_path, head + body, self._group)
-        self._published, self._renew_at = what, now + RENEW_EVERY
+        self._published, self._renew_at = what, renewal(now)
         self._count("pools:file")
 
     def _sync_valid(self, mirror: Mirror) -> None:
