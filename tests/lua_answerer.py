@@ -55,6 +55,12 @@ class FakeAnswerer:
         finally:
             self.sock.close()
 
+    def __enter__(self) -> "FakeAnswerer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self):
         """Stops accepting. The serving thread closes the socket as it ends: closed here,
         its number could be a later test's socket while this thread still sleeps out

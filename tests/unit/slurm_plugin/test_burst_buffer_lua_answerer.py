@@ -82,22 +82,18 @@ def hook(tmp_path, lua_call, socket_path, **env):
 
 def test_the_answerers_answer_is_the_hooks_and_nothing_is_forked(tmp_path):
     pools = '{"pools": [{"id": "default", "free": 4}]}\n'
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(pools) + pools.encode() + b"err\n")
-    try:
+    with FakeAnswerer(
+        tmp_path / "s", b"ANSWER 0 %d\n" % len(pools) + pools.encode() + b"err\n"
+    ) as a:
         rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, pools.strip(), None)  # stderr is not part of the answer
     assert a.lines == ["dac-answer/1 pools\n"]
 
 
 def test_a_refusing_answer_is_an_error_with_its_line(tmp_path):
     line = b"line 3: jobdw: unknown pool 'x' (pools: default)\n"
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 1 %d\n" % len(line) + line)
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 1 %d\n" % len(line) + line) as a:
         rc, out, argv, _, _, _ = hook(tmp_path, 'slurm_bb_job_process("/s/job 1%.sh")', a.path)
-    finally:
-        a.close()
     assert (rc, out, argv) == (-1, line.decode().strip(), None)
     # every byte but letters, digits and -._/:=, percent-encoded
     assert a.lines == ["dac-answer/1 job_process --job /s/job%201%25.sh\n"]
@@ -112,13 +108,10 @@ def test_job_process_sends_its_script_up_to_max_script(tmp_path, size):
     data = (b"#!/bin/sh\n#DW jobdw capacity=1GiB\n" + b"x" * MAX_SCRIPT)[: size or 0]
     if size is not None:
         job.write_bytes(data)
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n") as a:
         rc, _, argv, _, _, _ = hook(
             tmp_path, f'slurm_bb_job_process("{job}", "1001", "1002")', a.path
         )
-    finally:
-        a.close()
     assert (rc, argv) == (0, None)
     carried = size is not None and size <= MAX_SCRIPT
     assert a.lines == [f"dac-answer/{2 if carried else 1} job_process --job {job} --user 1001\n"]
@@ -129,16 +122,13 @@ def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(tmp
     lines = b"DW_JOB_STRIPED=/mnt/dac/12/striped\n"
     pathfile = tmp_path / "path"
     pathfile.write_bytes(b"")  # as Slurm hands it
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, out, argv, _, _, _ = hook(
             tmp_path,
             f'slurm_bb_paths("12", "/s/script", "{pathfile}", "1001", "1002", '
             "{array_job_id = 9})",
             a.path,
         )
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, "", None)
     assert a.lines == [
         f"dac-answer/2 paths reply:pathfile --token 12 --job /s/script --pathfile {pathfile} "
@@ -157,13 +147,10 @@ def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(tmp_path, 
     if there is not None:
         pathfile.parent.mkdir(parents=True)
         pathfile.write_bytes(there)
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, out, argv, _, _, _ = hook(
             tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
         )
-    finally:
-        a.close()
     assert (rc, argv) == (0, None)
     words = f"--token 12 --job /s/script --pathfile {pathfile}\n"
     assert a.lines == [
@@ -184,24 +171,20 @@ def test_no_socket_forks_dacctl_with_the_whole_budget(tmp_path):
 
 
 def test_a_refusal_forks_dacctl(tmp_path):
-    a = FakeAnswerer(tmp_path / "s", b"REFUSE the mirror is not confirmed current; etcd out\n")
-    try:
+    with FakeAnswerer(
+        tmp_path / "s", b"REFUSE the mirror is not confirmed current; etcd out\n"
+    ) as a:
         rc, out, argv, budget, _, err = hook(tmp_path, "slurm_bb_pools()", a.path)
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
     assert "the mirror is not confirmed current" in err  # slurmctld's log says why
     assert 1.5 < float(budget) <= 2.0
 
 
 def test_a_slow_answerer_is_given_up_on_time_and_the_fork_gets_the_rest(tmp_path):
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n", delay=3.0)
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n", delay=3.0) as a:
         rc, out, argv, budget, took, _ = hook(
             tmp_path, "slurm_bb_pools()", a.path, DAC_ANSWERER_TIMEOUT="0.3"
         )
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
     assert 1.6 <= float(budget) <= 1.75  # 2 s less the 0.3 s waited
     assert took < 1.5
@@ -216,8 +199,7 @@ def test_a_socket_nobody_listens_on_forks_dacctl(tmp_path):
 
 
 def test_without_lua_socket_the_hooks_fork_as_before(tmp_path):
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot") as a:
         rc, out, argv, budget, _, _ = hook(
             tmp_path,
             "slurm_bb_pools()",
@@ -225,8 +207,6 @@ def test_without_lua_socket_the_hooks_fork_as_before(tmp_path):
             LUA_CPATH="/nonexistent/?.so",
             LUA_PATH="/nonexistent/?.lua",
         )
-    finally:
-        a.close()
     assert (rc, out, argv, budget) == (0, "forked", ["--function", "pools"], "")
     assert a.lines == []
 
@@ -237,11 +217,8 @@ def test_none_turns_the_answerer_off(tmp_path):
 
 
 def test_the_other_hooks_never_ask_the_answerer(tmp_path):
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n") as a:
         rc, out, argv, _, _, _ = hook(tmp_path, 'slurm_bb_data_in("7", "/s")', a.path)
-    finally:
-        a.close()
     assert (rc, out, argv[:2]) == (0, "forked", ["--function", "data_in"])
     assert a.lines == []
 
@@ -258,13 +235,10 @@ def _pools_file(tmp_path, expires_in: int, body: str, rc: int = 0, n: int | None
 def test_pools_reads_the_answerers_file_and_asks_nothing(tmp_path):
     pools = '{"pools": [{"id": "default", "free": 4}]}'
     _pools_file(tmp_path, 2, pools)
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot") as a:
         rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
         _pools_file(tmp_path, 2, "line 1: etcd said no", rc=1)
         failed = hook(tmp_path, "slurm_bb_pools()", a.path)
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, pools, None)
     assert failed[:3] == (-1, "line 1: etcd said no", None)  # its exit status, as asked
     assert a.lines == []
@@ -281,11 +255,8 @@ def test_pools_reads_the_answerers_file_and_asks_nothing(tmp_path):
 )
 def test_pools_asks_the_socket_when_the_file_is_not_to_be_believed(tmp_path, expires_in, body, n):
     _pools_file(tmp_path, expires_in, body, n=n)
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!") as a:
         rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, "asked!", None)
     assert a.lines == ["dac-answer/1 pools\n"]
 
@@ -312,13 +283,10 @@ def test_paths_reads_the_jobs_paths_file_and_asks_nothing(tmp_path):
     _paths_file(tmp_path, "13", b"DW_JOB_PRIVATE=/not/this/job\n")
     pathfile = tmp_path / "path"
     pathfile.write_bytes(b"")  # as Slurm hands it
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!") as a:
         rc, out, argv, _, _, _ = hook(
             tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}", "1001", "1002")', a.path
         )
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, "", None)
     assert a.lines == []
     assert pathfile.read_bytes() == text
@@ -341,13 +309,10 @@ def test_paths_asks_the_socket_when_its_file_is_not_to_be_believed(tmp_path, poo
     lines = b"DW_JOB_STRIPED=/asked\n"
     pathfile = tmp_path / "path"
     pathfile.write_bytes(there)
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, _, argv, _, _, _ = hook(
             tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
         )
-    finally:
-        a.close()
     assert (rc, argv) == (0, None)
     assert (
         a.lines[0] == f"dac-answer/2 paths reply:pathfile --token 12 --job /s/script "
@@ -363,13 +328,10 @@ def test_paths_reads_no_file_of_a_job_id_that_is_not_one(tmp_path):
     pathfile = tmp_path / "path"
     pathfile.write_bytes(b"")
     lines = b"asked\n"
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines)
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, _, argv, _, _, _ = hook(
             tmp_path, f'slurm_bb_paths("../elsewhere", "/s/script", "{pathfile}")', a.path
         )
-    finally:
-        a.close()
     assert (rc, argv) == (0, None)
     assert len(a.lines) == 1 and pathfile.read_bytes() == lines
 
@@ -393,14 +355,11 @@ def test_job_process_kept_valid_by_the_answerer_is_answered_without_asking(tmp_p
     script.write_bytes(SCRIPT)
     _pools_file(tmp_path, 2, "{}")
     _valid_file(tmp_path, "--user 1001", SCRIPT)
-    a = FakeAnswerer(tmp_path / "s", b"REFUSE asked\n")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"REFUSE asked\n") as a:
         rc, out, argv, _, _, _ = hook(
             tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
         )
         old = hook(tmp_path, f'slurm_bb_job_process("{script}")', a.path)  # 22.05: no uid
-    finally:
-        a.close()
     assert (rc, out, argv) == (0, "", None)
     assert a.lines == [f"dac-answer/2 job_process --job {script}\n"]  # the 22.05 call alone
     assert a.scripts == [SCRIPT]
@@ -423,13 +382,10 @@ def test_job_process_asks_when_no_valid_file_holds_its_very_request(tmp_path, po
     if pools is not None:
         _pools_file(tmp_path, pools, "{}")
     _valid_file(tmp_path, words, SCRIPT, stored)
-    a = FakeAnswerer(tmp_path / "s", b"ANSWER 1 9\nline 2: x")
-    try:
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 1 9\nline 2: x") as a:
         rc, out, argv, _, _, _ = hook(
             tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
         )
-    finally:
-        a.close()
     assert (rc, out, argv) == (-1, "line 2: x", None)  # the answerer's refusal, as asked
     assert a.lines == [f"dac-answer/2 job_process --job {script} --user 1001\n"]
     assert a.scripts == [SCRIPT]

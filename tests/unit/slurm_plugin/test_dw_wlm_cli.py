@@ -82,11 +82,10 @@ def test_it_ships_executable_with_the_slurm_files():
 def test_hot_functions_are_answered_by_the_answerer_byte_for_byte(site, argv, line):
     tmp_path, env = site
     body = b'{"pools": []}\n\xc3\xa9'
-    a = FakeAnswerer(tmp_path / "socket", b"ANSWER 0 %d\n" % len(body) + body + b"an error\n")
-    try:
+    with FakeAnswerer(
+        tmp_path / "socket", b"ANSWER 0 %d\n" % len(body) + body + b"an error\n"
+    ) as a:
         r = run(env, *argv)
-    finally:
-        a.close()
     assert (r.returncode, r.stdout, r.stderr) == (0, body, b"an error\n")
     assert a.lines == [line]
     assert forked_argv(tmp_path) is None
@@ -95,11 +94,8 @@ def test_hot_functions_are_answered_by_the_answerer_byte_for_byte(site, argv, li
 
 def test_a_refusal_by_dacctl_keeps_its_exit_status(site):
     tmp_path, env = site
-    a = FakeAnswerer(tmp_path / "socket", b"ANSWER 2 9\nrefused.\ndacctl: x\n")
-    try:
+    with FakeAnswerer(tmp_path / "socket", b"ANSWER 2 9\nrefused.\ndacctl: x\n"):
         r = run(env, "--function", "job_process", "--job", "/s")
-    finally:
-        a.close()
     assert (r.returncode, r.stdout, r.stderr) == (2, b"refused.\n", b"dacctl: x\n")
     assert forked_argv(tmp_path) is None
 
@@ -121,11 +117,8 @@ def test_no_socket_runs_dacctl_with_the_same_argv_and_says_nothing(site):
 
 def test_a_refusal_runs_dacctl_and_is_logged(site):
     tmp_path, env = site
-    a = FakeAnswerer(tmp_path / "socket", b"REFUSE the mirror is not confirmed current\n")
-    try:
+    with FakeAnswerer(tmp_path / "socket", b"REFUSE the mirror is not confirmed current\n") as a:
         r = run(env, *ODD)
-    finally:
-        a.close()
     _fell_back(tmp_path, r, ODD)
     assert len(a.lines) == 1
     assert "the mirror is not confirmed current" in (tmp_path / "log").read_text()
@@ -133,13 +126,10 @@ def test_a_refusal_runs_dacctl_and_is_logged(site):
 
 def test_a_slow_answerer_is_left_after_the_timeout_for_dacctl(site):
     tmp_path, env = site
-    a = FakeAnswerer(tmp_path / "socket", b"ANSWER 0 2\nno", delay=3.0)
-    try:
+    with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 2\nno", delay=3.0):
         t = time.monotonic()
         r = run(env, "--function", "pools")
         took = time.monotonic() - t
-    finally:
-        a.close()
     _fell_back(tmp_path, r, ["--function", "pools"])
     assert took < 2.5  # 0.3 s for the answerer, then the fork (slow under load)
     assert "timeout" in (tmp_path / "log").read_text()
@@ -147,11 +137,8 @@ def test_a_slow_answerer_is_left_after_the_timeout_for_dacctl(site):
 
 def test_a_reply_cut_short_runs_dacctl(site):
     tmp_path, env = site
-    a = FakeAnswerer(tmp_path / "socket", b"ANSWER 0 100\nshort")
-    try:
+    with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 100\nshort"):
         r = run(env, "--function", "pools")
-    finally:
-        a.close()
     _fell_back(tmp_path, r, ["--function", "pools"])
 
 
@@ -169,33 +156,24 @@ def test_a_reply_cut_short_runs_dacctl(site):
 )
 def test_every_other_call_runs_dacctl_and_never_asks(site, argv):
     tmp_path, env = site
-    a = FakeAnswerer(tmp_path / "socket", b"ANSWER 0 0\n")
-    try:
+    with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 0\n") as a:
         r = run(env, *argv)
-    finally:
-        a.close()
     _fell_back(tmp_path, r, argv)
     assert a.lines == []
 
 
 def test_socket_none_never_asks(site):
     tmp_path, env = site
-    a = FakeAnswerer(tmp_path / "sock2", b"ANSWER 0 0\n")
-    try:
+    with FakeAnswerer(tmp_path / "sock2", b"ANSWER 0 0\n"):
         r = run({**env, "DAC_ANSWERER_SOCKET": "none"}, "--function", "pools")
-    finally:
-        a.close()
     _fell_back(tmp_path, r, ["--function", "pools"])
 
 
 def test_without_lua_socket_it_runs_dacctl(site):
     tmp_path, env = site
-    a = FakeAnswerer(tmp_path / "socket", b"ANSWER 0 0\n")
-    try:
+    with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 0\n") as a:
         # a Lua that finds no C modules: as on a controller without lua-socket
         r = run({**env, "LUA_CPATH": str(tmp_path / "none/?.so")}, "--function", "pools")
-    finally:
-        a.close()
     _fell_back(tmp_path, r, ["--function", "pools"])
     assert a.lines == []
     assert "no lua-socket" in (tmp_path / "log").read_text()
