@@ -61,8 +61,16 @@ class LocalBackend(Backend):
         access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
         want = self._mounts(buffer, fs_path, access, buffer.attachments)
         have = self._mounts(buffer, fs_path, access, attached or {})
-        if step == "delete":  # whatever may be mounted, even by a step cut short
-            have = {**have, **want}
+        if step == "delete":
+            # whatever may be mounted: what this host recorded as attached (a node mount an
+            # earlier unmount could not remove stays there until it is gone) and what the
+            # spec still attaches (a step cut short); merged kind by kind, or the spec's empty
+            # binds after post_run would hide the recorded ones and none would be retried
+            have = {
+                "binds": {**have["binds"], **want["binds"]},
+                "swaps": {**have["swaps"], **want["swaps"]},
+                "dirs": {**have["dirs"], **want["dirs"]},
+            }
             want = {"binds": {}, "swaps": {}, "dirs": {}}
         user = {"owner": buffer.owner_uid, "group": buffer.owner_gid, "mode": "0700"}
         return {

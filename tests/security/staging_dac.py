@@ -46,6 +46,15 @@ def dac(open_dir):
     down(workdir)
 
 
+@pytest.fixture
+def one_brick(open_dir):
+    """A local DAC of one server with one brick: the next buffer gets the same brick."""
+    workdir = open_dir / "dac"
+    env, store = up(workdir, servers=1, bricks=1)
+    yield open_dir, workdir, env, store
+    down(workdir)
+
+
 def up(workdir: Path, servers: int = 1, bricks: int = 2, stage_timeout: float = STAGE_TIMEOUT):
     """`dacctl local up`, then each dacd restarted with `stage_timeout` in the config."""
     run(
@@ -253,6 +262,7 @@ def next_job_runs(workdir: Path, env, store, tmp_path, src_dir: Path, job: int) 
 
 __all__ = [
     "open_dir",
+    "one_brick",
     "UID",
     "GID",
     "OTHER_UID",

@@ -11,25 +11,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
 from clitools import pools, setup, slurm
 from leftovers import LEFTOVER as _LEFTOVER
-from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, buffer_fs, down, owned, up
+from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, buffer_fs, owned
 
 from daclocal.slurm import ensure_submit_user
 
 #: post_run and teardown together, while the job's leftovers fork and hold the buffer; each
 #: Slurm call is a dacctl process and an Ansible run (~2 s each on a loaded 2-core machine)
 BOUND = 30
-
-
-@pytest.fixture
-def one_brick(open_dir):
-    """A local DAC of one server with one brick: the next buffer gets the same brick."""
-    workdir = open_dir / "dac"
-    env, store = up(workdir, servers=1, bricks=1)
-    yield open_dir, workdir, env, store
-    down(workdir)
 
 
 def as_user(argv, uid=UID, gid=GID) -> subprocess.Popen:

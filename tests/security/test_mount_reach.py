@@ -1,0 +1,62 @@
+"""Issue 45, item 1: a holder that no process shows (a descriptor in flight over a unix
+socket) delays teardown only while it lasts: every mount dac made is retried until it is
+gone. Real dacd, the real local playbooks
+through ansible-runner, a loop-device brick; uid 1234 the job's user, uid 5678 another."""
+
+import sys
+
+from clitools import pools, slurm
+from security.test_teardown_holders import (
+    alive,
+    ends_and_frees,
+    exclusive,
+    kill,
+    mounted_anywhere,
+    next_buffer_builds,
+    running_job,
+    started,
+)
+
+#: Run as the job's user: detaches, takes an O_PATH descriptor on argv[1], sends it over a
+#: unix socket to a peer that never receives it, closes its own, prints its pid and waits:
+#: the descriptor is in flight, named in no /proc entry, and holds the mount until the
+#: process ends (the socket's queue goes with it).
+_IN_FLIGHT = r"""
+import array, os, socket, sys, time
+os.setsid()
+if os.fork():
+    os._exit(0)
+held, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+fd = os.open(sys.argv[1], os.O_PATH)
+held.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+os.close(fd)
+print(os.getpid(), flush=True)
+os.close(1)
+time.sleep(1000)
+"""
+
+
+def test_a_holder_no_process_shows_delays_teardown_only_while_it_lasts(one_brick, tmp_path):
+    """The job's user hides a descriptor on the node mount in flight over a unix socket: no
+    /proc entry names it, so nothing is killed and post_run and teardown fail, busy. The
+    node mount stays recorded as attached, so once the holder is gone the next teardown
+    unmounts it and frees the brick (before, the delete dropped the node mount from its
+    list after post_run, and failed for ever: `the buffer's filesystem is still mounted`)."""
+    top, workdir, env, store = one_brick
+    script, node, device = running_job(workdir, env, store, tmp_path, 63)
+    holder = started([sys.executable, "-I", "-S", "-c", _IN_FLIGHT, str(node)])
+    try:
+        assert alive(holder)
+        slurm(env, "post_run", 63, "--job", str(script), check=False)
+        r = slurm(env, "teardown", 63, "--job", str(script), check=False)
+        out = (r.stdout + r.stderr).strip()
+        assert r.returncode != 0 and len(out.splitlines()) == 1, out
+        assert "busy" in out and "teardown retries" in out, out
+        assert store.buffer("63") is not None and pools(env)["default"]["free_bricks"] == 0
+        assert alive(holder), "a process holding nothing /proc shows was killed"
+        kill([holder])
+        ends_and_frees(env, store, script, 63, device)
+        assert mounted_anywhere(device) == [] and exclusive(device)
+        next_buffer_builds(workdir, env, store, tmp_path, 64)
+    finally:
+        kill([holder])
