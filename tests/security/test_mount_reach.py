@@ -1,11 +1,13 @@
-"""Issue 45, item 1: a holder that no process shows (a descriptor in flight over a unix
-socket) delays teardown only while it lasts: every mount dac made is retried until it is
-gone. Real dacd, the real local playbooks
+"""Issue 45, item 1: no other user reaches or holds a buffer's mounts, and a holder that no
+process shows (a descriptor in flight over a unix socket) delays teardown only while it
+lasts: every mount dac made is retried until it is gone. Real dacd, the real local playbooks
 through ansible-runner, a loop-device brick; uid 1234 the job's user, uid 5678 another."""
 
+import subprocess
 import sys
 
 from clitools import pools, slurm
+from security.staging_dac import OTHER_GID, OTHER_UID, UID
 from security.test_teardown_holders import (
     alive,
     ends_and_frees,
@@ -16,6 +18,17 @@ from security.test_teardown_holders import (
     running_job,
     started,
 )
+
+#: Run as a user: the O_PATH open and statvfs of argv[1] (a buffer's node mount), as
+#: "opened <f_blocks>" or the error's name; neither needs any permission on the mount itself.
+_PROBE = r"""
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_PATH)
+    print("opened", os.statvfs(sys.argv[1]).f_blocks)
+except OSError as e:
+    print(type(e).__name__)
+"""
 
 #: Run as the job's user: detaches, takes an O_PATH descriptor on argv[1], sends it over a
 #: unix socket to a peer that never receives it, closes its own, prints its pid and waits:
@@ -36,6 +49,32 @@ time.sleep(1000)
 """
 
 
+def probe(path, uid, gid) -> str:
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _PROBE, str(path)],
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_another_user_can_neither_hold_nor_measure_a_buffers_node_mount(one_brick, tmp_path):
+    """The round-4 attack: an O_PATH descriptor (or an 18 s statvfs probe) on another user's
+    node mount, held across the job's end, kept post_run's unmount busy and the buffer's
+    bricks for good, and showed the victim's usage. Now the job's directory on the node is
+    passable by its owner alone, so the other user stops at it."""
+    top, workdir, env, store = one_brick
+    script, node, device = running_job(workdir, env, store, tmp_path, 61)
+    assert probe(node, OTHER_UID, OTHER_GID) == "PermissionError"
+    assert probe(node, UID, UID).startswith("opened ")  # the owner's job reaches it
+    ends_and_frees(env, store, script, 61, device)
+
+
 def test_a_holder_no_process_shows_delays_teardown_only_while_it_lasts(one_brick, tmp_path):
     """The job's user hides a descriptor on the node mount in flight over a unix socket: no
     /proc entry names it, so nothing is killed and post_run and teardown fail, busy. The
@@ -54,8 +93,9 @@ def test_a_holder_no_process_shows_delays_teardown_only_while_it_lasts(one_brick
         assert "busy" in out and "teardown retries" in out, out
         assert store.buffer("63") is not None and pools(env)["default"]["free_bricks"] == 0
         assert alive(holder), "a process holding nothing /proc shows was killed"
-        kill([holder])
-        ends_and_frees(env, store, script, 63, device)
+        kill([holder])  # Slurm's next teardown finishes once the holder is gone
+        slurm(env, "teardown", 63, "--job", str(script))
+        assert store.buffer("63") is None and pools(env)["default"]["free_bricks"] == 1
         assert mounted_anywhere(device) == [] and exclusive(device)
         next_buffer_builds(workdir, env, store, tmp_path, 64)
     finally:

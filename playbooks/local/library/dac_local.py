@@ -87,9 +87,13 @@ def _parts(anchor: str, path: str) -> list[str]:
     return parts
 
 
-def walk(anchor: str, path: str, done: list[str], make: int | None = None) -> int:
+def walk(
+    anchor: str, path: str, done: list[str], make: int | None = None, reach: int | None = None
+) -> int:
     """An fd of the directory `path`, reached from the root-owned `anchor` without following a
-    link; missing directories are made (mode `make`, root's) when `make` is given."""
+    link; missing directories are made (mode `make`, root's) when `make` is given. With
+    `reach`, every directory below the anchor is closed to all but root and that uid, who may
+    only pass through it (`passable_to`)."""
     fd = os.open(anchor, _DIR)  # the anchor is the admin's (fs_root, node roots)
     seen = anchor
     try:
@@ -112,10 +116,59 @@ def walk(anchor: str, path: str, done: list[str], make: int | None = None) -> in
                 raise
             os.close(fd)
             fd = child
+            if reach is not None:
+                passable_to(fd, reach, seen, done)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+_ACL_XATTR = "system.posix_acl_access"
+# linux/posix_acl_xattr.h: a version, then (tag, perm, id) entries sorted by tag, then id
+_ACL_VERSION, _ACL_ENTRY = struct.Struct("=I"), struct.Struct("=HHI")
+_USER_OBJ, _USER, _GROUP_OBJ, _MASK, _OTHER, _NO_ID = 0x01, 0x02, 0x04, 0x10, 0x20, 0xFFFFFFFF
+
+
+def passable_to(fd: int, uid: int, path: str, done: list[str]) -> None:
+    """Close root's directory `fd` to everyone but root and `uid` (and any user an earlier
+    call let through: a job's directory on a node holds only its owner's buffers), who may pass
+    through it but not list it: mode 0700 and an access ACL `user:<uid>:--x` (mask `--x`).
+    Without it another user could hold a descriptor on a buffer's mount from outside the job
+    (an O_PATH open needs no permission on its target, only on the directories above it),
+    read its usage with statvfs, and keep its unmount busy for good (issue 45). An ACL and
+    not the user's ownership: the directory stays root's, so the user cannot chmod it or
+    write into it, and root's later walks here resolve nothing the user made."""
+    st = os.fstat(fd)
+    if st.st_uid != 0:
+        raise Failed(f"{path}: not root's (uid {st.st_uid}); an admin must remove it")
+    try:
+        raw = os.getxattr(fd, _ACL_XATTR)
+    except OSError as e:
+        if e.errno not in (errno.ENODATA, errno.EOPNOTSUPP):
+            raise
+        raw = b""
+    users = {uid}
+    if len(raw) > _ACL_VERSION.size:
+        users |= {
+            i for tag, _, i in _ACL_ENTRY.iter_unpack(raw[_ACL_VERSION.size :]) if tag == _USER
+        }
+    entries = [(_USER_OBJ, 7, _NO_ID)] + [(_USER, 1, u) for u in sorted(users)]
+    entries += [(_GROUP_OBJ, 0, _NO_ID), (_MASK, 1, _NO_ID), (_OTHER, 0, _NO_ID)]
+    acl = _ACL_VERSION.pack(2) + b"".join(_ACL_ENTRY.pack(*e) for e in entries)
+    if acl == raw and st.st_mode & 0o7777 == 0o710:  # the ACL's mask shows as group bits
+        return
+    try:
+        os.fchmod(fd, 0o700)  # closed first: never open to others while the ACL is written
+        os.setxattr(fd, _ACL_XATTR, acl)
+    except OSError as e:
+        if e.errno != errno.EOPNOTSUPP:
+            raise
+        raise Failed(
+            f"{path}: its filesystem keeps no POSIX ACLs, so the buffer's directory cannot be "
+            "closed to other users; an admin must mount it with ACLs (acl)"
+        ) from None
+    done.append(f"setfacl -m u:{uid}:x {path}")
 
 
 def owned_dir(anchor: str, path: str, owner: int, group: int, mode: int, done: list[str]) -> None:
@@ -131,14 +184,17 @@ def _fd_path(fd: int, name: str = "") -> bytes:
     return f"/proc/self/fd/{fd}{'/' + name if name else ''}".encode()
 
 
-def bind(anchor_src: str, source: str, anchor_dst: str, target: str, done: list[str]) -> None:
+def bind(
+    anchor_src: str, source: str, anchor_dst: str, target: str, owner: int, done: list[str]
+) -> None:
     """mount(2) from and onto the fds of checked directories: no name is resolved twice."""
     src = walk(anchor_src, source, done)
     try:
-        # a node's root (the admin's path) and the job's directories in it: passable, never
-        # listable, so no job learns the buffers of the others on its node
+        # a node's root (the admin's path): passable, never listable, so no job learns the
+        # buffers of the others on its node; the job's directories in it: passable by the
+        # buffer's owner alone (`passable_to`)
         os.makedirs(anchor_dst, mode=0o711, exist_ok=True)
-        dst = walk(anchor_dst, target, done, make=0o711)
+        dst = walk(anchor_dst, target, done, make=0o700, reach=owner)
         try:
             if _libc.mount(_fd_path(src), _fd_path(dst), None, _MS_BIND, None) != 0:
                 e = ctypes.get_errno()
@@ -645,7 +701,7 @@ def attach(a: dict, done: list[str], holders: Holders | None = None) -> None:
         owned_dir(fs, d["path"], int(d["owner"]), int(d["group"]), int(d["mode"], 8), done)
     for b in a["binds"]:
         if b["target"] not in mounted:
-            bind(fs, b["source"], b["root"], b["target"], done)
+            bind(fs, b["source"], b["root"], b["target"], int(a["owner_uid"]), done)
     for s in a["swaps"]:
         if s["path"] in swaps:
             continue
