@@ -266,7 +266,10 @@ def _script(args, lua_directive: str, data: bytes | None = None):
 
 
 def _script_bytes(args) -> bytes:
+    """The job script's first bytes: as far as its leading comment block, the only part a
+    parse reads, goes (or past that block's bound), so a long script costs one read."""
     from daccore.errors import AdminError
+    from daccore.rules.directives import head_read
 
     given = getattr(args, "script_data", None)
     if given is not None:  # the answerer's peer read it (answer())
@@ -274,12 +277,19 @@ def _script_bytes(args) -> bytes:
     fd = _script_fd(args)
     try:  # read from the start each time: a call run again after etcd came back reads it anew
         os.lseek(fd, 0, os.SEEK_SET)
-        data = b""
-        while chunk := os.read(fd, 1 << 20):
+        data = bytearray()
+        while chunk := os.read(fd, READ_CHUNK):
             data += chunk
+            if head_read(data, len(data) - len(chunk)):
+                break
     except OSError as e:
         raise AdminError(f"cannot read the job script {args.job}: {e.strerror}") from None
-    return data
+    return bytes(data)
+
+
+#: what _script_bytes reads at once: all of most scripts, and a sixteenth of the most a parse
+#: reads (daccore.records.bounds.MAX_SCRIPT_HEAD)
+READ_CHUNK = 64 << 10
 
 
 #: job_process and paths parse their script on every call: the warm answerer keeps the last

@@ -10,6 +10,10 @@ __all__ = [
     "MAX_PATH",
     "MAX_STAGE_LINES",
     "MAX_STAGE_TEXT",
+    "MAX_CREATE_LINES",
+    "MAX_DESTROY_LINES",
+    "MAX_SCRIPT_HEAD",
+    "MAX_SCRIPT_HEAD_LINES",
     "MAX_JOBS",
     "MAX_NODES",
     "MAX_INJOB_STAGES",
@@ -32,6 +36,17 @@ MAX_STAGE_LINES = 1000
 #: etcd value, and etcd refuses a request over 1.5 MiB (--max-request-bytes), which 1,000 lines
 #: of two 4,096-byte paths would be twice over.
 MAX_STAGE_TEXT = 512 << 10
+#: create_persistent lines of one job, and destroy_persistent lines: Slurm sets no bound, and
+#: its datawarp plugin starts every one of a job's at once, each a dacctl process of its own
+#: beside slurmctld (about 45 MB, 0.1 s of CPU to start) that waits for its buffer's filesystem
+MAX_CREATE_LINES = 8
+MAX_DESTROY_LINES = 8
+#: bytes and lines of a job script's leading comment block, the only part of it directives are
+#: read from, by Slurm and by dac (the rest is never read): job_process looks at each line in
+#: Python inside slurmctld, under its job lock. A script at every other bound at once comes
+#: to 0.67 MiB and 3,019 lines of it; Slurm's own bound on a whole script is 4 MB by default.
+MAX_SCRIPT_HEAD = 1 << 20
+MAX_SCRIPT_HEAD_LINES = 10_000
 #: jobs attaching one persistent buffer at once, and compute nodes of one job.
 MAX_JOBS = 10_000
 MAX_NODES = 100_000

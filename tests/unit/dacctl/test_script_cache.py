@@ -89,9 +89,34 @@ def test_a_refused_script_is_refused_each_time_in_the_same_words(script):
 
 def test_only_the_hot_functions_and_small_scripts_are_cached(script):
     script(JOBDW, function="setup")
-    big = JOBDW + b"echo\n" * (datawarp.PARSE_CACHE_BYTES // 5 + 1)
+    comment = b"# " + b"x" * 97 + b"\n"
+    big = JOBDW + comment * (datawarp.PARSE_CACHE_BYTES // len(comment) + 1)
     assert script(big).jobdw.capacity == 1 << 30
     assert datawarp._parse_cached.cache_info().currsize == 0
+
+
+def test_a_script_is_read_as_far_as_its_leading_comment_block(tmp_path):
+    """All a parse reads of it (daccore.rules.directives): a long body costs one read, and
+    a long comment block no more than its bound."""
+    from daccore.records.bounds import MAX_SCRIPT_HEAD
+
+    def read(data):
+        path = tmp_path / "script"
+        path.write_bytes(data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return datawarp._script_bytes(argparse.Namespace(job=str(path), job_fd=fd))
+        finally:
+            os.close(fd)
+
+    body = JOBDW + b"srun x\n" * 500_000
+    assert read(body) == body[: datawarp.READ_CHUNK]
+    comments = JOBDW + b"#\n" * MAX_SCRIPT_HEAD
+    assert MAX_SCRIPT_HEAD < len(read(comments)) <= MAX_SCRIPT_HEAD + datawarp.READ_CHUNK
+    assert read(JOBDW) == JOBDW  # no command at all: to its end
+    # the comment block ends where a read ends: the next read's first byte says so
+    at_edge = JOBDW + b"#" * (datawarp.READ_CHUNK - len(JOBDW) - 1) + b"\n" + b"srun x\n" * 50_000
+    assert read(at_edge) == at_edge[: 2 * datawarp.READ_CHUNK]
 
 
 def test_bounded(script):
