@@ -9,7 +9,7 @@ child that cannot run warm (the server gone, or an environment that would config
 differently from the one it imported under) runs the real `ansible-playbook` instead, so the
 warm path changes speed, never behaviour.
 
-Started by dacd (`python -m dacd.warm_ansible SOCKET`), single-threaded so that fork is safe;
+Started by dacd (`python -I -m dacd.warm_ansible SOCKET`), single-threaded so that fork is safe;
 only the owner's uid may connect (SO_PEERCRED) and the socket lives in a 0700 directory.
 """
 
@@ -142,11 +142,14 @@ class WarmAnsible:
             if self._proc is None or self._proc.poll() is not None:
                 if os.path.exists(self.socket):
                     os.unlink(self.socket)
+                # -I: `-m` alone puts the current directory first on sys.path, and dacd may
+                # have been started in anyone's (issue 45); dac comes from the interpreter's
+                # site-packages. `/`: the server needs no directory (a run moves to its own)
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "dacd.warm_ansible", self.socket],
+                    [sys.executable, "-I", "-m", "dacd.warm_ansible", self.socket],
                     stdin=subprocess.PIPE,
                     stderr=self._log,
-                    cwd=os.path.dirname(os.path.dirname(self.CLIENT_SOURCE)),
+                    cwd="/",
                 )
         return self.socket
 

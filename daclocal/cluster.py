@@ -18,7 +18,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from daccore.settings.config import load_config
 from daccore.store import Store
 from daclocal import loopdev, releases, userbin
 from daclocal.etcd_server import EtcdCluster, EtcdServer
-from daclocal.procs import child_env, free_port, is_running, spawn, stop_pid
+from daclocal.procs import child_env, free_port, is_running, python_module, spawn, stop_pid
 from daclocal.slurm import SlurmCluster, check_chroot_reachable, munge_socket, start_munged
 
 __all__ = [
@@ -259,9 +258,7 @@ def up(
         for host in hosts:  # one config for all; each dacd serves /metrics on its own port
             metrics = f"127.0.0.1:{free_port()}"
             proc = spawn(
-                [
-                    sys.executable,
-                    "-m",
+                python_module(
                     "dacd.main",
                     "--config",
                     str(state.config_path),
@@ -269,7 +266,7 @@ def up(
                     host,
                     "--metrics-address",
                     metrics,
-                ],
+                ),
                 workdir / "logs" / f"dacd-{host}.log",
                 child_env(DAC_CONFIG=str(state.config_path)),
             )
@@ -331,7 +328,7 @@ def _start_user_service(
     state.save()
     log = workdir / "logs" / "user-service.log"
     proc = spawn(
-        [sys.executable, "-m", "dacctl.main", "user-service"],
+        python_module("dacctl.main", "user-service"),
         log,
         child_env(DAC_CONFIG=str(state.config_path)),
     )

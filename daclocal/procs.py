@@ -6,10 +6,11 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-__all__ = ["free_port", "spawn", "is_running", "stop_pid", "child_env"]
+__all__ = ["free_port", "spawn", "python_module", "is_running", "stop_pid", "child_env"]
 
 #: Variables that would point a child at some other DAC (they win over the config file).
 _FOREIGN = (
@@ -47,9 +48,21 @@ def free_port() -> int:
             return port
 
 
+def python_module(module: str, *args: str) -> list[str]:
+    """The argv that runs one of dac's modules with this interpreter, isolated (-I): `-m`
+    alone puts the current directory first on sys.path, and root runs `dacctl local up` from
+    wherever it stands, a directory other users can write among them (issue 45: a `dacd/`
+    planted in /tmp ran as root). -I also drops PYTHONPATH and the user site: dac is imported
+    from the interpreter's own site-packages, where pip (editable or not) installed it."""
+    return [sys.executable, "-I", "-m", module, *args]
+
+
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start a daemon in its own session, so it outlives the command that started it. Its log
-    is root's and 0600: daemons log other users' paths, buffer names and errors."""
+    is root's and 0600: daemons log other users' paths, buffer names and errors. It starts in
+    `/`, not in the caller's directory, which may be anyone's: what the daemons run there
+    looks in the current directory too (Ansible for ansible.cfg, Lua's `./?.so` in
+    package.cpath)."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "ab") as out:
         os.fchmod(fd, 0o600)  # whatever the umask, and a log an older up left 0644
@@ -61,6 +74,7 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
             start_new_session=True,
             env=env,
             close_fds=True,
+            cwd="/",
         )
 
 

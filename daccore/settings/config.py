@@ -574,7 +574,11 @@ def _parse_apart(source: str) -> Any:
     import sys
 
     try:
-        r = subprocess.run([sys.executable, "-c", _PARSE, source], capture_output=True, timeout=120)
+        # -I: `-c` puts the current directory first on sys.path, and root's dacctl runs in
+        # any directory: a `yaml.py` there would be imported as root
+        r = subprocess.run(
+            [sys.executable, "-I", "-c", _PARSE, source], capture_output=True, timeout=120
+        )
         return json.loads(r.stdout) if r.returncode == 0 else None
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
