@@ -48,8 +48,12 @@ def shown(value: object, limit: int = 60) -> str:
 
 def check_owner(uid: int, gid: int, min_owner_uid: int) -> None:
     """Writers and dacd alike: root (or a system account) owns a buffer only when the config
-    says so (`min_owner_uid: 0`)."""
+    says so (`min_owner_uid: 0`). Never past 32 bits, all a uid or gid holds: an admin's
+    create-persistent may name any number, which the record's own check would fail later as
+    an internal error."""
     for what, value in (("uid", uid), ("gid", gid)):
+        if value >= 1 << 32:
+            raise UserError(f"owner {what} {value} is no {what}: they are below {1 << 32}")
         if value < min_owner_uid:
             raise UserError(
                 f"owner {what} {value} is below min_owner_uid {min_owner_uid}: "

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARGS",
+    "REQUIRED",
     "HANDLERS",
     "buffer_side",
     "view",
@@ -65,7 +66,7 @@ _NODE = (str, re.compile(NAME.strip("^$")))
 _TEXT = (str, None)  # paths and words: checked by the handlers, which say what is wrong
 _INT = (int, None)
 _BOOL = (bool, None)
-_LIST = (list, None)
+_IDS = (list, None)  # stage ids: check_args takes a list only of ints
 
 #: verb -> its arguments (daccore.services.user_requests.check_args checks the types)
 ARGS: dict[str, dict[str, tuple[type, re.Pattern[str] | None]]] = {
@@ -81,8 +82,15 @@ ARGS: dict[str, dict[str, tuple[type, re.Pattern[str] | None]]] = {
     },
     "stage-list": {"job": _JOB},
     "stage-status": {"job": _JOB, "id": _INT},
-    "stage-wait": {"job": _JOB, "ids": _LIST, "timeout": _INT},
+    "stage-wait": {"job": _JOB, "ids": _IDS, "timeout": _INT},
     "stage-cancel": {"job": _JOB, "id": _INT},
+}
+#: verb -> the arguments it cannot do without (stage-start says itself what it lacks)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "stage-list": ("job",),
+    "stage-status": ("job", "id"),
+    "stage-wait": ("job",),
+    "stage-cancel": ("job", "id"),
 }
 
 
@@ -92,7 +100,13 @@ ARGS: dict[str, dict[str, tuple[type, re.Pattern[str] | None]]] = {
 def _parts(path: object, what: str) -> list[str]:
     if not isinstance(path, str) or not path.startswith("/"):
         raise UserError(f"stage: {what} must be an absolute path")
-    if "\0" in path or len(path.encode(errors="surrogateescape")) > MAX_PATH:
+    # a file name's bytes that are not UTF-8 come as \udc80-\udcff (surrogateescape); any
+    # other lone surrogate, which JSON can carry, stands for no byte at all
+    try:
+        size = len(path.encode(errors="surrogateescape"))
+    except UnicodeEncodeError:
+        raise UserError(f"stage: {what} is not a path (it holds a lone surrogate)") from None
+    if "\0" in path or size > MAX_PATH:
         raise UserError(f"stage: {what} must be a path of at most {MAX_PATH} bytes, no NUL")
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
@@ -387,14 +401,14 @@ def _wait(
     timeout: int | None,
 ) -> dict[str, Any]:
     """Until every stage of `ids` (every one of the job's when none) is final, or `timeout`
-    seconds (at most WAIT_MAX) pass: the views, and whether all are final."""
-    if ids is not None and not all(type(i) is int for i in ids[:1000]):
-        raise UserError("stage-wait: ids must be a list of stage ids")
+    seconds (at most WAIT_MAX) pass: the views, and whether all are final. `ids` holds ints
+    only (check_args)."""
+    wanted = None if ids is None else set(ids)
     limit = time.monotonic() + min(WAIT_MAX, max(0, timeout if timeout is not None else WAIT_MAX))
     while True:
         stages = _owned(store, caller, job)
-        chosen = [(s, st) for s, st in stages if ids is None or s.id in ids]
-        missing = set(ids or ()) - {s.id for s, _ in chosen}
+        chosen = [(s, st) for s, st in stages if wanted is None or s.id in wanted]
+        missing = (wanted or set()) - {s.id for s, _ in chosen}
         if missing:
             raise NotFound(f"job {job} has no stage {min(missing)}")
         done = all(st is not None and st.state.final for _, st in chosen)

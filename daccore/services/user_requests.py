@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from daccore.errors import NotFound, UserError
+from daccore.escape import printable
 from daccore.services import injob
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from daccore.settings.config import DacConfig
     from daccore.store import Store
 
-__all__ = ["Caller", "VERBS", "answer", "check_args"]
+__all__ = ["Caller", "VERBS", "REQUIRED", "answer", "check_args"]
 
 
 @dataclass(frozen=True)
@@ -61,26 +62,57 @@ VERBS: dict[str, dict[str, tuple[type[Any], re.Pattern[str] | None]]] = {
     "destroy-persistent": {"name": _NAME},
     **injob.ARGS,  # stages a running job asks for (daccore.services.injob)
 }
+#: verb -> the arguments it cannot do without (the handlers of the others say what they lack)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "status": ("buffer",),
+    "show": ("buffer",),
+    **injob.REQUIRED,
+}
+#: the most items a list argument (stage-wait's ids) holds
+MAX_LIST = 1000
 
 
 def check_args(verb: object, args: object) -> dict[str, Any]:
-    """`args` if they are exactly what `verb` takes, each of its type; else a UserError."""
+    """`args` if they are exactly what `verb` takes, each of its type, none it needs left out;
+    else a UserError. A request is JSON anyone can write: whatever it holds, a handler gets
+    only values of the types it declares."""
     if not isinstance(verb, str) or verb not in VERBS:
-        raise UserError(f"unknown request '{str(verb)[:40]}' (requests: {', '.join(VERBS)})")
+        shown = printable(str(verb)[:40])
+        raise UserError(f"unknown request '{shown}' (requests: {', '.join(VERBS)})")
     if not isinstance(args, dict) or set(args) - set(VERBS[verb]):
         raise UserError(f"{verb}: arguments must be some of: {', '.join(VERBS[verb]) or 'none'}")
     for key, (kind, pattern) in VERBS[verb].items():
         value = args.get(key)
         if value is None:
             continue
-        if type(value) is not kind or (kind is int and not 0 <= value < 1 << 63):
-            raise UserError(f"{verb}: argument '{key}' is not a valid {kind.__name__}")
+        if not _of_type(value, kind):
+            what = f"list of at most {MAX_LIST} ids" if kind is list else kind.__name__
+            raise UserError(f"{verb}: argument '{key}' is not a valid {what}")
         if pattern and not pattern.fullmatch(value):
             raise UserError(
                 f"{verb}: argument '{key}' is not a valid name (letters, digits, "
                 "_ . : - and at most 128 of them)"
             )
+    missing = [k for k in REQUIRED.get(verb, ()) if args.get(k) is None]
+    if missing:
+        raise UserError(f"{verb}: argument '{missing[0]}' is missing")
     return {k: args.get(k) for k in VERBS[verb]}
+
+
+def _of_type(value: object, kind: type[Any]) -> bool:
+    """`value` is of `kind` exactly (True is no int); an int one of 63 bits, never negative; a
+    list (stage-wait's ids, the one kind of list) of at most MAX_LIST such ints."""
+    if type(value) is not kind:
+        return False
+    if kind is int:
+        return isinstance(value, int) and 0 <= value < 1 << 63
+    if kind is list:
+        return (
+            isinstance(value, list)
+            and len(value) <= MAX_LIST
+            and all(_of_type(i, int) for i in value)
+        )
+    return True
 
 
 def answer(store: Store, config: DacConfig, caller: Caller, verb: object, args: object) -> Json:

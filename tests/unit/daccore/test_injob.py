@@ -29,6 +29,7 @@ def _side(path, access=("striped",), persistent=("ckpt",)):
         ("/mnt/dac/42/striped/a/./b", ("42", "striped", "a/b")),
         ("/mnt/dac/42/persistent/ckpt/x", ("ckpt", "striped", "x")),
         ("/home/u/x", None),
+        ("/home/u/\udcff", None),  # a file name's byte 0xff that is not UTF-8
         ("/mnt/dac2/42/striped", None),
     ],
 )
@@ -55,6 +56,8 @@ def test_the_private_part_is_the_asking_nodes():
         ("relative/x", "must be an absolute path"),
         ("/mnt/dac/42/striped/\0", "no NUL"),
         ("/" + "x" * 5000, "at most 4096 bytes"),
+        ("/mnt/dac/42/striped/\ud800", "holds a lone surrogate"),  # JSON can carry one
+        ("/home/u/\udbff\udfff\ud800", "holds a lone surrogate"),
     ],
 )
 def test_buffer_side_refuses_every_other_buffer_and_every_trick(path, why):
@@ -215,6 +218,7 @@ def test_a_request_from_another_host_than_the_nodes_is_refused(slurm):
         ),
         ({"type": "list"}, "type file or directory"),
         ({"direction": "sideways"}, "direction must be in or out"),
+        ({"source": "/mnt/dac/42/striped/\ud800"}, "source is not a path"),
     ],
 )
 def test_paths_and_flags_are_checked(slurm, args, why):
