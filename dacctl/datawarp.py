@@ -540,6 +540,7 @@ def setup(args, settings: dict, store) -> str:
     if args.capacity is not None:
         _agrees_with_slurm(args.capacity, directives, config.default_pool, store)
     jobs.await_persistent(store, directives, min(config.step_timeout, PERSISTENT_WAIT), args.token)
+    _destroyed_by_slurm(store, directives, args.user, args.token)
     if jobs.create_job_buffer(
         _allocating(settings, store),
         int(args.token),
@@ -553,6 +554,33 @@ def setup(args, settings: dict, store) -> str:
             store, args.token, State.CREATED, config.step_timeout, grace=config.restart_grace
         )
     return ""
+
+
+def _destroyed_by_slurm(store, d, uid: int, job: str) -> None:
+    """UserError, one line, when a destroy_persistent line's buffer (the caller's) still
+    exists. Slurm carries these lines out, not dac: burst_buffer/datawarp runs a `#BB` one
+    (`teardown --token <name>`) before the job's stage-in and, while the buffer is attached
+    elsewhere, keeps the job pending with teardown's refusal as its reason and asks again, so
+    by setup the buffer is gone; burst_buffer/lua runs none. Going on, the job would end well,
+    its buffer kept and nothing said (issue 45); refused, Slurm holds it with this line.
+    Another user's buffer is left to validate's refusal, which names no attachment."""
+    from daccore.errors import UserError
+
+    for x in d.destroy:
+        buf = store.buffer_json(x.name)
+        if buf is None or uid not in (0, buf.get("owner_uid")):
+            continue
+        attached = sorted(buf.get("attachments") or {})
+        why = (
+            f"it is attached to job {', '.join(attached)}; once no job uses it, destroy it"
+            if attached
+            else "Slurm did not destroy it (burst_buffer/lua never does): destroy it"
+        )
+        raise UserError(
+            f"line {x.line}: destroy_persistent: persistent buffer '{x.name}' still exists: "
+            f"{why} (dacctl destroy-persistent {x.name}) and release the job (scontrol "
+            f"release {job})"
+        )
 
 
 def _agrees_with_slurm(capacity: str, d, default_pool: str | None, store) -> None:

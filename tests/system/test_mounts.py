@@ -188,6 +188,51 @@ def test_a_persistent_buffer_is_attached_by_jobs_and_destroyed_only_when_free(da
     assert store.buffer("pbuf") is None and pools(env)["default"]["free_bricks"] == 4
 
 
+def test_a_job_whose_destroy_persistent_slurm_did_not_carry_out_is_held_in_one_line(dac, tmp_path):
+    """Issue 45: Slurm carries out destroy_persistent lines (burst_buffer/datawarp a `#BB` one,
+    as `teardown --token <name>` before stage-in, asking again while the buffer is attached);
+    burst_buffer/lua none. A job whose line's buffer still exists at setup used to run and end
+    well, the buffer kept and nothing said: setup refuses it, and Slurm holds the job."""
+    workdir, env, store = dac
+    create_persistent(env, "pbuf")
+    attach = tmp_path / "attach.sh"
+    attach.write_text("#!/bin/sh\n#DW persistentdw name=pbuf\n")
+    slurm(env, "pre_run", 11, "--job", str(attach), "--nodehostnamefile", node_file(tmp_path, "n1"))
+    destroy = tmp_path / "destroy.sh"
+    destroy.write_text("#!/bin/sh\n#DW destroy_persistent name=pbuf\n")
+    assert slurm(env, "job_process", 12, "--job", str(destroy)).stdout == ""  # lua lets it by
+
+    def setup_12(uid=UID, gid=GID):
+        who = ("--caller", "SLURM", "--user", str(uid), "--groupid", str(gid))
+        return slurm(env, "setup", 12, *who, "--job", str(destroy), check=False)
+
+    held = "line 2: destroy_persistent: persistent buffer 'pbuf' still exists: "
+    how = " (dacctl destroy-persistent pbuf) and release the job (scontrol release 12)\n"
+    r = setup_12()
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1,
+        held + "it is attached to job 11; once no job uses it, destroy it" + how,
+        "",
+    )
+    slurm(env, "post_run", 11, "--job", str(attach))
+    slurm(env, "teardown", 11, "--job", str(attach))
+    r = setup_12()
+    assert (r.returncode, r.stdout) == (
+        1,
+        held + "Slurm did not destroy it (burst_buffer/lua never does): destroy it" + how,
+    )
+    assert store.buffer("pbuf") is not None
+    # another user's job is refused as before, told nothing of the buffer's jobs
+    r = setup_12(4242, 4242)
+    assert (r.returncode, r.stdout) == (
+        1,
+        "line 2: destroy_persistent: buffer 'pbuf' belongs to another user\n",
+    )
+    # destroyed as burst_buffer/datawarp does before stage-in: the job goes on
+    slurm(env, "teardown", "pbuf", "--job", str(destroy))
+    assert setup_12().returncode == 0 and store.buffer("pbuf") is None
+
+
 @pytest.mark.parametrize(
     "lines,message",
     [
