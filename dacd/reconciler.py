@@ -59,7 +59,7 @@ from daccore.errors import (
 from daccore.escape import printable
 from daccore.etcd.types import WatchCompacted
 from daccore.records.bounds import BUFFER_NAME
-from daccore.records.lifecycle import next_step
+from daccore.records.lifecycle import next_step, retry_after
 from daccore.records.models import Progress, State, Status, StatusError
 from daccore.rules.trust import Untrusted, parse_buffer, shown
 from dacd import metrics
@@ -127,6 +127,7 @@ class Reconciler(SplitShares):
         self._threads: list[threading.Thread] = []
         self._resync, self._owed_retry = resync, owed_retry
         self._acted: dict[str, int] = {}  # buffer name -> the spec revision last reconciled
+        self._later: dict[str, threading.Timer] = {}  # failed deletes, looked at when due
         self._view: str | None = None  # the mount namespace this dacd sees (stage-views/)
         #: the stages jobs ask for while they run (dacd.injob.InJobStager), or None
         self.injob = injob
@@ -186,6 +187,9 @@ class Reconciler(SplitShares):
         """Stop taking work, let running steps finish (a playbook cut short is re-run at the
         next start anyway)."""
         self._stopping.set()
+        with self._lock:
+            for timer in self._later.values():
+                timer.cancel()
         for w in [self._watch, *self._watches]:
             if w is not None:
                 w.close()
@@ -463,6 +467,14 @@ class Reconciler(SplitShares):
                 self.store.put_status(mine, incarnation)
             metrics.buffer_seen(buf, self.host, mine)
             failed = mine.generation if mine and mine.error else None
+            if (
+                buf.desired_state is State.DELETED
+                and mine is not None
+                and failed is not None
+                and failed >= buf.generation
+                and self._not_due(name, mine)
+            ):
+                return  # a failed delete runs again when due, not in a loop (issue 45)
             attached = mine.attached if mine else {}
             nxt = next_step(
                 buf.desired_state,
@@ -491,6 +503,27 @@ class Reconciler(SplitShares):
             self._step(
                 buf, incarnation, mine, step, target, backend, hosts if together else [self.host]
             )
+
+    def _not_due(self, name: str, mine: Status) -> bool:
+        """Whether this host's failed delete of `name` is not due to run again yet
+        (`retry_after`); if so, the buffer is looked at again when it is."""
+        wait = mine.updated_at + retry_after(mine.attempt) - time.time()
+        if wait <= 0:
+            return False
+        with self._lock:
+            if name in self._later or self._stopping.is_set():
+                return True
+            timer = threading.Timer(wait, self._due, (name,))
+            timer.daemon = True
+            self._later[name] = timer
+        timer.start()
+        return True
+
+    def _due(self, name: str) -> None:
+        with self._lock:
+            self._later.pop(name, None)
+        if not self._stopping.is_set():
+            self.schedule(name)
 
     def _statuses(self, name: str) -> dict[str, Status]:
         """The buffer's statuses, each checked: another host's bad one counts as absent (it

@@ -4,9 +4,11 @@ host has reached. dacd runs the step, records the state it reached, and asks aga
 Desired states come in lifecycle order (daccore.records.models.State); a host walks one state at a
 time toward the desired one, so a spec that jumps from created to mounted still gets stage_in first.
 Teardown (desired DELETED) may come from anywhere and always proceeds, even after a failure, so a
-broken buffer can still be cleaned up. After any other failure the host waits until the spec changes
-(a higher generation): Slurm answers a failed step by holding or tearing down the job; a stage asked
-for again after it failed comes as a newer spec (daccore.services.jobs.set_desired).
+broken buffer can still be cleaned up; a delete that failed runs again once `retry_after` its last
+try, less and less often, whether or not anyone asks again. After any other failure the host
+waits until the spec changes (a higher generation): Slurm answers a failed step by holding or
+tearing down the job; a stage asked for again after it failed comes as a newer spec
+(daccore.services.jobs.set_desired).
 
 Mounts on compute nodes follow the spec's attachments (job id -> nodes): the "mount" step
 makes the host's mounts match them, mounting what is new and unmounting what is gone. A job
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from daccore.records.models import State
 
-__all__ = ["STEP_FOR", "next_step"]
+__all__ = ["STEP_FOR", "next_step", "retry_after"]
 
 #: the step that reaches each state
 STEP_FOR = {
@@ -56,3 +58,13 @@ def next_step(
     target = reached.next()
     assert target is not None  # only DELETED has no next, and it returned above
     return STEP_FOR[target], target
+
+
+def retry_after(attempts: int) -> float:
+    """Seconds from a delete's failure, its `attempts`-th in a row, to its next run: 1, 2, 4 ...
+    at most 300. A delete fails while something holds the buffer (issue 45: a descriptor in
+    flight no scan finds, another user's namespace); each run costs the host an Ansible run and
+    a scan of /proc, and Slurm asks again every few seconds for as long as teardown fails. dacd
+    runs it again by itself when due (a holder that ends frees the buffer without anyone
+    asking), and a request that comes sooner is answered with the last failure."""
+    return float(min(2 ** max(attempts - 1, 0), 300))

@@ -406,14 +406,51 @@ def set_desired(store: Store, name: str, state: State, retry: bool = False) -> b
     def change(b: Doc) -> Doc | None:
         if b["desired_state"] != state.value:
             return {"desired_state": state.value}
-        if retry and any(
-            s.get("error") and s.get("generation", 0) >= b["generation"]
-            for s in store.status_docs(name).values()
-        ):
-            return {"desired_state": state.value}  # _update bumps the generation
-        return None
+        if not retry:
+            return None
+        failed = _failed(store, name, b)
+        if failed and state is State.DELETED:
+            _backing_off(name, failed)
+        return {"desired_state": state.value} if failed else None  # _update bumps the generation
 
     return _update(store, name, change)
+
+
+def _failed(store: Store, name: str, b: Doc) -> list[Doc]:
+    """The statuses of hosts whose step for the spec's current generation failed."""
+    return [
+        s
+        for s in store.status_docs(name).values()
+        if s.get("error") and s.get("generation", 0) >= b["generation"]
+    ]
+
+
+#: seconds a retry of a failed delete waits for its run to be due, rather than answer with
+#: the last failure (Slurm's retry right after a holder ended gets its run)
+SHORT_WAIT = 1.0
+
+
+def _backing_off(name: str, failed: list[Doc]) -> None:
+    """The last failure again, without a new run, while the retry it is owed is not due
+    (`daccore.records.lifecycle.retry_after`); one due within SHORT_WAIT is waited for."""
+    from daccore.errors import AdminError, InternalError
+    from daccore.records.lifecycle import retry_after
+
+    for s in failed:
+        attempts, at = s.get("attempt", 1), s.get("updated_at", 0)
+        if not isinstance(attempts, int) or not isinstance(at, (int, float)):
+            continue
+        wait = at + retry_after(attempts) - time.time()
+        if 0 < wait <= SHORT_WAIT:
+            time.sleep(wait)
+        elif wait > 0:
+            kind = {"user": UserError, "admin": AdminError}.get(
+                s["error"].get("category"), InternalError
+            )
+            raise kind(
+                f"buffer {name}: {s['error'].get('message', '')} (failed {attempts} times; "
+                f"the next try is in {wait:.0f} s)"
+            )
 
 
 def _attachment(job: str, nodes: list[str] | None, state: State | None) -> SpecChange:
@@ -491,11 +528,10 @@ def destroy(store: Store, name: str, uid: int | None = None) -> None:
         if b["desired_state"] != State.DELETED.value:
             return {"desired_state": State.DELETED.value}
         # asked again after a delete failed (a mount of it left elsewhere): a new generation,
-        # which dacd answers by running the delete again
-        failed = any(
-            s.get("error") and s.get("generation", 0) >= b["generation"]
-            for s in store.status_docs(name).values()
-        )
+        # which dacd answers by running the delete again, once its retry is due
+        failed = _failed(store, name, b)
+        if failed:
+            _backing_off(name, failed)
         return {"desired_state": State.DELETED.value} if failed else None
 
     if not _update(store, name, change):

@@ -3,11 +3,13 @@ process shows (a descriptor in flight over a unix socket) delays teardown only w
 lasts: every mount dac made is retried until it is gone. Real dacd, the real local playbooks
 through ansible-runner, a loop-device brick; uid 1234 the job's user, uid 5678 another."""
 
+import re
 import subprocess
 import sys
 
-from clitools import pools, slurm
-from security.staging_dac import OTHER_GID, OTHER_UID, UID
+from clitools import pools, slurm, wait_for
+from leftovers import LEFTOVER
+from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, owned
 from security.test_teardown_holders import (
     alive,
     ends_and_frees,
@@ -77,26 +79,43 @@ def test_another_user_can_neither_hold_nor_measure_a_buffers_node_mount(one_bric
 
 def test_a_holder_no_process_shows_delays_teardown_only_while_it_lasts(one_brick, tmp_path):
     """The job's user hides a descriptor on the node mount in flight over a unix socket: no
-    /proc entry names it, so nothing is killed and post_run and teardown fail, busy. The
-    node mount stays recorded as attached, so once the holder is gone the next teardown
-    unmounts it and frees the brick (before, the delete dropped the node mount from its
-    list after post_run, and failed for ever: `the buffer's filesystem is still mounted`)."""
+    /proc entry names it, so nothing is killed. post_run's busy unmount detaches the mount
+    lazily (nothing reaches the buffer by a path again); teardown fails in one line while
+    the descriptor keeps the filesystem (the bricks do not open exclusively) and zeroes
+    nothing; retries that are not due answer at once without a run; once the holder is gone
+    the delete, run again by dacd when due, frees the brick. The owner's other processes are
+    never stopped. Before (issue 45): post_run failed busy, the delete dropped the node mount
+    from its list and failed for good, twice a second, stopping all the owner's processes."""
     top, workdir, env, store = one_brick
     script, node, device = running_job(workdir, env, store, tmp_path, 63)
-    holder = started([sys.executable, "-I", "-S", "-c", _IN_FLIGHT, str(node)])
+    notes = owned(top / "notes", UID, GID, 0o700) / "bystander"
+    py = [sys.executable, "-I", "-S", "-c"]
+    bystander = started(py + [LEFTOVER, "bystander", str(notes)])
+    holder = started(py + [_IN_FLIGHT, str(node)])
     try:
         assert alive(holder)
-        slurm(env, "post_run", 63, "--job", str(script), check=False)
-        r = slurm(env, "teardown", 63, "--job", str(script), check=False)
-        out = (r.stdout + r.stderr).strip()
-        assert r.returncode != 0 and len(out.splitlines()) == 1, out
-        assert "busy" in out and "teardown retries" in out, out
+        slurm(env, "post_run", 63, "--job", str(script))
+        assert not any(str(node) in line for line in mounted_anywhere(device))
+        for attempt in (1, 2, 3):
+            r = slurm(env, "teardown", 63, "--job", str(script), check=False)
+            out = (r.stdout + r.stderr).strip()
+            assert r.returncode != 0 and len(out.splitlines()) == 1, out
+            assert f"{device}: the buffer's filesystem is still mounted" in out, out
+            assert "nothing was zeroed or released" in out, out
+            if attempt == 3:  # the runs so far failed: the next is not due yet
+                assert re.search(r"\(failed [2-9] times; the next try is in [1-9]\d* s\)$", out)
         assert store.buffer("63") is not None and pools(env)["default"]["free_bricks"] == 0
         assert alive(holder), "a process holding nothing /proc shows was killed"
-        kill([holder])  # Slurm's next teardown finishes once the holder is gone
-        slurm(env, "teardown", 63, "--job", str(script))
+        kill([holder])  # dacd's next due run, or Slurm's teardown, finishes the delete now
+        wait_for(
+            lambda: slurm(env, "teardown", 63, "--job", str(script), check=False).returncode == 0,
+            30,
+            "a teardown after the holder ended",
+            every=1,
+        )
         assert store.buffer("63") is None and pools(env)["default"]["free_bricks"] == 1
         assert mounted_anywhere(device) == [] and exclusive(device)
+        assert alive(bystander) and not notes.exists(), "the owner's process was stopped"
         next_buffer_builds(workdir, env, store, tmp_path, 64)
     finally:
-        kill([holder])
+        kill([holder, bystander])

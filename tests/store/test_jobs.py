@@ -184,3 +184,56 @@ def test_a_persistentdw_of_a_buffer_not_made_yet_is_accepted_and_awaited(site):
     assert str(refused.value) == (
         "line 2: persistentdw: persistent buffer 'pbuf' belongs to another user"
     )
+
+
+def test_a_delete_that_keeps_failing_runs_again_less_and_less_often(site):
+    """Issue 45: Slurm retries a failed teardown every few seconds for as long as it fails,
+    and each retry cost a storage host a delete run (Ansible, a /proc scan, the owner's
+    processes stopped). A retry due within a second waits for it; one due later answers the
+    last failure at once, saying when the next run is, and makes no new generation (so dacd
+    runs nothing)."""
+    import time
+
+    from daccore.errors import AdminError
+    from daccore.records.lifecycle import retry_after
+    from daccore.records.models import Status, StatusError
+
+    assert [retry_after(n) for n in (1, 2, 3, 4, 9, 10, 50)] == [1, 2, 4, 8, 256, 300, 300]
+    persistent(site)
+    jobs.destroy(site, "pbuf")
+    host_ = site.buffer("pbuf").record.allocation.primary_host
+
+    def failed(attempt, ago):
+        site.put_status(
+            Status(
+                buffer="pbuf",
+                host=host_,
+                state=State.CREATED,
+                generation=site.buffer("pbuf").record.generation,
+                step="delete",
+                attempt=attempt,
+                updated_at=time.time() - ago,
+                error=StatusError(category="admin", message="still mounted"),
+            )
+        )
+
+    generation = site.buffer("pbuf").record.generation
+    failed(1, 0.5)
+    t = time.monotonic()
+    jobs.set_desired(site, "pbuf", State.DELETED, retry=True)  # due in 0.5 s: waited for
+    assert 0.3 < time.monotonic() - t < 1.0
+    assert site.buffer("pbuf").record.generation == generation + 1
+    failed(3, 1)  # due 4 s after the third failure
+    for retry in (
+        lambda: jobs.set_desired(site, "pbuf", State.DELETED, retry=True),
+        lambda: jobs.destroy(site, "pbuf"),
+    ):
+        with pytest.raises(AdminError) as e:
+            retry()
+        assert str(e.value) == (
+            "buffer pbuf: still mounted (failed 3 times; the next try is in 3 s)"
+        )
+        assert site.buffer("pbuf").record.generation == generation + 1
+    failed(3, 5)  # due now
+    jobs.set_desired(site, "pbuf", State.DELETED, retry=True)
+    assert site.buffer("pbuf").record.generation == generation + 2

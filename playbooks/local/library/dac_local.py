@@ -22,14 +22,13 @@ a directory is expected fails the step with one line naming the path.
 
 What a job left behind never outlives teardown (docs/security.md, "Teardown always ends"): when
 an unmount is busy, or a brick is still held after the host's last unmount, the owner's
-processes on this server are stopped, those that hold the buffer killed, the unmounts retried,
-and only then the others let go (`Holders`). A mount that remains is named in one line, and
-nothing is zeroed.
+processes on this server that hold the buffer are killed (`Holders`), and a mount still busy is
+detached lazily; the bricks are zeroed only once each opens exclusively (`claim`). What still
+holds them is named in one line, and nothing is zeroed; the delete runs again later.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import fcntl
@@ -42,7 +41,7 @@ import sys
 import time
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_MS_BIND, _UMOUNT_NOFOLLOW = 4096, 8
+_MS_BIND, _MNT_DETACH, _UMOUNT_NOFOLLOW = 4096, 2, 8
 _CLONE_NEWNS, _NS_GET_USERNS = 0x20000, 0xB701  # linux/sched.h, linux/nsfs.h
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -209,25 +208,31 @@ def bind(
 def unmount(anchor: str, target: str, done: list[str], holders: Holders | None = None) -> None:
     """umount2 of the last component, by name relative to its checked parent, not followed
     (an fd inside the mount would itself keep it busy). When the mount is busy and `holders`
-    is given (the buffer is attached nowhere else after this), what holds the buffer is killed
-    and the umount retried: scanning /proc costs ~0.15 s on a loaded server, so only when
-    needed."""
+    is given (the buffer is attached nowhere else after this), the owner's processes that hold
+    the buffer are killed and the umount retried (scanning /proc costs ~0.15 s on a loaded
+    server, so only when needed); still busy, the mount is detached lazily: it leaves the
+    tree at once, so nothing enters the buffer by a path again, and what still holds it keeps
+    only the filesystem, which the bricks' exclusive open (`claim`) then proves gone before
+    anything is zeroed. No process is ever stopped (issue 45)."""
     parent = walk(anchor, os.path.dirname(os.path.normpath(target)), done)
     try:
         path = _fd_path(parent, os.path.basename(os.path.normpath(target)))
-        for attempt in range(3):
+        for attempt in range(2):
             if _libc.umount2(path, _UMOUNT_NOFOLLOW) == 0:
-                break
+                done.append(f"umount {target}")
+                return
             e = ctypes.get_errno()
             if e != errno.EBUSY or holders is None:
                 raise Failed(f"umount {target}: {os.strerror(e)}")
-            if attempt == 2:
-                raise Failed(f"umount {target}: busy: {holders.left()}; teardown retries")
-            # the holders alone first; still busy, the owner's processes stopped, then again
-            holders.kill(done=done, freeze=attempt == 1)
+            if attempt == 0:
+                holders.kill(done=done)
+        if _libc.umount2(path, _UMOUNT_NOFOLLOW | _MNT_DETACH) != 0:
+            raise Failed(f"umount -l {target}: {os.strerror(ctypes.get_errno())}")
+        done.append(f"umount -l {target}")
+        assert holders is not None  # a busy unmount without them raised above
+        holders.kill(done=done)  # what entered before the detach, if it was the owner's
     finally:
         os.close(parent)
-    done.append(f"umount {target}")
 
 
 def prune(path: str, root: str, done: list[str]) -> None:
@@ -251,21 +256,12 @@ def prune(path: str, root: str, done: list[str]) -> None:
 
 class Holders:
     """What keeps a buffer's filesystem alive, killed only when an unmount is busy or a brick
-    is still held (`kill`): the cost of scanning /proc is paid only then.
-
-    First the holders alone are killed (`kill` without `freeze`): a leftover process or a
-    tree of them goes without touching anything else of the user's. When that was not enough
-    (the caller's retry still finds the buffer busy: a spawner keeps making new holders), the
-    owner's processes on this server are stopped (`freeze`: SIGSTOP, again until a scan finds
-    none of them running; a stopped process cannot fork, so a fork loop cannot outrun it) and
-    stay stopped until the context ends, after the host's last unmount, so none of them makes
-    a new holder or a new mount namespace meanwhile; those that hold the buffer are SIGKILLed,
-    the others let go (SIGCONT; one the user had stopped stays stopped). A parent that stopped
-    itself because its child did (su, runuser and sudo relay a child's stop to themselves)
-    is let go too, or it would stay stopped for good. Only the owner's: another user's or
-    root's holder is named (`left`), never killed. Matched by st_dev and by mount namespace,
-    never by name. An owner of uid 0 (a site with min_owner_uid 0) is never stopped: its
-    holders alone are killed, in rounds."""
+    is still held (`kill`): the cost of scanning /proc is paid only then. Only the owner's
+    processes are killed, and only those that hold the buffer: a leftover process or a tree of
+    them goes without touching anything else of the user's, and nothing is ever stopped (a
+    spawner that keeps sending new children into the buffer by its path reaches nothing once
+    the mount is detached: `unmount`). Another user's or root's holder is named (`left`),
+    never killed. Matched by st_dev and by mount namespace, never by name."""
 
     def __init__(self, owner: int, devices: list[str], fs: str | None = None):
         self.owner, self.devices = owner, devices
@@ -283,54 +279,18 @@ class Holders:
                     self.devs.add(os.fstat(fd).st_dev)  # really a mount point
             finally:
                 os.close(fd)
+        # xfs's st_dev is its brick's: a retry finds what holds a detached one by it too
+        self.devs |= self.rdevs
         self.spared = _ancestors()  # this module, Ansible, dacd (which may read the buffer)
-        self.stopped: list[int] = []
-        self.parents: set[int] = set()  # of those stopped: running then, not the owner's
-        self.frozen = False
         self.found: list[str] = []  # what holds it and was not killed, for `left`
 
-    def __enter__(self) -> Holders:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for pid in self.stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        # A parent that relays its child's stop to itself (su and runuser wait with
-        # waitpid(WUNTRACED), sudo from its event loop) stops once it has run after the
-        # child's stop woke it, which a loaded machine may delay: each is watched until it
-        # has stopped (and is let go) or is back waiting in waitpid (it has seen the stop and
-        # did not relay it: once the child runs again there is no stop left to see), at most
-        # 5 s (a parent that waits some other way, and never stops, costs that once).
-        waiting, deadline = set(self.parents), time.monotonic() + 5
-        while waiting and time.monotonic() < deadline:
-            for pid in list(waiting):
-                state = _status(pid)[0]
-                if state in "Tt":
-                    try:
-                        os.kill(pid, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass
-                    waiting.discard(pid)
-                elif state in "ZX" or state == "S" and _wchan(pid) == "do_wait":
-                    waiting.discard(pid)
-            if waiting:
-                time.sleep(0.02)
-
-    def kill(
-        self, namespaces: bool = False, done: list[str] | None = None, freeze: bool = False
-    ) -> None:
+    def kill(self, namespaces: bool = False, done: list[str] | None = None) -> None:
         """SIGKILL the owner's processes that use the filesystem (cwd, root, an open file, a
-        mapping); with `namespaces` (the host has unmounted it: a mount left elsewhere is a
-        copy no unmount of ours reaches), also every process of a mount namespace that holds
-        it, when all of that namespace's processes are the owner's, and the owner's processes
-        holding a mount namespace's descriptor. With `freeze`, the owner's processes are
-        stopped first (the class's text)."""
-        if freeze:
-            self._freeze()
-        for _ in range(1 if self.frozen else 10):  # unstopped: a killed one may have forked
+        mapping), in rounds (a killed one may have forked); with `namespaces` (the host has
+        unmounted it: a mount left elsewhere is a copy no unmount of ours reaches), also every
+        process of a mount namespace that holds it, when all of that namespace's processes are
+        the owner's, and the owner's processes holding a mount namespace's descriptor."""
+        for _ in range(10):
             victims = self._scan(namespaces, done)
             for pid in victims:
                 try:
@@ -363,40 +323,6 @@ class Holders:
             f"{'; '.join(self.found[:3])}{more}; not the job's user's alone, so not "
             "killed: an admin must end them"
         )
-
-    def _freeze(self) -> None:
-        if self.frozen or self.owner == 0:
-            return
-        seen: set[int] = set()
-        settled, deadline = False, time.monotonic() + 5
-        while time.monotonic() < deadline:
-            new = []
-            for pid in _pids():
-                if pid in seen or pid in self.spared:
-                    continue
-                state, uids = _status(pid)
-                if self.owner not in uids:
-                    continue
-                seen.add(pid)
-                if state not in "TtZX":  # one already stopped is not ours to continue
-                    # the parent as it is before the stop: one that relays it may have
-                    # stopped itself by the time we look again
-                    parent = _parent(pid)
-                    p_state, p_uids = _status(parent) if parent > 1 else ("X", set())
-                    try:
-                        os.kill(pid, signal.SIGSTOP)
-                    except ProcessLookupError:  # a short-lived child, gone already
-                        continue
-                    self.stopped.append(pid)
-                    new.append(pid)
-                    if parent not in self.spared and self.owner not in p_uids and p_state in "RSD":
-                        self.parents.add(parent)
-            if not new and settled:  # a listing made after every one of them had stopped
-                break
-            settled = all(_status(pid)[0] in "TtZX" for pid in self.stopped)
-            if not settled:
-                time.sleep(0.002)
-        self.frozen = True
 
     def _scan(self, namespaces: bool, done: list[str] | None = None) -> list[int]:
         """The owner's processes to kill; what else holds the buffer goes to `found`. With
@@ -553,24 +479,6 @@ def _status(pid: int) -> tuple[str, set[int]]:
         return "X", set()
 
 
-def _parent(pid: int) -> int:
-    """`pid`'s parent, 0 once gone (the command may hold spaces and parentheses: the fields
-    follow the last ')')."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _wchan(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/wchan") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 def _zombie(pid: int) -> bool:
     return _status(pid)[0] in "ZX"
 
@@ -680,7 +588,7 @@ def create(a: dict, done: list[str]) -> None:
 
 def attach(a: dict, done: list[str], holders: Holders | None = None) -> None:
     """Order matters: swap off and unmount before removing; directories before binds.
-    `holders`: the caller's (delete's, whose owner stays stopped until the last unmount)."""
+    `holders`: the caller's (delete's)."""
     fs = a["fs_path"]
     swaps = active_swaps()
     for path in a["unswaps"]:
@@ -690,13 +598,12 @@ def attach(a: dict, done: list[str], holders: Holders | None = None) -> None:
     mounted = mount_points()
     # attached nowhere after this step: whatever still uses the buffer is a job's leftover
     last = not a["binds"] and fs in mounted
-    with contextlib.ExitStack() as stack:
-        if last and holders is None:
-            holders = stack.enter_context(Holders(int(a["owner_uid"]), [], fs))
-        for u in a["unbinds"]:
-            if u["target"] in mounted:
-                unmount(u["root"], u["target"], done, holders if last else None)
-            prune(u["target"], u["root"], done)
+    if last and holders is None:
+        holders = Holders(int(a["owner_uid"]), [], fs)
+    for u in a["unbinds"]:
+        if u["target"] in mounted:
+            unmount(u["root"], u["target"], done, holders if last else None)
+        prune(u["target"], u["root"], done)
     for d in a["dirs"]:
         owned_dir(fs, d["path"], int(d["owner"]), int(d["group"]), int(d["mode"], 8), done)
     for b in a["binds"]:
@@ -745,12 +652,12 @@ def _unlink(anchor: str, path: str, done: list[str]) -> None:
 def delete(a: dict, done: list[str]) -> None:
     fs, devices = a["fs_path"], a["devices"]
     mounted = fs in mount_points()
-    with Holders(int(a["owner_uid"]), devices, fs if mounted else None) as holders:
-        # kills what holds a node's mount (a bind mount shares st_dev)
-        attach({**a["attach"], "owner_uid": a["owner_uid"]}, done, holders)
-        if mounted:
-            unmount(os.path.dirname(os.path.normpath(fs)), fs, done, holders)
-        fds = _claimed(devices, holders, done)  # before the owner's processes go on
+    holders = Holders(int(a["owner_uid"]), devices, fs if mounted else None)
+    # kills what holds a node's mount (a bind mount shares st_dev)
+    attach({**a["attach"], "owner_uid": a["owner_uid"]}, done, holders)
+    if mounted:
+        unmount(os.path.dirname(os.path.normpath(fs)), fs, done, holders)
+    fds = _claimed(devices, holders, done)
     try:
         zero(devices, fds, done)  # signatures too: no wipefs needed
     finally:
@@ -762,15 +669,16 @@ def delete(a: dict, done: list[str]) -> None:
 
 def _claimed(devices: list[str], holders: Holders, done: list[str]) -> list[int]:
     """The bricks, claimed (`claim`) once the host has no mount of them left; a brick still
-    held means a mount elsewhere (the user's own mount namespace, a lazily detached mount):
-    its holders are killed, or named in one line, and nothing is zeroed or released."""
-    for n in range(3):  # each round waits a little too: a device probe may hold it briefly
+    held means a mount elsewhere (the user's own mount namespace, a lazily detached mount
+    something still holds): its holders are killed, or named in one line, and nothing is
+    zeroed or released."""
+    for _ in range(3):  # each round waits a little too: a device probe may hold it briefly
         try:
             return claim(devices)
         except OSError as e:
             if e.errno != errno.EBUSY:
                 raise
-        holders.kill(namespaces=True, done=done, freeze=n > 0)
+        holders.kill(namespaces=True, done=done)
     raise Failed(
         f"{', '.join(devices)}: the buffer's filesystem is still mounted after "
         f"its unmount: {holders.left()}; nothing was zeroed or released, and "
@@ -788,31 +696,23 @@ def main() -> None:
             {**args["attach"], "owner_uid": args["owner_uid"]} if action is attach else args, done
         )
     except Failed as e:
-        print(
-            json.dumps(
-                {
-                    "failed": True,
-                    "msg": e.msg,
-                    "rc": e.rc,
-                    "stderr": e.stderr,
-                    "changed": bool(done),
-                }
-            )
-        )
-        sys.exit(1)
+        _failed(e.msg, done, e.rc, e.stderr)
     except OSError as e:
-        print(
-            json.dumps(
-                {
-                    "failed": True,
-                    "msg": f"{e.filename}: {e.strerror}",
-                    "rc": 1,
-                    "changed": bool(done),
-                }
-            )
-        )
-        sys.exit(1)
+        _failed(f"{e.filename}: {e.strerror}", done)
+    except Exception as e:  # noqa: BLE001 - a bug: one line for Slurm, the traceback for admins
+        import traceback
+
+        _failed(f"internal error: {type(e).__name__}: {e}", done, stderr=traceback.format_exc())
     print(json.dumps({"changed": bool(done), "actions": done}))
+
+
+def _failed(msg: str, done: list[str], rc: int = 1, stderr: str = "") -> None:
+    """The module's answer to Ansible for a failed action (not a traceback, which Ansible
+    would report as an unreadable result), then exit."""
+    print(
+        json.dumps({"failed": True, "msg": msg, "rc": rc, "stderr": stderr, "changed": bool(done)})
+    )
+    sys.exit(1)
 
 
 if __name__ == "__main__":
