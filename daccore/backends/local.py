@@ -1,6 +1,7 @@
 """The `local` backend: a buffer's bricks on one server become one filesystem, xfs on a single
 brick and btrfs (data raid0, metadata raid1) across several, mounted nodev,nosuid under the
-host's fs_root. The job's directories are owned by the job's user, mode 0700.
+host's fs_root (`<fs_root>/<buffer>/mnt`, in a directory only the buffer's owner may pass:
+daccore.records.layout). The job's directories are owned by the job's user, mode 0700.
 
 Compute nodes see the buffer through bind mounts made on the storage server under each node's
 root (`node_root`, default mount_root: near-node flash, where the server is the node; the local
@@ -16,6 +17,7 @@ import os
 from typing import TYPE_CHECKING
 
 from daccore.backends.base import Backend, node_mounts, register
+from daccore.records.layout import server_mount
 
 if TYPE_CHECKING:
     from typing import TypedDict
@@ -38,7 +40,7 @@ class LocalBackend(Backend):
         self, buffer: Buffer, step: str, attached: dict[str, list[str]] | None = None
     ) -> Vars:
         host = self.config.hosts[self.host]
-        fs_path = os.path.join(host.fs_root, buffer.name)
+        fs_path = server_mount(host.fs_root, buffer.name)
         devices = [self.device(buffer, b) for b in buffer.allocation.bricks if b.host == self.host]
         if len(devices) == 1:
             mkfs = ["mkfs.xfs", "-f", "-q", "-L", _label(buffer.name), devices[0]]

@@ -7,16 +7,30 @@ Slurm puts in the job's environment) and every backend's mount step agree on.
 
 Persistent buffers live under the job, so two jobs on one node attaching the same buffer never
 share (or unmount) each other's mount point.
+
+Where a storage server of the local backend mounts a buffer's filesystem, under its fs_root:
+
+    <fs_root>/<buffer>/       root's, 0700, passable by the buffer's owner alone (an ACL)
+    <fs_root>/<buffer>/mnt    the filesystem's mount point; its top root's, 0711
+
+A mount point straight in fs_root (root's 0711, which every user passes through) could be
+opened O_PATH by any user, which needs no permission on the mount point itself: a descriptor
+that keeps the filesystem busy, and statvfs showing its owner's usage (issue 45).
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["mount_path"]
+__all__ = ["mount_path", "server_mount"]
 
 
 def mount_path(root: str, job: str, buffer: str, persistent: bool, kind: str = "striped") -> str:
     if persistent:
         return os.path.join(root, job, "persistent", buffer)
     return os.path.join(root, job, kind)
+
+
+def server_mount(fs_root: str, buffer: str) -> str:
+    """The local backend's mount point of `buffer`'s filesystem on its server."""
+    return os.path.join(fs_root, buffer, "mnt")

@@ -137,7 +137,7 @@ def as_user(*argv, uid=UID, gid=GID):
 def buffer_fs(workdir: Path, store, job) -> Path:
     """The buffer's filesystem on its primary host: striped/ is $DW_JOB_STRIPED."""
     host = store.buffer(str(job)).record.allocation.primary_host
-    return workdir / "fs" / host / str(job)
+    return workdir / "fs" / host / str(job) / "mnt"
 
 
 def snapshot(path: Path) -> list:

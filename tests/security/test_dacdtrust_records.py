@@ -117,7 +117,7 @@ def assert_admin_error(store: Store, name: str, host: str, reason: str) -> None:
 
 
 def fs_of(workdir: Path, host: str, name: str) -> Path:
-    return workdir / "fs" / host / name
+    return workdir / "fs" / host / name / "mnt"
 
 
 def mounted(path: Path) -> bool:

@@ -9,7 +9,7 @@ import sys
 
 from clitools import pools, slurm, wait_for
 from leftovers import LEFTOVER
-from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, owned
+from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, buffer_fs, owned
 from security.test_teardown_holders import (
     alive,
     ends_and_frees,
@@ -68,12 +68,15 @@ def probe(path, uid, gid) -> str:
 def test_another_user_can_neither_hold_nor_measure_a_buffers_node_mount(one_brick, tmp_path):
     """The round-4 attack: an O_PATH descriptor (or an 18 s statvfs probe) on another user's
     node mount, held across the job's end, kept post_run's unmount busy and the buffer's
-    bricks for good, and showed the victim's usage. Now the job's directory on the node is
-    passable by its owner alone, so the other user stops at it."""
+    bricks for good, and showed the victim's usage; the server's mount in fs_root was as
+    open. Now the job's directory on the node and the buffer's in fs_root are passable by
+    its owner alone, so the other user stops at them."""
     top, workdir, env, store = one_brick
     script, node, device = running_job(workdir, env, store, tmp_path, 61)
-    assert probe(node, OTHER_UID, OTHER_GID) == "PermissionError"
-    assert probe(node, UID, UID).startswith("opened ")  # the owner's job reaches it
+    server = buffer_fs(workdir, store, 61)  # the server's mount (the same machine here)
+    for mount in (node, server):
+        assert probe(mount, OTHER_UID, OTHER_GID) == "PermissionError", mount
+        assert probe(mount, UID, GID).startswith("opened "), mount  # the owner reaches it
     ends_and_frees(env, store, script, 61, device)
 
 

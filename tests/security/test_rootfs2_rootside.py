@@ -68,7 +68,7 @@ def nodes_file(tmp_path, *nodes):
 
 def buffer_fs(workdir, store, job):
     host = store.buffer(str(job)).record.allocation.primary_host
-    return workdir / "fs" / host / str(job)
+    return workdir / "fs" / host / str(job) / "mnt"
 
 
 def test_a_link_planted_in_the_buffer_is_not_followed_by_pre_run(rootfs2_dac, tmp_path):

@@ -148,7 +148,7 @@ def test_another_user_reads_nothing_of_a_live_buffer_or_of_the_logs(storage):
         "done > $DW_JOB_STRIPED/data\nsync\nsleep 600\n",
     )
     pattern = f"storage-side-secret-{live}"
-    fs = workdir / "fs" / "dac-server-1" / live
+    fs = workdir / "fs" / "dac-server-1" / live / "mnt"
     wait_for(
         lambda: (
             (fs / "striped" / "data").exists() and pattern in (fs / "striped" / "data").read_text()

@@ -264,7 +264,7 @@ def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
     (host,) = rec.allocation.hosts
     assert out == f"created persistent buffer proj1: 512MiB in pool default on {host}\n"
     assert rec.persistent and (rec.owner_uid, rec.owner_gid) == (5678, 8765)
-    assert mount_of(workdir / "fs" / host / "proj1")  # dacd built it before dacctl returned
+    assert mount_of(workdir / "fs" / host / "proj1" / "mnt")  # dacd built it before dacctl returned
     assert store.statuses("proj1")[host].state.value == "created"
 
     run(
@@ -397,7 +397,7 @@ def test_create_and_destroy_persistent_buffers_end_to_end(dac, tmp_path):
         == "destroyed persistent buffer proj1\n"
     )
     assert store.buffer("proj1") is None and store.buffer("mine") is None
-    assert not mount_of(workdir / "fs" / host / "proj1")
+    assert not mount_of(workdir / "fs" / host / "proj1" / "mnt")
     assert pools(env)["default"]["free_bricks"] == 3  # only "theirs" holds a brick
 
     setup(env, tmp_path, 9, "512MiB")

@@ -181,7 +181,7 @@ def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(
     for f in before:
         slurm(env, f, job, "--job", str(script), "--nodehostnamefile", str(nodes))
         if f == "pre_run" and function == "data_out":  # the job writes its results
-            made = workdir / "fs" / host / str(job) / "striped" / "out"
+            made = workdir / "fs" / host / str(job) / "mnt" / "striped" / "out"
             expected = make_source(made)
     args = ["--job", str(script)]
     if function in ("pre_run", "post_run", "teardown"):
@@ -198,7 +198,7 @@ def test_a_dacd_restarted_after_its_lease_lapsed_costs_the_job_nothing(
         assert finished(call, 180) == (0, "")
         assert ran_again(workdir, host, job, step)  # cut short, then done by the new dacd
         if function == "data_in":
-            assert digests(workdir / "fs" / host / str(job) / "striped" / "in") == expected
+            assert digests(workdir / "fs" / host / str(job) / "mnt" / "striped" / "in") == expected
         if function == "data_out":
             assert digests(out / "run") == expected
         binds = [m for m in mounts() if m.startswith(f"{workdir}/nodes/")]
@@ -553,7 +553,7 @@ def test_a_stage_in_larger_than_the_buffer_fails_in_one_line_naming_the_file(
     # the copier counts first: nothing is copied into a buffer it cannot fill
     assert r.returncode == 1 and r.stdout.count("\n") == 1, r.stdout
     assert r.stdout.startswith(
-        f"buffer 81: stage_in failed: {workdir}/fs/{host}/81/striped: "
+        f"buffer 81: stage_in failed: {workdir}/fs/{host}/81/mnt/striped: "
         "not enough space for the data to stage ("
     ), r.stdout
     assert r.stdout.endswith(" free)\n"), r.stdout
@@ -586,7 +586,7 @@ def job_staging_out_to_tmpfs(dac, open_dir, tmp_path, job, options, files, size)
         host = store.buffer(str(job)).record.allocation.primary_host
         slurm(env, "pre_run", job, "--job", str(script), "--nodehostnamefile", str(nodes))
         expected = make_source(
-            workdir / "fs" / host / str(job) / "striped" / "out", files=files, size=size
+            workdir / "fs" / host / str(job) / "mnt" / "striped" / "out", files=files, size=size
         )
         slurm(env, "post_run", job, "--job", str(script), "--nodehostnamefile", str(nodes))
         yield small, script, expected
@@ -649,7 +649,7 @@ def test_the_brick_filling_while_the_job_writes_costs_the_job_only_its_own_write
     nodes.write_text("node1\n")
     host = store.buffer("84").record.allocation.primary_host
     slurm(env, "pre_run", 84, "--job", str(script), "--nodehostnamefile", str(nodes))
-    striped = workdir / "fs" / host / "84" / "striped"
+    striped = workdir / "fs" / host / "84" / "mnt" / "striped"
     expected = make_source(striped / "out", files=4, size=MiB)
     fill = as_user("dd", "if=/dev/zero", f"of={striped}/fill", "bs=4M", "status=none")
     assert fill.returncode == 1, fill.stderr

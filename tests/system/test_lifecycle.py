@@ -26,7 +26,7 @@ def test_setup_builds_the_filesystem_and_teardown_frees_everything(dac, tmp_path
     script = setup(env, tmp_path, 5, capacity)
     statuses = wait_for(reached(store, "5", State.CREATED), what="created")
     (host,) = statuses
-    fs = workdir / "fs" / host / "5"
+    fs = workdir / "fs" / host / "5" / "mnt"
     mount = mount_of(fs)
     assert mount and mount[2] == fstype and {"nodev", "nosuid"} <= set(mount[3].split(","))
     st = os.stat(fs / "striped")
@@ -97,7 +97,7 @@ def test_a_dacd_killed_mid_create_finishes_after_a_restart(dac, tmp_path):
     try:
         wait_for(reached(store, "6", State.CREATED), what="created after the restart")
         host = store.buffer("6").record.allocation.primary_host
-        assert mount_of(workdir / "fs" / host / "6")[2] == "xfs"
+        assert mount_of(workdir / "fs" / host / "6" / "mnt")[2] == "xfs"
         assert slurm_call.wait(60) == 0 and slurm_call.stdout.read() == ""
     finally:
         proc.terminate()

@@ -58,7 +58,7 @@ def setup_buffer(tmp_path, devices, access="striped,private"):
             ],
         ),
     )
-    return get("local", config, "h1").variables(buf, "create"), tmp_path / "fs" / "77"
+    return get("local", config, "h1").variables(buf, "create"), tmp_path / "fs" / "77" / "mnt"
 
 
 @pytest.mark.parametrize("n,fstype", [(1, "xfs"), (3, "btrfs")])
@@ -76,7 +76,7 @@ def test_create_builds_mounts_and_owns_then_delete_leaves_nothing(tmp_path, bric
     run_step("local", "create", "h1", variables)  # again, as after a dacd restart: no harm
     assert mount_of(fs)
     run_step("local", "delete", "h1", variables)
-    assert mount_of(fs) is None and not fs.exists()
+    assert mount_of(fs) is None and not fs.exists() and not fs.parent.exists()
     for device in devices:
         blkid = subprocess.run(["blkid", "-p", device], capture_output=True, text=True)
         assert "TYPE=" not in blkid.stdout  # signatures wiped

@@ -65,7 +65,7 @@ def test_pre_run_mounts_the_job_on_each_node_and_post_run_unmounts(dac, tmp_path
         node_file(tmp_path, "node1", "node2"),
     )
     host = store.buffer("7").record.allocation.primary_host
-    fs = workdir / "fs" / host / "7"
+    fs = workdir / "fs" / host / "7" / "mnt"
     assert under(nodes) == [
         f"{nodes}/node{n}/7/{kind}" for n in (1, 2) for kind in ("private", "striped")
     ]
@@ -183,7 +183,7 @@ def test_a_persistent_buffer_is_attached_by_jobs_and_destroyed_only_when_free(da
         1,
         "line 3: persistentdw: persistent buffer 'pbuf' belongs to another user\n",
     )
-    assert (workdir / "fs" / host / "pbuf" / "striped" / "x").exists()  # data outlived jobs
+    assert (workdir / "fs" / host / "pbuf" / "mnt" / "striped" / "x").exists()  # data outlived jobs
     slurm(env, "teardown", "pbuf", "--job", str(job))
     assert store.buffer("pbuf") is None and pools(env)["default"]["free_bricks"] == 4
 

@@ -146,7 +146,7 @@ def test_a_two_server_buffer_stages_in_and_out_split_across_both_dacds(
     )
     primary, other = two_servers(store, 61)
     slurm(env, "data_in", 61, "--job", str(script))
-    inside = workdir / "fs" / primary / "61" / "striped" / "in"
+    inside = workdir / "fs" / primary / "61" / "mnt" / "striped" / "in"
     got = seen(inside)
     assert got.keys() == expected.keys() and len(got) == 3 + 450 + 4
     for name in expected:
@@ -278,7 +278,7 @@ def test_a_dacd_killed_mid_share_and_started_again_resumes_its_share(split_dac, 
     dacds.start(other)  # at once: its lease never lapses, so its share is not taken over
     out, err = call.communicate(timeout=180)
     assert (call.returncode, out) == (0, ""), err
-    inside = workdir / "fs" / primary / "63" / "striped" / "in"
+    inside = workdir / "fs" / primary / "63" / "mnt" / "striped" / "in"
     assert {p.name: p.read_bytes() for p in inside.iterdir()} == {
         p.name: p.read_bytes() for p in src.iterdir()
     }
@@ -317,7 +317,7 @@ def test_a_server_lost_mid_share_has_its_share_taken_over(split_dac, open_dir, t
     dacds.start(other)
     out, err = call.communicate(timeout=180)
     assert (call.returncode, out) == (0, ""), err
-    inside = workdir / "fs" / primary / "64" / "striped" / "in"
+    inside = workdir / "fs" / primary / "64" / "mnt" / "striped" / "in"
     assert {p.name: p.read_bytes() for p in inside.iterdir()} == {
         p.name: p.read_bytes() for p in src.iterdir()
     }
@@ -357,7 +357,7 @@ def test_a_primary_killed_mid_stage_and_started_again_resumes_the_plan(
     dacds.start(primary)
     out, err = call.communicate(timeout=180)
     assert (call.returncode, out) == (0, ""), err
-    inside = workdir / "fs" / primary / "65" / "striped" / "in"
+    inside = workdir / "fs" / primary / "65" / "mnt" / "striped" / "in"
     assert {p.name: p.read_bytes() for p in inside.iterdir()} == {
         p.name: p.read_bytes() for p in src.iterdir()
     }

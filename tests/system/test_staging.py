@@ -51,7 +51,7 @@ def test_stage_in_and_out_copy_as_the_user(dac, open_dir, tmp_path):
     script = setup(env, tmp_path, 51, "512MiB", *stages(src, f"{out}/run1"))
     slurm(env, "data_in", 51, "--job", str(script))
     host = store.buffer("51").record.allocation.primary_host
-    inside = workdir / "fs" / host / "51" / "striped" / "in"
+    inside = workdir / "fs" / host / "51" / "mnt" / "striped" / "in"
     assert (inside / "a.txt").read_bytes() == b"alpha\n"
     st = os.stat(inside / "a.txt")
     assert (st.st_uid, st.st_gid, st.st_mode & 0o777, st.st_mtime_ns) == (
@@ -124,9 +124,11 @@ def test_a_link_in_the_buffer_cannot_take_stage_out_outside(dac, open_dir, tmp_p
     script = setup(env, tmp_path, 53, "512MiB", *stages(src, f"{out}/x", "$DW_JOB_STRIPED/escape"))
     slurm(env, "data_in", 53, "--job", str(script))
     host = store.buffer("53").record.allocation.primary_host
-    os.symlink("/etc", workdir / "fs" / host / "53" / "striped" / "escape")  # the job made it
+    os.symlink(
+        "/etc", workdir / "fs" / host / "53" / "mnt" / "striped" / "escape"
+    )  # the job made it
     r = slurm(env, "data_out", 53, "--job", str(script), check=False)
-    fs = workdir / "fs" / host / "53" / "striped"
+    fs = workdir / "fs" / host / "53" / "mnt" / "striped"
     assert (r.returncode, r.stdout) == (
         1,
         stage_line(f"buffer 53: stage_out failed: {fs}/escape: resolves outside the buffer\n"),
@@ -205,7 +207,7 @@ def test_a_list_stages_each_pair_and_data_too_big_is_refused_before_copying(
     )
     slurm(env, "data_in", 57, "--job", str(script))
     host = store.buffer("57").record.allocation.primary_host
-    inside = workdir / "fs" / host / "57" / "striped" / "l"
+    inside = workdir / "fs" / host / "57" / "mnt" / "striped" / "l"
     assert (inside / "first" / "one").read_bytes() == b"1\n"
     assert (inside / "second" / "two").read_bytes() == b"2\n"
     assert os.stat(inside / "first").st_mode & 0o777 == 0o700  # made for a file: private
@@ -219,7 +221,7 @@ def test_a_list_stages_each_pair_and_data_too_big_is_refused_before_copying(
         f"#DW stage_in type=file source={big} destination=$DW_JOB_STRIPED/big",
     )
     r = slurm(env, "data_in", 58, "--job", str(script), check=False)
-    fs = workdir / "fs" / store.buffer("58").record.allocation.primary_host / "58"
+    fs = workdir / "fs" / store.buffer("58").record.allocation.primary_host / "58" / "mnt"
     assert r.returncode == 1 and r.stdout.startswith(
         f"buffer 58: stage_in failed: {fs}/striped: not enough space for the data to stage ("
     )
@@ -273,7 +275,7 @@ def test_a_stage_run_again_after_a_cut_short_copy_has_room_for_what_it_replaces(
         f"#DW stage_in type=directory source={src} destination=$DW_JOB_STRIPED/in",
     )
     host = store.buffer("59").record.allocation.primary_host
-    inside = owned(workdir / "fs" / host / "59" / "striped" / "in")
+    inside = owned(workdir / "fs" / host / "59" / "mnt" / "striped" / "in")
     write(inside / "a", block * 200)  # as a copy cut short left it
     write(inside / "b", block * 100)
     slurm(env, "data_in", 59, "--job", str(script))

@@ -29,6 +29,7 @@ holds them is named in one line, and nothing is zeroed; the delete runs again la
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -575,9 +576,15 @@ def _write_zeroes(fd: int, left: int) -> None:
 
 def create(a: dict, done: list[str]) -> None:
     fs = a["fs_path"]
+    # <fs_root>/<buffer>/, the mount point's parent: passable by the owner alone, so no other
+    # user opens the mount point itself (daccore.records.layout)
+    buffer_dir = os.path.dirname(os.path.normpath(fs))
+    fs_root = os.path.dirname(buffer_dir)
+    os.makedirs(fs_root, mode=0o711, exist_ok=True)  # dacd made it at its start (registration)
+    os.close(walk(fs_root, buffer_dir, done, make=0o700, reach=_uid(a)))
     if fs not in mount_points():
         run(a["mkfs_argv"], done)
-        os.makedirs(fs, mode=0o755, exist_ok=True)
+        os.close(walk(buffer_dir, fs, done, make=0o700))  # hidden by the mount
         run(["mount", "-o", a["mount_options"], a["devices"][0], fs], done)
     # the filesystem's top, root's: passable (the copier reaches striped/ as the job's user),
     # never listable
@@ -651,20 +658,29 @@ def _unlink(anchor: str, path: str, done: list[str]) -> None:
 
 def delete(a: dict, done: list[str]) -> None:
     fs, devices = a["fs_path"], a["devices"]
-    mounted = fs in mount_points()
-    holders = Holders(int(a["owner_uid"]), devices, fs if mounted else None)
+    buffer_dir = os.path.dirname(os.path.normpath(fs))
+    points = mount_points()
+    mounted = fs in points
+    holders = Holders(_uid(a), devices, fs if mounted else None)
     # kills what holds a node's mount (a bind mount shares st_dev)
     attach({**a["attach"], "owner_uid": a["owner_uid"]}, done, holders)
     if mounted:
-        unmount(os.path.dirname(os.path.normpath(fs)), fs, done, holders)
+        unmount(buffer_dir, fs, done, holders)
+    if buffer_dir in points:  # mounted by a dac before the mount point moved to <buffer>/mnt
+        unmount(os.path.dirname(buffer_dir), buffer_dir, done, holders)
     fds = _claimed(devices, holders, done)
     try:
         zero(devices, fds, done)  # signatures too: no wipefs needed
     finally:
         for fd in fds:
             os.close(fd)
-    if os.path.isdir(fs):
-        os.rmdir(fs)
+    for d in (fs, buffer_dir):
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(d)
+
+
+def _uid(a: dict) -> int:
+    return int(a["owner_uid"])
 
 
 def _claimed(devices: list[str], holders: Holders, done: list[str]) -> list[int]:
