@@ -549,6 +549,7 @@ def setup(args, settings: dict, store) -> str:
         directives,
         config.default_pool,
         config.own_mgs_pools(),
+        settings.get("held_share", 1.0),
     ):
         jobs.wait_for(
             store, args.token, State.CREATED, config.step_timeout, grace=config.restart_grace
@@ -699,6 +700,7 @@ def create_persistent(args, settings: dict, store) -> str:
         config.default_pool,
         config.own_mgs_pools(),
         settings.get("persistent_caps"),
+        settings.get("held_share", 1.0),
     )
     jobs.wait_for(store, args.token, State.CREATED, config.step_timeout, grace=config.restart_grace)
     return f"created {args.token}"

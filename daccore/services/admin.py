@@ -95,6 +95,7 @@ def create_persistent(
         config.default_pool,
         config.own_mgs_pools(),
         config.persistent_caps.model_dump(),
+        config.held_share,
     )
     jobs.wait_for(store, name, State.CREATED, config.step_timeout, grace=config.restart_grace)
     current = store.buffer(name)

@@ -33,6 +33,7 @@ __all__ = [
     "validate",
     "await_persistent",
     "create_job_buffer",
+    "within_held_share",
     "create_persistent",
     "set_desired",
     "attach",
@@ -231,10 +232,12 @@ def create_job_buffer(
     d: Directives,
     default_pool: str | None,
     own_mgs_pools: frozenset[str] = frozenset(),
+    held_share: float = 1.0,
 ) -> bool:
     """Allocate the job's jobdw buffer (named after the job). False when the job has none.
     Idempotent: Slurm may run setup again after a slurmctld restart. A buffer in one of
-    `own_mgs_pools` (DacConfig.own_mgs_pools) also takes its primary host's MGS slot."""
+    `own_mgs_pools` (DacConfig.own_mgs_pools) also takes its primary host's MGS slot;
+    `held_share`: DacConfig.held_share (`within_held_share`)."""
     from daccore.records.models import BufferRequest, StageRequest
     from daccore.services.buffers import allocate_buffer
 
@@ -260,6 +263,7 @@ def create_job_buffer(
         stage_out=stages["out"],
         persistent=d.persistent,
     )
+    within_held_share(store, uid, pool, d.jobdw.capacity, held_share)
     allocate_buffer(
         store,
         lambda a: _buffer(name, uid, gid, job_id, False, request, a),
@@ -291,6 +295,7 @@ def create_persistent(
     default_pool: str | None,
     own_mgs_pools: frozenset[str] = frozenset(),
     caps: dict[str, Any] | None = None,
+    held_share: float = 1.0,
 ) -> None:
     """Allocate persistent buffer `name` for `uid`:`gid`, within `caps` (the config's
     persistent_caps as a dict, as every command passes it; None: no caps), checked and
@@ -315,6 +320,7 @@ def create_persistent(
     request = BufferRequest(capacity=capacity, pool=pool, access=access, type=type_)
 
     def allocate() -> None:
+        within_held_share(store, uid, pool, capacity, held_share)
         allocate_buffer(
             store,
             lambda a: _buffer(name, uid, gid, None, True, request, a),
@@ -362,6 +368,46 @@ def _within_caps(
                 f"({format_size(int(share * total))}; persistent_caps.{kind}_share "
                 "in dac.yaml): destroy one first, or ask an admin"
             )
+
+
+def within_held_share(store: Store, uid: int, pool: str, capacity: int, share: float) -> None:
+    """CapacityError when `uid`'s buffers in `pool` whose teardown failed (held by something
+    dac may not end: the owner's own processes passing descriptors around, a mount copied
+    into another namespace) and a new one of `capacity` would hold more than `share` of the
+    pool. Such a buffer keeps its bricks for as long as its holder lives (issue 45: one user's
+    eight jobs, each leaving a descriptor in flight, took every brick and everyone else's jobs
+    pended); counted against its owner, it costs that owner, and the rest of the pool stays
+    for others. Shares are of the pool's capacity on its live hosts."""
+    if share >= 1:
+        return
+    held: dict[str, int] = {}
+    for name, doc in store.buffer_docs().items():
+        if (
+            doc.get("owner_uid") == uid
+            and doc.get("desired_state") == State.DELETED.value
+            and (doc.get("request") or {}).get("pool") == pool
+            and any(s.get("error") for s in store.status_docs(name).values())
+        ):
+            try:
+                held[name] = sum(b["capacity"] for b in doc["allocation"]["bricks"])
+            except (KeyError, TypeError):
+                continue
+    if not held:
+        return
+    summary = next((s for s in summarize(store.summary_inventory()) if s.name == pool), None)
+    if summary is None:
+        return  # the allocation says the pool is unknown
+    total = summary.total * summary.granularity
+    size = -(-capacity // summary.granularity) * summary.granularity
+    if sum(held.values()) + size > share * total:
+        names = ", ".join(sorted(held)[:5]) + (" …" if len(held) > 5 else "")
+        raise CapacityError(
+            f"pool '{pool}': your buffers {names} still hold "
+            f"{format_size(sum(held.values()))}, their teardown failing (dacctl show <name> "
+            f"says what holds them); with this one they would pass the "
+            f"{share:.0%} of the pool ({format_size(int(share * total))}) one user's such "
+            "buffers may hold (held_share in dac.yaml): end what holds them"
+        )
 
 
 # From here on a buffer is its spec as plain JSON (Store.buffer_doc): these run in every Slurm

@@ -424,6 +424,15 @@ class DacConfig(Settings):
         "record below it. 0 lets root own buffers (docs/security.md)",
     )
     persistent_caps: PersistentCaps = PersistentCaps()
+    held_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="of a pool's capacity one user's buffers may hold while their teardown "
+        "fails (something dac may not end holds them: the user's own processes, a "
+        "descriptor in flight); past it that user's new buffers in the pool are refused, "
+        "so the rest stays for others (1 = no bound; docs/security.md)",
+    )
     burst_buffer_conf: str = Field(
         "",
         pattern=r"^(/.*)?$",

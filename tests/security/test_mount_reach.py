@@ -7,9 +7,10 @@ import re
 import subprocess
 import sys
 
-from clitools import pools, slurm, wait_for
+import pytest
+from clitools import pools, setup, slurm, wait_for
 from leftovers import LEFTOVER
-from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, buffer_fs, owned
+from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID, buffer_fs, down, owned, up
 from security.test_teardown_holders import (
     alive,
     ends_and_frees,
@@ -122,3 +123,40 @@ def test_a_holder_no_process_shows_delays_teardown_only_while_it_lasts(one_brick
         next_buffer_builds(workdir, env, store, tmp_path, 64)
     finally:
         kill([holder, bystander])
+
+
+def test_a_users_stuck_buffers_cost_that_user_and_leave_the_pool_to_others(open_dir, tmp_path):
+    """Issue 45, item 2: one user's jobs each left a descriptor in flight, and their held
+    buffers took the whole pool; everyone else's jobs pended. Now a buffer whose teardown
+    fails counts against its owner (held_share, 25 % by default): that owner's next buffer
+    is refused at setup in one line, another user's builds."""
+    workdir = open_dir / "dac"
+    env, store = up(workdir, servers=1, bricks=4)
+    holder = 0
+    try:
+        script, node, device = running_job(workdir, env, store, tmp_path, 81)
+        holder = started([sys.executable, "-I", "-S", "-c", _IN_FLIGHT, str(node)])
+        slurm(env, "post_run", 81, "--job", str(script))
+        r = slurm(env, "teardown", 81, "--job", str(script), check=False)
+        assert r.returncode != 0 and "nothing was zeroed or released" in r.stdout, r.stdout
+        assert pools(env)["default"]["free_bricks"] == 3
+        with pytest.raises(AssertionError) as e:
+            setup(env, tmp_path, 82, "512MiB")
+        line = str(e.value).splitlines()[-1]
+        assert "pool 'default': your buffers 81 still hold 512MiB, their teardown failing" in line
+        assert "held_share in dac.yaml" in line and store.buffer("82") is None
+        other, _, _ = running_job(workdir, env, store, tmp_path, 83, OTHER_UID, OTHER_GID)
+        slurm(env, "teardown", 83, "--job", str(other))
+        kill([holder])
+        wait_for(
+            lambda: slurm(env, "teardown", 81, "--job", str(script), check=False).returncode == 0,
+            30,
+            "the stuck buffer's teardown once its holder ended",
+            every=1,
+        )
+        setup(env, tmp_path, 82, "512MiB")  # nothing held any more: the owner's next builds
+        slurm(env, "teardown", 82, "--job", str(tmp_path / "job82.sh"))
+        assert pools(env)["default"]["free_bricks"] == 4
+    finally:
+        kill([holder] if holder else [])
+        down(workdir)

@@ -237,3 +237,48 @@ def test_a_delete_that_keeps_failing_runs_again_less_and_less_often(site):
     failed(3, 5)  # due now
     jobs.set_desired(site, "pbuf", State.DELETED, retry=True)
     assert site.buffer("pbuf").record.generation == generation + 2
+
+
+def test_a_users_buffers_whose_teardown_fails_count_against_that_user_alone(site):
+    """Issue 45: one user's jobs each left a descriptor in flight, every teardown failed, and
+    the whole pool was held while everyone else's jobs pended. A buffer whose delete failed
+    counts against its owner's held_share: past it, that owner's new buffers in the pool are
+    refused (one line), another user's are not; a teardown under way (no failure) is not
+    counted, nor is another pool."""
+    from daccore.errors import CapacityError
+    from daccore.records.models import Status, StatusError
+
+    one_brick = script("#DW jobdw capacity=100 pool=noswap")  # 1 of h1's 4 bricks
+    assert jobs.create_job_buffer(site, 71, 1000, 1000, one_brick, None, held_share=0.25)
+    jobs.set_desired(site, "71", State.DELETED)
+    # a teardown under way: nothing failed yet, so nothing is held against uid 1000
+    assert jobs.create_job_buffer(site, 72, 1000, 1000, one_brick, None, held_share=0.25)
+    jobs.set_desired(site, "72", State.DELETED)
+    record = site.buffer("71").record
+    site.put_status(
+        Status(
+            buffer="71",
+            host=record.allocation.primary_host,
+            state=State.CREATED,
+            generation=record.generation,
+            step="delete",
+            error=StatusError(category="admin", message="still mounted"),
+        )
+    )
+    with pytest.raises(CapacityError) as e:
+        jobs.create_job_buffer(site, 73, 1000, 1000, one_brick, None, held_share=0.25)
+    assert str(e.value) == (
+        "pool 'noswap': your buffers 71 still hold 100B, their teardown failing (dacctl show "
+        "<name> says what holds them); with this one they would pass the 25% of the pool "
+        "(100B) one user's such buffers may hold (held_share in dac.yaml): end what holds them"
+    )
+    with pytest.raises(CapacityError, match="your buffers 71 still hold"):
+        jobs.create_persistent(
+            site, "p73", 1000, 1000, 100, "noswap", "striped", "scratch", None, held_share=0.25
+        )
+    assert site.buffer("73") is None and site.buffer("p73") is None
+    assert jobs.create_job_buffer(site, 74, 2000, 2000, one_brick, None, held_share=0.25)
+    swap = script("#DW jobdw capacity=100 pool=swap")  # another pool: nothing held there
+    assert jobs.create_job_buffer(site, 75, 1000, 1000, swap, None, held_share=0.25)
+    # a site that sets no bound (held_share: 1)
+    assert jobs.create_job_buffer(site, 76, 1000, 1000, one_brick, None, held_share=1.0)
