@@ -540,7 +540,7 @@ def setup(args, settings: dict, store) -> str:
     if args.capacity is not None:
         _agrees_with_slurm(args.capacity, directives, config.default_pool, store)
     jobs.await_persistent(store, directives, min(config.step_timeout, PERSISTENT_WAIT), args.token)
-    _destroyed_by_slurm(store, directives, args.user, args.token)
+    _carried_out_by_slurm(store, directives, args.user, args.token)
     if jobs.create_job_buffer(
         _allocating(settings, store),
         int(args.token),
@@ -557,16 +557,25 @@ def setup(args, settings: dict, store) -> str:
     return ""
 
 
-def _destroyed_by_slurm(store, d, uid: int, job: str) -> None:
-    """UserError, one line, when a destroy_persistent line's buffer (the caller's) still
-    exists. Slurm carries these lines out, not dac: burst_buffer/datawarp runs a `#BB` one
-    (`teardown --token <name>`) before the job's stage-in and, while the buffer is attached
-    elsewhere, keeps the job pending with teardown's refusal as its reason and asks again, so
-    by setup the buffer is gone; burst_buffer/lua runs none. Going on, the job would end well,
-    its buffer kept and nothing said (issue 45); refused, Slurm holds it with this line.
-    Another user's buffer is left to validate's refusal, which names no attachment."""
+def _carried_out_by_slurm(store, d, uid: int, job: str) -> None:
+    """UserError, one line, when a create_persistent line's buffer does not exist at setup, or
+    a destroy_persistent line's (the caller's) still does. Slurm carries these lines out, not
+    dac: burst_buffer/datawarp runs a `#BB` one (`create_persistent`, `teardown --token
+    <name>`) before the job's setup and, while a buffer to destroy is attached elsewhere, keeps
+    the job pending with teardown's refusal as its reason and asks again; burst_buffer/lua
+    runs none. Going on, the job would end well with the buffer neither made nor destroyed and
+    nothing said (issue 45); refused, Slurm holds it with this line. Another user's buffer is
+    left to validate's refusal, which names no attachment."""
     from daccore.errors import UserError
 
+    for c in d.create:
+        if store.buffer_json(c.name) is None:
+            raise UserError(
+                f"line {c.line}: create_persistent: persistent buffer '{c.name}' does not "
+                "exist: Slurm did not create it (burst_buffer/lua never does): create it "
+                f"(dacctl create-persistent --name {c.name} --capacity SIZE) and release the "
+                f"job (scontrol release {job})"
+            )
     for x in d.destroy:
         buf = store.buffer_json(x.name)
         if buf is None or uid not in (0, buf.get("owner_uid")):

@@ -233,6 +233,28 @@ def test_a_job_whose_destroy_persistent_slurm_did_not_carry_out_is_held_in_one_l
     assert setup_12().returncode == 0 and store.buffer("pbuf") is None
 
 
+def test_a_job_whose_create_persistent_slurm_did_not_carry_out_is_held_in_one_line(dac, tmp_path):
+    """The same for create_persistent (issue 45): burst_buffer/datawarp makes the buffer
+    before setup, burst_buffer/lua never does; a job whose line's buffer does not exist at
+    setup is refused there in one line, and Slurm holds it, rather than run without it."""
+    workdir, env, store = dac
+    create = tmp_path / "create.sh"
+    create.write_text("#!/bin/sh\n#DW create_persistent name=pnew capacity=512MiB\n")
+    assert slurm(env, "job_process", 13, "--job", str(create)).stdout == ""
+    who = ("--caller", "SLURM", "--user", str(UID), "--groupid", str(GID))
+    r = slurm(env, "setup", 13, *who, "--job", str(create), check=False)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1,
+        "line 2: create_persistent: persistent buffer 'pnew' does not exist: Slurm did not "
+        "create it (burst_buffer/lua never does): create it (dacctl create-persistent --name "
+        "pnew --capacity SIZE) and release the job (scontrol release 13)\n",
+        "",
+    )
+    # made as burst_buffer/datawarp does before setup: the job goes on
+    create_persistent(env, "pnew")
+    assert slurm(env, "setup", 13, *who, "--job", str(create), check=False).returncode == 0
+
+
 @pytest.mark.parametrize(
     "lines,message",
     [
