@@ -11,11 +11,18 @@
 
 Every directive is accepted under `#DW`, `#BB` and the site's burst_buffer/lua `Directive=`
 (default `BB_LUA`). A line of bare `key=value` pairs (`#BB capacity=1TiB pool=fast`, what
-`sbatch --bb "capacity=… access=…"` produces) is a jobdw. As Slurm does, only the leading
-comment block of the script counts (it ends at the first line not starting with `#`), `#SBATCH`
-lines may be mixed in, and a trailing `\\` continues a line onto the next comment line. A key
-given twice with the same value counts once (Slurm's own tests write `type=scratch` twice); with
-two values it is refused. Every kind of directive, that block's bytes and its lines are bounded
+`sbatch --bb "capacity=… access=…"` produces) is a jobdw. Directive lines are found as Slurm's
+`_xlate_batch` finds them (burst_buffer_datawarp.c and burst_buffer_lua.c, the same in 22.05,
+24.11 and 26.05): in the script's leading comment block, which empty lines do not end (Slurm
+splits with strtok_r, which skips them) and the first other line not starting with `#` does;
+`#SBATCH` and other comment lines may be mixed in. Slurm matches a prefix as a string
+(`#BBcreate_persistent` is a create_persistent to burst_buffer/datawarp), so a line that runs
+on from its prefix where Slurm may read it is refused, not read one way (_prefix). A trailing
+`\\` continues a directive onto the next non-empty line, which must start with the same
+prefix: Slurm ends the directive at any other line (datawarp refuses a `#DW` line continued by
+a `#BB` one), so that is refused too; the lines are joined as Slurm joins them. A key given
+twice with the same value counts once (Slurm's own tests write `type=scratch` twice); with two
+values it is refused. Every kind of directive, that block's bytes and its lines are bounded
 (daccore.records.bounds), so that no script costs job_process more than one at those bounds.
 
 Standard library only, and nothing slow: job_process runs inside slurmctld under its locks.
@@ -58,8 +65,20 @@ __all__ = [
 
 #: Slurm (and DataWarp) refuse persistent names starting with a digit.
 PERSISTENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
-#: where a script's leading comment block ends: the first line not starting with '#' starts
-_HEAD_END = re.compile(rb"\n[^#]")
+#: where a script's leading comment block ends, past its first line: the first line neither
+#: empty nor starting with '#' starts (Slurm's strtok_r at '\n' skips empty lines)
+_HEAD_END = re.compile(rb"\n[^#\n]")
+#: what a script whose leading comment block is not empty starts with (strtok_r skips empty
+#: lines at the start too: a script may start with them, sbatch aside)
+_HEAD_START = (b"#", b"\n")
+#: the bytes of a script its block's end is looked for in first; then no further than a block
+#: within the bounds ends: the first MAX_SCRIPT_HEAD_LINES lines (each line, empty ones above
+#: all, is a place the block may end: through 1 MiB of empty lines the search took 7 ms)
+_QUICK = 64 << 10
+_LINES = re.compile(rb"(?:[^\n]*\n){%d}" % MAX_SCRIPT_HEAD_LINES)
+#: C's isspace(): what Slurm skips after a prefix, and looks for before a continuing '\'
+_C_SPACE = " \t\n\v\f\r"
+_C_SPACES = re.compile(r"[ \t\n\v\f\r]")
 ACCESS_MODES = ("striped", "private", "striped,private")
 STAGE_TYPES = ("file", "directory", "list")
 #: a buffer-side path: $DW_JOB_STRIPED/…, ${DW_JOB_PRIVATE}/…, $DW_PERSISTENT_STRIPED_<name>/…
@@ -148,12 +167,12 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
     if isinstance(script, str):  # as the bytes it was read from: the bounds are of bytes
         script = script.encode("utf-8", errors="surrogatepass")
     head = _head(script).decode("utf-8", errors="surrogateescape")
-    prefixes = {"#DW", "#BB", "#" + lua_directive}
+    prefixes, lua = _prefixes(lua_directive)
     found = Directives()
     counts = dict.fromkeys(_MOST, 0)
     attached: set[str] = set()  # found.persistent's names: a list looked through was quadratic
     jobdw_line = stage_bytes = 0
-    for number, text in _directive_lines(head, prefixes):
+    for number, text in _directive_lines(head, prefixes, lua):
         directive, args = _split(number, text)
         if directive in counts:  # counted before its words are read
             counts[directive] += 1
@@ -200,7 +219,7 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
     _check_stage_targets(found)
     if found.swap and found.jobdw is None:
         raise DirectiveError(
-            _first_line(head, prefixes, "swap"),
+            _first_line(head, prefixes, lua, "swap"),
             "swap",
             "swap needs a #DW jobdw buffer to hold the swap files",
         )
@@ -209,18 +228,24 @@ def parse_script(script: bytes | str, lua_directive: str = "BB_LUA") -> Directiv
 
 def head_read(data: bytes | bytearray, new: int = 0) -> bool:
     """Whether a script's first bytes, `data`, hold all parse_script reads of it: the end of
-    its leading comment block, or more than MAX_SCRIPT_HEAD bytes of it. `new`: where the bytes
-    not looked at before start."""
-    if len(data) > MAX_SCRIPT_HEAD or data[:1] not in (b"", b"#"):
+    its leading comment block, or more of it than MAX_SCRIPT_HEAD bytes (and the one after, which
+    says whether it ends there). `new`: where the bytes not looked at before start."""
+    if len(data) > MAX_SCRIPT_HEAD + 1 or data[:1] not in (b"", *_HEAD_START):
         return True
     return _HEAD_END.search(data, max(0, new - 1)) is not None
 
 
 def _head(script: bytes) -> bytes:
     """The script's leading comment block, or DirectiveError past its bounds."""
-    if not script.startswith(b"#"):
+    if not script.startswith(_HEAD_START):
         return b""
-    end = _HEAD_END.search(script)
+    end = _HEAD_END.search(script, 0, _QUICK)
+    if end is None and len(script) > _QUICK:
+        lines = _LINES.match(script, 0, MAX_SCRIPT_HEAD + 1)  # within the byte bound
+        last = MAX_SCRIPT_HEAD if lines is None else lines.end() - 1  # where it may end
+        end = _HEAD_END.search(script, _QUICK - 1, last + 2)
+        if end is None:  # the block goes on past a bound: as much of it as shows that
+            script = script[: last + 2]
     head = script if end is None else script[: end.start()]
     if len(head) > MAX_SCRIPT_HEAD:
         raise DirectiveError(
@@ -239,31 +264,114 @@ def _head(script: bytes) -> bytes:
     return head
 
 
-def _directive_lines(script: str, prefixes: set[str]) -> Iterator[tuple[int, str]]:
-    """(line number, text after the prefix) of each directive in the leading comment block,
-    with `\\` continuations joined (numbered by their first line)."""
-    lines = script.split("\n")
-    i = 1 if lines and lines[0].startswith("#!") else 0
+def _prefixes(lua_directive: str) -> tuple[tuple[str, ...], str]:
+    """The prefixes a directive line may start with, in the order a line is read by the first
+    it starts with, and burst_buffer/lua's among them: that one first, which reads any line
+    starting with it (`#BB_LUA x` is not a #BB line of `_LUA x`; with `Directive=B`, `#BB x` is
+    a #B line of `B x`)."""
+    found = _PREFIXES.get(lua_directive)
+    if found is None:
+        lua = "#" + lua_directive
+        found = (lua, *(p for p in ("#DW", "#BB") if p != lua)), lua
+        _PREFIXES[lua_directive] = found
+    return found
+
+
+_PREFIXES: dict[str, tuple[tuple[str, ...], str]] = {}
+
+
+def _directive_lines(head: str, prefixes: tuple[str, ...], lua: str) -> Iterator[tuple[int, str]]:
+    """(line number, text after the prefix) of each directive line of the leading comment
+    block, found and joined as Slurm's _xlate_batch does (numbered by their first line)."""
+    lines = head.split("\n")
+    i = 0
     while i < len(lines):
-        line = lines[i].rstrip("\r")
-        if not line.startswith("#"):
-            return
-        start = i
-        # A continuation line is still a comment; its own prefix (or bare '#') is dropped. The
-        # pieces are joined once: joined one by one, 9,000 lines of 100 bytes took 1.6 s.
-        pieces = [line]
-        while pieces[-1].endswith("\\") and i + 1 < len(lines) and lines[i + 1].startswith("#"):
-            i += 1
-            more = lines[i].rstrip("\r").split(None, 1)
-            if more[0] in prefixes or more[0] == "#":
-                more = more[1:]
-            pieces[-1] = pieces[-1][:-1]
-            pieces.append(more[0] if more else "")
-        line = " ".join(pieces)
+        line = lines[i]
         i += 1
-        parts = line.split(None, 1)
-        if parts and parts[0] in prefixes:
-            yield start + 1, parts[1].strip() if len(parts) > 1 else ""
+        if not line.startswith(prefixes):  # empty, #!/bin/sh, #SBATCH or another comment
+            continue
+        start, prefix = i, _prefix(i, line, prefixes, lua)
+        if not prefix:
+            continue
+        text = line[len(prefix) :]
+        if text.endswith("\\"):
+            text, i = _joined(start, line, prefix, lines, i, prefixes, lua)
+        yield start, text.lstrip(_C_SPACE)  # as Slurm skips isspace() after the prefix
+
+
+def _prefix(number: int, line: str, prefixes: tuple[str, ...], lua: str) -> str:
+    """The prefix `line` starts with, followed by a space or nothing; "" for a comment. Slurm
+    matches a prefix as a string, so a line running on from its prefix is refused rather than
+    read one way when Slurm may read it: burst_buffer/lua takes any line starting with `lua`
+    (its Directive) for one, and burst_buffer/datawarp a `#BB` or `#DW` line for one of the
+    word its text starts with (`#BBcreate_persistent …` creates a buffer), but every such word
+    starts with a lowercase letter: `#BB_LUA …` on a site whose Directive is another, `#DWARF`,
+    are comments to both plugins, as to dac. (Datawarp joins the line after one of them ending
+    in `\\` to it, and ignores both; dac reads that line: more than Slurm, never less.)"""
+    for prefix in prefixes:
+        if line.startswith(prefix):
+            break
+    next_ = line[len(prefix) : len(prefix) + 1]
+    if next_ and next_ not in _C_SPACE:
+        if prefix != lua and not "a" <= next_ <= "z":
+            return ""
+        word = _C_SPACES.split(line, 1)[0]
+        raise DirectiveError(
+            number,
+            _show(word) if word.isprintable() else prefix + "…",
+            f"put a space after {prefix} (Slurm reads a line starting with {prefix} as a "
+            "directive)",
+        )
+    return prefix
+
+
+def _joined(
+    start: int,
+    line: str,
+    prefix: str,
+    lines: list[str],
+    i: int,
+    prefixes: tuple[str, ...],
+    lua: str,
+) -> tuple[str, int]:
+    """The text after `prefix` of the directive line `line` (number `start`, ending in `\\`)
+    joined with the lines that continue it, as Slurm joins them: each without its `\\`, the
+    next without its prefix and, when a space came before the `\\`, the spaces after that. And
+    the index of the line after the last. The pieces are joined once: joined one by one, 9,000
+    lines of 100 bytes took 1.6 s."""
+    pieces = []
+    number, text = start, line[len(prefix) :]
+    while text.endswith("\\"):
+        space = line[-2] in _C_SPACE  # Slurm's isspace(tok[len - 2]), whatever it skipped
+        pieces.append(text[:-1])
+        while i < len(lines) and not lines[i]:  # strtok_r skips empty lines here too
+            i += 1
+        more = lines[i] if i < len(lines) else ""
+        if not more.startswith(prefix) or _prefix(i + 1, more, prefixes, lua) != prefix:
+            # Slurm would end the directive here (datawarp: refuse a #DW line going on in #BB)
+            raise DirectiveError(number, _named("".join(pieces)), _unjoined(prefix, more, i + 1))
+        line, number, i = more, i + 1, i + 1
+        text = line[len(prefix) :].lstrip(_C_SPACE) if space else line[len(prefix) :]
+    pieces.append(text)
+    return "".join(pieces), i
+
+
+def _unjoined(prefix: str, more: str, number: int) -> str:
+    """Why a line ending in `\\` is refused when `more`, line `number`, does not continue it."""
+    if not more:
+        return f"ends in '\\' but no '{prefix} ' line follows it: drop the '\\'"
+    return (
+        f"ends in '\\' but line {number} (the next not empty) does not start with '{prefix} ', "
+        f"so Slurm would not join them: continue on a '{prefix} ' line or drop the '\\'"
+    )
+
+
+def _named(text: str) -> str:
+    """What to call the directive `text` starts in a refusal that has not read it."""
+    words = text.split(None, 1)
+    if not words:
+        return "directive"
+    return "jobdw" if "=" in words[0] else (words[0] if words[0] in DIRECTIVES else "directive")
 
 
 def _split(number: int, text: str) -> tuple[str, list[str]]:
@@ -284,7 +392,7 @@ def _split(number: int, text: str) -> tuple[str, list[str]]:
     # Slurm ends a capacity at an ASCII space only: `capacity=1GiB<U+00A0>pool=p` is 1 byte there
     odd = _ODD_SPACE.search(text)
     if odd:
-        first = text.split()[0]
+        first = text.split()[0] if text.split() else "directive"  # only odd spaces
         raise DirectiveError(
             number,
             "jobdw" if "=" in first else _show(first),
@@ -530,8 +638,8 @@ def _check_stage_targets(found: Directives) -> None:
             )
 
 
-def _first_line(script: str, prefixes: set[str], directive: str) -> int:
-    for number, text in _directive_lines(script, prefixes):
+def _first_line(script: str, prefixes: tuple[str, ...], lua: str, directive: str) -> int:
+    for number, text in _directive_lines(script, prefixes, lua):
         if text.split()[:1] == [directive]:
             return number
     return 0

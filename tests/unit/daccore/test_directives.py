@@ -40,6 +40,8 @@ def test_every_prefix_carries_every_directive():
     for prefix in ("#DW", "#BB", "#BB_LUA"):
         assert jobdw(parse_script(script(f"{prefix} jobdw capacity=1GiB"))).capacity == GiB
     assert parse_script(script("#SITE jobdw capacity=1GiB"), lua_directive="SITE").jobdw
+    # burst_buffer/datawarp reads it as a #BB line of `_LUA jobdw …`, and ignores it, as
+    # burst_buffer/lua does when its Directive is another (test_directive_lines.py)
     assert parse_script(script("#BB_LUA jobdw capacity=1GiB"), lua_directive="X").empty
 
 
@@ -99,12 +101,22 @@ def test_a_list_stage_in_may_leave_each_destination_to_the_list():
 
 
 def test_only_the_leading_comment_block_counts_and_continuations_join():
+    """The block ends at the first line, not empty, that does not start with '#'. An empty line
+    used to end it and a `\\` to join any comment line: Slurm's _xlate_batch does neither (it
+    skips empty lines, and joins only the next directive line of the same prefix), so it read
+    directives dac never saw (issue 45; test_directive_lines.py has each case)."""
     d = parse_script(
         script(
-            "#DW jobdw \\", "#   capacity=1GiB access_mode=private", "", "#DW jobdw capacity=bogus"
+            "#DW jobdw \\",
+            "#DW capacity=1GiB access_mode=private",
+            "",
+            "#DW persistentdw name=p1",
+            " #DW jobdw capacity=bogus",  # starts with a space: the block ends here
+            "#DW jobdw capacity=bogus",
         )
     )
     assert jobdw(d).capacity == GiB and jobdw(d).access == "private" and jobdw(d).line == 2
+    assert d.persistent == ["p1"] and d.persistent_lines == [5]
     assert parse_script("echo hi\n#DW jobdw capacity=0\n").empty
 
 
