@@ -80,6 +80,7 @@ class LocalBackend(Backend):
             "devices": devices,
             "mkfs_argv": mkfs,
             "fs_path": fs_path,
+            "buffer_dir": os.path.dirname(fs_path),  # closed to all but the owner
             "mount_options": mount_options,
             "owner_uid": buffer.owner_uid,
             "owner_gid": buffer.owner_gid,

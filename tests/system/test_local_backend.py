@@ -83,6 +83,25 @@ def test_create_builds_mounts_and_owns_then_delete_leaves_nothing(tmp_path, bric
     run_step("local", "delete", "h1", variables)  # deleting twice is fine too
 
 
+def test_a_dacd_older_than_the_closed_parent_keeps_its_layout_until_it_restarts(tmp_path, bricks):
+    """The playbooks are read from the installed package at each run, dacd's code once at its
+    start: after an upgrade, a dacd not yet restarted runs the new module with the old
+    variables (no buffer_dir, the mount point straight in fs_root). The module keeps that
+    layout for it, and fs_root is never taken for a buffer's closed directory (closed to
+    every user but one, it would cut every other buffer's copier off)."""
+    (device,) = bricks(1)
+    variables, new_fs = setup_buffer(tmp_path, [device])
+    legacy = new_fs.parent  # <fs_root>/77, as the old layout mounted it
+    variables = {k: v for k, v in variables.items() if k != "buffer_dir"}
+    variables["fs_path"] = str(legacy)
+    variables["attach"] = {**variables["attach"], "fs_path": str(legacy)}
+    run_step("local", "create", "h1", variables)
+    assert mount_of(legacy) and not new_fs.exists()
+    assert os.stat(tmp_path / "fs").st_mode & 0o001  # fs_root still passable by every user
+    run_step("local", "delete", "h1", variables)
+    assert mount_of(legacy) is None and not legacy.exists()
+
+
 def test_a_failing_playbook_is_an_admin_error_naming_the_task(tmp_path, bricks):
     (device,) = bricks(1, size=64 * MiB)  # too small for xfs: mkfs.xfs refuses
     variables, _ = setup_buffer(tmp_path, [device])

@@ -575,16 +575,19 @@ def _write_zeroes(fd: int, left: int) -> None:
 
 
 def create(a: dict, done: list[str]) -> None:
-    fs = a["fs_path"]
-    # <fs_root>/<buffer>/, the mount point's parent: passable by the owner alone, so no other
-    # user opens the mount point itself (daccore.records.layout)
-    buffer_dir = os.path.dirname(os.path.normpath(fs))
-    fs_root = os.path.dirname(buffer_dir)
-    os.makedirs(fs_root, mode=0o711, exist_ok=True)  # dacd made it at its start (registration)
-    os.close(walk(fs_root, buffer_dir, done, make=0o700, reach=_uid(a)))
+    fs, buffer_dir = a["fs_path"], _buffer_dir(a)
+    if buffer_dir:
+        # <fs_root>/<buffer>/, the mount point's parent: passable by the owner alone, so no
+        # other user opens the mount point itself (daccore.records.layout)
+        fs_root = os.path.dirname(buffer_dir)
+        os.makedirs(fs_root, mode=0o711, exist_ok=True)  # dacd made it at its start
+        os.close(walk(fs_root, buffer_dir, done, make=0o700, reach=_uid(a)))
     if fs not in mount_points():
         run(a["mkfs_argv"], done)
-        os.close(walk(buffer_dir, fs, done, make=0o700))  # hidden by the mount
+        if buffer_dir:
+            os.close(walk(buffer_dir, fs, done, make=0o700))  # hidden by the mount
+        else:  # a dacd older than the closed parent, until it restarts: its layout
+            os.makedirs(fs, mode=0o755, exist_ok=True)
         run(["mount", "-o", a["mount_options"], a["devices"][0], fs], done)
     # the filesystem's top, root's: passable (the copier reaches striped/ as the job's user),
     # never listable
@@ -657,15 +660,14 @@ def _unlink(anchor: str, path: str, done: list[str]) -> None:
 
 
 def delete(a: dict, done: list[str]) -> None:
-    fs, devices = a["fs_path"], a["devices"]
-    buffer_dir = os.path.dirname(os.path.normpath(fs))
+    fs, devices, buffer_dir = a["fs_path"], a["devices"], _buffer_dir(a)
     points = mount_points()
     mounted = fs in points
     holders = Holders(_uid(a), devices, fs if mounted else None)
     # kills what holds a node's mount (a bind mount shares st_dev)
     attach({**a["attach"], "owner_uid": a["owner_uid"]}, done, holders)
     if mounted:
-        unmount(buffer_dir, fs, done, holders)
+        unmount(os.path.dirname(os.path.normpath(fs)), fs, done, holders)
     if buffer_dir in points:  # mounted by a dac before the mount point moved to <buffer>/mnt
         unmount(os.path.dirname(buffer_dir), buffer_dir, done, holders)
     fds = _claimed(devices, holders, done)
@@ -674,13 +676,23 @@ def delete(a: dict, done: list[str]) -> None:
     finally:
         for fd in fds:
             os.close(fd)
-    for d in (fs, buffer_dir):
+    for d in (fs, buffer_dir) if buffer_dir else (fs,):
         with contextlib.suppress(FileNotFoundError):
             os.rmdir(d)
 
 
 def _uid(a: dict) -> int:
     return int(a["owner_uid"])
+
+
+def _buffer_dir(a: dict) -> str:
+    """The mount point's closed parent, `<fs_root>/<buffer>`; "" from a dacd that predates it
+    (its playbook run passes none until it restarts), whose fs_path is the mount point in
+    fs_root, as it was: never mistaken for the new layout, or fs_root would be closed."""
+    d = a.get("buffer_dir") or ""
+    if d and os.path.dirname(os.path.normpath(a["fs_path"])) != os.path.normpath(d):
+        raise Failed(f"fs_path {a['fs_path']} is not in buffer_dir {d}")
+    return d
 
 
 def _claimed(devices: list[str], holders: Holders, done: list[str]) -> list[int]:
