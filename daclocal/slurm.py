@@ -81,6 +81,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 # TeardownFailure: a job held by a failed setup or stage-in is torn down at once, so it keeps
 # no pool capacity in Slurm or dac while held (issue 30; docs/slurm.md, "A job held by a
 # failed setup or stage-in").
+# No EmulateCray under datawarp: Slurm would keep counting buffers dac destroyed (issue 45;
+# slurm-plugin/burst_buffer.conf.datawarp).
 _BB_LUA = """\
 Directive=DW
 Flags=EnablePersistent,TeardownFailure
@@ -93,7 +95,7 @@ _BB_DATAWARP = """\
 GetSysState={dacctl}
 GetSysStatus={bbstat}
 DefaultPool=default
-Flags=EmulateCray,EnablePersistent,TeardownFailure
+Flags=EnablePersistent,TeardownFailure
 StageInTimeout=60
 StageOutTimeout=60
 OtherTimeout=60
