@@ -39,11 +39,12 @@ def local_dac(
     brick_size: int = 512 << 20,
     release: str | None = None,
     etcd_members: int = 1,
+    plugin: str = "lua",
 ):
     """A local DAC in a throwaway directory users can enter, on `etcd_members` etcd members;
     yields (state, env for dac's commands, workdir). With `release`, also a 2-node Slurm of
-    that release (burst_buffer/lua) whose hooks' way of running dacctl `as_slurm` reproduces.
-    Needs root."""
+    that release (burst_buffer/`plugin`, lua unless told) whose hooks' way of running dacctl
+    `as_slurm` reproduces. Needs root."""
     import os
 
     from daclocal import cluster
@@ -52,7 +53,7 @@ def local_dac(
         work = Path(d)
         work.chmod(0o755)  # jobs enter the local DAC's workdir as their user
         slurm: dict[str, Any] = (
-            {"slurm_nodes": 2, "slurm_plugin": "lua", "slurm_release": release} if release else {}
+            {"slurm_nodes": 2, "slurm_plugin": plugin, "slurm_release": release} if release else {}
         )
         state = cluster.up(
             work / "dac",

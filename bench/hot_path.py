@@ -15,8 +15,10 @@ site start-up pays for the editable-install finder (about 14 ms here).
 
 With a release (or DAC_BENCH_SLURM_RELEASE), the local DAC also runs that release's Slurm, every
 command runs as its slurmctld runs a hook (bench/common.py as_slurm), and two more rows show
-Slurm's own cost of one slurmscriptd hook: `scontrol show bbstat` (slurm_bb_get_status, which runs
-dac-bbstat) against dac-bbstat run directly. 24.11 starts a fresh slurmctld for every such hook.
+one slurmscriptd hook: `scontrol show bbstat` (slurm_bb_get_status, which the local DAC's
+answerer answers: the fork of dac-bbstat only without one, issue 45) against dac-bbstat run
+directly. 24.11 starts a fresh slurmctld for every such hook. bench/bbstat_flood.py measures
+what a loop of them costs other users.
 
 `--datawarp` adds burst_buffer/datawarp's forked calls, interleaved, DATAWARP_ROUNDS each, while
 a dac-answerer runs: dac's forwarder (slurm-plugin/dw_wlm_cli.lua, as GetSysState) and dacctl
@@ -178,8 +180,9 @@ def run(bindir: Path, release: str | None, datawarp: bool = False) -> int:
     if hook_rows:
         extra = statistics.median(times[hook_rows[1]]) - statistics.median(times[hook_rows[0]])
         print(
-            f"Slurm {release}: scontrol show bbstat takes {extra:.1f} ms more than dac-bbstat "
-            "alone (medians): scontrol, its RPC and one slurmscriptd hook"
+            f"Slurm {release}: scontrol show bbstat takes {extra:+.1f} ms against dac-bbstat "
+            "alone (medians): scontrol, its RPC and one slurmscriptd hook whose answer comes "
+            "from the answerer (dac-bbstat forked only without one)"
         )
     print(cpu())
     print(f"budget {BUDGET:.0f}x python3 -c pass: {'PASS' if ok else 'FAIL'}")

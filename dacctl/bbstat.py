@@ -17,6 +17,11 @@ depends on who asks, where Slurm says:
   environment): the full line, errors included, for the buffer's owner, root and `admin_group`.
 
 Standard library and the lean store path only: datawarp gives GetSysStatus 2 s.
+
+The text is made by `answer()`, for this command and for dac's answerer (dacservice/answerer.py),
+which gives burst_buffer.lua's `slurm_bb_get_status` and the datawarp forwarder
+(slurm-plugin/dwstat.lua) the same bytes without a process started per call (issue 45: a loop
+of `scontrol show bbstat` forked one per call while slurmctld held its burst-buffer lock).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 import sys
 import time
 
-__all__ = ["main", "dwstat", "public_line", "full_line", "VIEWS"]
+__all__ = ["main", "answer", "warm", "dwstat", "public_line", "full_line", "VIEWS"]
 
 #: dwstat's views dac has, as Cray's dwstat names them; the first is the default
 VIEWS = ("pools", "sessions", "instances", "configurations", "activations")
@@ -36,32 +41,50 @@ TIMEOUT = 1.5
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from dacctl.slurm_args import JOB_ID
-
     # Exit 0 even for a refusal or an error: burst_buffer/datawarp replaces the output of a
     # failed GetSysStatus with "Error running dwstat", and the one line is for the user.
-    if len(argv) > 1 or (argv and not (JOB_ID.fullmatch(argv[0]) or argv[0] in VIEWS)):
-        print(f"dac-bbstat: {USAGE}")
-        return 0
-    try:
-        print(_answer(argv[0] if argv else VIEWS[0]))
-    except Exception as e:  # noqa: BLE001 - Slurm prints stdout: one line, never a traceback
-        from daccore.errors import DacError
-
-        print(
-            f"dac-bbstat: {e}"
-            if isinstance(e, DacError)
-            else f"dac-bbstat: internal error: {type(e).__name__}"
-        )
+    sys.stdout.write(answer(argv, os.environ.get("DAC_BBSTAT_CALLER", "")))
     return 0
 
 
-def _answer(word: str) -> str:
-    from daccore.settings.cache import load_settings
-    from daccore.store import Store
+def answer(argv: list[str], caller: str, settings: dict | None = None, store=None) -> str:
+    """What dac-bbstat prints for the words `argv` asked by `caller` (DAC_BBSTAT_CALLER's
+    `<uid>:<gid>`, or anything else for a caller Slurm did not name): one usage line, one
+    error line, the job's line or the view's table, ending in a newline. `settings` and
+    `store`: the answerer's (its config, a store reading its copy of etcd or etcd itself),
+    else the cached config and etcd through the http transport. Errors become the line; the
+    answerer's `Unsure` (a BaseException) passes through."""
+    from dacctl.slurm_args import JOB_ID
 
-    settings = load_settings()
-    store = Store.from_dict(settings["etcd"], transport="http", max_timeout=TIMEOUT)
+    if len(argv) > 1 or (argv and not (JOB_ID.fullmatch(argv[0]) or argv[0] in VIEWS)):
+        return f"dac-bbstat: {USAGE}\n"
+    try:
+        return _answer(argv[0] if argv else VIEWS[0], caller, settings, store) + "\n"
+    except Exception as e:  # noqa: BLE001 - Slurm prints stdout: one line, never a traceback
+        from daccore.errors import DacError
+
+        if isinstance(e, DacError):
+            return f"dac-bbstat: {e}\n"
+        return f"dac-bbstat: internal error: {type(e).__name__}\n"
+
+
+def warm() -> None:
+    """What an answer's first call would import, imported now (the answerer, at its start)."""
+    from daccore.records import buffer_doc, layout, status_view  # noqa: F401
+    from daccore.rules import inventory, rights  # noqa: F401
+    from daccore.services import dws  # noqa: F401
+    from dacctl import slurm_args  # noqa: F401
+
+
+def _answer(word: str, caller_word: str, settings: dict | None, store) -> str:
+    if settings is None:
+        from daccore.settings.cache import load_settings
+
+        settings = load_settings()
+    if store is None:
+        from daccore.store import Store
+
+        store = Store.from_dict(settings["etcd"], transport="http", max_timeout=TIMEOUT)
     if word in VIEWS:
         return dwstat(store, word, settings["mount_root"])
     job = word
@@ -73,7 +96,7 @@ def _answer(word: str) -> str:
 
     v = status_view(buf, store.status_docs(job))
     stages = store.job_stage_docs(job)  # those the job asked for while it ran (issue 36)
-    caller = _caller(os.environ.get("DAC_BBSTAT_CALLER", ""))
+    caller = _caller(caller_word)
     if caller is not None and _may_see(caller, buf, settings.get("admin_group", "")):
         return ", ".join(filter(None, [full_line(v), stages_text(stages)]))
     return ", ".join(filter(None, [public_line(v), stages_text(stages, errors=False)]))

@@ -311,8 +311,9 @@ class SlurmCluster:
         self.mount_root, self.node_roots = mount_root, node_roots
         if answerer is None:
             answerer = answerer_default()
-        # burst_buffer/datawarp forks GetSysState itself: there the answerer is asked by
-        # slurm-plugin/dw_wlm_cli.lua, which needs lua5.1 where slurmctld runs
+        # burst_buffer/datawarp forks GetSysState and GetSysStatus itself: there the answerer
+        # is asked by slurm-plugin/dw_wlm_cli.lua and dwstat.lua, which need lua5.1 where
+        # slurmctld runs
         self.answerer = answerer and (plugin == "lua" or _has_lua51(self.release))
 
     @property
@@ -554,12 +555,14 @@ class SlurmCluster:
             _write_env_file(self.base / "etc" / "burst_buffer.env", self.hook_env())
         else:
             bin_ = Path(sys.executable).parent
-            sys_state = bin_ / "dacctl"
-            if self.answerer:  # the forwarder asks it, and runs dacctl for the rest
+            sys_state, sys_status = bin_ / "dacctl", bin_ / "dac-bbstat"
+            if self.answerer:  # the forwarders ask it, and run dacctl or dac-bbstat for the rest
                 sys_state = self.base / "etc" / "dw_wlm_cli"
-                shutil.copy(asset("slurm", "dw_wlm_cli.lua"), sys_state)
-                sys_state.chmod(0o755)
-            bb.write_text(_BB_DATAWARP.format(dacctl=sys_state, bbstat=bin_ / "dac-bbstat"))
+                sys_status = self.base / "etc" / "dwstat"
+                for lua, path in (("dw_wlm_cli.lua", sys_state), ("dwstat.lua", sys_status)):
+                    shutil.copy(asset("slurm", lua), path)
+                    path.chmod(0o755)
+            bb.write_text(_BB_DATAWARP.format(dacctl=sys_state, bbstat=sys_status))
 
     def _scontrol(self, *args: str) -> str:
         """scontrol's answer; "" when it hangs (slurmctld not answering yet, or a name it

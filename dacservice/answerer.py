@@ -2,6 +2,9 @@
 (`slurm_bb_job_process`, `slurm_bb_pools`, `slurm_bb_paths`), answered by a warm process
 instead of a forked `dacctl --function`, over a unix socket burst_buffer.lua reaches
 in-process (lua-socket). Slurm's real_size, in every release, runs in slurmscriptd: not here.
+Also `scontrol show bbstat` and `dwstat` (`bbstat`, issue 45), which any user may loop and
+slurmctld runs under its burst-buffer lock, every submission waiting: dac-bbstat's text
+(dacctl/bbstat.py) without a Python started per call.
 
 The answers are dacctl's own: each request runs `dacctl.datawarp.answer`, the very code of
 `dacctl --function`, with the config this process keeps (reloaded when the file changes) and
@@ -22,6 +25,15 @@ valid answer can be kept by those bytes (VALID_KEPT). `paths` may ask for its pa
 lines in the reply instead of written: `dac-answer/2 paths reply:pathfile <arg>...`
 (--pathfile's name is still checked to be Slurm's for the job; burst_buffer.lua writes the
 lines into slurmctld's own file, and asks again without it when it cannot).
+`bbstat` (issue 45) answers what `dac-bbstat` prints for `scontrol show bbstat` and `scontrol
+show dwstat`, with the word after the function naming the caller as Slurm named it:
+`dac-answer/2 bbstat caller:<uid>:<gid> <word>...` (burst_buffer.lua on Slurm 23.02+), or
+`caller:` alone where Slurm names no one (22.05, burst_buffer/datawarp's forwarder); the
+words are the user's, as dac-bbstat would get them (an empty one sent as `%00`: a line cannot
+carry an empty last word, and no argv word holds a NUL). The reply is dac-bbstat's stdout, exit 0,
+byte for byte (dacctl/bbstat.py `answer`); a `dac-answer/1 bbstat` is refused, as an answerer
+older than bbstat refuses both, and the caller forks dac-bbstat. The caller's uid is believed
+as DAC_BBSTAT_CALLER is: only root and SlurmUser may ask (below), and slurmctld names it.
 Reply, then the close:
   `ANSWER <exit status> <n>\\n` then dacctl's stdout (n bytes), then its stderr;
   `REFUSE <reason>\\n`: the caller forks dacctl.
@@ -71,7 +83,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, cast
 
 from daccore.errors import AdminError, StoreUnavailable
-from dacctl import datawarp
+from dacctl import bbstat, datawarp
 from dacservice.mirror import Mirror, MirrorClient, Unsure
 from dacservice.published import PathsFiles, ValidFiles, replace
 
@@ -105,6 +117,9 @@ MAX_LINE = 65536
 MAX_SCRIPT = 65536
 SCRIPT_WORD = "script:"
 PATHFILE_WORD = "reply:pathfile"
+#: bbstat's word after the function: `caller:<uid>:<gid>`, or `caller:` for no one named
+CALLER_WORD = "caller:"
+BBSTAT = "bbstat"
 #: connections answered at once (worker threads); past that one waits in the listen backlog
 MAX_CLIENTS = 8
 #: the collector's thresholds while answering: an answer allocates a few thousand short-lived
@@ -180,6 +195,7 @@ class Answerer:
         self._stopping = False
         self._reload()  # a config that cannot be read stops the start, with its one line
         datawarp.warm()
+        bbstat.warm()
         self.listener = _listen(path, self._settings["slurm_user"])
         directory = os.path.dirname(path) or "."
         self.pools_path = os.path.join(directory, POOLS_FILE)
@@ -390,9 +406,14 @@ class Answerer:
         words = line.split(" ")
         if words[0] not in (MAGIC, MAGIC_CARRYING) or len(words) < 2:
             return b"REFUSE not a dac-answer/1 or /2 request\n"
-        function, script, pathfile_reply = words[1], None, False
+        function, script, pathfile_reply, caller = words[1], None, False, None
         carrying = words[0] == MAGIC_CARRYING and len(words) > 2
-        if carrying and words[2] == PATHFILE_WORD:
+        if carrying and words[2].startswith(CALLER_WORD):
+            if function != BBSTAT:
+                return b"REFUSE only bbstat names its caller\n"
+            caller = _decode(words[2][len(CALLER_WORD) :])
+            del words[2]
+        elif carrying and words[2] == PATHFILE_WORD:
             if function != "paths":
                 return b"REFUSE only paths replies with its path file's lines\n"
             pathfile_reply = True
@@ -414,8 +435,12 @@ class Answerer:
                     {**self.counts, "fresh": bool(self.mirror and self.mirror.fresh())}
                 )
             return b"ANSWER 0 %d\n" % len(stats) + stats.encode()
+        if function == BBSTAT:
+            if caller is None:
+                return b"REFUSE bbstat names its caller: dac-answer/2 bbstat caller:[<uid>:<gid>]\n"
+            return self._reply_bbstat(caller, args)
         if function not in datawarp.HOT:
-            return b"REFUSE only job_process, pools and paths are answered here\n"
+            return b"REFUSE only job_process, pools, paths and bbstat are answered here\n"
         source, result = self.answer(function, args, script, pathfile_reply)
         if source is None:
             self._count(f"{function}:refused")
@@ -426,6 +451,47 @@ class Answerer:
         rc, out, err = result
         body = out.encode("utf-8", "surrogateescape")
         return b"ANSWER %d %d\n" % (rc, len(body)) + body + err.encode("utf-8", "surrogateescape")
+
+    def _reply_bbstat(self, caller: str, words: list[str]) -> bytes:
+        # an empty word comes as NUL, which no argv word holds (module docstring)
+        source, text = self.answer_bbstat(caller, ["" if w == "\0" else w for w in words])
+        if source is None:
+            self._count("bbstat:refused")
+            log.info("bbstat refused: %s", text)
+            return f"REFUSE {' '.join(text.split())}\n".encode()
+        self._count(f"bbstat:{source}")
+        body = text.encode("utf-8", "surrogateescape")
+        return b"ANSWER 0 %d\n" % len(body) + body
+
+    def answer_bbstat(self, caller: str, words: list[str]) -> tuple[str | None, str]:
+        """(source, what dac-bbstat prints for `words` asked by `caller`, DAC_BBSTAT_CALLER's
+        form): source "mirror" when the answer read only what the mirror holds (the pools, a
+        refused word), "etcd" when it read etcd (a job's statuses and stages, the views of
+        sessions: the mirror holds no status); (None, why) refused, and the caller forks
+        dac-bbstat. The mirror is tried first, as `answer` does; where it is unsure, etcd
+        within DIRECT_TIMEOUT."""
+        try:
+            settings = self._reload()
+        except Exception as e:  # noqa: BLE001 - the forked dac-bbstat says it in its one line
+            return None, f"config: {e}"
+        mirror, why = self.mirror, "no mirror yet"
+        if mirror is not None and mirror.fresh():
+            try:
+                with mirror.lock:
+                    if mirror.fresh():
+                        return "mirror", bbstat.answer(words, caller, settings, self._mirror_store)
+                    why = "the mirror is not confirmed current"
+            except Unsure as e:
+                why = str(e)
+        elif mirror is not None:
+            why = "the mirror is not confirmed current"
+            gone = mirror.out_of_reach()
+            if gone:
+                return None, f"{why}; {gone}"
+        try:
+            return "etcd", bbstat.answer(words, caller, settings, self._direct)
+        except Unsure as e:
+            return None, f"{why}; {e}"
 
     def _valid_key(
         self, function: str, args: list[str], script: bytes | None, epoch: int
@@ -660,13 +726,18 @@ def ask(
     timeout: float = 2.0,
     script: bytes | None = None,
     pathfile_reply: bool = False,
+    caller: str | None = None,
 ) -> tuple[Any, ...]:
     """What burst_buffer.lua does, in Python (tests, bench): ("ANSWER", rc, stdout, stderr)
     or ("REFUSE", reason). `script`: job_process's script, sent with the request;
-    `pathfile_reply`: paths's lines asked for in the reply (module docstring)."""
+    `pathfile_reply`: paths's lines asked for in the reply; `caller`: bbstat's caller,
+    DAC_BBSTAT_CALLER's form ("" for no one named) (module docstring)."""
     carried = [] if script is None else [f"{SCRIPT_WORD}{len(script)}"]
     carried += [PATHFILE_WORD] if pathfile_reply else []
+    carried += [] if caller is None else [CALLER_WORD + _encode(caller)]
     magic = MAGIC_CARRYING if carried else MAGIC
+    if caller is not None:  # bbstat's words: an empty one as NUL, as burst_buffer.lua sends it
+        args = ["\0" if a == "" else a for a in args]
     line = " ".join([magic, function, *carried, *(_encode(a) for a in args)]) + "\n"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)

@@ -27,6 +27,9 @@ Why it is written this way:
     only dacctl's one line on stdout is ever seen.
   * 23.02+ hands pre_run the job's nodes (job_info.nodes): dacctl gets them from there, never
     from an scontrol that might be another release than slurmctld.
+  * get_status (`scontrol show bbstat`) asks the answerer too, and forks dac-bbstat only
+    when it cannot answer: slurmctld holds its burst-buffer lock for the whole call, which
+    every sbatch waits for (slurm_bb_get_status says why).
   * job_process, pools and paths run inside slurmctld under its job lock: they ask dac's
     answerer (dac-answerer, dacservice/answerer.py) over its unix socket first, in this
     process, with lua-socket (Debian's lua-socket for Lua 5.1), which answers what dacctl would
@@ -188,23 +191,13 @@ function forking.slurm_bb_data_out(job_id, job_script, ...)
 	return dacctl("data_out", { "--token", job_id, "--job", job_script })
 end
 
--- `scontrol show bbstat [job | view]`: dac-bbstat, read-only, which accepts at most a job id
--- or a dwstat view name (that job's buffer in one line; the view, the pools by default,
--- in Cray's dwstat layout). Whatever else a user types is refused there, never
--- passed to dacctl. 23.02+ puts the caller's uid and gid first: dac-bbstat gets them in its
--- environment (a user cannot set slurmctld's) and shows the full line, errors included, only
--- to the buffer's owner, root and admin_group. 22.05 passes only what the user typed, so two
--- numbers there are the user's words, not an identity: it is told apart by the error table
--- 23.02 added to the `slurm` module (slurm.ESLURM_BURST_BUFFER_PERMISSION).
-function forking.slurm_bb_get_status(...)
-	local args = { ... }
-	local caller = ""
-	if slurm.ESLURM_BURST_BUFFER_PERMISSION ~= nil then
-		local uid, gid = tostring(table.remove(args, 1)), tostring(table.remove(args, 1))
-		if string.match(uid, "^%d+$") and string.match(gid, "^%d+$") then
-			caller = uid .. ":" .. gid
-		end
-	end
+-- `scontrol show bbstat [job | view]` forked: dac-bbstat, read-only, which accepts at most a
+-- job id or a dwstat view name (that job's buffer in one line; the view, the pools by default,
+-- in Cray's dwstat layout). Whatever else a user types is refused there, never passed to
+-- dacctl. `caller` (slurm_bb_get_status below: "<uid>:<gid>" or "") goes in its environment
+-- (a user cannot set slurmctld's): the full line, errors included, only for the buffer's
+-- owner, root and admin_group.
+function forking.bbstat(caller, args)
 	local cmd = PASS_ENV .. "DAC_BBSTAT_CALLER=" .. quote(caller) .. " " .. quote(DAC_BBSTAT)
 	for _, a in ipairs(args) do
 		cmd = cmd .. " " .. quote(a)
@@ -483,6 +476,44 @@ function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
 	return hot("paths", args, nil, path_file)
 end
 
+-- `scontrol show bbstat [job | view]`: what dac-bbstat prints (FORKING's bbstat), asked of
+-- the answerer in this process, dac-bbstat forked only when it cannot answer. slurmctld holds
+-- its burst-buffer plugin lock for the whole call (bb_g_get_status, src/interfaces/
+-- burst_buffer.c; src/slurmctld in 22.05), and every sbatch, even one without a buffer, takes
+-- that lock under the job write lock (_job_create's bb_g_job_validate): a Python started per
+-- call was what every other RPC waited for during a loop of them (issue 45). 23.02+ puts the
+-- caller's uid and gid first; 22.05 passes only what the user typed, so two numbers there are
+-- the user's words, not an identity: it is told apart by the error table 23.02 added to the
+-- `slurm` module (slurm.ESLURM_BURST_BUFFER_PERMISSION). An empty word is sent as NUL, which
+-- no argv holds (a line cannot carry an empty last word); the answerer takes it back.
+function slurm_bb_get_status(...)
+	local args, caller = { ... }, ""
+	if slurm.ESLURM_BURST_BUFFER_PERMISSION ~= nil then
+		local uid, gid = tostring(table.remove(args, 1)), tostring(table.remove(args, 1))
+		if string.match(uid, "^%d+$") and string.match(gid, "^%d+$") then
+			caller = uid .. ":" .. gid
+		end
+	end
+	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
+	local unix = socket ~= "none" and lua_socket()
+	if unix then
+		local words = {}
+		for i, a in ipairs(args) do
+			words[i] = a == "" and "\0" or a
+		end
+		local timeout = tonumber(setting("DAC_ANSWERER_TIMEOUT", "0.5")) or 0.5
+		local rc, out = ask(unix, socket, timeout, "bbstat", words, nil, "caller:" .. caller)
+		if rc ~= nil and tonumber(rc) == 0 then
+			return finish("bbstat", rc, out)
+		end
+		if out ~= "No such file or directory" then -- the answerer is not installed
+			slurm.log_info("dac: answerer %s: %s; forking dac-bbstat", socket,
+				rc and "exit " .. rc or tostring(out))
+		end
+	end
+	return fork().bbstat(caller, args)
+end
+
 -- data_in returns only when the data is in, so there is never anything to poll (24.05+).
 function slurm_bb_test_data_in(job_id, job_script, ...)
 	return slurm.SUCCESS, ""
@@ -492,11 +523,10 @@ function slurm_bb_test_data_out(job_id, job_script, ...)
 	return slurm.SUCCESS, ""
 end
 
--- The hooks that fork dacctl (or dac-bbstat): FORKING's, each a global Slurm finds at load
--- (one closure compiled for all of them)
+-- The hooks that fork dacctl: FORKING's, each a global Slurm finds at load (one closure
+-- compiled for all of them)
 for _, name in ipairs({ "slurm_bb_job_teardown", "slurm_bb_setup", "slurm_bb_data_in",
-	"slurm_bb_real_size", "slurm_bb_pre_run", "slurm_bb_post_run", "slurm_bb_data_out",
-	"slurm_bb_get_status" }) do
+	"slurm_bb_real_size", "slurm_bb_pre_run", "slurm_bb_post_run", "slurm_bb_data_out" }) do
 	_G[name] = function(...)
 		return fork()[name](...)
 	end

@@ -1,9 +1,9 @@
 """What dac ships besides code, inside the package so a wheel carries it: the Ansible playbooks
 (the checkout's top-level `playbooks/<backend>/`), Slurm's plugin files (`slurm-plugin/`:
-burst_buffer.lua, the two sample burst_buffer.conf and burst_buffer/datawarp's forwarder
-dw_wlm_cli.lua), the JSON Schemas of the records and config (`schema/`), the C library of
-in-job stages with its example (`libdacstage/`: users build it with make), and, here, the
-sample dac.yaml and the systemd units (`packaging/`).
+burst_buffer.lua, the two sample burst_buffer.conf and burst_buffer/datawarp's forwarders
+dw_wlm_cli.lua and dwstat.lua), the JSON Schemas of the records and config (`schema/`), the C
+library of in-job stages with its example (`libdacstage/`: users build it with make), and,
+here, the sample dac.yaml and the systemd units (`packaging/`).
 
 The three top-level folders are the design's top level; pyproject.toml's `package-dir` maps each
 to a package below this one (`daccore.share.playbooks`, `daccore.share.slurm`,
@@ -31,9 +31,11 @@ SLURM_FILES = (
     "burst_buffer.conf.lua",
     "burst_buffer.conf.datawarp",
     "dw_wlm_cli.lua",
+    "dwstat.lua",
 )
-#: those of SLURM_FILES slurmctld runs itself (burst_buffer/datawarp's GetSysState): 0755
-SLURM_EXECUTABLES = frozenset({"dw_wlm_cli.lua"})
+#: those of SLURM_FILES slurmctld runs itself (burst_buffer/datawarp's GetSysState and
+#: GetSysStatus): 0755
+SLURM_EXECUTABLES = frozenset({"dw_wlm_cli.lua", "dwstat.lua"})
 
 
 #: the asset folders that are packages of their own (mapped from the checkout's top level), and

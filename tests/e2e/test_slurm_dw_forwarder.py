@@ -67,3 +67,27 @@ def test_datawarp_forks_the_forwarder_and_the_answerer_answers_the_hot_calls(slu
     assert not any(after.get(f"{f}:refused", 0) for f in HOT), after
     now = log.read_text().count("dac_wlm_cli:") if log.exists() else 0
     assert now == passed_over, slurm.logs()  # no hot call fell back to dacctl
+
+
+@pytest.mark.every_release
+@pytest.mark.datawarp_only
+def test_datawarp_runs_the_dwstat_forwarder_and_the_answerer_answers_bbstat(slurm):
+    """GetSysStatus is slurm-plugin/dwstat.lua (issue 45): `scontrol show dwstat` and `show
+    bbstat` are answered by the answerer (its bbstat counters), dac-bbstat's own text, and
+    nothing falls back to dac-bbstat."""
+    etc = Path(slurm.workdir) / "slurm" / "etc"
+    conf = (etc / "burst_buffer.conf").read_text()
+    (sys_status,) = re.findall(r"^GetSysStatus=(.*)$", conf, re.M)
+    assert Path(sys_status) == etc / "dwstat"
+    assert Path(sys_status).read_bytes() == asset("slurm", "dwstat.lua").read_bytes()
+    log = Path(slurm.workdir) / "slurm" / "log" / "dacctl.log"
+    passed_over = log.read_text().count("dac_dwstat:") if log.exists() else 0
+    before = _stats(slurm)
+    assert slurm.scontrol("show", "dwstat").split()[:3] == ["pool", "units", "quantity"]
+    sessions = slurm.scontrol("show", "dwstat", "sessions").split()[:2]
+    assert sessions in (["sess", "state"], ["no", "sessions"]), sessions
+    assert slurm.scontrol("show", "bbstat", "hosts").startswith("dac-bbstat: usage:")
+    after = _stats(slurm)
+    assert _answered(before, after, "bbstat") == 3, (before, after)
+    now = log.read_text().count("dac_dwstat:") if log.exists() else 0
+    assert now == passed_over, slurm.logs()

@@ -281,15 +281,15 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
         ),
         (
             b"dac-answer/1 setup --token 7 --caller SLURM --user 0 --groupid 0 --job /etc/hosts\n",
-            b"REFUSE only job_process, pools and paths are answered here\n",
+            b"REFUSE only job_process, pools, paths and bbstat are answered here\n",
         ),
         (
             b"dac-answer/1 teardown --token 7 --hurry\n",
-            b"REFUSE only job_process, pools and paths are answered here\n",
+            b"REFUSE only job_process, pools, paths and bbstat are answered here\n",
         ),
         (
             b"dac-answer/1 --function\n",
-            b"REFUSE only job_process, pools and paths are answered here\n",
+            b"REFUSE only job_process, pools, paths and bbstat are answered here\n",
         ),
         (b"", b"REFUSE not a dac-answer/1 or /2 request\n"),
         (
@@ -309,6 +309,14 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
             b"dac-answer/2 job_process reply:pathfile --job /etc/shadow\n",
             b"REFUSE only paths replies with its path file's lines\n",
         ),
+        (
+            b"dac-answer/2 paths caller:0:0 --token 7 --pathfile /root/x\n",
+            b"REFUSE only bbstat names its caller\n",
+        ),
+        (
+            b"dac-answer/1 bbstat 42\n",
+            b"REFUSE bbstat names its caller: dac-answer/2 bbstat caller:[<uid>:<gid>]\n",
+        ),
     ],
     ids=[
         "garbage",
@@ -325,6 +333,8 @@ def test_answerer_refuses_a_user_let_past_the_directory_by_its_credentials(answe
         "script-negative",
         "script-cut-short",
         "pathfile-reply-on-job-process",
+        "caller-on-paths",
+        "bbstat-without-caller",
     ],
 )
 def test_answerer_refuses_forged_and_garbage_requests_in_one_line(answerer, request_, reply):

@@ -132,18 +132,19 @@ class SuiteDac:
             {
                 "SLURM_TESTSUITE_CONF": str(self.work / "testsuite.conf"),
                 "DAC_DACCTL": self.get_sys_state(),
-                "DAC_BBSTAT": str(BIN / "dac-bbstat"),
+                "DAC_BBSTAT": self.get_sys_state("GetSysStatus", "dac-bbstat"),
             },
         )
 
-    def get_sys_state(self) -> str:
-        """What the test's dw_wlm_cli is: burst_buffer.conf's GetSysState (dacctl, or dac's
-        forwarder to the answerer where it runs), as test_datawarp.py checks it is."""
+    def get_sys_state(self, key: str = "GetSysState", default: str = "dacctl") -> str:
+        """What the test's dw_wlm_cli (and, with GetSysStatus, its dwstat) is: burst_buffer.conf's
+        GetSysState (dacctl, or dac's forwarder to the answerer where it runs; GetSysStatus:
+        dac-bbstat, or its forwarder), as test_datawarp.py checks it is."""
         conf = Path(self.workdir) / "slurm" / "etc" / "burst_buffer.conf"
         for line in conf.read_text().splitlines() if conf.exists() else ():
-            if line.startswith("GetSysState="):
+            if line.startswith(f"{key}="):
                 return line.split("=", 1)[1].strip()
-        return str(BIN / "dacctl")
+        return str(BIN / default)
 
     def log_tail(self, lines: int = 20) -> str:
         out = []

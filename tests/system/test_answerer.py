@@ -354,6 +354,11 @@ def test_etcd_out_of_reach_is_refused_within_the_bound_then_answered_again(dac):
             assert reply[0] == "REFUSE", reply
             assert "not confirmed current" in reply[1] and "etcd" in reply[1]
             assert took < 0.5  # burst_buffer.lua waits 0.5 s, then forks with what is left
+        for words in ([], ["7"]):  # bbstat too: dac-bbstat forked says it in its one line
+            started = time.monotonic()
+            reply = ask(str(a.path), "bbstat", words, caller="")
+            assert reply[0] == "REFUSE" and "etcd" in reply[1], reply
+            assert time.monotonic() - started < 0.5
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
@@ -432,3 +437,67 @@ def test_a_carried_script_is_job_processs_alone_whole_and_bounded(dac):
     assert (
         raw_request(a.path, line + whole) == b"ANSWER 0 0\n"
     )  # built from the bytes: no file opened
+
+
+def bbstat_forked(env: dict, words: list[str], caller: str) -> str:
+    """What `dac-bbstat <words>` prints, as slurmctld's hooks run it with DAC_BBSTAT_CALLER."""
+    r = subprocess.run(
+        [str(BIN / "dac-bbstat"), *words],
+        capture_output=True,
+        env={**os.environ, **env, "DAC_BBSTAT_CALLER": caller},
+        timeout=60,
+    )
+    assert (r.returncode, r.stderr) == (0, b""), r.stderr
+    return r.stdout.decode("utf-8", "surrogateescape")
+
+
+def test_bbstat_answers_what_dac_bbstat_prints_for_every_caller(dac):
+    """`scontrol show bbstat` / `dwstat` through the answerer (issue 45): byte for byte what
+    dac-bbstat prints, for every view and job word and every caller: none named (22.05,
+    datawarp), the buffer's owner, another user, root, a member of admin_group, a caller word
+    that is not one; the owner, root and admin see a failed stage-in's error text, no one else."""
+    workdir, env, a, scratch = dac
+    secret = workdir.parent / "bbstat-secret-dir"  # never made: the stage-in fails naming it
+    job = scratch / "job31.sh"
+    job.write_text(
+        "#!/bin/sh\n#DW jobdw capacity=100MiB access_mode=striped\n"
+        f"#DW stage_in type=file source={secret}/plans.txt destination=$DW_JOB_STRIPED/p\n"
+    )
+    fn(env, "setup", "--token", "31", "--caller", "SLURM", "--user", "1000", "--groupid", "1000",
+       "--capacity", "default:100MiB", "--job", str(job))  # fmt: skip
+    config = Path(env["DAC_CONFIG"])
+    text = config.read_text()
+    try:
+        rc, out, _ = as_process(["--function", "data_in", "--token", "31", "--job", str(job)], env)
+        assert rc == 1 and str(secret) in out, out
+        config.write_text(text + "admin_group: adm\n")  # gid 4 on Debian
+        before = a.stats()
+        words_tried = [[], *([v] for v in ("pools", "sessions", "instances", "configurations",
+                       "activations", "7", "31", "999", "hosts", "", "0")),
+                       ["31", "pools"], ["--function", "pools"]]  # fmt: skip
+        callers = {"none": "", "owner": "1000:1000", "other": "1001:1001", "root": "0:0",
+                   "admin": "1002:4", "not one": "1000"}  # fmt: skip
+        differ, lines = [], {}
+        for words in words_tried:
+            for who, caller in callers.items():
+                forked = bbstat_forked(env, words, caller)
+                answered = ask(str(a.path), "bbstat", words, caller=caller)
+                if answered != ("ANSWER", 0, forked, ""):
+                    differ.append((words, who, forked, answered))
+                if words == ["31"]:
+                    lines[who] = forked
+        assert differ == []
+        for who in ("owner", "root", "admin"):
+            assert str(secret) in lines[who], (who, lines[who])
+        for who in ("none", "other", "not one"):
+            assert str(secret) not in lines[who] and "failed (its owner sees why" in lines[who]
+        after = a.stats()
+        answered = sum(after.get(f"bbstat:{s}", 0) - before.get(f"bbstat:{s}", 0)
+                       for s in ("mirror", "etcd"))  # fmt: skip
+        assert answered == len(words_tried) * len(callers), (before, after)
+        assert after.get("bbstat:refused", 0) == before.get("bbstat:refused", 0)
+        # the pools and a refused word from memory; a job's statuses from etcd
+        assert after["bbstat:mirror"] - before.get("bbstat:mirror", 0) >= 5 * len(callers)
+    finally:
+        config.write_text(text)
+        fn(env, "teardown", "--token", "31", "--job", str(job), "--hurry")

@@ -160,7 +160,13 @@ def bbstat(tmp_path, lua_call, version="22.05"):
         capture_output=True,
         text=True,
         timeout=20,
-        env={"DAC_BBSTAT": str(fake), "DACCTL": "/nonexistent", "PATH": "/usr/bin:/bin"},
+        # the fork itself (the answerer's way: test_burst_buffer_lua_answerer.py)
+        env={
+            "DAC_BBSTAT": str(fake),
+            "DACCTL": "/nonexistent",
+            "PATH": "/usr/bin:/bin",
+            "DAC_ANSWERER_SOCKET": "none",
+        },
     )
     assert r.returncode == 0, r.stderr
     rc, _, out = r.stdout.partition("\n")

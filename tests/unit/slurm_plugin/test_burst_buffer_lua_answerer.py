@@ -1,7 +1,9 @@
 """burst_buffer.lua's in-process path to dac's answerer (issue 34): job_process, pools and
 paths ask the answerer's unix socket with lua-socket and take its answer; when the socket is
 absent, the answerer refuses, is too slow, or lua-socket is missing, they fork dacctl as
-before, with what is left of 2 s. A stand-in answerer (a thread here) records each request."""
+before, with what is left of 2 s. get_status (`scontrol show bbstat`, issue 45) asks it too,
+naming the caller Slurm names, and forks dac-bbstat when it gets no answer. A stand-in answerer
+(a thread here) records each request."""
 
 import json
 import os
@@ -389,3 +391,123 @@ def test_job_process_asks_when_no_valid_file_holds_its_very_request(tmp_path, po
     assert (rc, out, argv) == (-1, "line 2: x", None)  # the answerer's refusal, as asked
     assert a.lines == [f"dac-answer/2 job_process --job {script} --user 1001\n"]
     assert a.scripts == [SCRIPT]
+
+
+FAKE_BBSTAT = """#!/bin/sh
+for a; do printf '%%s\\n' "$a"; done > %(dir)s/bbstat-argv
+printf '%%s' "$DAC_BBSTAT_CALLER" > %(dir)s/bbstat-caller
+echo "forked bbstat"
+"""
+
+
+def get_status(tmp_path, words: str, socket_path, version: str = "22.05", **env):
+    """slurm_bb_get_status(<words>) as `version`'s slurmctld calls it, with a stand-in
+    dac-bbstat: (rc, message, (its argv, DAC_BBSTAT_CALLER) or None, seconds, lua's stderr)."""
+    fake = tmp_path / "dac-bbstat"
+    fake.write_text(FAKE_BBSTAT % {"dir": tmp_path})
+    fake.chmod(0o755)
+    for f in ("bbstat-argv", "bbstat-caller"):
+        (tmp_path / f).unlink(missing_ok=True)
+    marker = "slurm.ESLURM_BURST_BUFFER_PERMISSION = 2035\n" if version != "22.05" else ""
+    script = tmp_path / "run.lua"
+    script.write_text(
+        HARNESS.replace("dofile(", marker + "dofile(")
+        % {"lua": json.dumps(str(LUA)), "call": f"slurm_bb_get_status({words})"}
+    )
+    started = time.monotonic()
+    r = subprocess.run(
+        ["lua5.1", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env={
+            "DAC_BBSTAT": str(fake),
+            "DACCTL": "/nonexistent",
+            "PATH": "/usr/bin:/bin",
+            "DAC_ANSWERER_SOCKET": str(socket_path),
+            "DAC_ANSWERER_TIMEOUT": "1.5",  # as hook() says
+            **env,
+        },
+    )
+    took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    rc, _, message = r.stdout.partition("\n")
+    forked = None
+    if (tmp_path / "bbstat-argv").exists():
+        forked = (
+            (tmp_path / "bbstat-argv").read_text().splitlines(),
+            (tmp_path / "bbstat-caller").read_text(),
+        )
+    return int(rc), message, forked, took, r.stderr
+
+
+@pytest.mark.parametrize(
+    "version, words, line",
+    [
+        ("22.05", "", "dac-answer/2 bbstat caller:\n"),
+        ("22.05", "'42'", "dac-answer/2 bbstat caller: 42\n"),
+        # 22.05 passes only the user's words: two numbers there name no one
+        ("22.05", "'0', '0', '42'", "dac-answer/2 bbstat caller: 0 0 42\n"),
+        ("23.02", "'1234', '4321', '42'", "dac-answer/2 bbstat caller:1234:4321 42\n"),
+        ("23.02", "'1234', '4321'", "dac-answer/2 bbstat caller:1234:4321\n"),
+        ("23.02", "'x', '4321', '42'", "dac-answer/2 bbstat caller: 42\n"),
+        # every byte but letters, digits and -._/:=, percent-encoded; an empty word as NUL
+        (
+            "22.05",
+            "'--function', 'a b', '', \"x'y\", ''",
+            "dac-answer/2 bbstat caller: --function a%20b %00 x%27y %00\n",
+        ),
+    ],
+)
+def test_get_status_is_the_answerers_answer_and_nothing_is_forked(tmp_path, version, words, line):
+    """`scontrol show bbstat`: asked in this process (issue 45), the caller as Slurm names it
+    (23.02+) or no one (22.05), dac-bbstat's stdout given back as the fork's would be."""
+    text = b"buffer 42: created -> staged_in, stage_in\n"
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(text) + text) as a:
+        rc, out, forked, _, err = get_status(tmp_path, words, a.path, version)
+    assert (rc, out, forked, err) == (0, text.decode().strip(), None, "")
+    assert a.lines == [line]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"REFUSE the mirror is not confirmed current; etcd out of reach\n",
+        # an answerer older than bbstat: nothing lost, only speed
+        b"REFUSE only job_process, pools and paths are answered here\n",
+        b"ANSWER 1 5\nnope\n",  # dac-bbstat always exits 0: anything else is not its answer
+        b"ANSWER 0 100\ncut short",
+    ],
+)
+def test_get_status_forks_dac_bbstat_when_the_answerer_does_not_answer(tmp_path, reply):
+    with FakeAnswerer(tmp_path / "s", reply) as a:
+        rc, out, forked, _, err = get_status(tmp_path, "'1234', '4321', '42'", a.path, "23.02")
+    assert (rc, out, forked) == (0, "forked bbstat", (["42"], "1234:4321"))
+    assert len(a.lines) == 1
+    assert "forking dac-bbstat" in err  # slurmctld's log says why
+
+
+def test_get_status_forks_when_there_is_no_answerer_and_says_nothing(tmp_path):
+    rc, out, forked, _, err = get_status(tmp_path, "'0', '0', '42'", tmp_path / "absent")
+    assert (rc, out, forked, err) == (0, "forked bbstat", (["0", "0", "42"], ""), "")
+
+
+def test_get_status_leaves_a_slow_answerer_for_dac_bbstat(tmp_path):
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 2\nno", delay=3.0):
+        rc, out, forked, took, _ = get_status(
+            tmp_path, "'42'", tmp_path / "s", DAC_ANSWERER_TIMEOUT="0.3"
+        )
+    assert (rc, out, forked) == (0, "forked bbstat", (["42"], ""))
+    assert took < 2.5
+
+
+@pytest.mark.parametrize(
+    "env", [{"DAC_ANSWERER_SOCKET": "none"}, {"LUA_CPATH": "/nonexistent/?.so"}]
+)
+def test_get_status_forks_when_the_answerer_is_off_or_lua_socket_missing(tmp_path, env):
+    with FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot") as a:
+        rc, out, forked, _, _ = get_status(
+            tmp_path, "'1234', '4321', 'pools'", a.path, "23.02", **env
+        )
+    assert (rc, out, forked) == (0, "forked bbstat", (["pools"], "1234:4321"))
+    assert a.lines == []
