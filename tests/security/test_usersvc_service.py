@@ -621,3 +621,155 @@ def test_usersvc_parallel_requests_each_get_their_own_callers_answer(usersvc_dac
                 "user",
                 "no buffer 'abuf' of yours (a job id or a persistent buffer's name)",
             )
+
+
+#: user B's flooder (issue 45), the system python3 as B: argv kind, host, port, how many
+#: connections to hold, a credential of B's to forge from, dac's site-packages, munged's
+#: socket. `forged`: each connection sends one credential with one base64 character of its
+#: sealed part changed (shaped like munged's, so only munged can refuse it); `unread`: each
+#: sends a fresh valid request of B's; neither is ever read, and past the number held the
+#: oldest is closed. `halflines`: each sends the start of a credential and no newline, and one
+#: the service closes is opened again. Prints the lines it sent when terminated.
+_FLOODER = r"""
+import collections, random, selectors, signal, site, socket, sys
+kind, host, real, packages, munge_socket = sys.argv[1], sys.argv[2], *sys.argv[5:8]
+port, hold = int(sys.argv[3]), int(sys.argv[4])
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+site.addsitedir(packages)
+from daccore.services.munge import encode
+body = real.encode()[len("MUNGE:"):-1]
+B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+sel = selectors.DefaultSelector()
+held = set() if kind == "halflines" else collections.deque()
+sent = 0
+
+def line():
+    if kind == "halflines":
+        return b"MUNGE:" + body[:40]
+    if kind == "unread":
+        return encode(b'{"magic": "dac-user/1", "verb": "pools", "args": {}}', munge_socket) + b"\n"
+    i = random.randrange(len(body) // 2, len(body) - 4)
+    c = B64[(B64.index(body[i]) + random.randrange(1, 64)) % 64]
+    return b"MUNGE:" + body[:i] + bytes([c]) + body[i + 1:] + b":\n"
+
+while not stop:
+    data = line()
+    try:
+        s = socket.create_connection((host, port), timeout=5)
+    except OSError:
+        continue
+    try:
+        s.send(data)
+        sent += 1
+    except OSError:
+        s.close()
+        continue
+    if kind == "halflines":  # held until the service answers or drops it: another instead
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+        held.add(s)
+        for key, _ in sel.select(0):
+            sel.unregister(key.fileobj)
+            held.discard(key.fileobj)
+            key.fileobj.close()
+        if len(held) > hold:
+            while len(held) > hold and not stop:
+                for key, _ in sel.select(0.1):
+                    sel.unregister(key.fileobj)
+                    held.discard(key.fileobj)
+                    key.fileobj.close()
+        continue
+    held.append(s)
+    while len(held) > hold:
+        held.popleft().close()
+print(sent)
+"""
+
+
+def usersvc_flood(config, kind, hold):
+    """User B's flooder of `kind`, started; stop it with `usersvc_flood_stop`."""
+    host, port = config.user_service.rsplit(":", 1)
+    real = usersvc_credential(B, usersvc_request("pools"), config.munge_socket).decode()
+    return subprocess.Popen(
+        [
+            "/usr/bin/setpriv",
+            f"--reuid={B[0]}",
+            f"--regid={B[1]}",
+            "--clear-groups",
+            SYSTEM_PYTHON,
+            "-I",
+            "-c",
+            _FLOODER,
+            kind,
+            host,
+            port,
+            str(hold),
+            real,
+            sysconfig.get_paths()["purelib"],
+            config.munge_socket,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def usersvc_flood_stop(flood):
+    """The lines the flooder sent."""
+    flood.terminate()
+    out, err = flood.communicate(timeout=60)
+    assert out.strip().isdigit(), err
+    return int(out)
+
+
+def usersvc_pools_while(env, user, n):
+    """The seconds each of `n` `dacctl pools` of `user` took; each must be answered."""
+    times = []
+    for _ in range(n):
+        started = time.monotonic()
+        r = usersvc_as(env, user, "pools", timeout=60)
+        times.append(time.monotonic() - started)
+        assert r.returncode == 0 and r.stdout.startswith("POOL"), (r.returncode, r.stderr)
+    return times
+
+
+def usersvc_slow_send(config, user, pause):
+    """`user`'s pools request sent in two halves `pause` seconds apart; the reply."""
+    credential = usersvc_credential(user, usersvc_request("pools"), config.munge_socket)
+    host, port = config.user_service.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(credential[: len(credential) // 2])
+        time.sleep(pause)
+        s.sendall(credential[len(credential) // 2 :] + b"\n")
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return json.loads(reply) if reply else {}
+
+
+def test_usersvc_one_users_flood_leaves_anothers_commands_answered(usersvc_dac):
+    """Issue 45: B's flood of forged credentials, sent on 3,000 connections held open and
+    never read, took the service's 1,024 queued lines, and A's commands were told busy; B's
+    held half-lines made the service drop its oldest connections, whoever's, so A's line,
+    sent slowly, was lost. Now B's connections are B's share (B is known before any
+    credential is checked, by the uid owning its socket) and A is answered while each flood
+    lasts."""
+    workdir, env, store, config = usersvc_dac
+    for kind, hold, commands in (("forged", 3000, 10), ("halflines", 6000, 5), ("unread", 2000, 5)):
+        flood = usersvc_flood(config, kind, hold)
+        try:
+            time.sleep(3)  # the flood at its height
+            times = usersvc_pools_while(env, A, commands)
+            if kind == "halflines":  # A on a slow link: its line comes in two, 2 s apart
+                assert "ok" in usersvc_slow_send(config, A, 2.0)
+        finally:
+            sent = usersvc_flood_stop(flood)
+        assert sent > hold, (kind, sent)  # it flooded
+        # a command takes ~0.5 s here quiet, ~2 s at worst under a flood on 2 loaded cores
+        assert max(times) < 15, (kind, times)
+    log = (workdir / "logs" / "user-service.log").read_text()
+    # B's forged lines were refused by munged, yet the refusals name B's uid
+    assert f"uid {B[0]}: refused: credential refused: " in log
+    assert f"uid {A[0]}: refused" not in log
+    assert usersvc_as(env, A, "pools").returncode == 0
