@@ -19,6 +19,9 @@ from daccore.settings.config import DacConfig
 from dacd.runner import run_step
 
 SITE_BIN = Path(__file__).resolve().parent / "site" / "bin"
+sys.path.insert(0, str(SITE_BIN.parent))  # the stand-ins' own modules, as bin/standin finds them
+from acl_tools import access_acl  # noqa: E402
+
 GiB = 1 << 30
 NODES = ("node1", "node2")
 
@@ -26,6 +29,50 @@ NODES = ("node1", "node2")
 #: the releases whose stand-ins the lustre and daos suites run against (tests/site)
 LUSTRE_RELEASES = ("2.15", "2.16")
 DAOS_RELEASES = ("2.6",)
+
+
+def passable_only_to(uid: int) -> str:
+    """The access ACL of a directory on the way to a buffer's mounts (`<node root>/<job>/`,
+    `persistent/`, a server's `<fs_root>/<buffer>/`: daccore.backends.lustre.passable_to), as
+    access_acl shows it: root does all, the owner only passes, the mask is --x."""
+    return f"u::rwx,u:{uid}:--x,g::---,m::--x,o::---"
+
+
+def closure(path: str | Path) -> tuple[int, str, str | None]:
+    """(owner uid, mode, access ACL) of a directory: (0, "0o710", passable_only_to(uid)) for
+    one only root and that uid may pass (the ACL's mask shows as the group bits)."""
+    st = os.stat(path)
+    return st.st_uid, oct(st.st_mode & 0o7777), access_acl(str(path))
+
+
+#: what another user does to hold a buffer's mount open, or read its usage (issue 45): an
+#: O_PATH open needs no permission on its target, only search permission above it
+PROBE = """
+import errno, os, sys
+try:
+    os.close(os.open(sys.argv[1], os.O_PATH))
+    os.statvfs(sys.argv[1])
+    print("ok")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
+
+def reach(path: str | Path, uid: int, gid: int) -> str:
+    """What `uid` gets opening `path` O_PATH and statvfs-ing it, as that user: "ok" or the
+    errno's name ("EACCES")."""
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", PROBE, str(path)],
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return out.stdout.strip()
 
 
 class RecordedSite:

@@ -14,8 +14,16 @@ and dfuse run and stopped, as the user (setpriv with the user's uid, gid and gro
 checks the caller's identity against the pool's ACL itself, and a user's dfuse mount is theirs.
 
     primary   dmg pool create / delete-acl, daos container create, dfuse at
-              <fs_root>/<buffer>/striped for staging (the container's root is the striped dir)
-    clients   dfuse at the daccore.records.layout path; fusermount3 -u when detached
+              <fs_root>/<buffer>/striped for staging (the container's root is the striped dir),
+              <fs_root>/<buffer>/ being root's, 0700, passable by the buffer's owner alone
+    clients   dfuse at the daccore.records.layout path, below <mount root>/<job>/ (and
+              persistent/) closed the same way; fusermount3 -u when detached
+
+The directories above a dfuse mount point are root's, so no user can swap them, and carry an
+access ACL `user:<owner>:--x` (lustre.passable_to): dfuse and fusermount3, run as the owner,
+still reach the mount point (they resolve it, and chdir to it or its parent, as the user), and
+no other user can hold the mount open (O_PATH needs no permission on the target itself) or
+measure it with statvfs (issue 45).
 
 Every dfuse runs with --disable-caching: the staging mount lives as long as the buffer while the
 nodes change the files, and dfuse's default caching would let stage-out read pages up to ten
@@ -32,6 +40,7 @@ import pwd
 from typing import TYPE_CHECKING
 
 from daccore.backends.base import Backend, register
+from daccore.backends.lustre import closed_dirs, passable_to
 from daccore.errors import AdminError
 from daccore.units import format_size
 
@@ -108,6 +117,7 @@ class DaosBackend(Backend):
             ],
             "fs_path": fs_path,
             "staging_mount": os.path.join(fs_path, "striped"),
+            "owner_acl": passable_to(buffer.owner_uid),
         }
 
     def inventory(
@@ -115,8 +125,10 @@ class DaosBackend(Backend):
     ) -> Vars:
         primary = buffer.allocation.primary_host
         _, clients = self.client_changes(buffer, step, attached, ["striped"])
-        for node in clients.values():  # dfuse mounts the container: the mount points suffice
+        for name, node in clients.items():  # dfuse mounts the container: mount points suffice
             node["mounts"] = list(node["mounts"])
+            node["node_root"] = self.config.node_mount_root(name)
+            node["closed"] = closed_dirs(node["mounts"], node["node_root"])
         return {
             "all": {
                 "children": {

@@ -10,11 +10,18 @@ name the same MGS NID, `mgs_nid`.
 
     servers   mkfs.lustre, mount -t lustre <partition> <target_root>/<fsname>/<mdtN|ostN>,
               then mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname> <fs_path> (the
-              primary's <fs_root>/<buffer>, the same path on every server)
+              primary's <fs_root>/<buffer>/mnt, daccore.records.layout.server_mount, the same
+              path on every server), in <fs_root>/<buffer>/, root's, 0700, that the buffer's
+              owner alone may pass (an ACL: `passable_to`)
     primary   then, once: striped/ (lfs setstripe -c -1: over every OST), 0700, the user's, and
               private/, root's, 0711 (each node's private/<node> is the user's)
     clients   mount -t lustre -o flock,nodev,nosuid <mgs_nid>:/<fsname>/striped (or
-              /private/<node>: a subdirectory mount) at the daccore.records.layout path
+              /private/<node>: a subdirectory mount) at the daccore.records.layout path, below
+              <mount root>/<job>/ (and persistent/), root's, 0700, closed the same way
+
+No other user reaches a buffer's mounts: an O_PATH open needs no permission on its target, only
+search permission on the directories above it, so a mount point another user could pass to
+could be held open (its unmount kept busy) and measured with statvfs (issue 45).
 
 The fsname is 8 lower-case letters derived from the buffer's name and creation time: the same
 on every run of every step, and a new one for a new buffer of the same name.
@@ -27,14 +34,15 @@ import os
 import string
 from typing import TYPE_CHECKING
 
-from daccore.backends.base import Backend, register, templated
+from daccore.backends.base import Backend, prune_list, register, templated
+from daccore.records.layout import server_mount
 
 if TYPE_CHECKING:
     from daccore.backends.base import Vars
     from daccore.records.models import Buffer
     from daccore.settings.config import LustreSettings
 
-__all__ = ["LustreBackend", "fsname", "IO500_TUNING"]
+__all__ = ["LustreBackend", "fsname", "passable_to", "IO500_TUNING"]
 
 MiB = 1 << 20
 CLIENT_OPTIONS = "flock,nodev,nosuid"
@@ -65,6 +73,13 @@ IO500_TUNING = [
 #: the site's (`lustre.max_mod_rpcs_per_client` says what it is).
 MDT_MOD_RPCS = "mdt.{fs}-MDT*.max_mod_rpcs_in_flight"
 IO500_MOD_RPCS = 127
+
+
+def passable_to(uid: int) -> str:
+    """The access ACL (`setfacl --set`) of a root's directory on the way to a buffer's mounts:
+    root may do all, the buffer's owner may only pass through (not list, not write), no one
+    else may do anything. The mask (--x, the mode's group bits) is setfacl's to compute."""
+    return f"u::rwx,u:{uid}:--x,g::---,o::---"
 
 
 def fsname(buffer: Buffer) -> str:
@@ -202,13 +217,16 @@ class LustreBackend(Backend):
     ) -> Vars:
         s, primary = self._settings(buffer), buffer.allocation.primary_host
         fs, nid = fsname(buffer), self.mgs_nid(buffer)
+        fs_path = server_mount(self.config.hosts[primary].fs_root, buffer.name)
         return {
             "buffer": buffer.name,
             "fsname": fs,
             "mgs_nid": nid,
             "shared_mgs": s.mgs != "per_buffer",
             "ping_timeout": PING_TIMEOUT,
-            "fs_path": os.path.join(self.config.hosts[primary].fs_root, buffer.name),
+            "fs_path": fs_path,
+            "buffer_dir": os.path.dirname(fs_path),
+            "owner_acl": passable_to(buffer.owner_uid),
             "fs_source": f"{nid}:/{fs}",
             "client_options": CLIENT_OPTIONS,
             "target_dir": os.path.join(s.target_root, fs),
@@ -227,7 +245,9 @@ class LustreBackend(Backend):
         fs, nid = fsname(buffer), self.mgs_nid(buffer)
         access = ["striped"] if buffer.persistent else buffer.request.access.value.split(",")
         want, clients = self.client_changes(buffer, step, attached, access)
-        for node in clients.values():  # a Lustre subdirectory mount of the node's part
+        for name, node in clients.items():  # a Lustre subdirectory mount of the node's part
+            node["node_root"] = self.config.node_mount_root(name)
+            node["closed"] = closed_dirs(list(node["mounts"]), node["node_root"])
             node["mounts"] = [
                 {"target": t, "source": f"{nid}:/{fs}/{p}"} for t, p in node["mounts"].items()
             ]
@@ -244,6 +264,14 @@ class LustreBackend(Backend):
         if s.mgs != "per_buffer":
             groups["mgs"] = {"hosts": {s.mgs.host: templated(dict(s.mgs.ansible_vars))}}
         return {"all": {"children": groups}}
+
+
+def closed_dirs(mount_points: list[str], node_root: str) -> list[str]:
+    """The directories between a node's mount root and these mount points (`<job>/`,
+    `<job>/persistent/`), parents first: each is made root's, 0700, and `passable_to` the
+    buffer's owner before anything is mounted below it."""
+    below = set(prune_list(mount_points, node_root)) - set(mount_points)
+    return sorted(below, key=lambda d: (d.count(os.sep), d))
 
 
 def _target(

@@ -8,7 +8,8 @@ Slurm puts in the job's environment) and every backend's mount step agree on.
 Persistent buffers live under the job, so two jobs on one node attaching the same buffer never
 share (or unmount) each other's mount point.
 
-Where a storage server of the local backend mounts a buffer's filesystem, under its fs_root:
+Where a storage server mounts a buffer's filesystem under its fs_root (local, and lustre's
+staging client; daos's staging dfuse is at `<fs_root>/<buffer>/striped`):
 
     <fs_root>/<buffer>/       root's, 0700, passable by the buffer's owner alone (an ACL)
     <fs_root>/<buffer>/mnt    the filesystem's mount point; its top root's, 0711
@@ -32,5 +33,5 @@ def mount_path(root: str, job: str, buffer: str, persistent: bool, kind: str = "
 
 
 def server_mount(fs_root: str, buffer: str) -> str:
-    """The local backend's mount point of `buffer`'s filesystem on its server."""
+    """The mount point of `buffer`'s filesystem on a server (local, lustre)."""
     return os.path.join(fs_root, buffer, "mnt")

@@ -47,9 +47,10 @@ def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn
     assert [c[0] for c in calls if c[1] == "lfs"] == [primary]
     assert {c[0] for c in calls} == {"srv1", "srv2", "node1", "node2"}
     # each server mounts the buffer's client at the primary's fs_path, on its own host, where
-    # its dacd copies its share of a split stage (issue 35)
-    fs_path = f"{site.recorded.root}/{primary}/fs/101"
-    shown = f"<site>/{primary}/fs/101"
+    # its dacd copies its share of a split stage (issue 35), below <fs_root>/101/, which the
+    # job's user alone may pass (issue 45)
+    fs_path = f"{site.recorded.root}/{primary}/fs/101/mnt"
+    shown = f"<site>/{primary}/fs/101/mnt"
     assert sorted(c[0] for c in calls if c[1] == "mount" and c[-1] == shown) == ["srv1", "srv2"]
     assert sorted(
         h
@@ -69,7 +70,7 @@ def test_mh_a_job_buffer_is_built_on_both_servers_mounted_on_both_nodes_and_torn
     assert not any(site.recorded.state().get("mounts", {}).values())
     unmounted = [c for c in site.recorded.calls() if c["argv"] == ["umount", fs_path]]
     assert sorted((c["host"], c["rc"]) for c in unmounted) == [("srv1", 0), ("srv2", 0)]
-    assert not os.path.lexists(fs_path)  # every server's mount point went
+    assert not os.path.lexists(os.path.dirname(fs_path))  # every server's mount point went
 
 
 def mount_of(site, node: str, token: int, kind: str = "striped") -> str:

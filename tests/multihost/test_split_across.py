@@ -111,7 +111,7 @@ def test_mh_a_lustre_buffer_stages_in_and_out_split_across_both_servers(mh):
     slurm(env, "data_in", 121, "--job", str(script))
 
     # the primary's client mount, as the primary's dacd stages into it
-    fs_path = Path(site.recorded.root) / primary / "fs" / "121"
+    fs_path = Path(site.recorded.root) / primary / "fs" / "121" / "mnt"
     got = seen(fs_path / "striped" / "in")
     assert got.keys() == expected.keys() and len(got) == 2 + 120 + 4
     for name in expected:
@@ -197,7 +197,7 @@ def test_mh_a_dacd_killed_mid_share_and_started_again_resumes_its_share(mh):
         site.restart_dacd(other, signal.SIGKILL, env=paced)
         out, err = call.communicate(timeout=180)
         assert (call.returncode, out) == (0, ""), err
-        inside = Path(site.recorded.root) / primary / "fs" / "123" / "striped" / "in"
+        inside = Path(site.recorded.root) / primary / "fs" / "123" / "mnt" / "striped" / "in"
         assert {p.name: p.read_bytes() for p in inside.iterdir()} == {
             p.name: p.read_bytes() for p in src.iterdir()
         }
@@ -251,7 +251,7 @@ def test_mh_a_server_lost_mid_share_has_its_share_taken_over(mh):
         back = True
         out, err = call.communicate(timeout=180)
         assert (call.returncode, out) == (0, ""), err
-        inside = Path(site.recorded.root) / primary / "fs" / "124" / "striped" / "in"
+        inside = Path(site.recorded.root) / primary / "fs" / "124" / "mnt" / "striped" / "in"
         assert {p.name: p.read_bytes() for p in inside.iterdir()} == {
             p.name: p.read_bytes() for p in src.iterdir()
         }

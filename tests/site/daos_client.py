@@ -429,11 +429,21 @@ def _cont_problem(cont: dict | None, who: Identity) -> str:
 
 
 def _fuse_mount_problem(mountpoint: str, who: Identity) -> str:
-    """fusermount3's check_perm for a non-root caller (root is not checked)."""
+    """fusermount3's check_perm for a non-root caller (root is not checked): it chdirs into
+    the mount point as the caller (util/fusermount.c, libfuse 3.14), so every directory above
+    must let the caller pass."""
     if who.uid == 0:
         return ""
     st = os.lstat(mountpoint)
     if stat.S_ISDIR(st.st_mode):
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+        try:  # it works from inside the mount point, reached as the user
+            os.chdir(mountpoint)
+        except OSError as e:
+            return f"fusermount3: failed to chdir to mountpoint: {e.strerror}"
+        finally:
+            os.fchdir(here)
+            os.close(here)
         if st.st_mode & stat.S_ISVTX and st.st_uid != who.uid:
             return f"fusermount3: mountpoint {mountpoint} not owned by user"
         if not os.access(mountpoint, os.W_OK):
@@ -489,6 +499,12 @@ def fusermount3(site: Site, args: list[str]) -> int:
         entry = mounts.get(path)
         if os.getuid() != 0 and (entry is None or entry["uid"] != os.getuid()):
             raise _quiet(quiet, f"entry for {path} not found in /etc/mtab")
+        # unmount_fuse_locked: chdir_to_parent with the caller's own rights (drop_privs),
+        # then umount2 of the last component; -q does not silence this one
+        try:
+            os.chdir(os.path.dirname(path))
+        except OSError as e:
+            raise Refused(f"failed to chdir to {os.path.dirname(path)}: {e.strerror}") from None
         if entry is None:
             why = "Invalid argument" if os.path.lexists(path) else "No such file or directory"
             raise _quiet(quiet, f"failed to unmount {path}: {why}")

@@ -59,16 +59,21 @@ stderr. Option errors are getopt's, on stderr, with the usage and exit 3.
     A container needs a pool; the mount point must exist and be reachable; on an existing
     dfuse mount a given pool is 'Pool specified multiple ways'; the pool needs r|t (read-only
     connect); the container must exist, open read-write or read-only, and be POSIX. A
-    non-root caller needs write access to the mount point (and to own it when sticky), as
-    fusermount3's check_perm demands. FUSE 3 mounts over non-empty directories, so a non-empty
-    mount point is NOT refused. --enable-caching / --disable-caching: the last one given wins
-    (dfuse_main.c:486-495); caching is on by default, and a file read through a caching mount
-    is served from that mount's cache for 600 s (dfuse_core.c:773) whatever another node wrote
-    since: daos_files.py models those reads and writes for the tests.
+    non-root caller must reach the mount point (every directory above it passable: else
+    "Error resolving mount point: 13 (Permission denied)"), enter it, and have write access
+    to it (and own it when sticky), as fusermount3's check_perm demands. FUSE 3 mounts over
+    non-empty directories, so a non-empty mount point is NOT refused. --enable-caching /
+    --disable-caching: the last one given wins (dfuse_main.c:486-495); caching is on by
+    default, and a file read through a caching mount is served from that mount's cache for
+    600 s (dfuse_core.c:773) whatever another node wrote since: daos_files.py models those
+    reads and writes for the tests.
 fusermount3 (libfuse util/fusermount.c, lib/mount_util.c): -u, -z (needs -u), -q; one
 mount point, its parent resolved. A non-root caller may only unmount an entry with its own
-user_id ('fusermount3: entry for X not found in /etc/mtab'); root unmounting a non-mount gets
-'failed to unmount X: Invalid argument' (or 'No such file or directory'). While a process
+user_id ('fusermount3: entry for X not found in /etc/mtab'); then it chdirs to the mount
+point's parent with the caller's own rights ('fusermount3: failed to chdir to P: Permission
+denied', rc 1, even with -q: a directory above that does not let the caller pass, such as a
+job's directory without its owner's ACL entry); root unmounting a non-mount gets 'failed to
+unmount X: Invalid argument' (or 'No such file or directory'). While a process
 of this machine has its cwd, root or an open file in the mount (read from /proc:
 sitelib.holders) umount2(2) is EBUSY: 'failed to unmount X: Device or resource busy', rc 1;
 -z (UMOUNT_DETACH, unmount_fuse_locked()) detaches it regardless.

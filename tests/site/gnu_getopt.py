@@ -20,7 +20,10 @@ __all__ = ["OptionError", "parse"]
 
 
 class OptionError(Exception):
-    """A usage error, worded as glibc words it (the caller adds the program name)."""
+    """A usage error, worded as glibc words it (the caller adds the program name); `found`:
+    the options (and, in order, operands) parsed before it."""
+
+    found: list[tuple[str, str | None]] = []
 
 
 def _table(spec: list[str]) -> tuple[dict, dict]:
@@ -49,16 +52,35 @@ def _long(longs: dict, name: str, whole: str) -> tuple[str, str | None, str]:
 
 
 def parse(
-    args: list[str], spec: list[str], *, permute: bool = True
+    args: list[str], spec: list[str], *, permute: bool = True, in_order: bool = False
 ) -> tuple[list[tuple[str, str | None]], list[str]]:
     """Split args into (canonical option name, argument or None) pairs and operands.
 
     With permute=False parsing stops at the first operand (POSIX order, `+` in a C optstring).
-    Raises OptionError for unknown, ambiguous or badly-argumented options.
+    With in_order=True (`-` first in a C optstring: RETURN_IN_ORDER) each operand before `--`
+    comes among the options, in its place, as ("", operand), and only those after `--` are
+    returned as operands. Raises OptionError for unknown, ambiguous or badly-argumented options.
     """
     shorts, longs = _table(spec)
     found: list[tuple[str, str | None]] = []
     operands: list[str] = []
+    try:
+        _walk(args, shorts, longs, found, operands, permute, in_order)
+    except OptionError as e:
+        e.found = found  # what came before the error: an in-order caller has acted on it
+        raise
+    return found, operands
+
+
+def _walk(
+    args: list[str],
+    shorts: dict,
+    longs: dict,
+    found: list[tuple[str, str | None]],
+    operands: list[str],
+    permute: bool,
+    in_order: bool,
+) -> None:
     i = 0
     while i < len(args):
         arg = args[i]
@@ -79,12 +101,13 @@ def parse(
             found.append((canonical, value if eq else None))
         elif arg.startswith("-") and arg != "-":
             i = _shorts(shorts, arg, args, i, found)
+        elif in_order:
+            found.append(("", arg))
         elif permute:
             operands.append(arg)
         else:
             operands += args[i - 1 :]
             break
-    return found, operands
 
 
 def _shorts(shorts: dict, arg: str, args: list[str], i: int, found: list) -> int:

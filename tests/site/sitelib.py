@@ -1,7 +1,8 @@
 """The recorded-command site: what every stand-in shares.
 
 Lustre and DAOS cannot run on the test machines, so their playbooks run against stand-ins for
-the tools they call (mkfs.lustre, mount, lctl, lfs, dmg, daos, dfuse, ...), first on PATH. Each
+the tools they call (mkfs.lustre, mount, lctl, lfs, dmg, daos, dfuse, setfacl, ...), first on
+PATH. Each
 stand-in parses its argv with the real tool's grammar, refuses what the real tool would refuse
 (exit code and a message in the tool's style on stderr), keeps the site's state (partitions,
 formatted targets, mounts, pools, containers) and records every call, accepted or not.
@@ -156,6 +157,7 @@ def holders(directory: str) -> dict[int, str]:
 
 
 def main(argv: list[str]) -> int:
+    import acl_tools  # noqa: F401
     import daos_tools  # noqa: F401
     import lustre_tools  # noqa: F401  (each registers its tools)
 

@@ -426,3 +426,30 @@ def test_fusermount3_refuses_a_mount_a_process_uses_until_lazy(site, user):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_dfuse_and_fusermount3_pass_a_root_directory_only_with_the_users_acl(site, user):
+    """The playbooks' job directory: root's, 0700, an ACL entry letting the user pass
+    (setfacl, daccore.backends.lustre.passable_to). dfuse resolves its mount point and
+    fusermount3 chdirs into it, and -u to its parent, with the user's own rights: with the
+    entry both work; with the mask cleared (a chmod) both are refused as the real tools
+    refuse them, and nothing changes."""
+    _pool(site, user)
+    _container(site, user)
+    job = site.root / "7"
+    job.mkdir(0o700)
+    mnt = site.mount_point("7/striped", user)
+    assert "Error resolving mount point: 13 (Permission denied)" in site.refused(
+        "dfuse", mnt, "buf42", "cont", as_user=user
+    )
+    site.ok("setfacl", "--set", f"u::rwx,u:{user.pw_uid}:--x,g::---,o::---", str(job))
+    site.ok("dfuse", mnt, "buf42", "cont", as_user=user)
+    job.chmod(0o700)  # the mask (the group bits) ---: the user's entry counts for nothing
+    assert (
+        site.refused("fusermount3", "-u", mnt, as_user=user)
+        == f"fusermount3: failed to chdir to {job}: Permission denied\n"
+    )
+    assert mnt in site.state()["dfuse"]["dac1"]
+    job.chmod(0o710)
+    site.ok("fusermount3", "-u", mnt, as_user=user)
+    assert site.state()["dfuse"]["dac1"] == {}

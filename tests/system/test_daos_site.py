@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from recorded_site import GiB, RecordedSite
+from recorded_site import GiB, RecordedSite, closure, passable_only_to, reach
+from security.staging_dac import OTHER_GID, OTHER_UID
 
+from daccore.backends.lustre import passable_to
 from daccore.errors import PlaybookFailed
 from daclocal.slurm import ensure_submit_user
 
@@ -52,6 +54,7 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
     config = s.config("daos")
     buf = s.buffer([("dac1", 0), ("dac1", 1)], uid=user.pw_uid, gid=user.pw_gid)
     name, staging = user.pw_name, "<site>/dac1/fs/42/striped"
+    acl = passable_to(user.pw_uid)
 
     s.run(config, "daos", buf, "create")
     calls = s.calls()
@@ -73,6 +76,7 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
         ),
         ("root", "dac1", "dmg", "pool", "delete-acl", "--principal=GROUP@", "dac-42"),
         ("user", "dac1", "daos", "container", "create", "--type=POSIX", "dac-42", "posix"),
+        ("root", "dac1", "setfacl", "--set", acl, "<site>/dac1/fs/42"),
         (
             "user",
             "dac1",
@@ -83,14 +87,18 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
             NOCACHE,
         ),
     ]
-    assert [c["rc"] for c in calls][2:] == [0, 0, 0, 0]
+    assert [c["rc"] for c in calls][2:] == [0, 0, 0, 0, 0]
     pool = s.state()["daos"]["pools"]["dac-42"]
     assert pool["acl"] == ["A::OWNER@:rw"]  # owner-only
+    # the staging mount's parent: root's, 0700, passable by its owner alone (issue 45)
+    assert closure(s.root / "dac1" / "fs" / "42") == (0, "0o710", passable_only_to(user.pw_uid))
 
     attached = {"7": ["node1", "node2"]}
     s.run(config, "daos", buf.model_copy(update={"attachments": attached}), "mount")
     calls = s.calls()
     assert site_paths(s, calls_as(calls, user.pw_uid)) == [
+        ("root", n, "setfacl", "--set", acl, f"<site>/nodes/{n}/7") for n in ("node1", "node2")
+    ] + [
         (
             "user",
             n,
@@ -103,6 +111,8 @@ def test_one_host_buffer_runs_exactly_these_commands(site, user):
         for n in ("node1", "node2")
     ]
     assert all(c["rc"] == 0 for c in calls)
+    for n in ("node1", "node2"):  # closed before the user's dfuse mounted below it
+        assert closure(s.root / "nodes" / n / "7") == (0, "0o710", passable_only_to(user.pw_uid))
 
     s.run(config, "daos", buf, "unmount", attached=attached)
     calls = s.calls()
@@ -239,3 +249,63 @@ def test_stage_out_right_after_the_nodes_wrote_reads_their_bytes(site, user):
     )
     s.run(config, "daos", buf, "unmount", attached={"7": ["node1"]})  # post_run
     assert daos_files.read(primary, str(staged), now=1020) == "the job's bytes"  # data_out
+
+
+def test_no_other_user_reaches_a_daos_buffers_mounts_and_its_owner_still_does(site, user):
+    """Issue 45: an O_PATH open needs no permission on its target, only search permission on
+    the directories above it, so a user who could pass through another's job directory could
+    hold that job's dfuse mount open and read its usage with statvfs. Every directory above a
+    dfuse mount point is root's, 0700, with an ACL letting the buffer's owner alone pass (the
+    job's directory, persistent/, the primary's <fs_root>/<buffer>/), and dfuse and
+    fusermount3, run as the owner, resolve and chdir through them as before. The probes run
+    as real users: the owner reaches each mount, another user (uid 5678) none."""
+    s = site(1, bricks=2)
+    config = s.config("daos")
+    job = {"7": ["node1"]}
+    buf = s.buffer([("dac1", 0)], uid=user.pw_uid, gid=user.pw_gid, attachments=job)
+    kept = s.buffer([("dac1", 1)], uid=user.pw_uid, gid=user.pw_gid, attachments=job, name="p1")
+    kept = kept.model_copy(update={"persistent": True})
+    for b in (buf, kept):
+        s.run(config, "daos", b, "create")
+        s.run(config, "daos", b, "mount")
+    calls = s.calls()
+    assert [c["rc"] for c in calls if c["argv"][0] in ("setfacl", "dfuse")] == [0] * 8
+    node, fs = s.root / "nodes" / "node1" / "7", s.root / "dac1" / "fs"
+    for d in (node, node / "persistent", fs / "42", fs / "p1"):
+        assert closure(d) == (0, "0o710", passable_only_to(user.pw_uid)), d
+    owner = (user.pw_uid, user.pw_gid)
+    for path in (node / "striped", node / "persistent" / "p1", fs / "42" / "striped"):
+        assert (reach(path, *owner), reach(path, OTHER_UID, OTHER_GID)) == ("ok", "EACCES")
+
+    # the owner's fusermount3 -u chdirs to each mount point's parent as the owner
+    for b in (kept, buf):
+        s.run(config, "daos", b, "delete", attached=job)
+    stops = [c for c in s.calls() if c["argv"][0] == "fusermount3"]
+    assert [(c["host"], c["uid"], c["rc"]) for c in stops] == [
+        ("node1", user.pw_uid, 0),
+        ("dac1", user.pw_uid, 0),
+    ] * 2
+    assert not any(s.state()["daos"]["dfuse"].values())
+    assert not node.exists() and not (fs / "42").exists() and not (fs / "p1").exists()
+
+
+def test_the_owners_fusermount3_needs_the_acl_on_the_job_directory(site, user):
+    """What the ACL is for: with the job's directory closed to its owner too (root's, 0700,
+    its ACL's mask cleared by a chmod), the owner's fusermount3 -u is refused as libfuse
+    refuses it: it chdirs to the mount point's parent with the caller's own rights."""
+    s = site(1)
+    config = s.config("daos")
+    job = {"7": ["node1"]}
+    buf = s.buffer([("dac1", 0)], uid=user.pw_uid, gid=user.pw_gid, attachments=job)
+    s.run(config, "daos", buf, "create")
+    s.run(config, "daos", buf, "mount")
+    node = s.root / "nodes" / "node1" / "7"
+    node.chmod(0o700)  # the mask (the group bits) now ---: the owner's entry counts for nothing
+    with pytest.raises(PlaybookFailed) as e:  # the job ended: its attachment goes
+        s.run(config, "daos", buf.model_copy(update={"attachments": {}}), "unmount", job)
+    assert e.value.task == "stop dfuse where the buffer is no longer attached"
+    assert f"failed to chdir to {node}: Permission denied" in str(e.value)
+    assert s.state()["daos"]["dfuse"]["node1"]  # still mounted
+    node.chmod(0o710)  # the mask back: the delete stops it
+    s.run(config, "daos", buf, "delete", attached=job)
+    assert not any(s.state()["daos"]["dfuse"].values()) and not node.exists()

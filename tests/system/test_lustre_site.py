@@ -7,13 +7,30 @@ the other cases on one each, so every release's stand-ins meet every playbook.""
 import os
 
 import pytest
-from recorded_site import LUSTRE_RELEASES, RecordedSite
+from recorded_site import (
+    LUSTRE_RELEASES,
+    RecordedSite,
+    closure,
+    passable_only_to,
+    reach,
+)
+from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID
 
-from daccore.backends.lustre import fsname
+from daccore.backends.lustre import fsname, passable_to
 from daccore.errors import PlaybookFailed
 
 NODE = "<site>/nodes/{node}/7/{kind}"
 OPTS = "flock,nodev,nosuid"
+#: a server's staging mount of buffer 42, in a directory its owner alone may pass
+BUFFER_DIR = "<site>/{host}/fs/42"
+FS = BUFFER_DIR + "/mnt"
+#: the buffers' owner in these tests: root's, 0700, that uid alone may pass
+CLOSED = (0, "0o710", passable_only_to(1000))
+
+
+def closing(host: str, *dirs: str) -> tuple:
+    """The setfacl call that closes these directories to all but the buffers' owner."""
+    return (host, "setfacl", "--set", passable_to(1000), *dirs)
 
 
 @pytest.fixture
@@ -41,12 +58,13 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
     d0, d1 = "<site>/dac1/dev/nvme0n1", "<site>/dac1/dev/nvme1n1"
     t = f"<site>/targets/{fs}"
     nid = "10.0.0.1@tcp"
+    fs_path = FS.format(host="dac1")
 
     s.run(config, "lustre", buf, "create")
     calls = s.calls()
     ok(calls)
     assert s.commands_of(calls) == [
-        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", fs_path),
         ("dac1", "umount", f"{t}/mdt0"),
         ("dac1", "umount", f"{t}/ost0"),
         ("dac1", "umount", f"{t}/ost1"),
@@ -101,17 +119,22 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
         ("dac1", "mount", "-t", "lustre", f"{d0}p1", f"{t}/mdt0"),
         ("dac1", "mount", "-t", "lustre", f"{d0}p2", f"{t}/ost0"),
         ("dac1", "mount", "-t", "lustre", f"{d1}p1", f"{t}/ost1"),
-        ("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}", "<site>/dac1/fs/42"),
-        ("dac1", "lfs", "setstripe", "-c", "-1", "<site>/dac1/fs/42/striped"),
+        closing("dac1", BUFFER_DIR.format(host="dac1")),
+        ("dac1", "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}", fs_path),
+        ("dac1", "lfs", "setstripe", "-c", "-1", f"{fs_path}/striped"),
     ]
-    striped = s.root / "dac1" / "fs" / "42" / "striped"
+    striped = s.root / "dac1" / "fs" / "42" / "mnt" / "striped"
     assert (striped.stat().st_uid, oct(striped.stat().st_mode & 0o777)) == (1000, "0o700")
+    # the mount point's parent: root's, 0700, its owner alone passes (issue 45)
+    assert closure(s.root / "dac1" / "fs" / "42") == CLOSED
 
     attached = {"7": ["node1", "node2"]}
     s.run(config, "lustre", buf.model_copy(update={"attachments": attached}), "mount")
     calls = s.calls()
     ok(calls)
     assert s.commands_of(calls) == [
+        closing(n, f"<site>/nodes/{n}/7") for n in ("node1", "node2")
+    ] + [
         (
             n,
             "mount",
@@ -124,6 +147,9 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
         )
         for n in ("node1", "node2")
     ]
+    for n in ("node1", "node2"):  # closed before anything was mounted in it
+        assert closure(s.root / "nodes" / n / "7") == CLOSED
+        assert closure(s.root / "nodes" / n)[:2] == (0, "0o711")  # passable, never listable
 
     s.run(config, "lustre", buf, "unmount", attached=attached)
     assert s.commands() == [
@@ -135,7 +161,7 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
     calls = s.calls()
     assert all(c["rc"] == 0 for c in calls)
     assert s.commands_of(calls) == [
-        ("dac1", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", fs_path),
         ("dac1", "umount", f"{t}/mdt0"),
         ("dac1", "umount", f"{t}/ost0"),
         ("dac1", "umount", f"{t}/ost1"),
@@ -146,7 +172,7 @@ def test_one_host_striped_buffer_runs_exactly_these_commands(site, release):
         ("dac1", "wipefs", "--all", d1),
     ]
     assert sorted(p.name for p in (s.root / "dac1" / "dev").iterdir()) == ["nvme0n1", "nvme1n1"]
-    assert not (s.root / "dac1" / "fs" / "42").exists()
+    assert not (s.root / "dac1" / "fs" / "42").exists()  # the mount point and its parent
     assert not (s.root / "targets" / fs).exists()
 
 
@@ -187,7 +213,7 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
         ([] if mgs == "shared" else [(primary, "mdt0")])
         + [(h, f"mdt{i}") for i, h in enumerate(servers) if mgs == "shared" or i > 0]
         + [(h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)]
-        + [(h, "42") for h in servers]
+        + [(h, "mnt") for h in servers]
     )
     assert mgs_mount == expected
     formats = [c for c in cmds if c[1] == "mkfs.lustre"]
@@ -196,11 +222,16 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
     assert ("--mgs" in formats[0]) == (mgs == "per_buffer")
     # every server mounts the client at the primary's fs_path, where its dacd copies its share
     # of a split stage (issue 35); the primary alone makes the job's directories
-    fs_path = f"<site>/{primary}/fs/42"
+    fs_path = FS.format(host=primary)
     client = [c for c in cmds if c[1] == "mount" and "-o" in c]
     assert client == [
         (h, "mount", "-t", "lustre", "-o", OPTS, f"{nid}:/{fs}", fs_path) for h in servers
     ]
+    # each server's copier reaches fs_path as the job's user, and no other user does
+    assert [c for c in cmds if c[1] == "setfacl"] == [
+        closing(h, BUFFER_DIR.format(host=primary)) for h in servers
+    ]
+    assert closure(s.root / primary / "fs" / "42") == CLOSED
     assert [c[0] for c in cmds if c[1] == "lfs"] == [primary]
     assert servers_mounted(s, fs) == {h: [fs_path] for h in servers}
     if mgs == "shared":  # with a timeout: a cold o2ib peer may take longer than 1 s
@@ -248,13 +279,18 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
         for n in ("node1", "node2")
         for kind, part in (("private", f"private/{n}"), ("striped", "striped"))
     ]
+    assert [c for c in s.commands_of(calls) if c[1] == "setfacl"] == [
+        closing(n, f"<site>/nodes/{n}/7") for n in ("node1", "node2")
+    ]
+    top = s.root / primary / "fs" / "42" / "mnt"
     for n in ("node1", "node2"):
-        d = s.root / primary / "fs" / "42" / "private" / n
+        d = top / "private" / n
         assert (d.stat().st_uid, oct(d.stat().st_mode & 0o777)) == (1000, "0o700")
+        assert closure(s.root / "nodes" / n / "7") == CLOSED
     # no user may write where root makes each node's directory by name (docs/security.md)
-    d = s.root / primary / "fs" / "42" / "private"
+    d = top / "private"
     assert (d.stat().st_uid, oct(d.stat().st_mode & 0o777)) == (0, "0o711")
-    assert oct((s.root / primary / "fs" / "42" / "striped").stat().st_mode & 0o777) == "0o700"
+    assert oct((top / "striped").stat().st_mode & 0o777) == "0o700"
 
     # teardown straight from mounted (the job was cancelled): clients, then the MDTs (MDT0
     # and a per-buffer MGS last of them), then the OSTs, as the Lustre manual stops them
@@ -270,14 +306,16 @@ def test_multi_host_private_buffer_starts_and_stops_in_lustres_order(
     order = [(c[0], c[-1].replace(f"{t}/", "")) for c in s.commands_of(calls) if c[1] == "umount"]
     assert order == [
         (n, NODE.format(node=n, kind=k)) for n in ("node1", "node2") for k in ("private", "striped")
-    ] + [(h, f"<site>/{primary}/fs/42") for h in servers] + [
+    ] + [(h, fs_path) for h in servers] + [
         (h, f"mdt{i}") for i, h in enumerate(servers) if i > 0
     ] + [(primary, "mdt0")] + [
         (h, f"ost{2 * i + b}") for i, h in enumerate(servers) for b in (0, 1)
     ]
     mounted = {h: m for h, m in s.state().get("mounts", {}).items() if m}
     assert list(mounted) == (["mgs1"] if mgs == "shared" else [])  # the site's MGS stays up
-    assert not (s.root / primary / "fs" / "42").exists()  # every server's mount point went
+    # every server's mount point and the directory above it went, and the nodes' job dirs
+    assert not (s.root / primary / "fs" / "42").exists()
+    assert not any((s.root / "nodes" / n / "7").exists() for n in ("node1", "node2"))
 
 
 def servers_mounted(s, fs: str) -> dict[str, list[str]]:
@@ -313,8 +351,8 @@ def test_teardown_after_a_create_that_failed_half_way(site):
     ok(calls)
     t = f"<site>/targets/{fs}"
     assert [c for c in s.commands_of(calls) if c[1] in ("umount", "wipefs")] == [
-        ("dac1", "umount", "<site>/dac1/fs/42"),
-        ("dac2", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", FS.format(host="dac1")),
+        ("dac2", "umount", FS.format(host="dac1")),
         ("dac2", "umount", f"{t}/mdt1"),
         ("dac1", "umount", f"{t}/mdt0"),
         ("dac1", "umount", f"{t}/ost0"),
@@ -329,7 +367,8 @@ def test_teardown_after_a_create_that_failed_half_way(site):
     # what was never mounted was skipped, not an error; what was mounted is stopped
     rcs = {(c["host"], *c["argv"][1:]): c["rc"] for c in calls if c["argv"][0] == "umount"}
     assert rcs[("dac2", f"{s.root}/targets/{fs}/ost1")] == 32
-    assert rcs[("dac1", f"{s.root}/dac1/fs/42")] == rcs[("dac2", f"{s.root}/dac1/fs/42")] == 32
+    fs_path = f"{s.root}/dac1/fs/42/mnt"
+    assert rcs[("dac1", fs_path)] == rcs[("dac2", fs_path)] == 32
     assert rcs[("dac1", f"{s.root}/targets/{fs}/ost0")] == 0
     assert not any(s.state().get("mounts", {}).values())
 
@@ -342,7 +381,7 @@ def test_teardown_after_a_create_that_failed_at_a_servers_client_mount(site):
     config = s.config("lustre")
     buf = s.buffer([("dac1", 0), ("dac2", 0)])
     fs = fsname(buf)
-    fs_path = f"{s.root}/dac1/fs/42"
+    fs_path = f"{s.root}/dac1/fs/42/mnt"
     s.fail(
         "mount",
         ["-o", fs_path],
@@ -354,20 +393,21 @@ def test_teardown_after_a_create_that_failed_at_a_servers_client_mount(site):
         s.run(config, "lustre", buf, "create")
     assert (e.value.host, e.value.task) == ("dac2", "mount the filesystem")
     cmds = s.commands()
+    shown = FS.format(host="dac1")
     assert [c for c in cmds if c[1] == "mount" and "-o" in c] == [
-        (h, "mount", "-t", "lustre", "-o", OPTS, f"10.0.0.1@tcp:/{fs}", "<site>/dac1/fs/42")
+        (h, "mount", "-t", "lustre", "-o", OPTS, f"10.0.0.1@tcp:/{fs}", shown)
         for h in ("dac1", "dac2")
     ]
     assert not [c for c in cmds if c[1] == "lfs"]
-    assert servers_mounted(s, fs) == {"dac1": ["<site>/dac1/fs/42"]}
+    assert servers_mounted(s, fs) == {"dac1": [shown]}
 
     s.run(config, "lustre", buf, "delete")
     calls = s.calls()
     ok(calls)
     t = f"<site>/targets/{fs}"
     assert [c for c in s.commands_of(calls) if c[1] == "umount"] == [
-        ("dac1", "umount", "<site>/dac1/fs/42"),
-        ("dac2", "umount", "<site>/dac1/fs/42"),
+        ("dac1", "umount", shown),
+        ("dac2", "umount", shown),
         ("dac2", "umount", f"{t}/mdt1"),
         ("dac1", "umount", f"{t}/mdt0"),
         ("dac1", "umount", f"{t}/ost0"),
@@ -376,7 +416,7 @@ def test_teardown_after_a_create_that_failed_at_a_servers_client_mount(site):
     rcs = [(c["host"], c["rc"]) for c in calls if c["argv"] == ["umount", fs_path]]
     assert rcs == [("dac1", 0), ("dac2", 32)]  # the one never mounted is skipped, no error
     assert not any(s.state().get("mounts", {}).values())
-    assert not os.path.lexists(fs_path)
+    assert not os.path.lexists(os.path.dirname(fs_path))  # the mount point and its parent
 
 
 def test_bricks_named_by_their_udev_links_get_udevs_partition_names(site):
@@ -430,3 +470,40 @@ def test_mdt0_starts_before_the_other_mdts_with_a_shared_mgs(site):
     assert (e.value.host, e.value.task) == ("dac1", "start the MGS and MDT0")
     started = [c[-1].rsplit("/", 1)[1] for c in s.commands() if c[1] == "mount"]
     assert started == ["mdt0"]  # no other target was started
+
+
+def test_no_other_user_reaches_a_lustre_buffers_mounts_on_nodes_or_servers(open_dir):
+    """Issue 45: an O_PATH open needs no permission on its target, only search permission on
+    the directories above it, so a user who could pass through another's job directory could
+    hold that job's mount open (its unmount kept busy) and read its usage with statvfs. Every
+    directory on the way to a buffer's mounts is root's, 0700, with an ACL letting the
+    buffer's owner alone pass: on the node the job's directory and persistent/, on the server
+    the staging mount's parent. The probes run as real users: the owner (uid 1234) reaches
+    each mount as before, another (uid 5678) none. open_dir: a tree other users may enter up
+    to the site, so a refusal is the job's or the buffer's directory's, not the test's."""
+    s = RecordedSite(open_dir / "site", 1, 2, release="2.16")
+    config = s.config("lustre", mgs={"host": "mgs1", "nid": "10.0.0.100@tcp"})
+    s.start_shared_mgs("mgs1")
+    job = {"7": ["node1"]}
+    buf = s.buffer([("dac1", 0)], "striped,private", UID, GID, job)
+    kept = s.buffer([("dac1", 1)], uid=UID, gid=GID, attachments=job, name="p1")
+    kept = kept.model_copy(update={"persistent": True})
+    for b in (buf, kept):
+        s.run(config, "lustre", b, "create")
+        s.run(config, "lustre", b, "mount")
+    ok(s.calls())
+    node, fs = s.root / "nodes" / "node1" / "7", s.root / "dac1" / "fs"
+    for d in (node, node / "persistent", fs / "42", fs / "p1"):
+        assert closure(d) == (0, "0o710", passable_only_to(UID)), d
+    held = [node / "striped", node / "private", node / "persistent" / "p1"]
+    held += [fs / "42" / "mnt", fs / "42" / "mnt" / "striped", fs / "p1" / "mnt"]
+    for path in held:
+        assert (reach(path, UID, GID), reach(path, OTHER_UID, OTHER_GID)) == ("ok", "EACCES")
+    # the roots above stay passable to everyone (each job and copier reaches its own paths)
+    for root in (node.parent, fs):
+        assert reach(root, OTHER_UID, OTHER_GID) == "ok"
+
+    for b in (kept, buf):
+        s.run(config, "lustre", b, "delete", attached=job)
+    ok(s.calls())
+    assert not node.exists() and not (fs / "42").exists() and not (fs / "p1").exists()

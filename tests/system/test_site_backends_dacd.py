@@ -11,7 +11,7 @@ import time
 import pytest
 from clitools import pools, slurm, wait_for
 from leftovers import LEFTOVER, account
-from recorded_site import RecordedSite
+from recorded_site import RecordedSite, closure, passable_only_to, reach
 from security.staging_dac import GID, OTHER_GID, OTHER_UID, UID
 
 from daccore.settings.config import load_config
@@ -177,6 +177,14 @@ def test_a_lustre_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site
     site, env, store = site_dac("lustre")
     args = job(tmp_path, 7, "#DW jobdw capacity=200GiB access_mode=striped pool=p", "node1\n")
     run_job(env, 7, args, UID, GID)
+    # the job's directory on the node and the staging mount's parent on every server: root's,
+    # 0700, passable by the job's user alone; no other user holds or measures the mounts
+    primary = store.buffer("7").record.allocation.primary_host
+    job_dir, buffer_dir = site.root / "nodes" / "node1" / "7", site.root / primary / "fs" / "7"
+    for d in (job_dir, buffer_dir):
+        assert closure(d) == (0, "0o710", passable_only_to(UID)), d
+    for mount in (job_dir / "striped", buffer_dir / "mnt"):
+        assert (reach(mount, UID, GID), reach(mount, OTHER_UID, OTHER_GID)) == ("ok", "EACCES")
     pid = None
     try:
         pid = leftover(site.root / "nodes" / "node1" / "7" / "striped", UID, GID)
@@ -224,8 +232,9 @@ def test_a_daos_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_d
     # (tests/leftovers.py's account, made when the machine has none)
     user, other = ensure_submit_user(), account("dacother")
     site, env, store = site_dac("daos")
-    # no node mount root yet: mount.yml makes it and the job's directory root's, 0711, so
-    # the second user's dfuse reaches its own mount point below them
+    # no node mount root yet: mount.yml makes it root's, 0711, and each job's directory
+    # root's, 0700, passable by that job's user alone, so the second user's dfuse reaches its
+    # own mount point and no other user reaches either
     assert not (site.root / "nodes" / "node1").exists()
     args = job(tmp_path, 9, "#DW jobdw capacity=200GiB access_mode=striped pool=p", "node1\n")
     run_job(env, 9, args, user.pw_uid, user.pw_gid)
@@ -251,7 +260,10 @@ def test_a_daos_leftover_on_a_node_is_detached_and_the_next_buffer_builds(site_d
         assert len(site.state()["daos"]["dfuse"]["node1"]) == 1
         root, job_dir = site.root / "nodes" / "node1", site.root / "nodes" / "node1" / "10"
         assert root.stat().st_uid == 0 and root.stat().st_mode & 0o011 == 0o011
-        assert (job_dir.stat().st_uid, job_dir.stat().st_mode & 0o7777) == (0, 0o711)
+        assert closure(job_dir) == (0, "0o710", passable_only_to(other.pw_uid))
+        mount = job_dir / "striped"
+        assert reach(mount, other.pw_uid, other.pw_gid) == "ok"
+        assert reach(mount, user.pw_uid, user.pw_gid) == "EACCES"  # the first job's user
         slurm(env, "post_run", 10, *args)
         slurm(env, "teardown", 10, "--job", args[1])
         assert store.buffer("10") is None and pools(env)["p"]["free_bricks"] == 2
