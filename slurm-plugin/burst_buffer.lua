@@ -18,8 +18,11 @@ with an empty environment):
 Why it is written this way:
   * Hooks take their fixed 22.05 arguments and then `...`: 23.02 appends uid, gid and a job_info
     table, and 24.05 requires slurm_bb_test_data_in/out; one file serves them all.
-  * Lua 5.1 (Debian's build) cannot read a command's exit status from io.popen, so the command
-    prints "__rc=$?" last. No marker means the command was killed (Slurm's timeout SIGTERMs the
+  * One source for Lua 5.1 to 5.4 (Debian's Slurm links 5.1, RHEL's 5.3 or 5.4): 5.3+ have no
+    loadstring, and print a float as "9.0" (Slurm's numbers are floats there: slurm.SUCCESS,
+    job_info's), so no number reaches dacctl as Lua prints it.
+  * Lua 5.1 cannot read a command's exit status from io.popen, so the command prints
+    "__rc=$?" last. No marker means the command was killed (Slurm's timeout SIGTERMs the
     process group); 22.05 would otherwise continue the job as if the stage had succeeded.
   * Arguments are single-quoted for the shell; no user text is ever interpreted by it.
   * From 24.11 a hook's stdout and stderr together are its answer (the user's message, the
@@ -32,7 +35,7 @@ Why it is written this way:
     every sbatch waits for (slurm_bb_get_status says why).
   * job_process, pools and paths run inside slurmctld under its job lock: they ask dac's
     answerer (dac-answerer, dacservice/answerer.py) over its unix socket first, in this
-    process, with lua-socket (Debian's lua-socket for Lua 5.1), which answers what dacctl would
+    process, with lua-socket (Debian's lua-socket, for each Lua), which answers what dacctl would
     in well under a millisecond. When lua-socket is missing, the socket absent, the answerer
     refuses or is slower than DAC_ANSWERER_TIMEOUT, they fork dacctl as every other hook does,
     with what is left of 2 s (DAC_HOT_TIMEOUT). pools, paths and job_process first read the
@@ -214,7 +217,8 @@ local forking
 local function fork()
 	if forking == nil then
 		local chunk = string.rep("\n", FORKING_LINE) .. FORKING
-		forking = assert(loadstring(chunk, debug.getinfo(1, "S").source))(setting, env_file, finish)
+		local compile = loadstring or load -- 5.1's load takes no string; 5.3+ have no loadstring
+		forking = assert(compile(chunk, debug.getinfo(1, "S").source))(setting, env_file, finish)
 	end
 	return forking
 end
@@ -228,8 +232,19 @@ local function encode(s)
 	end))
 end
 
+-- Where Lua 5.3 keeps its C libraries' handles: a table in the registry under a C address (5.1
+-- names their metatable _LOADLIB, 5.2 and 5.4 their table _CLIBS), the one whose first entry
+-- is a handle. A string, compiled on 5.3 alone when lua_socket needs it, as FORKING is.
+local CLIBS_53 = [[
+for k, v in pairs(...) do
+	if type(k) == "userdata" and type(v) == "table" and type(v[1]) == "userdata" then
+		return v
+	end
+end
+]]
+
 -- lua-socket's socket.unix, or nil. A C module, so package.path (seven Lua paths, an open()
--- each) is not searched. Its handle loses its __gc: the library stays mapped when this state
+-- each) is not searched. Its closer loses its __gc: the library stays mapped when this state
 -- closes, and the next call's dlopen finds it loaded instead of mapping and relocating it,
 -- 0.1-0.2 ms inside slurmctld (docs/performance.md).
 local function lua_socket()
@@ -237,9 +252,13 @@ local function lua_socket()
 	package.path = ""
 	local ok, unix = pcall(require, "socket.unix")
 	package.path = path
-	local loadlib = debug.getregistry()._LOADLIB
-	if loadlib ~= nil then
-		loadlib.__gc = nil
+	-- the closer: what dlcloses this state's C libraries at lua_close, 5.1's handles' metatable,
+	-- 5.2+'s their table's
+	local registry = debug.getregistry()
+	local closer = registry._LOADLIB
+		or getmetatable(registry._CLIBS or (loadstring or load)(CLIBS_53)(registry))
+	if closer ~= nil then
+		closer.__gc = nil
 	end
 	return ok and type(unix) == "table" and unix or nil
 end

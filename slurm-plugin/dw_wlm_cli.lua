@@ -4,18 +4,20 @@ dac's dw_wlm_cli for Slurm's burst_buffer/datawarp plugin: the program GetSysSta
 
 slurmctld forks GetSysState for every call, with Cray's dw_wlm_cli arguments
 (`--function <name> ...`). `job_process`, `pools` and `paths` run inside slurmctld under its
-job lock: this script, started by the lua5.1 interpreter in about a millisecond, asks dac's
+job lock: this script, started by a Lua interpreter in about a millisecond, asks dac's
 answerer (dac-answerer, dacservice/answerer.py) over its unix socket with lua-socket, prints
 its stdout and stderr and exits with its status, byte for byte what `dacctl --function` would.
 Every other function, and these three whenever lua-socket is missing, the socket absent, the
 answerer refuses or is slower than DAC_ANSWERER_TIMEOUT, run `dacctl` with the very same
-arguments (through `sh -c 'exec dacctl ...'`: Lua 5.1 has no exec), so Slurm loses nothing.
+arguments (through `sh -c 'exec dacctl ...'`: Lua has no exec), so Slurm loses nothing.
 
 Install it executable, as GetSysState (docs/slurm.md, burst_buffer/datawarp):
   install -m 0755 dw_wlm_cli.lua /usr/local/bin/dac_wlm_cli
-The first line names Debian's and Ubuntu's Lua 5.1 (package lua5.1) itself, not through
-`/usr/bin/env`, whose own exec costs as much as Lua's start; where Lua 5.1 is elsewhere
-(RHEL's compat-lua: /usr/bin/lua-5.1), edit that line.
+Lua 5.1, 5.2, 5.3 and 5.4 run it alike, each with its own build of lua-socket. The first line
+names Debian's and Ubuntu's Lua 5.1 (package lua5.1) itself, not through `/usr/bin/env`, whose
+own exec costs as much as Lua's start; where another Lua is the one with lua-socket (RHEL,
+Rocky, Alma: /usr/bin/lua, 5.3 on EL8, 5.4 on EL9 and later, with EPEL's lua-socket), edit
+that line.
 
 Environment, slurmctld's own (datawarp's calls inherit it):
   DACCTL               path of dacctl (default /usr/local/bin/dacctl)
@@ -42,6 +44,26 @@ local function quote(s)
 	return "'" .. string.gsub(s, "'", "'\\''") .. "'"
 end
 
+-- os.execute's result as the exit status a shell reports: the command's own, or 128 + the
+-- signal that killed it. Lua 5.1 returns system()'s wait status (a number); 5.2 and later
+-- true|nil, "exit"|"signal" and the code. A shell that could not be started is 127, which
+-- glibc's system() itself reports for it to 5.1-5.3; 5.4 returns nil and the error instead.
+local function exit_status(status, how, code)
+	if type(status) == "number" then
+		if status == -1 then
+			return 127
+		elseif status % 256 ~= 0 then -- killed by a signal
+			return 128 + status % 128
+		end
+		return math.floor(status / 256)
+	elseif how == "signal" then
+		return 128 + code
+	elseif how == "exit" then
+		return code
+	end
+	return 127
+end
+
 -- dacctl with this process's own arguments; this process ends with its exit status.
 local function exec_dacctl()
 	local cmd = "exec " .. quote(DACCTL)
@@ -49,11 +71,7 @@ local function exec_dacctl()
 		cmd = cmd .. " " .. quote(arg[i])
 	end
 	io.stdout:flush()
-	local status = os.execute(cmd)
-	if status % 256 ~= 0 then -- killed by a signal: as a shell reports it
-		os.exit(128 + status % 128)
-	end
-	os.exit(math.floor(status / 256))
+	os.exit(exit_status(os.execute(cmd)))
 end
 
 local function note(why)

@@ -5,17 +5,18 @@ dac's dwstat for Slurm's burst_buffer/datawarp plugin: the program GetSysStatus 
 `scontrol show bbstat <words>` and `scontrol show dwstat <words>` make slurmctld fork
 GetSysStatus with any user's words, as SlurmUser, while it holds its burst-buffer plugin lock
 (bb_g_get_status), which every sbatch waits for under the job write lock: dac-bbstat, a Python
-started per call, held it 70 ms a call (issue 45). This script, started by the lua5.1
+started per call, held it 70 ms a call (issue 45). This script, started by a Lua
 interpreter in about a millisecond, asks dac's answerer (dac-answerer, dacservice/answerer.py)
 over its unix socket with lua-socket for what dac-bbstat would print, prints it and exits 0;
 whenever lua-socket is missing, the socket absent, the answerer refuses or is slower than
 DAC_ANSWERER_TIMEOUT, it runs dac-bbstat with the very same words instead (through
-`sh -c 'exec dac-bbstat ...'`: Lua 5.1 has no exec). It runs nothing else: the words are any
+`sh -c 'exec dac-bbstat ...'`: Lua has no exec). It runs nothing else: the words are any
 user's, and dacctl acts as root on some (docs/security.md).
 
 Install it executable, as GetSysStatus (docs/slurm.md, burst_buffer/datawarp):
   install -m 0755 dwstat.lua /usr/local/bin/dac_dwstat
-Its first line names Lua 5.1 as dw_wlm_cli.lua's does (edit it where Lua 5.1 lives elsewhere).
+Lua 5.1 to 5.4 run it alike; its first line names Debian's lua5.1 as dw_wlm_cli.lua's does
+(edit it where the Lua with lua-socket is another: RHEL's /usr/bin/lua).
 
 Environment, slurmctld's own (datawarp's calls inherit it):
   DAC_BBSTAT           path of dac-bbstat (default /usr/local/bin/dac-bbstat)
@@ -43,6 +44,26 @@ local function quote(s)
 	return "'" .. string.gsub(s, "'", "'\\''") .. "'"
 end
 
+-- os.execute's result as the exit status a shell reports: the command's own, or 128 + the
+-- signal that killed it. Lua 5.1 returns system()'s wait status (a number); 5.2 and later
+-- true|nil, "exit"|"signal" and the code. A shell that could not be started is 127, which
+-- glibc's system() itself reports for it to 5.1-5.3; 5.4 returns nil and the error instead.
+local function exit_status(status, how, code)
+	if type(status) == "number" then
+		if status == -1 then
+			return 127
+		elseif status % 256 ~= 0 then -- killed by a signal
+			return 128 + status % 128
+		end
+		return math.floor(status / 256)
+	elseif how == "signal" then
+		return 128 + code
+	elseif how == "exit" then
+		return code
+	end
+	return 127
+end
+
 -- dac-bbstat with this process's own words; this process ends with its exit status.
 local function exec_bbstat()
 	local cmd = "exec " .. quote(BBSTAT)
@@ -50,11 +71,7 @@ local function exec_bbstat()
 		cmd = cmd .. " " .. quote(arg[i])
 	end
 	io.stdout:flush()
-	local status = os.execute(cmd)
-	if status % 256 ~= 0 then -- killed by a signal: as a shell reports it
-		os.exit(128 + status % 128)
-	end
-	os.exit(math.floor(status / 256))
+	os.exit(exit_status(os.execute(cmd)))
 end
 
 local function note(why)

@@ -1,10 +1,42 @@
 """A stand-in for dac-answerer on a unix socket, for the tests of the Lua clients that ask it
-(burst_buffer.lua's in-process hooks, the datawarp forwarder dw_wlm_cli.lua)."""
+(burst_buffer.lua's in-process hooks, the datawarp forwarders dw_wlm_cli.lua and dwstat.lua),
+and what those tests run them in: each Lua version, and the `slurm` table Slurm gives them."""
 
+import os
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+#: every Lua a slurmctld links or a forwarder may run under: Debian's 5.1 (its Slurm's), RHEL's
+#: 5.3 (EL8) and 5.4 (EL9 and later), and 5.2 between (scripts/install-system-deps installs
+#: each interpreter, its liblua and lua-socket)
+LUAS = ("lua5.1", "lua5.2", "lua5.3", "lua5.4")
+
+#: The `slurm` table burst_buffer/lua gives the script (src/lua/slurm_lua.c,
+#: _register_slurm_output_functions): its numbers pushed with lua_pushnumber, so floats on Lua
+#: 5.3+ (SUCCESS is 0.0 there); log_info and log_error the very chunks Slurm compiles, around
+#: slurm.log and slurm.error, which write the line to stderr here.
+SLURM_TABLE = r"""
+slurm = {ERROR = -1.0, FAILURE = -1.0, SUCCESS = 0.0}
+function slurm.log(level, message) io.stderr:write(message, "\n") end
+function slurm.error(message) io.stderr:write(message, "\n") end
+local unpack = _VERSION == "Lua 5.1" and "unpack" or "table.unpack"
+slurm.log_error = (loadstring or load)("slurm.error (string.format(" .. unpack .. "({...})))")
+slurm.log_info = (loadstring or load)("slurm.log (0, string.format(" .. unpack .. "({...})))")
+"""
+
+
+def missing(what: str) -> NoReturn:
+    """Fails the test under CI=true, skips it elsewhere: `what` names the missing part (a Lua,
+    its liblua or lua-socket)."""
+    message = f"{what} (scripts/install-system-deps installs it)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 class FakeAnswerer:

@@ -6,13 +6,12 @@ naming the caller Slurm names, and forks dac-bbstat when it gets no answer. A st
 (a thread here) records each request."""
 
 import json
-import os
 import socket
 import subprocess
 import time
 
 import pytest
-from lua_answerer import FakeAnswerer
+from lua_answerer import SLURM_TABLE, FakeAnswerer
 
 from daccore.share import asset
 from dacservice.answerer import MAX_SCRIPT
@@ -20,14 +19,16 @@ from dacservice.published import valid_name
 
 LUA = asset("slurm", "burst_buffer.lua")
 
-HARNESS = r"""
-slurm = {SUCCESS = 0, ERROR = -1,
-         log_info = function(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end,
-         log_error = function(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end}
+# the status as Slurm reads it (lua_tonumber): "%%d", as 5.3+ prints slurm.SUCCESS as 0.0;
+# slurm.log_* write to stderr
+HARNESS = (
+    SLURM_TABLE
+    + r"""
 dofile(%(lua)s)
 local rc, out = %(call)s
-io.write(tostring(rc), "\n", tostring(out))
+io.write(string.format("%%d", rc), "\n", tostring(out))
 """
+)
 
 FAKE_DACCTL = """#!/bin/sh
 printf '%%s\\n' "$@" > %(dir)s/argv
@@ -36,20 +37,11 @@ echo forked
 """
 
 
-def _lua_socket() -> bool:
-    r = subprocess.run(["lua5.1", "-e", 'require("socket.unix")'], capture_output=True)
-    return r.returncode == 0
+# every test here under each Lua, in which lua-socket must load (conftest.py)
+pytestmark = pytest.mark.usefixtures("lua_socket")
 
 
-@pytest.fixture(autouse=True)
-def lua_socket():
-    if not _lua_socket():
-        if os.environ.get("CI") == "true":
-            pytest.fail("lua-socket is not installed for Lua 5.1 (make deps installs it)")
-        pytest.skip("lua-socket is not installed for Lua 5.1 (make deps installs it)")
-
-
-def hook(tmp_path, lua_call, socket_path, **env):
+def hook(lua, tmp_path, lua_call, socket_path, **env):
     """(rc, message, dacctl's argv or None, DAC_HOT_TIMEOUT it got, seconds, lua's stderr)."""
     fake = tmp_path / "dacctl"
     fake.write_text(FAKE_DACCTL % {"dir": tmp_path})
@@ -60,7 +52,7 @@ def hook(tmp_path, lua_call, socket_path, **env):
     script.write_text(HARNESS % {"lua": json.dumps(str(LUA)), "call": lua_call})
     started = time.monotonic()
     r = subprocess.run(
-        ["lua5.1", str(script)],
+        [lua, str(script)],
         capture_output=True,
         text=True,
         timeout=20,
@@ -82,27 +74,27 @@ def hook(tmp_path, lua_call, socket_path, **env):
     return int(rc), message, argv, budget, took, r.stderr
 
 
-def test_the_answerers_answer_is_the_hooks_and_nothing_is_forked(tmp_path):
+def test_the_answerers_answer_is_the_hooks_and_nothing_is_forked(lua, tmp_path):
     pools = '{"pools": [{"id": "default", "free": 4}]}\n'
     with FakeAnswerer(
         tmp_path / "s", b"ANSWER 0 %d\n" % len(pools) + pools.encode() + b"err\n"
     ) as a:
-        rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
+        rc, out, argv, _, _, _ = hook(lua, tmp_path, "slurm_bb_pools()", a.path)
     assert (rc, out, argv) == (0, pools.strip(), None)  # stderr is not part of the answer
     assert a.lines == ["dac-answer/1 pools\n"]
 
 
-def test_a_refusing_answer_is_an_error_with_its_line(tmp_path):
+def test_a_refusing_answer_is_an_error_with_its_line(lua, tmp_path):
     line = b"line 3: jobdw: unknown pool 'x' (pools: default)\n"
     with FakeAnswerer(tmp_path / "s", b"ANSWER 1 %d\n" % len(line) + line) as a:
-        rc, out, argv, _, _, _ = hook(tmp_path, 'slurm_bb_job_process("/s/job 1%.sh")', a.path)
+        rc, out, argv, _, _, _ = hook(lua, tmp_path, 'slurm_bb_job_process("/s/job 1%.sh")', a.path)
     assert (rc, out, argv) == (-1, line.decode().strip(), None)
     # every byte but letters, digits and -._/:=, percent-encoded
     assert a.lines == ["dac-answer/1 job_process --job /s/job%201%25.sh\n"]
 
 
 @pytest.mark.parametrize("size", [1, 300, MAX_SCRIPT, MAX_SCRIPT + 1, None])
-def test_job_process_sends_its_script_up_to_max_script(tmp_path, size):
+def test_job_process_sends_its_script_up_to_max_script(lua, tmp_path, size):
     """The script (slurmctld's own file) read in the hook and sent after the line, so the
     answerer opens no file; a longer one, or one that cannot be opened, is the answerer's to
     read from its path (answerer.py's wire protocol)."""
@@ -112,7 +104,7 @@ def test_job_process_sends_its_script_up_to_max_script(tmp_path, size):
         job.write_bytes(data)
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n") as a:
         rc, _, argv, _, _, _ = hook(
-            tmp_path, f'slurm_bb_job_process("{job}", "1001", "1002")', a.path
+            lua, tmp_path, f'slurm_bb_job_process("{job}", "1001", "1002")', a.path
         )
     assert (rc, argv) == (0, None)
     carried = size is not None and size <= MAX_SCRIPT
@@ -120,15 +112,19 @@ def test_job_process_sends_its_script_up_to_max_script(tmp_path, size):
     assert a.scripts == [data if size is not None and size <= MAX_SCRIPT else None]
 
 
-def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(tmp_path):
+# array_job_id as Slurm pushes it: lua_pushinteger (23.11+), or lua_pushnumber (a float on
+# Lua 5.3+, printed 9.0 there)
+@pytest.mark.parametrize("array", ["9", "9.0"])
+def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(lua, tmp_path, array):
     lines = b"DW_JOB_STRIPED=/mnt/dac/12/striped\n"
     pathfile = tmp_path / "path"
     pathfile.write_bytes(b"")  # as Slurm hands it
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, out, argv, _, _, _ = hook(
+            lua,
             tmp_path,
             f'slurm_bb_paths("12", "/s/script", "{pathfile}", "1001", "1002", '
-            "{array_job_id = 9})",
+            f"{{array_job_id = {array}}})",
             a.path,
         )
     assert (rc, out, argv) == (0, "", None)
@@ -140,7 +136,7 @@ def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(tmp
 
 
 @pytest.mark.parametrize("there", [None, b"old lines, longer than the new\n" * 3])
-def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(tmp_path, there):
+def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(lua, tmp_path, there):
     """24.11+: a job array's task whose job directory Slurm never made: dacctl makes it
     (dacctl/slurm_args.py); a file not empty: Lua cannot cut it short. The answerer is asked
     again to write the file itself."""
@@ -151,7 +147,7 @@ def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(tmp_path, 
         pathfile.write_bytes(there)
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, out, argv, _, _, _ = hook(
-            tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
+            lua, tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
         )
     assert (rc, argv) == (0, None)
     words = f"--token 12 --job /s/script --pathfile {pathfile}\n"
@@ -162,9 +158,9 @@ def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(tmp_path, 
     assert (pathfile.read_bytes() if there else pathfile.exists()) == (there or False)
 
 
-def test_no_socket_forks_dacctl_with_the_whole_budget(tmp_path):
+def test_no_socket_forks_dacctl_with_the_whole_budget(lua, tmp_path):
     rc, out, argv, budget, _, err = hook(
-        tmp_path, 'slurm_bb_job_process("/s/script")', tmp_path / "absent"
+        lua, tmp_path, 'slurm_bb_job_process("/s/script")', tmp_path / "absent"
     )
     assert (rc, out) == (0, "forked")
     assert argv == ["--function", "job_process", "--job", "/s/script"]
@@ -172,37 +168,38 @@ def test_no_socket_forks_dacctl_with_the_whole_budget(tmp_path):
     assert err == ""  # an answerer not installed is nothing to log
 
 
-def test_a_refusal_forks_dacctl(tmp_path):
+def test_a_refusal_forks_dacctl(lua, tmp_path):
     with FakeAnswerer(
         tmp_path / "s", b"REFUSE the mirror is not confirmed current; etcd out\n"
     ) as a:
-        rc, out, argv, budget, _, err = hook(tmp_path, "slurm_bb_pools()", a.path)
+        rc, out, argv, budget, _, err = hook(lua, tmp_path, "slurm_bb_pools()", a.path)
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
     assert "the mirror is not confirmed current" in err  # slurmctld's log says why
     assert 1.5 < float(budget) <= 2.0
 
 
-def test_a_slow_answerer_is_given_up_on_time_and_the_fork_gets_the_rest(tmp_path):
+def test_a_slow_answerer_is_given_up_on_time_and_the_fork_gets_the_rest(lua, tmp_path):
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n", delay=3.0) as a:
         rc, out, argv, budget, took, _ = hook(
-            tmp_path, "slurm_bb_pools()", a.path, DAC_ANSWERER_TIMEOUT="0.3"
+            lua, tmp_path, "slurm_bb_pools()", a.path, DAC_ANSWERER_TIMEOUT="0.3"
         )
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
     assert 1.6 <= float(budget) <= 1.75  # 2 s less the 0.3 s waited
     assert took < 1.5
 
 
-def test_a_socket_nobody_listens_on_forks_dacctl(tmp_path):
+def test_a_socket_nobody_listens_on_forks_dacctl(lua, tmp_path):
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(str(tmp_path / "s"))
     dead.close()  # the file stays: an answerer that died
-    rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", tmp_path / "s")
+    rc, out, argv, _, _, _ = hook(lua, tmp_path, "slurm_bb_pools()", tmp_path / "s")
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
 
 
-def test_without_lua_socket_the_hooks_fork_as_before(tmp_path):
+def test_without_lua_socket_the_hooks_fork_as_before(lua, tmp_path):
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot") as a:
         rc, out, argv, budget, _, _ = hook(
+            lua,
             tmp_path,
             "slurm_bb_pools()",
             a.path,
@@ -213,14 +210,14 @@ def test_without_lua_socket_the_hooks_fork_as_before(tmp_path):
     assert a.lines == []
 
 
-def test_none_turns_the_answerer_off(tmp_path):
-    rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", "none")
+def test_none_turns_the_answerer_off(lua, tmp_path):
+    rc, out, argv, _, _, _ = hook(lua, tmp_path, "slurm_bb_pools()", "none")
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
 
 
-def test_the_other_hooks_never_ask_the_answerer(tmp_path):
+def test_the_other_hooks_never_ask_the_answerer(lua, tmp_path):
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 0\n") as a:
-        rc, out, argv, _, _, _ = hook(tmp_path, 'slurm_bb_data_in("7", "/s")', a.path)
+        rc, out, argv, _, _, _ = hook(lua, tmp_path, 'slurm_bb_data_in("7", "/s")', a.path)
     assert (rc, out, argv[:2]) == (0, "forked", ["--function", "data_in"])
     assert a.lines == []
 
@@ -234,13 +231,13 @@ def _pools_file(tmp_path, expires_in: int, body: str, rc: int = 0, n: int | None
     (tmp_path / "pools").write_text(head + body)
 
 
-def test_pools_reads_the_answerers_file_and_asks_nothing(tmp_path):
+def test_pools_reads_the_answerers_file_and_asks_nothing(lua, tmp_path):
     pools = '{"pools": [{"id": "default", "free": 4}]}'
     _pools_file(tmp_path, 2, pools)
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot") as a:
-        rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
+        rc, out, argv, _, _, _ = hook(lua, tmp_path, "slurm_bb_pools()", a.path)
         _pools_file(tmp_path, 2, "line 1: etcd said no", rc=1)
-        failed = hook(tmp_path, "slurm_bb_pools()", a.path)
+        failed = hook(lua, tmp_path, "slurm_bb_pools()", a.path)
     assert (rc, out, argv) == (0, pools, None)
     assert failed[:3] == (-1, "line 1: etcd said no", None)  # its exit status, as asked
     assert a.lines == []
@@ -255,18 +252,20 @@ def test_pools_reads_the_answerers_file_and_asks_nothing(tmp_path):
         (2, "{}", 5),  # cut short
     ],
 )
-def test_pools_asks_the_socket_when_the_file_is_not_to_be_believed(tmp_path, expires_in, body, n):
+def test_pools_asks_the_socket_when_the_file_is_not_to_be_believed(
+    lua, tmp_path, expires_in, body, n
+):
     _pools_file(tmp_path, expires_in, body, n=n)
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!") as a:
-        rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", a.path)
+        rc, out, argv, _, _, _ = hook(lua, tmp_path, "slurm_bb_pools()", a.path)
     assert (rc, out, argv) == (0, "asked!", None)
     assert a.lines == ["dac-answer/1 pools\n"]
 
 
-def test_none_reads_no_pools_file(tmp_path, monkeypatch):
+def test_none_reads_no_pools_file(lua, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # "none" has no directory: a "pools" here must not be read
     _pools_file(tmp_path, 2, "from the file")
-    rc, out, argv, _, _, _ = hook(tmp_path, "slurm_bb_pools()", "none")
+    rc, out, argv, _, _, _ = hook(lua, tmp_path, "slurm_bb_pools()", "none")
     assert (rc, out, argv) == (0, "forked", ["--function", "pools"])
 
 
@@ -276,7 +275,7 @@ def _paths_file(tmp_path, job: str, text: bytes, n: int | None = None) -> None:
     (tmp_path / "paths" / job).write_bytes(head + text)
 
 
-def test_paths_reads_the_jobs_paths_file_and_asks_nothing(tmp_path):
+def test_paths_reads_the_jobs_paths_file_and_asks_nothing(lua, tmp_path):
     """The answerer's paths file (dacservice/published.py), believed while the pools file is:
     its text becomes the job's path file, and the answerer is not woken."""
     text = b"DW_JOB_STRIPED=/mnt/dac/12/striped\nDW_PERSISTENT_STRIPED_p=/mnt/dac/12/ps/p\n"
@@ -287,7 +286,10 @@ def test_paths_reads_the_jobs_paths_file_and_asks_nothing(tmp_path):
     pathfile.write_bytes(b"")  # as Slurm hands it
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 6\nasked!") as a:
         rc, out, argv, _, _, _ = hook(
-            tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}", "1001", "1002")', a.path
+            lua,
+            tmp_path,
+            f'slurm_bb_paths("12", "/s/script", "{pathfile}", "1001", "1002")',
+            a.path,
         )
     assert (rc, out, argv) == (0, "", None)
     assert a.lines == []
@@ -304,7 +306,9 @@ def test_paths_reads_the_jobs_paths_file_and_asks_nothing(tmp_path):
         (2, "12", None, b"x"),  # a path file not empty: Lua cannot cut it short
     ],
 )
-def test_paths_asks_the_socket_when_its_file_is_not_to_be_believed(tmp_path, pools, job, n, there):
+def test_paths_asks_the_socket_when_its_file_is_not_to_be_believed(
+    lua, tmp_path, pools, job, n, there
+):
     if pools is not None:
         _pools_file(tmp_path, pools, "{}")
     _paths_file(tmp_path, job, b"DW_JOB_STRIPED=/from/the/file\n", n)
@@ -313,7 +317,7 @@ def test_paths_asks_the_socket_when_its_file_is_not_to_be_believed(tmp_path, poo
     pathfile.write_bytes(there)
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, _, argv, _, _, _ = hook(
-            tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
+            lua, tmp_path, f'slurm_bb_paths("12", "/s/script", "{pathfile}")', a.path
         )
     assert (rc, argv) == (0, None)
     assert (
@@ -324,7 +328,7 @@ def test_paths_asks_the_socket_when_its_file_is_not_to_be_believed(tmp_path, poo
         assert pathfile.read_bytes() == lines
 
 
-def test_paths_reads_no_file_of_a_job_id_that_is_not_one(tmp_path):
+def test_paths_reads_no_file_of_a_job_id_that_is_not_one(lua, tmp_path):
     _pools_file(tmp_path, 2, "{}")
     (tmp_path / "elsewhere").write_bytes(b"dac-paths/1 6\nX=1\n\n")
     pathfile = tmp_path / "path"
@@ -332,7 +336,7 @@ def test_paths_reads_no_file_of_a_job_id_that_is_not_one(tmp_path):
     lines = b"asked\n"
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(lines) + lines) as a:
         rc, _, argv, _, _, _ = hook(
-            tmp_path, f'slurm_bb_paths("../elsewhere", "/s/script", "{pathfile}")', a.path
+            lua, tmp_path, f'slurm_bb_paths("../elsewhere", "/s/script", "{pathfile}")', a.path
         )
     assert (rc, argv) == (0, None)
     assert len(a.lines) == 1 and pathfile.read_bytes() == lines
@@ -348,23 +352,27 @@ def _valid_file(tmp_path, words: str, script: bytes, stored=None) -> None:
 
 
 SCRIPT = b"#!/bin/sh\n#DW jobdw capacity=1GiB access_mode=striped\nsrun x\n"
+#: a script long enough that valid_name samples every 781st byte, its hash past 2^32 before
+#: each modulo: integers on Lua 5.3+, doubles on 5.1 and 5.2, the same name on each
+LONG_SCRIPT = SCRIPT + bytes(range(256)) * 195
 
 
-def test_job_process_kept_valid_by_the_answerer_is_answered_without_asking(tmp_path):
+@pytest.mark.parametrize("data", [SCRIPT, LONG_SCRIPT], ids=["short", "long"])
+def test_job_process_kept_valid_by_the_answerer_is_answered_without_asking(lua, tmp_path, data):
     """Its valid file (the request's words and script, whole), believed while the pools file
     is: success at once, and the answerer is not woken."""
     script = tmp_path / "job.sh"
-    script.write_bytes(SCRIPT)
+    script.write_bytes(data)
     _pools_file(tmp_path, 2, "{}")
-    _valid_file(tmp_path, "--user 1001", SCRIPT)
+    _valid_file(tmp_path, "--user 1001", data)
     with FakeAnswerer(tmp_path / "s", b"REFUSE asked\n") as a:
         rc, out, argv, _, _, _ = hook(
-            tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
+            lua, tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
         )
-        old = hook(tmp_path, f'slurm_bb_job_process("{script}")', a.path)  # 22.05: no uid
+        old = hook(lua, tmp_path, f'slurm_bb_job_process("{script}")', a.path)  # 22.05: no uid
     assert (rc, out, argv) == (0, "", None)
     assert a.lines == [f"dac-answer/2 job_process --job {script}\n"]  # the 22.05 call alone
-    assert a.scripts == [SCRIPT]
+    assert a.scripts == [data]
     assert old[:3] == (0, "forked", ["--function", "job_process", "--job", str(script)])
 
 
@@ -378,7 +386,9 @@ def test_job_process_kept_valid_by_the_answerer_is_answered_without_asking(tmp_p
         (2, "--user 1001", ("--user 10011", SCRIPT)),  # another user's, by its name
     ],
 )
-def test_job_process_asks_when_no_valid_file_holds_its_very_request(tmp_path, pools, words, stored):
+def test_job_process_asks_when_no_valid_file_holds_its_very_request(
+    lua, tmp_path, pools, words, stored
+):
     script = tmp_path / "job.sh"
     script.write_bytes(SCRIPT)
     if pools is not None:
@@ -386,7 +396,7 @@ def test_job_process_asks_when_no_valid_file_holds_its_very_request(tmp_path, po
     _valid_file(tmp_path, words, SCRIPT, stored)
     with FakeAnswerer(tmp_path / "s", b"ANSWER 1 9\nline 2: x") as a:
         rc, out, argv, _, _, _ = hook(
-            tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
+            lua, tmp_path, f'slurm_bb_job_process("{script}", "1001", "1002")', a.path
         )
     assert (rc, out, argv) == (-1, "line 2: x", None)  # the answerer's refusal, as asked
     assert a.lines == [f"dac-answer/2 job_process --job {script} --user 1001\n"]
@@ -400,7 +410,7 @@ echo "forked bbstat"
 """
 
 
-def get_status(tmp_path, words: str, socket_path, version: str = "22.05", **env):
+def get_status(lua, tmp_path, words: str, socket_path, version: str = "22.05", **env):
     """slurm_bb_get_status(<words>) as `version`'s slurmctld calls it, with a stand-in
     dac-bbstat: (rc, message, (its argv, DAC_BBSTAT_CALLER) or None, seconds, lua's stderr)."""
     fake = tmp_path / "dac-bbstat"
@@ -416,7 +426,7 @@ def get_status(tmp_path, words: str, socket_path, version: str = "22.05", **env)
     )
     started = time.monotonic()
     r = subprocess.run(
-        ["lua5.1", str(script)],
+        [lua, str(script)],
         capture_output=True,
         text=True,
         timeout=20,
@@ -459,12 +469,14 @@ def get_status(tmp_path, words: str, socket_path, version: str = "22.05", **env)
         ),
     ],
 )
-def test_get_status_is_the_answerers_answer_and_nothing_is_forked(tmp_path, version, words, line):
+def test_get_status_is_the_answerers_answer_and_nothing_is_forked(
+    lua, tmp_path, version, words, line
+):
     """`scontrol show bbstat`: asked in this process (issue 45), the caller as Slurm names it
     (23.02+) or no one (22.05), dac-bbstat's stdout given back as the fork's would be."""
     text = b"buffer 42: created -> staged_in, stage_in\n"
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 %d\n" % len(text) + text) as a:
-        rc, out, forked, _, err = get_status(tmp_path, words, a.path, version)
+        rc, out, forked, _, err = get_status(lua, tmp_path, words, a.path, version)
     assert (rc, out, forked, err) == (0, text.decode().strip(), None, "")
     assert a.lines == [line]
 
@@ -479,23 +491,23 @@ def test_get_status_is_the_answerers_answer_and_nothing_is_forked(tmp_path, vers
         b"ANSWER 0 100\ncut short",
     ],
 )
-def test_get_status_forks_dac_bbstat_when_the_answerer_does_not_answer(tmp_path, reply):
+def test_get_status_forks_dac_bbstat_when_the_answerer_does_not_answer(lua, tmp_path, reply):
     with FakeAnswerer(tmp_path / "s", reply) as a:
-        rc, out, forked, _, err = get_status(tmp_path, "'1234', '4321', '42'", a.path, "23.02")
+        rc, out, forked, _, err = get_status(lua, tmp_path, "'1234', '4321', '42'", a.path, "23.02")
     assert (rc, out, forked) == (0, "forked bbstat", (["42"], "1234:4321"))
     assert len(a.lines) == 1
     assert "forking dac-bbstat" in err  # slurmctld's log says why
 
 
-def test_get_status_forks_when_there_is_no_answerer_and_says_nothing(tmp_path):
-    rc, out, forked, _, err = get_status(tmp_path, "'0', '0', '42'", tmp_path / "absent")
+def test_get_status_forks_when_there_is_no_answerer_and_says_nothing(lua, tmp_path):
+    rc, out, forked, _, err = get_status(lua, tmp_path, "'0', '0', '42'", tmp_path / "absent")
     assert (rc, out, forked, err) == (0, "forked bbstat", (["0", "0", "42"], ""), "")
 
 
-def test_get_status_leaves_a_slow_answerer_for_dac_bbstat(tmp_path):
+def test_get_status_leaves_a_slow_answerer_for_dac_bbstat(lua, tmp_path):
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 2\nno", delay=3.0):
         rc, out, forked, took, _ = get_status(
-            tmp_path, "'42'", tmp_path / "s", DAC_ANSWERER_TIMEOUT="0.3"
+            lua, tmp_path, "'42'", tmp_path / "s", DAC_ANSWERER_TIMEOUT="0.3"
         )
     assert (rc, out, forked) == (0, "forked bbstat", (["42"], ""))
     assert took < 2.5
@@ -504,10 +516,10 @@ def test_get_status_leaves_a_slow_answerer_for_dac_bbstat(tmp_path):
 @pytest.mark.parametrize(
     "env", [{"DAC_ANSWERER_SOCKET": "none"}, {"LUA_CPATH": "/nonexistent/?.so"}]
 )
-def test_get_status_forks_when_the_answerer_is_off_or_lua_socket_missing(tmp_path, env):
+def test_get_status_forks_when_the_answerer_is_off_or_lua_socket_missing(lua, tmp_path, env):
     with FakeAnswerer(tmp_path / "s", b"ANSWER 0 3\nnot") as a:
         rc, out, forked, _, _ = get_status(
-            tmp_path, "'1234', '4321', 'pools'", a.path, "23.02", **env
+            lua, tmp_path, "'1234', '4321', 'pools'", a.path, "23.02", **env
         )
     assert (rc, out, forked) == (0, "forked bbstat", (["pools"], "1234:4321"))
     assert a.lines == []

@@ -24,17 +24,10 @@ echo "dac-bbstat stdout"
 """
 
 
-@pytest.fixture(autouse=True)
-def lua_socket():
-    r = subprocess.run(["lua5.1", "-e", 'require("socket.unix")'], capture_output=True)
-    if r.returncode != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("lua-socket is not installed for Lua 5.1 (make deps installs it)")
-        pytest.skip("lua-socket is not installed for Lua 5.1 (make deps installs it)")
-
-
 @pytest.fixture
-def site(tmp_path):
+def site(tmp_path, lua_socket):
+    """(tmp_path, the forwarder's environment), under each Lua (`lua`, conftest.py: the test
+    takes it too), in which lua-socket must load."""
     bbstat = tmp_path / "dac-bbstat"
     bbstat.write_text(FAKE_BBSTAT % {"dir": tmp_path})
     bbstat.chmod(0o755)
@@ -50,9 +43,11 @@ def site(tmp_path):
     return tmp_path, env
 
 
-def run(env: dict, *words: str) -> subprocess.CompletedProcess:
-    # as burst_buffer/datawarp runs GetSysStatus: the file itself, through its #! line
-    return subprocess.run([str(CLI), *words], env=env, capture_output=True, timeout=30)
+def run(lua: str, env: dict, *words: str) -> subprocess.CompletedProcess:
+    # as burst_buffer/datawarp runs GetSysStatus: the file itself, through its #! line, where
+    # that names `lua`; under any other, `lua` runs the file, as a first line edited for it would
+    command = [str(CLI)] if CLI.read_text().startswith(f"#!{lua}\n") else [lua, str(CLI)]
+    return subprocess.run([*command, *words], env=env, capture_output=True, timeout=30)
 
 
 def forked(tmp_path: Path) -> tuple[list[str], str] | None:
@@ -81,23 +76,23 @@ def test_it_ships_executable_with_the_slurm_files():
         ),
     ],
 )
-def test_the_answer_is_the_answerers_byte_for_byte(site, words, line):
+def test_the_answer_is_the_answerers_byte_for_byte(lua, site, words, line):
     tmp_path, env = site
     body = b" pool units quantity free gran\ndefault bytes 4GiB 1GiB 1GiB\n\xc3\xa9"
     with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 %d\n" % len(body) + body) as a:
-        r = run(env, *words)
+        r = run(lua, env, *words)
     assert (r.returncode, r.stdout, r.stderr) == (0, body, b"")
     assert a.lines == [line]
     assert forked(tmp_path) is None
     assert not (tmp_path / "log").exists()
 
 
-def test_the_caller_is_what_dac_bbstat_would_read(site):
+def test_the_caller_is_what_dac_bbstat_would_read(lua, site):
     # DAC_BBSTAT_CALLER in slurmctld's environment is a misconfiguration (docs/slurm.md), but
     # the answer must be dac-bbstat's under it too
     tmp_path, env = site
     with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 2\nok") as a:
-        run({**env, "DAC_BBSTAT_CALLER": "1000:1000"}, "51")
+        run(lua, {**env, "DAC_BBSTAT_CALLER": "1000:1000"}, "51")
     assert a.lines == ["dac-answer/2 bbstat caller:1000:1000 51\n"]
 
 
@@ -109,9 +104,9 @@ def _fell_back(tmp_path: Path, r: subprocess.CompletedProcess, words: list[str])
     assert (r.returncode, r.stdout, r.stderr) == (0, b"dac-bbstat stdout\n", b"")
 
 
-def test_no_socket_runs_dac_bbstat_with_the_same_words_and_says_nothing(site):
+def test_no_socket_runs_dac_bbstat_with_the_same_words_and_says_nothing(lua, site):
     tmp_path, env = site
-    r = run(env, *ODD)
+    r = run(lua, env, *ODD)
     _fell_back(tmp_path, r, ODD)
     assert not (tmp_path / "log").exists()  # no answerer installed: nothing to report
 
@@ -125,39 +120,69 @@ def test_no_socket_runs_dac_bbstat_with_the_same_words_and_says_nothing(site):
         b"ANSWER 0 100\nshort",
     ],
 )
-def test_anything_but_an_answer_runs_dac_bbstat_and_is_logged(site, reply):
+def test_anything_but_an_answer_runs_dac_bbstat_and_is_logged(lua, site, reply):
     tmp_path, env = site
     with FakeAnswerer(tmp_path / "socket", reply) as a:
-        r = run(env, *ODD)
+        r = run(lua, env, *ODD)
     _fell_back(tmp_path, r, ODD)
     assert len(a.lines) == 1
     assert "running dac-bbstat" in (tmp_path / "log").read_text()
 
 
-def test_a_slow_answerer_is_left_after_the_timeout_for_dac_bbstat(site):
+def test_a_slow_answerer_is_left_after_the_timeout_for_dac_bbstat(lua, site):
     tmp_path, env = site
     with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 2\nno", delay=3.0):
         t = time.monotonic()
-        r = run({**env, "DAC_ANSWERER_TIMEOUT": "0.3"}, "pools")
+        r = run(lua, {**env, "DAC_ANSWERER_TIMEOUT": "0.3"}, "pools")
         took = time.monotonic() - t
     _fell_back(tmp_path, r, ["pools"])
     assert took < 2.5  # 0.3 s for the answerer, then the fork (slow under load)
     assert "timeout" in (tmp_path / "log").read_text()
 
 
-def test_socket_none_never_asks(site):
+def test_socket_none_never_asks(lua, site):
     tmp_path, env = site
     with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 0\n") as a:
-        r = run({**env, "DAC_ANSWERER_SOCKET": "none"}, "pools")
+        r = run(lua, {**env, "DAC_ANSWERER_SOCKET": "none"}, "pools")
     _fell_back(tmp_path, r, ["pools"])
     assert a.lines == []
 
 
-def test_without_lua_socket_it_runs_dac_bbstat(site):
+def test_without_lua_socket_it_runs_dac_bbstat(lua, site):
     tmp_path, env = site
     with FakeAnswerer(tmp_path / "socket", b"ANSWER 0 0\n") as a:
         # a Lua that finds no C modules: as on a controller without lua-socket
-        r = run({**env, "LUA_CPATH": str(tmp_path / "none/?.so")}, "pools")
+        r = run(lua, {**env, "LUA_CPATH": str(tmp_path / "none/?.so")}, "pools")
     _fell_back(tmp_path, r, ["pools"])
     assert a.lines == []
     assert "no lua-socket" in (tmp_path / "log").read_text()
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, 127, 255])
+def test_dac_bbstats_exit_status_is_the_forwarders(lua, site, code):
+    """os.execute answers Lua 5.1's way (a wait status) or 5.2+'s (true|nil, "exit", code):
+    the forwarder exits with dac-bbstat's status under each."""
+    tmp_path, env = site
+    (tmp_path / "dac-bbstat").write_text(f"#!/bin/sh\necho out\nexit {code}\n")
+    r = run(lua, env, "pools")
+    assert (r.returncode, r.stdout) == (code, b"out\n")
+
+
+def test_a_dac_bbstat_killed_by_a_signal_is_reported_as_a_shell_does(lua, site):
+    tmp_path, env = site
+    (tmp_path / "dac-bbstat").write_text("#!/bin/sh\nkill -TERM $$\n")
+    r = run(lua, env, "pools")
+    assert r.returncode == 128 + 15
+
+
+def test_a_shell_that_cannot_start_is_exit_127(lua, no_new_process):
+    """No process can start (RLIMIT_NPROC): glibc's system() gives Lua 5.1 to 5.3 its 127,
+    and 5.4 an error instead; the forwarder exits 127 under each, as a shell would."""
+    limit, where = no_new_process
+    script = where / CLI.name
+    script.write_bytes(CLI.read_bytes())
+    env = {"PATH": os.environ["PATH"], "DAC_BBSTAT": "/bin/true", "DAC_ANSWERER_SOCKET": "none"}
+    r = subprocess.run(
+        [lua, str(script), "pools"], env=env, capture_output=True, timeout=30, preexec_fn=limit
+    )
+    assert (r.returncode, r.stdout, r.stderr) == (127, b"", b"")
