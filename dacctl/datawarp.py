@@ -497,28 +497,19 @@ def _lines(lines: list[str]) -> str:
 
 
 def show(args, settings: dict, store) -> str:
-    """show_instances, show_sessions, show_configurations: each buffer one session with one
-    instance and one configuration, as `scontrol show dwstat` shows them too (bbstat.py).
-    burst_buffer/datawarp reads them at slurmctld's start and every 30 s (`_load_state`); a
-    session it has no record of (a buffer made outside it: `dacctl create-persistent`, an
-    admin's) it adds at the bytes of the instances whose `links.session` is the session's
-    `id`. It reads those ids as JSON integers only, so each is the spec's etcd create
-    revision (`_dws_id`), and the name is the session's `token`, which Slurm matches to its
-    own records (a job buffer's is its job id). Slurm's records of buffers no longer listed
-    go a minute later (docs/slurm.md, What Slurm counts)."""
+    """show_instances, show_sessions, show_configurations: what `scontrol show dwstat` shows
+    too (bbstat.py)."""
     from daccore.services.dws import sessions
 
-    numbered = store.numbered_buffer_docs()
-    found = sessions({name: doc for name, (doc, _) in numbered.items()})
-    ids = {s.name: _dws_id(numbered[s.name][1]) for s in found}
+    found = sessions(store.buffer_docs())
     if args.function == "show_instances":
         return json.dumps(
             {
                 "instances": [
                     {
-                        "id": ids[s.name],
-                        "capacity": {"bytes": s.size, "nodes": len(s.storage_hosts)},
-                        "links": {"session": ids[s.name]},
+                        "id": s.name,
+                        "capacity": {"bytes": s.size, "nodes": 0},
+                        "links": {"session": s.name},
                     }
                     for s in found
                 ]
@@ -528,20 +519,14 @@ def show(args, settings: dict, store) -> str:
         return json.dumps(
             {
                 "sessions": [
-                    {"id": ids[s.name], "created": s.created, "owner": s.owner, "token": s.name}
+                    {"id": s.name, "created": s.created, "owner": s.owner, "token": s.name}
                     for s in found
                 ]
             }
         )
     return json.dumps(
-        {"configurations": [{"id": ids[s.name], "links": {"instance": ids[s.name]}} for s in found]}
+        {"configurations": [{"id": s.name, "links": {"instance": s.name}} for s in found]}
     )
-
-
-def _dws_id(create_revision: int) -> int:
-    """A buffer's DataWarp id: its spec's create revision, which no other live spec shares;
-    Slurm keeps ids as 32-bit (uint32_t), so two specs made 2**32 revisions apart would."""
-    return create_revision & 0xFFFFFFFF
 
 
 def setup(args, settings: dict, store) -> str:

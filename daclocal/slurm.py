@@ -81,8 +81,6 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 # TeardownFailure: a job held by a failed setup or stage-in is torn down at once, so it keeps
 # no pool capacity in Slurm or dac while held (issue 30; docs/slurm.md, "A job held by a
 # failed setup or stage-in").
-# No EmulateCray under datawarp: Slurm would keep counting buffers dac destroyed (issue 45;
-# slurm-plugin/burst_buffer.conf.datawarp).
 _BB_LUA = """\
 Directive=DW
 Flags=EnablePersistent,TeardownFailure
@@ -95,7 +93,7 @@ _BB_DATAWARP = """\
 GetSysState={dacctl}
 GetSysStatus={bbstat}
 DefaultPool=default
-Flags=EnablePersistent,TeardownFailure
+Flags=EmulateCray,EnablePersistent,TeardownFailure
 StageInTimeout=60
 StageOutTimeout=60
 OtherTimeout=60

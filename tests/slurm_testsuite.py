@@ -172,6 +172,13 @@ class Edit:
 
 #: The changes made to Slurm's tests before they run against dac, by plugin and file
 #: ("python" is the datawarp python test). Each says why; docs/slurm.md names them.
+_EMULATE = Edit(
+    "if [check_bb_emulate] {",
+    "if 0 {",
+    "dac stages for real under Flags=EmulateCray too (the flag only tells Slurm that "
+    "GetSysState is not Cray's own dw_wlm_cli): the test's real-DataWarp branch applies, "
+    "not the one expecting no stage-out",
+)
 _LUA = Edit(
     '[param_contains [get_config_param "BurstBufferType"] "*datawarp"]',
     '[param_contains [get_config_param "BurstBufferType"] "*lua"]',
@@ -192,7 +199,8 @@ _TEARDOWNS = Edit(
 )
 EDITS: dict[str, dict[str, tuple[Edit, ...]]] = {
     "datawarp": {
-        "test35.3": (_TEARDOWNS,),
+        "test35.2": (_EMULATE,),
+        "test35.3": (_EMULATE, _TEARDOWNS),
         "python": (
             Edit(
                 "dw_wlm_cli_client = f\"{atf.properties['slurm-sbin-dir']}/dw_wlm_cli\"",
@@ -213,19 +221,11 @@ EDITS: dict[str, dict[str, tuple[Edit, ...]]] = {
                 "have buffers), which lets the test's user too",
                 regex=True,
             ),
-            Edit(
-                r"atf\.require_config_parameter_includes\(\s*.Flags.,\s*.EmulateCray.[^)]*\)",
-                "pass",
-                "the test is written for Slurm's stand-in dw_wlm_cli, which lists no buffers: "
-                "Flags=EmulateCray makes Slurm trust its own records alone, so it would keep "
-                "counting buffers dac destroyed (issue 45); dac's burst_buffer.conf has none",
-                regex=True,
-            ),
         ),
     },
     "lua": {
-        "test35.2": (_LUA, _POOL),
-        "test35.3": (_LUA, _POOL, _TEARDOWNS),
+        "test35.2": (_EMULATE, _LUA, _POOL),
+        "test35.3": (_EMULATE, _LUA, _POOL, _TEARDOWNS),
         "test35.6": (_LUA, _POOL),
     },
 }

@@ -1,9 +1,8 @@
 """dac's buffers as Cray DataWarp's objects: each buffer is one DWS session, holding one
 instance (its storage) and one configuration (its scratch file system); each job it is attached
-to (`Buffer.attachments`) is one activation. In dwstat's tables every id is the buffer's name
-(a job buffer's is its job id, which burst_buffer/datawarp also takes for the session's token);
-an activation's is `<buffer>:<job>`. The JSON Slurm reads numbers them (dacctl/datawarp.py
-`show`): Slurm takes only integer ids.
+to (`Buffer.attachments`) is one activation. dac numbers nothing, so every id is the buffer's
+name (a job buffer's is its job id, which burst_buffer/datawarp also takes for the session's
+token); an activation's is `<buffer>:<job>`.
 
 One place for what a session is, shared by `dacctl --function show_sessions|show_instances|
 show_configurations` (the JSON Slurm reads, e.g. at slurmctld's start) and `dac-bbstat`

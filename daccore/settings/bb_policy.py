@@ -8,8 +8,6 @@
     Flags=TeardownFailure     Slurm tears down a job held by a failed setup or stage-in, so it
                               keeps no pool capacity (docs/slurm.md); without it,
                               `site_warnings` says so (`dacctl hosts`)
-    Flags=EmulateCray         burst_buffer/datawarp trusts its own records alone: it keeps
-                              counting buffers dac destroyed (issue 45); `site_warnings` says so
 
 Privileged, as in Slurm: root, SlurmUser, and here the config's `admin_group` too. The file is
 the one `burst_buffer_conf` names (read at every request: an admin's edit holds at once, as
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
         enable: bool
         disable: bool
         teardown_failure: bool
-        emulate_cray: bool
 
 
 __all__ = ["check_persistent", "read_rules", "site_warnings"]
@@ -59,7 +56,6 @@ def read_rules(path: str) -> Rules:
         "enable": False,
         "disable": False,
         "teardown_failure": False,
-        "emulate_cray": False,
     }
     for line in lines:
         key, eq, value = line.split("#", 1)[0].strip().partition("=")
@@ -78,7 +74,6 @@ def read_rules(path: str) -> Rules:
             rules["enable"] = "enablepersistent" in flags
             rules["disable"] = "disablepersistent" in flags
             rules["teardown_failure"] = "teardownfailure" in flags
-            rules["emulate_cray"] = "emulatecray" in flags
     return rules
 
 
@@ -90,20 +85,13 @@ def site_warnings(path: str) -> list[str]:
         rules = read_rules(path)
     except AdminError as e:
         return [str(e)]
-    warnings = []
     if not rules["teardown_failure"]:
-        warnings.append(
+        return [
             f"burst_buffer_conf {path}: Flags has no TeardownFailure: a job held by a "
             "failed setup or stage-in keeps its pool capacity in Slurm until it is "
             "cancelled; add it (docs/slurm.md, 'A job held by a failed setup or stage-in')"
-        )
-    if rules["emulate_cray"]:  # dac's sample burst_buffer.conf had it before issue 45
-        warnings.append(
-            f"burst_buffer_conf {path}: Flags has EmulateCray: burst_buffer/datawarp then "
-            "keeps counting buffers dac destroyed, and brings them back at every start; "
-            "remove it and restart slurmctld (docs/slurm.md, 'What Slurm counts')"
-        )
-    return warnings
+        ]
+    return []
 
 
 def _uids(words: set[str]) -> set[int]:

@@ -110,17 +110,12 @@ class BufferSpecs(BrickClaims, Leases):
     def buffer_docs(self) -> dict[str, Doc]:
         """Every spec that is a JSON object: one that is not is no buffer any Slurm call can
         act on, and must not stop the calls for the others (dacd logs it, docs/security.md)."""
-        return {name: doc for name, (doc, _) in self.numbered_buffer_docs().items()}
-
-    def numbered_buffer_docs(self) -> dict[str, tuple[Doc, int]]:
-        """buffer_docs, each with its spec's create revision: a number etcd gave that spec
-        alone, for as long as it lives (DataWarp's integer ids, dacctl/datawarp.py `show`)."""
         kvs, _ = self.client.range(self.keys.buffers, prefix_end(self.keys.buffers))
         docs = {}
         for kv in kvs:
             doc = _doc(kv.value)
             if doc is not None:
-                docs[Keys.last(kv.key, self.keys.buffers)] = (doc, kv.create_revision)
+                docs[Keys.last(kv.key, self.keys.buffers)] = doc
         return docs
 
     def buffers(self) -> dict[str, Buffer]:

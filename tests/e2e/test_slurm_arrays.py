@@ -41,8 +41,8 @@ def _free_bricks(slurm) -> int:
 def _no_buffer_left(slurm, job_ids, free: int) -> None:
     """None of the jobs' buffers in dac's records, and as many bricks free as before them."""
     wait_for(lambda: _free_bricks(slurm) == free, 60, f"{free} bricks free again")
-    out = run("dacctl", "--function", "show_sessions", env=slurm.env).stdout
-    assert not {s["token"] for s in json.loads(out)["sessions"]} & set(job_ids), out
+    out = run("dacctl", "--function", "show_instances", env=slurm.env).stdout
+    assert not {i["id"] for i in json.loads(out)["instances"]} & set(job_ids), out
 
 
 @pytest.mark.every_release

@@ -42,8 +42,8 @@ def test_a_job_writes_its_buffer_as_the_user_on_both_nodes(slurm):
     while pools(slurm.env)["default"]["free_bricks"] != 8:
         assert time.monotonic() < deadline, pools(slurm.env)
         time.sleep(0.2)
-    sessions = json.loads(run("dacctl", "--function", "show_sessions", env=slurm.env).stdout)
-    assert job_id not in [s["token"] for s in sessions["sessions"]]
+    instances = json.loads(run("dacctl", "--function", "show_instances", env=slurm.env).stdout)
+    assert job_id not in [i["id"] for i in instances["instances"]]
     mounts = open("/proc/self/mountinfo").read()
     assert f"{slurm.workdir}/nodes/" not in mounts and f"{slurm.workdir}/fs/" not in mounts
 

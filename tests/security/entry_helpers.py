@@ -112,8 +112,8 @@ class Cluster:
         return [h["name"] for h in hosts if h["state"] == "drained"]
 
     def buffer_exists(self, name: str) -> bool:
-        out = run("dacctl", "--function", "show_sessions", env=self.env).stdout
-        return name in [s["token"] for s in json.loads(out)["sessions"]]
+        out = run("dacctl", "--function", "show_instances", env=self.env).stdout
+        return name in [str(i["id"]) for i in json.loads(out)["instances"]]
 
     def failed_buffer(self, tmp: Path, job: int) -> str:
         """MALLORY's buffer `job`, whose stage-in failed on a path of MALLORY's: root's own

@@ -88,7 +88,7 @@ def test_a_job_from_setup_to_teardown(local_dac, open_dir, job, tmp_path):
         f"DW_JOB_STRIPED={workdir}/mnt/42/striped\nDW_JOB_PRIVATE={workdir}/mnt/42/private\n"
     )
     sessions = json.loads(fn(env, "show_sessions").stdout)["sessions"]
-    assert [(s["token"], s["owner"]) for s in sessions] == [("42", 1000)]
+    assert [(s["id"], s["owner"]) for s in sessions] == [("42", 1000)]
     # setup again (slurmctld restarted mid-stage-in): the same buffer, not a second one
     fn(
         env,
