@@ -386,7 +386,7 @@ def within_held_share(store: Store, uid: int, pool: str, capacity: int, share: f
             doc.get("owner_uid") == uid
             and doc.get("desired_state") == State.DELETED.value
             and (doc.get("request") or {}).get("pool") == pool
-            and any(s.get("error") for s in store.status_docs(name).values())
+            and any(_teardown_failed(s) for s in store.status_docs(name).values())
         ):
             try:
                 held[name] = sum(b["capacity"] for b in doc["allocation"]["bricks"])
@@ -408,6 +408,16 @@ def within_held_share(store: Store, uid: int, pool: str, capacity: int, share: f
             f"{share:.0%} of the pool ({format_size(int(share * total))}) one user's such "
             "buffers may hold (held_share in dac.yaml): end what holds them"
         )
+
+
+def _teardown_failed(status: Doc) -> bool:
+    """Whether a host's status shows the buffer's delete failed: its error, or a run after a
+    failed one (the retry in flight writes its status without the last error, and a held
+    buffer must not drop out of `within_held_share` for the seconds each retry runs)."""
+    attempt = status.get("attempt")
+    return bool(status.get("error")) or (
+        status.get("step") == "delete" and isinstance(attempt, int) and attempt > 1
+    )
 
 
 # From here on a buffer is its spec as plain JSON (Store.buffer_doc): these run in every Slurm
