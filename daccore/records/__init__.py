@@ -7,6 +7,7 @@
     layout        where a compute node sees a buffer (mount paths)
     lifecycle     a host's next step for a buffer, from spec and state
     buffer_doc, status_view   the lean views of a buffer and a status the Slurm hooks read from
-                  JSON without pydantic; tests tie them to the models
+                  JSON without pydantic; tests tie them to the models. buffer_doc also
+                  holds the one rule of whether a buffer failed, and its one-word state
 
 Imports only the foundation (`daccore.errors`, `units`, `escape`)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from daccore.escape import printable
+from daccore.records.buffer_doc import failed
 from daccore.units import format_duration, format_size
 
 TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
@@ -29,7 +30,9 @@ def view(buf: Buffer, statuses: Mapping[str, Status | None]) -> Doc:
 
 def summary_line(v: Doc) -> str:
     """e.g. `buffer 7: staged_in -> mounted, stage_in, staged 12.0MiB/40.0MiB 30% 120/400 files
-    at 20.0MiB/s, 1s left`."""
+    at 20.0MiB/s, 1s left`; `, failed: <the first host's error>` when the buffer failed
+    (`daccore.records.buffer_doc.failed`). A view without generations (from a user service
+    before them) counts every error, as that service did."""
     states = sorted({h["state"] or "new" for h in v["hosts"]})
     line = f"buffer {v['buffer']}: {','.join(states)}"
     if states != [v["desired_state"]]:
@@ -40,7 +43,8 @@ def summary_line(v: Doc) -> str:
     progress = [h["progress"] for h in v["hosts"] if h["progress"]]
     if progress:
         line += ", staged " + staged_text(progress)
-    errors = [h["error"]["message"] for h in v["hosts"] if h["error"]]
+    # a failure the spec's newer generation is retrying is not one (buffer_doc.failed)
+    errors = [h["error"]["message"] for h in v["hosts"] if failed(h, v.get("generation", 0))]
     if errors:
         line += f", failed: {errors[0]}"
     return printable(line)  # Slurm prints it to whoever ran scontrol show bbstat

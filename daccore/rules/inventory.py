@@ -47,9 +47,28 @@ __all__ = [
 # `dataclasses` plus defining these would cost ~25 ms of its budget (docs/performance.md).
 
 PoolInfo = namedtuple("PoolInfo", "name granularity backend placement swap", defaults=(False,))
-BrickInfo = namedtuple(
-    "BrickInfo", "host name device capacity pool socket pcie_switch", defaults=(0, "0")
-)
+
+
+class BrickInfo(
+    namedtuple("BrickInfo", "host name device capacity pool socket pcie_switch", defaults=(0, "0"))
+):
+    __slots__ = ()  # still a bare tuple: no dict per brick
+
+    @classmethod
+    def from_json(cls, host: str, brick: Doc) -> BrickInfo:
+        """Host `host`'s brick from its record's JSON (a `Brick` in `Host.bricks`), with the
+        model's defaults for what it leaves out."""
+        return cls(
+            host,
+            brick["name"],
+            brick.get("device", ""),
+            brick["capacity"],
+            brick["pool"],
+            brick.get("socket", 0),
+            brick.get("pcie_switch", "0"),
+        )
+
+
 #: One host as the summary sees it (a HostCapacity record, plus liveness).
 HostView = namedtuple("HostView", "name alive drained pools")
 
@@ -168,15 +187,7 @@ class Inventory:
     def _host(self, name: str, pool: str | None = None) -> HostInfo:
         h = self._records()[name]
         bricks = [
-            BrickInfo(
-                name,
-                b["name"],
-                b.get("device", ""),
-                b["capacity"],
-                b["pool"],
-                b.get("socket", 0),
-                b.get("pcie_switch", "0"),
-            )
+            BrickInfo.from_json(name, b)
             for b in h.get("bricks", ())
             if pool is None or b["pool"] == pool
         ]

@@ -14,6 +14,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from daccore.errors import NotFound
+from daccore.records import buffer_doc
+from daccore.records.buffer_doc import STATES
 
 if TYPE_CHECKING:
     from daccore.records.models import Buffer, Status
@@ -34,9 +36,6 @@ __all__ = [
     "sort_names",
 ]
 
-#: Every value `buffer_state` can return: before any host reports, the lifecycle, a failure.
-STATES = ("new", "created", "staged_in", "mounted", "unmounted", "staged_out", "deleted", "error")
-
 
 def visible(uid: int, buf: Buffer) -> bool:
     """The rule of `dacctl status`: the owner sees their buffer, admins (uid 0 as
@@ -45,19 +44,14 @@ def visible(uid: int, buf: Buffer) -> bool:
 
 
 def buffer_state(buf: Buffer, statuses: dict[str, Status]) -> str:
-    """One word for a buffer across its hosts: "error" when any host failed at the spec's
-    current generation (an older failure is being retried), else "new" while any host has
-    reached no state yet, else the lowest state its hosts reached."""
-    hosts = buf.allocation.hosts
-    for host in hosts:
-        s = statuses.get(host)
-        if s is not None and s.error is not None and s.generation >= buf.generation:
-            return "error"
-    reached = [statuses[h].state if h in statuses else None for h in hosts]
-    known = [s for s in reached if s is not None]
-    if len(known) < len(reached):
-        return "new"
-    return min(known, key=lambda s: s.rank).value
+    """One word for a buffer across its hosts (`STATES`): `daccore.records.buffer_doc.state`,
+    the one every view shows, "error" only for a failure at the spec's current generation."""
+    docs = {h: s.model_dump(mode="json", include=_DECIDING) for h, s in statuses.items()}
+    return buffer_doc.state(buf.allocation.hosts, docs, buf.generation)
+
+
+#: what of a status decides the buffer's state
+_DECIDING = {"state", "generation", "error"}
 
 
 def user_name(uid: int) -> str:

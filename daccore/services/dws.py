@@ -61,7 +61,9 @@ class Session:
             if _JOB.fullmatch(job)
         }
         self.state = state_flags(
-            doc.get("desired_state", ""), [statuses.get(h) or {} for h in self.storage_hosts]
+            doc.get("desired_state", ""),
+            [statuses.get(h) or {} for h in self.storage_hosts],
+            doc.get("generation", 1),  # the model's default, rather than leave the session out
         )
 
     @property
@@ -88,14 +90,14 @@ def sessions(
 _BUFFER, _JOB = re.compile(BUFFER_NAME), re.compile(JOB_KEY)
 
 
-def state_flags(desired: str, reached: list[Doc]) -> str:
+def state_flags(desired: str, reached: list[Doc], generation: int) -> str:
     """DWS's five-character state, as dac fills it: `C` live or `D` being destroyed (teardown
-    asked); `A` every storage host has made it; `F` a host reports a failure; `T` being
-    destroyed and not yet gone from every host; the fifth is always `-`. So `CA---` is a
-    buffer in use, `D--T-` one in teardown."""
+    asked); `A` every storage host has made it; `F` the buffer failed (a host's error at the
+    spec's `generation`, `buffer_doc.failed`); `T` being destroyed and not yet gone from every
+    host; the fifth is always `-`. So `CA---` is a buffer in use, `D--T-` one in teardown."""
     destroying = desired == "deleted"
     made = bool(reached) and all(s.get("state") for s in reached)
-    failed = any(s.get("error") for s in reached)
+    failed = any(buffer_doc.failed(s, generation) for s in reached)
     gone = bool(reached) and all(s.get("state") == "deleted" for s in reached)
     return (
         ("D" if destroying else "C")

@@ -386,7 +386,10 @@ def within_held_share(store: Store, uid: int, pool: str, capacity: int, share: f
             doc.get("owner_uid") == uid
             and doc.get("desired_state") == State.DELETED.value
             and (doc.get("request") or {}).get("pool") == pool
-            and any(_teardown_failed(s) for s in store.status_docs(name).values())
+            and any(
+                _teardown_failed(s, doc.get("generation", 1))
+                for s in store.status_docs(name).values()
+            )
         ):
             try:
                 held[name] = sum(b["capacity"] for b in doc["allocation"]["bricks"])
@@ -410,13 +413,17 @@ def within_held_share(store: Store, uid: int, pool: str, capacity: int, share: f
         )
 
 
-def _teardown_failed(status: Doc) -> bool:
-    """Whether a host's status shows the buffer's delete failed: its error, or a run after a
-    failed one (the retry in flight writes its status without the last error, and a held
-    buffer must not drop out of `within_held_share` for the seconds each retry runs)."""
+def _teardown_failed(status: Doc, generation: int) -> bool:
+    """Whether a host's status shows the buffer's delete failing: failed by the one rule
+    (`buffer_doc.failed`, at the spec's `generation`), or a delete that failed before and is
+    due to run, or runs, again. Not the rule alone: a failed delete is not outgrown by a newer
+    spec as another step is (every spec of a buffer in teardown asks for the same delete, and
+    Slurm's retry is one), and the run in flight writes its status without the last error; a
+    held buffer must not drop out of `within_held_share` for the seconds each retry runs."""
     attempt = status.get("attempt")
-    return bool(status.get("error")) or (
-        status.get("step") == "delete" and isinstance(attempt, int) and attempt > 1
+    return buffer_doc.failed(status, generation) or (
+        status.get("step") == "delete"
+        and (bool(status.get("error")) or (isinstance(attempt, int) and attempt > 1))
     )
 
 
@@ -473,12 +480,9 @@ def set_desired(store: Store, name: str, state: State, retry: bool = False) -> b
 
 
 def _failed(store: Store, name: str, b: Doc) -> list[Doc]:
-    """The statuses of hosts whose step for the spec's current generation failed."""
-    return [
-        s
-        for s in store.status_docs(name).values()
-        if s.get("error") and s.get("generation", 0) >= b["generation"]
-    ]
+    """The statuses of hosts whose step for the spec's current generation failed
+    (`buffer_doc.failed`)."""
+    return [s for s in store.status_docs(name).values() if buffer_doc.failed(s, b["generation"])]
 
 
 #: seconds a retry of a failed delete waits for its run to be due, rather than answer with
@@ -654,8 +658,8 @@ def _wait(
         behind, late = [], []
         for host in hosts:
             s = statuses.get(host) or {}
-            error = s.get("error")
-            if error and s.get("generation", 0) >= buf["generation"]:
+            if buffer_doc.failed(s, buf["generation"]):
+                error = s["error"]
                 raise errors[error["category"]](f"buffer {name}: {error['message']}")
             reached = State(s["state"]) if s.get("state") else None
             done = reached is not None and (

@@ -341,15 +341,7 @@ class InventoryReads(WorkKeys):
                     else ()
                 )
                 out[h] = [
-                    BrickInfo(
-                        h,
-                        b["name"],
-                        b.get("device", ""),
-                        b["capacity"],
-                        b["pool"],
-                        b.get("socket", 0),
-                        b.get("pcie_switch", "0"),
-                    )
+                    BrickInfo.from_json(h, b)
                     for b in bricks
                     if b["pool"] == pool and b["name"] not in taken
                 ]

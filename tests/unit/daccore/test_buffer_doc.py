@@ -88,6 +88,7 @@ def test_the_status_view_of_the_json_is_the_models():
         "step": "",
         "progress": None,
         "error": None,
+        "generation": 0,
     }
 
 

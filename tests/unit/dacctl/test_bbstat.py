@@ -57,7 +57,7 @@ def site(store, utc):
                         "buffer": name,
                         "host": h,
                         "state": state,
-                        "generation": 1,
+                        "generation": store.buffer_json(name)["generation"],
                         "error": error and {"category": "internal", "message": error},
                     }
                 ),
@@ -126,9 +126,9 @@ def test_dwstat_says_so_in_crays_words_when_there_is_nothing(store):
 def test_a_buffer_in_teardown_is_flagged_destroyed():
     from daccore.services.dws import state_flags
 
-    assert state_flags("deleted", [{"state": "mounted"}, {"state": "deleted"}]) == "D--T-"
-    assert state_flags("deleted", [{"state": "deleted"}]) == "D----"
-    assert state_flags("created", [{"state": "created"}, {}]) == "C----"
+    assert state_flags("deleted", [{"state": "mounted"}, {"state": "deleted"}], 1) == "D--T-"
+    assert state_flags("deleted", [{"state": "deleted"}], 1) == "D----"
+    assert state_flags("created", [{"state": "created"}, {}], 1) == "C----"
 
 
 @pytest.mark.parametrize(
