@@ -203,12 +203,15 @@ for _ in range(int(sys.argv[2])):
 print(json.dumps([out, refused]))
 """
 
-#: the user service from another file: argv the file, then dacctl's
+#: the user service from another file (argv: the file), started as dac-user-service starts it;
+#: `serve`, which a file from before dac-user-service has too
 _SERVICE_FROM = (
-    "import importlib.util, sys; "
+    "import importlib.util, logging, sys; "
     "spec = importlib.util.spec_from_file_location('dacservice.users', sys.argv.pop(1)); "
     "m = importlib.util.module_from_spec(spec); sys.modules['dacservice.users'] = m; "
-    "spec.loader.exec_module(m); from dacctl.main import main; sys.exit(main(sys.argv[1:]))"
+    "spec.loader.exec_module(m); from daccore.settings.config import load_config; "
+    "logging.basicConfig(level=logging.INFO, "
+    "format='%(asctime)s dac-user-service[%(process)d] %(message)s'); m.serve(load_config())"
 )
 
 
@@ -331,11 +334,12 @@ class Flood:
 
 def service_from(state, env: dict, work: Path, path: str) -> None:
     """The local DAC's user service replaced by one run from `path`, on the same address."""
+    from daclocal.cluster import USER_SERVICE
     from daclocal.procs import spawn, stop_pid
 
-    stop_pid(state.users["service"], "user-service")
+    stop_pid(state.users["service"], USER_SERVICE)
     proc = spawn(
-        [sys.executable, "-I", "-c", _SERVICE_FROM, str(Path(path).resolve()), "user-service"],
+        [sys.executable, "-I", "-c", _SERVICE_FROM, str(Path(path).resolve())],
         work / "dac" / "logs" / "user-service-from-file.log",
         {k: v for k, v in env.items() if k in ("PATH", "DAC_CONFIG")},
     )

@@ -301,17 +301,6 @@ def etcd_certs(directory: Path, members: list[str], force: bool) -> None:
         print(f"{path}: written")
 
 
-def user_service() -> None:
-    import logging
-
-    from dacservice.users import serve
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s dac-user-service[%(process)d] %(message)s"
-    )
-    serve(load_config())
-
-
 def local_up(
     workdir: Path,
     servers: int,

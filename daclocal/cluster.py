@@ -49,6 +49,8 @@ POOL = "default"
 #: where jobs see buffers on every fake node, and where each node's own view lives
 MOUNT_ROOT = "mnt"
 NODE_ROOTS = "nodes"
+#: the user service's module, run as `python -I -m`, and what its command line is known by
+USER_SERVICE = "dacservice.users"
 
 
 @dataclass
@@ -328,7 +330,7 @@ def _start_user_service(
     state.save()
     log = workdir / "logs" / "user-service.log"
     proc = spawn(
-        python_module("dacctl.main", "user-service"),
+        python_module(USER_SERVICE),
         log,
         child_env(DAC_CONFIG=str(state.config_path)),
     )
@@ -417,7 +419,7 @@ def down(workdir: Path) -> list[str]:
     done = []
     if state.slurm:
         done += _cluster(state).stop()
-    for name, marker in (("service", "user-service"), ("munged", "munged")):
+    for name, marker in (("service", USER_SERVICE), ("munged", "munged")):
         pid = state.users.get(name)
         if pid and is_running(pid, marker):
             stop_pid(pid, marker)
@@ -634,7 +636,7 @@ def _user_rows(state: LocalState) -> list[dict]:
                 "process": "user-service",
                 "pid": u["service"],
                 "address": u["address"],
-                "running": is_running(u["service"], "user-service"),
+                "running": is_running(u["service"], USER_SERVICE),
             }
         )
     return rows

@@ -1,4 +1,4 @@
-"""The user service, a process of its own (`dacctl user-service`, systemd unit dac-users): users'
+"""The user service, a process of its own (`dac-user-service`, systemd unit dac-users): users'
 dacctl commands, authenticated with munge, answered from the controller so users hold no etcd
 credential (docs/security.md).
 

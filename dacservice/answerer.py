@@ -4,14 +4,15 @@ instead of a forked `dacctl --function`, over a unix socket burst_buffer.lua rea
 in-process (lua-socket). Slurm's real_size, in every release, runs in slurmscriptd: not here.
 Also `scontrol show bbstat` and `dwstat` (`bbstat`, issue 45), which any user may loop and
 slurmctld runs under its burst-buffer lock, every submission waiting: dac-bbstat's text
-(dacctl/bbstat.py) without a Python started per call.
+(daccore/services/bbstat.py) without a Python started per call.
 
-The answers are dacctl's own: each request runs `dacctl.datawarp.answer`, the very code of
-`dacctl --function`, with the config this process keeps (reloaded when the file changes) and
-a store that reads the in-memory mirror of etcd (mirror.py) while the mirror is confirmed
-current, etcd itself (bounded by DIRECT_TIMEOUT) otherwise or where the mirror is unsure. When
-neither can answer for sure, the answerer refuses, and burst_buffer.lua forks `dacctl
---function` with what is left of its 2 s: Slurm never loses a hook.
+The answers are dacctl's own: each request runs `daccore.services.slurm_answer.answer`, the
+very code of `dacctl --function`, for the functions the command table marks `hot`
+(daccore/services/command_table.py), with the config this process keeps (reloaded when the
+file changes) and a store that reads the in-memory mirror of etcd (mirror.py) while the mirror
+is confirmed current, etcd itself (bounded by DIRECT_TIMEOUT) otherwise or where the mirror is
+unsure. When neither can answer for sure, the answerer refuses, and burst_buffer.lua forks
+`dacctl --function` with what is left of its 2 s: Slurm never loses a hook.
 
 Wire protocol, one request per connection. Request: one line, `dac-answer/1 <function>
 <arg>...`, each word percent-encoded (every byte but letters, digits and `-._/:=,` as %XX).
@@ -30,10 +31,11 @@ show dwstat`, with the word after the function naming the caller as Slurm named 
 `dac-answer/2 bbstat caller:<uid>:<gid> <word>...` (burst_buffer.lua on Slurm 23.02+), or
 `caller:` alone where Slurm names no one (22.05, burst_buffer/datawarp's forwarder); the
 words are the user's, as dac-bbstat would get them (an empty one sent as `%00`: a line cannot
-carry an empty last word, and no argv word holds a NUL). The reply is dac-bbstat's stdout, exit 0,
-byte for byte (dacctl/bbstat.py `answer`); a `dac-answer/1 bbstat` is refused, as an answerer
-older than bbstat refuses both, and the caller forks dac-bbstat. The caller's uid is believed
-as DAC_BBSTAT_CALLER is: only root and SlurmUser may ask (below), and slurmctld names it.
+carry an empty last word, and no argv word holds a NUL). The reply is dac-bbstat's stdout,
+exit 0, byte for byte (daccore/services/bbstat.py `answer`); a `dac-answer/1 bbstat` is refused,
+as an answerer older than bbstat refuses both, and the caller forks dac-bbstat. The caller's uid
+is believed as DAC_BBSTAT_CALLER is: only root and SlurmUser may ask (below), and slurmctld
+names it.
 Reply, then the close:
   `ANSWER <exit status> <n>\\n` then dacctl's stdout (n bytes), then its stderr;
   `REFUSE <reason>\\n`: the caller forks dacctl.
@@ -83,7 +85,8 @@ import urllib.parse
 from typing import TYPE_CHECKING, cast
 
 from daccore.errors import AdminError, StoreUnavailable
-from dacctl import bbstat, datawarp
+from daccore.services import bbstat, slurm_answer
+from daccore.services.command_table import slurm_function
 from dacservice.mirror import Mirror, MirrorClient, Unsure
 from dacservice.published import PathsFiles, ValidFiles, replace
 
@@ -194,7 +197,7 @@ class Answerer:
         self._direct: Store | None = None
         self._stopping = False
         self._reload()  # a config that cannot be read stops the start, with its one line
-        datawarp.warm()
+        slurm_answer.warm()
         bbstat.warm()
         self.listener = _listen(path, self._settings["slurm_user"])
         directory = os.path.dirname(path) or "."
@@ -224,7 +227,7 @@ class Answerer:
         with self._lock:
             if identity == self._identity:
                 return self._settings
-            settings = datawarp.settings_for_caller()  # raises: the caller refuses
+            settings = slurm_answer.settings_for_caller()  # raises: the caller refuses
             if settings["etcd"] != self._etcd:
                 self._connect(settings["etcd"])
             self._settings, self._identity = settings, identity
@@ -439,7 +442,8 @@ class Answerer:
             if caller is None:
                 return b"REFUSE bbstat names its caller: dac-answer/2 bbstat caller:[<uid>:<gid>]\n"
             return self._reply_bbstat(caller, args)
-        if function not in datawarp.HOT:
+        row = slurm_function(function)
+        if row is None or not row.hot:  # the command table's column
             return b"REFUSE only job_process, pools, paths and bbstat are answered here\n"
         source, result = self.answer(function, args, script, pathfile_reply)
         if source is None:
@@ -529,7 +533,7 @@ class Answerer:
         """(source, (rc, stdout, stderr)): source "mirror", "etcd", or "kept" (a valid
         job_process answer given again, VALID_KEPT); (None, why) refused. `script`:
         job_process's script as the peer sent it; `pathfile_reply`: paths's lines answered,
-        not written (datawarp.answer)."""
+        not written (slurm_answer.answer)."""
         try:
             settings = self._reload()
         except Exception as e:  # noqa: BLE001 - dacctl forked will say it in its one line
@@ -544,7 +548,7 @@ class Answerer:
             try:
                 with mirror.lock:
                     if mirror.fresh():
-                        result = datawarp.answer(argv, settings, store, script, pathfile_reply)
+                        result = slurm_answer.answer(argv, settings, store, script, pathfile_reply)
                         if key is not None and result == (0, "", ""):
                             self._keep_valid((*key, mirror.changes), epoch)
                         return "mirror", result
@@ -557,7 +561,7 @@ class Answerer:
             if gone:  # no read of etcd would be answered in time: refused at once
                 return None, f"{why}; {gone}"
         try:
-            return "etcd", datawarp.answer(argv, settings, self._direct, script, pathfile_reply)
+            return "etcd", slurm_answer.answer(argv, settings, self._direct, script, pathfile_reply)
         except Unsure as e:
             return None, f"{why}; {e}"
 
@@ -766,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s dac-answerer[%(process)d] %(message)s"
     )
     from daccore.errors import DacError
-    from dacctl.slurm_args import Refused
+    from daccore.services.slurm_args import Refused
 
     try:
         serve(args.socket)

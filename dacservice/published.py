@@ -8,7 +8,8 @@ The paths files. `slurm_bb_paths` runs under slurmctld's job lock as each job st
 same moments as the other jobs' starts, their forked `pre_run`s and dacd's playbooks: a round
 trip to the answerer is a process woken on a busy machine (docs/performance.md). Yet the
 answer for a job with a buffer never needs the caller: it is its spec's `request.access` and
-`request.persistent` under the config's mount root (dacctl/datawarp.py, `buffer_paths`), set
+`request.persistent` under the config's mount root (daccore/services/slurm_functions.py,
+`buffer_paths`), set
 when the buffer is made. So for every key `buffers/<job id>` the mirror holds, the answerer
 keeps `paths/<job id>`: `dac-paths/1 <n>\\n` then the path file's n bytes, the very text
 `dacctl --function paths` writes, rewritten when the spec or the config changes and removed
@@ -29,7 +30,7 @@ import stat
 from typing import TYPE_CHECKING
 
 from daccore.records.keys import prefix_end
-from dacctl.datawarp import buffer_paths
+from daccore.services.slurm_functions import buffer_paths
 
 if TYPE_CHECKING:
     from dacservice.mirror import Mirror

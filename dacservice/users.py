@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 _Task = tuple[socket.socket, str, int, int, str, dict[str, Any]]
 
 __all__ = [
+    "main",
     "serve",
     "caller",
     "decode",
@@ -729,3 +730,38 @@ def serve(config: DacConfig, ready: Callable[[], object] | None = None) -> None:
     if ready:
         ready()
     server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`dac-user-service`: dac's user service, run as SlurmUser under systemd
+    (daccore/share/packaging/dac-users.service) with the config DAC_CONFIG names; it answers
+    users' status, pools, buffers, show, create-persistent and destroy-persistent for the uid
+    their munge credential proves, on the config's user_service (host:port). A DacError is one
+    line on stderr and the exit code of its kind."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="dac-user-service", description=main.__doc__)
+    p.add_argument("--debug", action="store_true", help="a traceback with an error")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s dac-user-service[%(process)d] %(message)s"
+    )
+    from daccore.escape import printable
+    from daccore.settings.config import load_config
+
+    try:
+        serve(load_config())
+    except DacError as e:
+        if args.debug:
+            raise
+        print(printable(f"dac-user-service: {e.kind.value} error: {e}"), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:  # before serve() took SIGINT over
+        print("dac-user-service: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # root's daemons start as `python -I -m dacservice.users` (daclocal)
+    raise SystemExit(main())

@@ -91,6 +91,7 @@ PLANTED = (
     "daccore/__init__.py",
     "dacservice/__init__.py",
     "dacservice/answerer.py",
+    "dacservice/users.py",
     "daclocal/__init__.py",
     "yaml/__init__.py",
 )
@@ -137,7 +138,7 @@ def test_root_starts_no_daemon_with_a_module_of_the_directory_it_stands_in(
     # dacd and the user service as `dacctl local up` starts them (quick exits: --help)
     for argv, says in (
         (python_module("dacd.main", "--help"), "usage: dacd "),
-        (python_module("dacctl.main", "user-service", "--help"), "usage: dacctl user-service"),
+        (python_module("dacservice.users", "--help"), "usage: dac-user-service"),
         # the answerer and the Slurm hooks: the venv's entry points (daclocal/slurm.py)
         ([str(BIN / "dac-answerer"), "--help"], "usage: dac-answerer"),
         ([str(BIN / "dacctl"), "--version"], "dac, version"),

@@ -27,6 +27,7 @@ from clitools import run, setup
 from daccore.settings.config import load_config
 from daccore.share import asset
 from daccore.store import Store
+from daclocal.cluster import USER_SERVICE
 from dacservice.users import MAX_CLIENTS, MAX_REQUEST, READ_TIMEOUT
 
 A, B = (1234, 4321), (5678, 8765)
@@ -458,11 +459,14 @@ def test_usersvc_the_systemd_unit_verifies_and_runs_the_service_unprivileged(tmp
     unit = asset("packaging", "dac-users.service").read_text()
     path = tmp_path / "dac-users.service"
     path.write_text(
-        unit.replace("/opt/dac/venv/bin/dacctl", str(Path(sys.executable).parent / "dacctl"))
+        unit.replace(
+            "/opt/dac/venv/bin/dac-user-service",
+            str(Path(sys.executable).parent / "dac-user-service"),
+        )
     )
     r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
     assert (r.returncode, r.stdout + r.stderr) == (0, "")
-    assert "ExecStart=/opt/dac/venv/bin/dacctl user-service\n" in unit
+    assert "ExecStart=/opt/dac/venv/bin/dac-user-service\n" in unit
     assert "User=slurm\n" in unit and "NoNewPrivileges=yes\n" in unit
     assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE\n" in unit
 
@@ -497,10 +501,10 @@ def test_usersvc_admin_rights_come_from_the_verified_gid_and_group_database(user
     data = yaml.safe_load((workdir / "dac.yaml").read_text())
     (workdir / "dac.yaml").write_text(yaml.safe_dump({**data, "admin_group": "usersvc-adm"}))
     state = json.loads((workdir / "state.json").read_text())
-    stop_pid(state["users"]["service"], "user-service")
+    stop_pid(state["users"]["service"], USER_SERVICE)
     log = open(workdir / "logs" / "user-service-2.log", "wb")
     service = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dacctl"), "user-service"],
+        [str(Path(sys.executable).parent / "dac-user-service")],
         env=child_env(DAC_CONFIG=str(workdir / "dac.yaml")),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -577,7 +581,7 @@ def test_usersvc_local_status_shows_munged_and_the_service_and_down_stops_them(u
     down = run("dacctl", "local", "down", "--workdir", str(workdir)).stdout
     assert f"user service (pid {rows['user-service']['pid']})" in down
     assert f"munged (pid {rows['munged']['pid']})" in down
-    assert not is_running(rows["user-service"]["pid"], "user-service")
+    assert not is_running(rows["user-service"]["pid"], USER_SERVICE)
     assert not is_running(rows["munged"]["pid"], "munged")
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from daccore.etcd.types import KV, Event
+from daccore.services.slurm_functions import buffer_paths
 from daccore.share import asset
-from dacctl.datawarp import buffer_paths
 from dacservice.mirror import Mirror
 from dacservice.published import PathsFiles, ValidFiles, paths_file, valid_name
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from dacctl import datawarp
+from daccore.services import slurm_answer
 from dacservice import answerer
 from dacservice.answerer import Answerer
 
@@ -26,7 +26,7 @@ class Mirror:
 @pytest.fixture
 def server(monkeypatch):
     """An Answerer without socket or etcd: its config read is a no-op, its mirror a stand-in,
-    and datawarp.answer records each call, answering `result[0]`."""
+    and slurm_answer.answer records each call, answering `result[0]`."""
     a = Answerer.__new__(Answerer)
     a._lock = threading.Lock()
     a._epoch, a._valid, a._valid_moves = 1, {}, 0
@@ -39,7 +39,7 @@ def server(monkeypatch):
         calls.append((argv, script, store))
         return result[0]
 
-    monkeypatch.setattr(datawarp, "answer", answer)
+    monkeypatch.setattr(slurm_answer, "answer", answer)
     return a, calls, result
 
 
@@ -93,7 +93,7 @@ def test_an_answer_built_across_a_config_read_is_not_kept(server, monkeypatch):
         calls.append(argv)
         return (0, "", "")
 
-    monkeypatch.setattr(datawarp, "answer", answer)
+    monkeypatch.setattr(slurm_answer, "answer", answer)
     ask(a)
     assert a._valid == {}
 

@@ -109,21 +109,17 @@ LAYERS = (
     ("daccore.store",),
     ("daccore.services",),
 )
-#: the processes: each imports daccore, never the reverse; dacctl's thin commands start the
-#: local DAC (`dacctl local`) lazily; daclocal, the all-in-one site, drives any of them
+#: the processes: each imports daccore, never the reverse, nor another process: dacctl's thin
+#: commands start the local DAC (`dacctl local`) lazily; daclocal, the all-in-one site, drives
+#: any of them. The answerer answers Slurm's hooks with the core's code of `dacctl --function`
+#: (daccore/services/slurm_answer.py), and the user service starts by its own entry point
+#: (dac-user-service)
 PROCESSES = {
     "dacctl": {"daclocal"},
     "dacd": set(),
-    # the answerer (dacservice/answerer.py) answers Slurm's hooks with dacctl's own code
-    # (dacctl/datawarp.py), the one place of each answer
-    "dacservice": {"dacctl"},
+    "dacservice": set(),
     "daclocal": {"dacctl", "dacd", "dacservice"},
 }
-#: (module, the other process's module it may import) beyond PROCESSES. `dacctl user-service`
-#: runs the user service's server in its own process, importing it lazily inside that command
-#: alone: that command is how the service is started (dac-users.service's ExecStart, daclocal),
-#: so the import stays. Users' commands ask the service through daccore.services.user_client.
-ALSO = {("dacctl.cli", "dacservice.users")}
 
 
 def layer_of(module: str) -> int:
@@ -144,11 +140,7 @@ def wrong_directions(graph: dict[str, set[str]]) -> list[str]:
             if top == "daccore" and dep_top == "daccore":
                 if layer_of(dep) > layer_of(name):
                     wrong.append(f"{name} imports {dep}, a layer above it")
-            elif (
-                dep_top not in (top, "daccore")
-                and dep_top not in PROCESSES[top]
-                and (name, dep) not in ALSO
-            ):
+            elif dep_top not in (top, "daccore") and dep_top not in PROCESSES[top]:
                 wrong.append(f"{name} imports {dep}, another process")
     return wrong
 
@@ -172,6 +164,7 @@ def test_the_direction_check_finds_an_upward_import():
     }
     assert wrong_directions(graph) == [
         "daccore.records.models imports daccore.store, a layer above it",
+        "dacctl.cli imports dacservice.users, another process",
         "dacctl.render imports dacservice.users, another process",
         "dacd.main imports dacctl.cli, another process",
     ]

@@ -10,8 +10,8 @@ from records import host, pool
 from daccore.records import buffer_doc
 from daccore.records.states import State
 from daccore.rules.directives import parse_script
-from daccore.services import jobs
-from dacctl import bbstat
+from daccore.services import bbstat, jobs
+from dacctl.bbstat import main
 
 GIB = 2**30
 #: 2026-11-27T10:00:00 UTC
@@ -147,7 +147,7 @@ def test_a_buffer_in_teardown_is_flagged_destroyed():
     ],
 )
 def test_bbstat_refuses_all_but_a_job_id_or_a_view_in_one_line(words, capsys):
-    assert bbstat.main(words) == 0  # datawarp shows a failed GetSysStatus's output not at all
+    assert main(words) == 0  # datawarp shows a failed GetSysStatus's output not at all
     out = capsys.readouterr()
     assert (
         out.out

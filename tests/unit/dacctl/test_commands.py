@@ -50,7 +50,7 @@ def test_every_command_has_a_one_line_summary_a_who_and_a_handler_that_imports()
         assert callable(handler), c.handler
         params = list(inspect.signature(handler).parameters)
         if c.who == SLURM:
-            assert params == ["args", "settings", "store"], c.name
+            assert params == ["call", "settings", "store"], c.name
         else:  # people's: exactly the table's arguments, by name
             assert params == [a.dest for a in c.args], c.name
 
@@ -105,8 +105,8 @@ def test_the_dw_wlm_cli_form_keeps_its_spellings():
 def test_a_refused_slurm_line_is_answered_by_slurms_protocol_after_the_caller_check(
     argv, monkeypatch, capsys
 ):
-    from dacctl import datawarp
-    from dacctl.slurm_args import Refused
+    from daccore.services import slurm_answer
+    from daccore.services.slurm_args import Refused
 
     with pytest.raises(Usage) as e:
         parse(argv)
@@ -115,11 +115,11 @@ def test_a_refused_slurm_line_is_answered_by_slurms_protocol_after_the_caller_ch
     def refuse():
         raise Refused("dacctl --function is for Slurm only (root or SlurmUser 'slurm')")
 
-    monkeypatch.setattr(datawarp, "settings_for_caller", refuse)
+    monkeypatch.setattr(slurm_answer, "settings_for_caller", refuse)
     assert main(argv) == 1
     out = capsys.readouterr()
     assert out.out.startswith("dacctl --function is for Slurm only") and out.err == ""
-    monkeypatch.setattr(datawarp, "settings_for_caller", lambda: {})
+    monkeypatch.setattr(slurm_answer, "settings_for_caller", lambda: {})
     assert main(argv) == 1
     out = capsys.readouterr()
     assert out.out.startswith("dacctl: ") and out.out.count("\n") == 1 and out.err == ""

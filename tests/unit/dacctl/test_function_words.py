@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from daccore.services import command_table
 from dacctl import commands
 from dacctl.commands import Exit, Usage, members, parse
 
@@ -40,7 +41,7 @@ def outcome(fn, argv):
 
 
 def fast(argv):
-    return commands._function_words(argv[1], argv[2:])
+    return command_table.function_words(argv[1], argv[2:])
 
 
 def test_hot_functions_take_the_fast_path():
@@ -90,7 +91,7 @@ def test_bad_and_odd_words_as_argparse(name, words):
 @pytest.mark.parametrize("name", [*FUNCTIONS, "nosuch", "--job", ""])
 def test_random_words_agree(name):
     rng = random.Random(f"function-words-{name}")
-    flags = [f for a in commands.DW for f in a.flags] + ["--debug", "--tok", "--", "-"]
+    flags = [f for a in command_table.DW for f in a.flags] + ["--debug", "--tok", "--", "-"]
     values = ["5", "1000", "-1", "", "x y", "abc", "/p", "=", "--token", "0x10", " 7", "١٢"]
     for _ in range(400):
         words = [rng.choice(flags + values) for _ in range(rng.randrange(0, 7))]

@@ -3,7 +3,7 @@
 import pytest
 
 from daccore.errors import StoreUnavailable
-from dacctl.datawarp import _riding_out_etcd
+from daccore.services.slurm_answer import _riding_out_etcd
 
 
 def flaky(failures: int):

@@ -3,13 +3,13 @@
 the same bytes and the same lua_directive, each call gets its own copy, and a refused script
 is refused each time in the same words."""
 
-import argparse
 import os
 
 import pytest
 
 from daccore.rules.directives import DirectiveError, Directives, parse_script
-from dacctl import datawarp
+from daccore.services import slurm_functions as datawarp
+from daccore.services.slurm_functions import CallFiles, SlurmCall
 
 JOBDW = b"#!/bin/bash\n#DW jobdw capacity=1GiB access_mode=striped type=scratch\n"
 LUA = b"#!/bin/bash\n#SITE jobdw capacity=2GiB access_mode=striped type=scratch\n"
@@ -34,9 +34,10 @@ def script(tmp_path):
     def call(data, function="job_process", lua="BB_LUA"):
         path.write_bytes(data)
         fd = os.open(path, os.O_RDONLY)
-        args = argparse.Namespace(function=function, job=str(path), job_fd=fd)
+        hot = function in ("job_process", "paths")
+        call = SlurmCall(function, job=str(path), hot=hot, files=CallFiles(script=fd))
         try:
-            return datawarp._script(args, lua)
+            return datawarp.directives(call, lua)
         finally:
             os.close(fd)
 
@@ -105,7 +106,8 @@ def test_a_script_is_read_as_far_as_its_leading_comment_block(tmp_path):
         path.write_bytes(data)
         fd = os.open(path, os.O_RDONLY)
         try:
-            return datawarp._script_bytes(argparse.Namespace(job=str(path), job_fd=fd))
+            call = SlurmCall("job_process", job=str(path), files=CallFiles(script=fd))
+            return datawarp.script_bytes(call)
         finally:
             os.close(fd)
 

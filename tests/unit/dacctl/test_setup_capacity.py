@@ -5,8 +5,8 @@ import pytest
 
 from daccore.errors import AdminError
 from daccore.rules.directives import parse_script
-from dacctl.datawarp import _agrees_with_slurm
-from dacctl.slurm_args import Refused, capacity
+from daccore.services.slurm_args import Refused, capacity
+from daccore.services.slurm_steps import _agrees_with_slurm
 
 GIB = 1 << 30
 

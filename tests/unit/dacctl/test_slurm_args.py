@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from dacctl import slurm_args as sa
-from dacctl.bbstat import public_line
+from daccore.services import slurm_args as sa
+from daccore.services.bbstat import public_line
 
 ROOT = frozenset({0})
 

@@ -3,7 +3,7 @@
 import pytest
 
 from daccore.errors import AdminError
-from dacctl.slurmjob import expand_hostlist, job_nodes
+from daccore.services.slurmjob import expand_hostlist, job_nodes
 
 
 @pytest.mark.parametrize(

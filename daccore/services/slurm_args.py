@@ -1,4 +1,5 @@
-"""Who may run `dacctl --function`, and the checks on every argument Slurm passes it.
+"""Who may call Slurm's functions (`dacctl --function`, the answerer), and the checks on every
+argument Slurm passes them.
 
 Only Slurm runs these functions: root or the config's `slurm_user` (SlurmUser). Even then every
 argument is checked before use, since a path or token that reached here by some other route

@@ -5,7 +5,7 @@ from 23.02 the job's node list (job_info.nodes, a hostlist such as node[1-2]: --
 here; before 23.02 it passes none, so then we ask slurmctld (pre_run runs in slurmscriptd,
 outside slurmctld's locks, after the nodes are allocated), with the scontrol on PATH: the one
 slurmctld's own environment gives, so the same release. A job array's task whose script
-Slurm 24.11+ never wrote is found the array's the same way (dacctl/slurm_args.py). argv lists
+Slurm 24.11+ never wrote is found the array's the same way (slurm_args.py). argv lists
 only: no shell.
 """
 
