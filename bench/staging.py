@@ -5,7 +5,7 @@ every copy, progress reporting on, the device's raw limit (dd) reported beside t
 Source on the root filesystem, destination in a buffer-like xfs on a 4 GiB loop device in
 direct I/O (a brick: no second page cache under the filesystem). Every tool runs as the same
 unprivileged user (uid 4000), as staging does: the copier exactly as dacd starts it (`python3
--I -S dacd/copier.py`, plan on stdin, progress on stdout). Rounds alternate the tools, each
+-I -S dacd/staging/copier.py`, plan on stdin, progress on stdout). Rounds alternate the tools, each
 round starting with the next one (whichever runs first after a removal must not always be the
 same tool), and a copy starts 1 s after the last one's removal was synced; medians are
 compared. Every copy is compared with its source after its timing.
@@ -14,7 +14,7 @@ compared. Every copy is compared with its source after its timing.
 
 Scaling (issue 35): `bench/staging.py scaling` stages three sets (2,000 files of 32 KiB; 4
 files of 128 MiB; one of 512 MiB) split across 1, 2, 4 and 8 in-process servers
-(dacd/staging_split.py's split_here, every share a copier of its own as the user), each
+(dacd/staging/split.py's split_here, every share a copier of its own as the user), each
 server's copier capped by the copier's token bucket (DAC_BENCH_RATE, which only this bench
 sets) at RATE bytes a second (default 16 MiB/s; RATE_SMALL, 2 MiB/s, for the small files:
 eight servers' worth of small files must stay well inside what two shared cores can open and
@@ -39,8 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import steal_meter  # noqa: E402
 
-from dacd.copier import encode_plan  # noqa: E402
-from dacd.staging import COPIER, _python  # noqa: E402
+from dacd.staging.copier import encode_plan  # noqa: E402
+from dacd.staging.run import COPIER, interpreter  # noqa: E402
 from daclocal import loopdev  # noqa: E402
 
 UID = GID = 4000
@@ -151,7 +151,7 @@ def main() -> int:
                 int(os.environ.get("WORKERS", "4")),
                 int(os.environ.get("CHUNK", str(256 << 20))),
             )
-            return [_python(), "-I", "-S", COPIER], plan
+            return [interpreter(), "-I", "-S", COPIER], plan
 
         cases = {
             "small": {
@@ -241,7 +241,8 @@ def make_sets(src: Path) -> dict[str, tuple[Path, int]]:
 
 def split_once(buffer, src: Path, mnt: Path, workers: int, n: int) -> float:
     """Seconds to stage `src` in split across `n` servers (0: today's single copier)."""
-    from dacd import staging, staging_split
+    from dacd.staging import run as staging
+    from dacd.staging import split as staging_split
 
     fs = mnt / "fs"
     (fs / "striped").mkdir(parents=True)

@@ -12,9 +12,9 @@ from daccore.rules.trust import shown
 from daccore.settings.config import DacConfig
 from daccore.store import Store
 from dacd import metrics, runner
-from dacd.injob import InJobStager
 from dacd.reconciler import Reconciler
 from dacd.registration import check_devices, exposure, host_record, host_settings, pool_records
+from dacd.staging.injob import InJobStager
 from dacd.warm_ansible import WarmAnsible
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ again.
 Stages (stage_in, stage_out) run on their own pool of `concurrency` threads, not on the
 workers: a stage may take an hour, or hang until dacd kills it, and meanwhile every other
 buffer's steps and every teardown still proceed. A buffer whose spec turns to DELETED while its
-stage runs has the copier killed at once (dacd.staging.Run), so teardown frees its bricks.
+stage runs has the copier killed at once (dacd.staging.run.Run), so teardown frees its bricks.
 
 For a backend whose steps run once for all hosts (lustre, daos: daccore.backends), only the
 primary host's dacd works on the buffer, and it records each state for every host of it.
@@ -65,7 +65,7 @@ from daccore.rules.trust import Untrusted, parse_buffer, shown
 from dacd import metrics
 from dacd.owed import RETRY as OWED_RETRY
 from dacd.owed import leave_owed, retry_owed
-from dacd.split_shares import SplitShares
+from dacd.staging.shares import SplitShares
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Reconciler(SplitShares):
         self._run_step = run_step or default_run
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="reconcile")
         self._stages = ThreadPoolExecutor(config.concurrency, thread_name_prefix="stage")
-        self._staging: dict = {}  # buffer name -> dacd.staging.Run of the stage under way
+        self._staging: dict = {}  # buffer name -> dacd.staging.run.Run of the stage under way
         self._lock = threading.Lock()
         self._busy: set[str] = set()
         self._again: set[str] = set()
@@ -129,7 +129,7 @@ class Reconciler(SplitShares):
         self._acted: dict[str, int] = {}  # buffer name -> the spec revision last reconciled
         self._later: dict[str, threading.Timer] = {}  # failed deletes, looked at when due
         self._view: str | None = None  # the mount namespace this dacd sees (stage-views/)
-        #: the stages jobs ask for while they run (dacd.injob.InJobStager), or None
+        #: the stages jobs ask for while they run (dacd.staging.injob.InJobStager), or None
         self.injob = injob
 
     # -- scheduling ----------------------------------------------------------------------------
@@ -173,8 +173,8 @@ class Reconciler(SplitShares):
     def _say_view(self) -> None:
         """Which mount namespace this dacd sees filesystems in (`stage-views/<host>`): a
         buffer's primary splits a stage only across servers that see its filesystem where it
-        does (dacd/staging_split.py)."""
-        from dacd.split_reach import view
+        does (dacd/staging/split_primary.py)."""
+        from dacd.staging.reach import view
 
         try:
             self._view = view()
@@ -588,7 +588,7 @@ class Reconciler(SplitShares):
         self, buf, incarnation: int, mine, step: str, target: State, backend: str, hosts: list[str]
     ) -> None:
         """The stage to the stage pool; the buffer is looked at again when it ends."""
-        from dacd.staging import Run
+        from dacd.staging.run import Run
 
         run = Run()
         with self._lock:
@@ -791,22 +791,22 @@ class Reconciler(SplitShares):
         to the status at most once a second (the copier's own pace). A buffer of several
         servers that see the primary's filesystem is split across their dacds (issue 35:
         `split_by` is (incarnation, attempt, this host's status, on_share))."""
-        from dacd.staging import Run, stage, time_limit
+        from dacd.staging.run import Run, stage, time_limit
 
         fs_path = backend.variables(buf, step)["fs_path"]
         run = run or Run()
         injob = step == "stage_out" and self.injob is not None and not buf.persistent
-        if injob:  # the job's own stages still running end first (dacd/injob.py)
+        if injob:  # the job's own stages still running end first (dacd/staging/injob.py)
             self.injob.before_stage_out(buf, run)
         args = (buf, step.removeprefix("stage_"), fs_path, self.config.stage_workers, on_progress)
         limit = time_limit(self.config.stage_timeout)
         split = int(os.environ.get("DAC_STAGE_SPLIT") or 0)  # tests and bench only: every
-        if split > 1:  # stage split across that many copiers here (dacd/staging_split.py)
-            from dacd.staging_split import split_here
+        if split > 1:  # stage split across that many copiers here (dacd/staging/split.py)
+            from dacd.staging.split import split_here
 
             split_here(*args, limit, run, split)
         elif split_by is not None and len(owners := self._split_owners(buf, backend)) > 1:
-            from dacd.staging_split import Across
+            from dacd.staging.split_primary import Across
 
             incarnation, attempt, mine, on_share = split_by
             Across(

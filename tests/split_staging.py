@@ -1,6 +1,6 @@
 """The staging tests run twice: with today's single copier, and with every stage split across
 three in-process servers (DAC_STAGE_SPLIT=3 in dacd's environment: the reconciler then stages
-with dacd/staging_split.py's split_here, issue 35's split copy with every share on this host).
+with dacd/staging/split.py's split_here, issue 35's split copy with every share on this host).
 A module opts in with
 
     from split_staging import stage_split  # noqa: F401  (an autouse fixture)

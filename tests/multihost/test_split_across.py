@@ -14,7 +14,7 @@ from pathlib import Path
 from clitools import pools, run, slurm, wait_for
 from stage_trees import MiB, Owner, seen
 
-from dacd import staging
+from dacd.staging import run as staging
 
 #: the job's user on the multi-host site's hosts
 USER = Owner(1001, 1001)

@@ -17,7 +17,7 @@ from clitools import pools, run, setup, slurm, wait_for
 
 from daccore.settings.config import load_config
 from daccore.store import Store
-from dacd.staging import _python
+from dacd.staging.run import interpreter
 from daclocal.cluster import LocalState
 from daclocal.procs import child_env, spawn, stop_pid
 
@@ -208,7 +208,7 @@ def stopping_copiers(uid=UID, gid=GID):
     Every copier this test's dacd starts for `uid` inside the block is stopped as it starts;
     yields `next_stopped(timeout)`, the pid of the next one stopped."""
     proc = subprocess.Popen(
-        [_python(), "-I", "-S", "-c", _STOPPER, *map(str, _DACDS)],
+        [interpreter(), "-I", "-S", "-c", _STOPPER, *map(str, _DACDS)],
         stdout=subprocess.PIPE,
         text=True,
         user=uid,

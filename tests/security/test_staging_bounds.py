@@ -28,7 +28,7 @@ from security.staging_dac import (
 )
 from split_staging import stage_line, stage_split  # noqa: F401 - autouse: run split too
 
-from dacd.staging import COPIER, _python
+from dacd.staging.run import COPIER, interpreter
 
 NOT_REGULAR = "not a regular file (FIFOs, devices and sockets are not staged)"
 
@@ -91,7 +91,7 @@ def test_staging_a_fifo_swapped_in_after_the_walk_fails_the_worker_at_once(open_
     open(dst / "b", "wb").close()
     os.chown(dst / "b", UID, GID)
     r = subprocess.run(
-        [_python(), "-I", "-S", "-c", code, str(src / "was-a-file"), str(dst)],
+        [interpreter(), "-I", "-S", "-c", code, str(src / "was-a-file"), str(dst)],
         capture_output=True,
         text=True,
         user=UID,
@@ -208,7 +208,7 @@ def test_staging_a_stage_that_never_ends_is_killed_by_the_timeout(dac, open_dir,
         caller.start()
         next_stopped()
     caller.join(STAGE_TIMEOUT + 30)
-    from dacd.staging import time_limit  # here: the code before it had none (see the report)
+    from dacd.staging.run import time_limit  # here: the code before it had none (see the report)
 
     limit = time_limit(STAGE_TIMEOUT)
     assert (result["r"].returncode, result["r"].stdout) == (

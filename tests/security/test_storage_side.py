@@ -20,7 +20,7 @@ import pytest
 from clitools import run, wait_for
 from security.entry_helpers import MALLORY
 
-from dacd.split_reach import PROOF_PREFIX, proves
+from dacd.staging.reach import PROOF_PREFIX, proves
 from daclocal.cluster import LocalState
 from daclocal.procs import child_env, spawn, stop_pid
 from daclocal.slurm import SUBMIT_USER, ensure_submit_user

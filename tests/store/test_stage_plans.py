@@ -18,9 +18,10 @@ from daccore.etcd.types import TRANSPORTS, EtcdRequestError
 from daccore.records.models import ShareReport, StagePlan, State, Status
 from daccore.services.buffers import allocate_buffer
 from daccore.store import Store
-from dacd.split_reach import make_proof
-from dacd.staging import Run
-from dacd.staging_split import Across, run_owned
+from dacd.staging.reach import make_proof
+from dacd.staging.run import Run
+from dacd.staging.split_owners import run_owned
+from dacd.staging.split_primary import Across
 from daclocal.etcd_server import PREFIX
 
 

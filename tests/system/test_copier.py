@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dacd import copier
-from dacd.staging import COPIER, _python
+from dacd.staging import copier
+from dacd.staging.run import COPIER, interpreter
 from daclocal import loopdev
 
 UID = GID = 1234
@@ -35,7 +35,7 @@ def run_copier(src, dst, inside, kind="directory", workers=3, chunk=256 << 20):
         chunk,
     )
     r = subprocess.run(
-        [_python(), "-I", "-S", COPIER],
+        [interpreter(), "-I", "-S", COPIER],
         input=plan,
         capture_output=True,
         user=UID,

@@ -1,4 +1,4 @@
-"""The split copy (dacd/copy_share.py through dacd/staging_split.py) as real unprivileged
+"""The split copy (dacd/staging/share.py through dacd/staging/split.py) as real unprivileged
 users run it: K in-process servers give the tree a single copier gives, byte for byte, with
 its modes, times, ownership, links and holes; one failed share fails the stage naming it."""
 
@@ -8,7 +8,8 @@ import pytest
 from stage_trees import MiB, buffer_for, fs_root, seen, tree, write
 
 from daccore.errors import UserError
-from dacd import staging, staging_split
+from dacd.staging import run as staging
+from dacd.staging import split as staging_split
 
 
 @pytest.mark.parametrize("servers", [1, 2, 3, 5])

@@ -20,7 +20,7 @@ from stage_trees import MiB, buffer_for, fs_root, owned, seen, tree, write
 from daccore.settings.config import load_config
 from daccore.store import Store
 from daccore.units import format_size
-from dacd import staging
+from dacd.staging import run as staging
 from daclocal.procs import is_running
 
 

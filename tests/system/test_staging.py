@@ -235,7 +235,7 @@ def test_the_copier_starts_where_the_user_cannot_reach_dacs_files(open_dir, tmp_
     from types import SimpleNamespace
 
     from daccore.records.models import StageType
-    from dacd import staging
+    from dacd.staging import run as staging
 
     private = tmp_path / "root-only"
     private.mkdir(mode=0o700)

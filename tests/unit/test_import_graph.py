@@ -190,7 +190,7 @@ def test_every_module_imports():
         "daccore.backends.base",
         "daccore.etcd.types",
         "daccore.share",
-        "dacd.copier",
+        "dacd.staging.copier",
         "dacctl.slurm_files",
         "daclocal.cluster",
     } <= set(found)

@@ -8,7 +8,7 @@ from daccore.errors import StoreUnavailable
 from daccore.records.models import Pool
 from daccore.rules.directives import parse_script
 from daccore.services import estimate as est
-from dacd import copier
+from dacd.staging import copier
 
 MiB, GiB = 1 << 20, 1 << 30
 

@@ -1,10 +1,10 @@
-"""Dealing a split stage's files into shares (dacd/copy_share.py): pure, no file touched."""
+"""Dealing a split stage's files into shares (dacd/staging/share.py): pure, no file touched."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dacd import copy_share
-from dacd.copy_share import ALIGN, FILE_COST, SPLIT, deal, pieces, weight
+from dacd.staging import share as copy_share
+from dacd.staging.share import ALIGN, FILE_COST, SPLIT, deal, pieces, weight
 
 MiB = 1 << 20
 

@@ -1,14 +1,14 @@
-"""An in-job stage's progress lines reach its status from a thread of their own (dacd/injob.py
-_Latest): the copier's reader never waits for etcd, only the newest line of those that came
-during a write is written, the last one always is, and a failed write stops the copy and is
-raised where the stage runs."""
+"""An in-job stage's progress lines reach its status from a thread of their own
+(dacd/staging/injob.py _Latest): the copier's reader never waits for etcd, only the newest line
+of those that came during a write is written, the last one always is, and a failed write stops
+the copy and is raised where the stage runs."""
 
 import threading
 
 import pytest
 
 from daccore.errors import Conflict
-from dacd.injob import _Latest
+from dacd.staging.injob import _Latest
 
 
 def _line(n: int) -> dict:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from dacd.split_reach import PROOF_PREFIX, drop_proof, make_proof, proves, reaches, split_reach
+from dacd.staging.reach import PROOF_PREFIX, drop_proof, make_proof, proves, reaches, split_reach
 
 HERE = "boot-a:mnt:[4026531841]"
 
@@ -65,6 +65,6 @@ def test_a_link_or_a_users_file_is_no_proof(tmp_path, monkeypatch):
     users.write_bytes(b"")
     os.chown(users, 1000, 1000)
     assert not proves(str(primary), proof)  # not root's
-    monkeypatch.setattr("dacd.split_reach.secrets.token_hex", lambda n: proof)
+    monkeypatch.setattr("dacd.staging.reach.secrets.token_hex", lambda n: proof)
     with pytest.raises(FileExistsError):  # a name already there is never reused
         make_proof(str(primary))

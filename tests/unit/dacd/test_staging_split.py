@@ -1,9 +1,9 @@
-"""What a split stage's dacds sum and compare (dacd/staging_split.py): one server's progress
+"""What a split stage's dacds sum and compare (dacd/staging/split.py): one server's progress
 counts only its shares (the status views add the servers'), the links once, on the primary;
 a share report answers one plan's generation and attempt only."""
 
 from daccore.records.models import ShareReport, StagePlan
-from dacd.staging_split import Total, answers
+from dacd.staging.split import Total, answers
 
 PLAN = {"shares": [[100, 2], [60, 3], [40, 1]], "links": 5}
 

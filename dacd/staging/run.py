@@ -1,10 +1,10 @@
 """Staging a job's data in or out, on the buffer's primary host, as the job's user.
 
 The buffer side of each stage line names a buffer variable; here it becomes the path of the
-buffer's filesystem on this host. The copy itself runs in `python3 -I -S dacd/copier.py`,
-started with the user's uid, gid and supplementary groups (subprocess takes them before exec),
-so dacd never opens a user's path as root. The copier's progress lines become the buffer's
-status.
+buffer's filesystem on this host. The copy itself runs in `python3 -I -S copier.py` (this
+package's copier.py, opened here and run from its descriptor), started with the user's uid,
+gid and supplementary groups (subprocess takes them before exec), so dacd never opens a user's
+path as root. The copier's progress lines become the buffer's status.
 
 A stage is bounded (docs/security.md, rule 5): the copier runs in its own process group with
 limits on memory, processes, open files and CPU time set on it (prlimit) before it reads its
@@ -35,15 +35,15 @@ from typing import Callable
 from daccore.errors import InternalError, UserError
 from daccore.escape import escape
 from daccore.rules.directives import BUFFER_PATH
-from dacd.copier import encode_plan
 from dacd.metrics import StageMeter
+from dacd.staging.copier import encode_plan
 
-__all__ = ["Run", "check_result", "pairs_of", "run_copier", "stage", "time_limit"]
+__all__ = ["Run", "check_result", "interpreter", "pairs_of", "run_copier", "stage", "time_limit"]
 
 #: the one file of dac's the user's process runs (it imports nothing of dac's)
 COPIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "copier.py")
 #: ... and what a split stage's copier runs over it (it loads the copier from its descriptor)
-SHARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "copy_share.py")
+SHARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "share.py")
 #: address space of each copier process: Python, a 1 MiB buffer, a list of LIST_ENTRIES pairs
 STAGE_MEMORY = 1 << 30
 STAGE_FILES = 1024  # open files per process: a batch holds 64 sources at once
@@ -114,7 +114,7 @@ def _buffer_path(path: str, fs_path: str, direction: str) -> str:
     raise UserError(f"stage_{direction}: ${var} cannot be staged; stage through $DW_JOB_STRIPED")
 
 
-def _python() -> str:
+def interpreter() -> str:
     """An interpreter every user may run: the copier is standard library only, so the
     system's python3 serves; dacd's own may sit in a directory only root can enter."""
     return shutil.which("python3", path="/usr/bin:/bin") or sys.executable
@@ -218,11 +218,11 @@ def run_copier(
     share: bool = False,
     on_plan: Callable[[dict], None] | None = None,
 ) -> tuple[dict, str, int]:
-    """One copier (`share`: dacd/copy_share.py over it) as the buffer's owner, `plan` on its
+    """One copier (`share`: dacd/staging/share.py over it) as the buffer's owner, `plan` on its
     stdin, followed to its end: (result, stderr, exit); a split stage's plan, said by its
     prepare step before it copies its own share, to `on_plan` at once."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    if os.environ.get("DAC_BENCH_RATE"):  # bench/staging.py's per-server cap (dacd/copier.py)
+    if os.environ.get("DAC_BENCH_RATE"):  # bench/staging.py's per-server cap (the copier's)
         env["DAC_BENCH_RATE"] = os.environ["DAC_BENCH_RATE"]
     # The copier's file is opened here, as root, and run as /dev/fd/N: dac may be installed
     # where the user cannot go (a clone under /root, 0700), and a file the user opens through
@@ -233,7 +233,7 @@ def run_copier(
             for f in ((SHARE,) if share else ()) + (COPIER,)
         ]
         proc = subprocess.Popen(
-            [_python(), "-I", "-S", *(f"/dev/fd/{fd}" for fd in fds)],
+            [interpreter(), "-I", "-S", *(f"/dev/fd/{fd}" for fd in fds)],
             pass_fds=fds,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

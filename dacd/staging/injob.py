@@ -2,7 +2,7 @@
 storage server that holds the buffer: this host's `stages/<host>/` in etcd, written by dac's
 user service once it checked the caller, the job and the paths (daccore.services.injob).
 
-Each stage is one copier run, the same copier and bounds as a `#DW` stage (dacd.staging:
+Each stage is one copier run, the same copier and bounds as a `#DW` stage (dacd.staging.run:
 as the buffer's owner, never root; its own process group with memory, file, process and CPU
 limits; `stage_timeout`; no FIFO, device or socket; no link followed): one pair, the buffer
 side under the part of the buffer it names (striped, or the asking node's private
@@ -44,7 +44,7 @@ from daccore.records.models import (
     StatusError,
 )
 from daccore.rules.trust import Untrusted, parse_buffer, shown
-from dacd.staging import Run
+from dacd.staging.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +292,8 @@ class InJobStager:
         """Copy `stage` to its end, its status kept: True when it is done. A stage stopped
         because dacd stops is left running in the record, for the next start to run again."""
         from daccore.backends import get as get_backend
-        from dacd.copier import encode_plan
-        from dacd.staging import check_result, run_copier, time_limit
+        from dacd.staging.copier import encode_plan
+        from dacd.staging.run import check_result, run_copier, time_limit
 
         old = self.store.stage_status_of(self.host, stage.job, stage.id)
         started = time.time()
@@ -409,7 +409,7 @@ class InJobStager:
         immediate stage of the job on this host has ended (queued ones run first; a
         cancelled one ends at once), within stage_timeout; past it they are cancelled and the
         step fails."""
-        from dacd.staging import time_limit
+        from dacd.staging.run import time_limit
 
         deadline = time.monotonic() + time_limit(self.config.stage_timeout)
         while True:

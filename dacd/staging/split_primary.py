@@ -1,23 +1,13 @@
-"""A stage split across servers, as dacd drives it: prepare and share 0 on the primary (the
-lead), a share on each other server, finish on the primary (the roles: dacd/copy_share.py).
-Every copier is started as dacd/staging.py starts the single one: the owner's uid, gid and
-groups, rlimits, its own process group, killed with the stage.
-
-`Across` runs the split across the buffer's servers' dacds, from the primary: the lead, the
-plan's record (`stageplans/<buffer>/<step>`), the other owners woken, their shares followed in
-their statuses, a lost server's shares taken over, the finish; `run_owned` is what each other
-server's dacd runs of it, its own shares (docs/architecture.md, "A stage split across
-servers").
-
-`split_here` runs every share on this host, as K in-process "servers": how the staging tests
-run against the split copy and how bench/staging.py measures it (DAC_STAGE_SPLIT=K).
+"""A stage split across the buffer's servers, driven by its primary's dacd (issue 35):
+`Across`, the lead, the plan's record (`stageplans/<buffer>/<step>`), the other owners woken,
+their shares followed in their statuses, a lost server's shares taken over, the finish. Each
+other server's dacd copies its shares with `run_owned` (dacd/staging/split_owners.py); the
+copiers are started by dacd/staging/split.py.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -34,262 +24,20 @@ from daccore.errors import (
     UserError,
 )
 from daccore.records.models import ShareReport
-from dacd import copy_share
-from dacd.split_reach import drop_proof, make_proof, proves
-from dacd.staging import Run, check_result, pairs_of, run_copier
+from dacd.staging.reach import drop_proof, make_proof
+from dacd.staging.run import Run, check_result, pairs_of
+from dacd.staging.share import FILE_COST, SPLIT
+from dacd.staging.split import Total, answers, failure, finish, lead, plan_dict, run_share
 
 if TYPE_CHECKING:
     from daccore.records.models import StagePlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Across", "Total", "finish", "lead", "run_owned", "run_share", "split_here"]
-
-
-def _plan(buffer, direction: str, fs_path: str, workers: int, role: str, count: int, **kw) -> bytes:
-    return copy_share.encode(
-        pairs_of(buffer, direction, fs_path),
-        os.path.join(fs_path, "striped"),
-        "destination" if direction == "in" else "source",
-        workers,
-        role,
-        count,
-        **kw,
-    )
-
-
-def lead(
-    buffer,
-    direction: str,
-    fs_path: str,
-    workers: int,
-    count: int,
-    on_plan: Callable[[dict], None],
-    on_progress: Callable[[dict], None],
-    timeout: float,
-    run: Run,
-    split: int = copy_share.SPLIT,
-) -> tuple[dict, str, int]:
-    """The primary's copier: directories, links and split files made, the plan's record to
-    `on_plan` ({"digest", "links", "split", "shares": [[bytes, files], ...]}) as soon as it is
-    known, then share 0 copied from the same walk: the copier's (result, stderr, exit)."""
-    plan = _plan(buffer, direction, fs_path, workers, "prepare", count, split=split)
-    return run_copier(
-        buffer,
-        plan,
-        direction,
-        on_progress,
-        timeout,
-        run,
-        True,
-        lambda p: on_plan({**p, "split": split}),
-    )
-
-
-def run_share(
-    buffer,
-    direction: str,
-    fs_path: str,
-    workers: int,
-    plan: dict,
-    index: int,
-    on_progress: Callable[[dict], None],
-    timeout: float,
-    run: Run,
-) -> tuple[dict, str, int]:
-    """Share `index` of `plan` copied on this host: the copier's (result, stderr, exit)."""
-    data = _plan(
-        buffer,
-        direction,
-        fs_path,
-        workers,
-        "share",
-        len(plan["shares"]),
-        index=index,
-        digest=plan["digest"],
-        split=plan["split"],
-    )
-    return run_copier(buffer, data, direction, on_progress, timeout, run, True)
-
-
-def finish(buffer, direction: str, fs_path: str, plan: dict, timeout: float, run: Run) -> None:
-    """The primary's last step, once every share is done: split files' and directories'
-    modes and times."""
-    data = _plan(
-        buffer,
-        direction,
-        fs_path,
-        1,
-        "finish",
-        len(plan["shares"]),
-        digest=plan["digest"],
-        split=plan["split"],
-    )
-    result, stderr, rc = run_copier(buffer, data, direction, lambda p: None, timeout, run, True)
-    check_result(direction, run, result, stderr, rc)
-
-
-class Total:
-    """One stage's progress from its shares': bytes and files summed (the plan knows every
-    share's totals, so nothing is `counting`), rates summed, time left from the sums. With
-    `indexes`, only those shares (of those the primary's `Across` has begun with, until the
-    plan is known: then every share, the others' from their owners' reports), and the links
-    counted only with `links` (the primary made them)."""
-
-    def __init__(self, plan: dict, indexes: list[int] | None = None, links: bool = True):
-        self.plan = plan
-        self.indexes = indexes
-        self.links = links
-        self.shares: dict[int, dict] = {}
-        self.lock = threading.Lock()
-
-    def add(self, index: int) -> None:
-        with self.lock:
-            if self.indexes is not None and index not in self.indexes:
-                self.indexes.append(index)
-
-    def update(self, index: int, progress: dict) -> dict:
-        with self.lock:
-            self.shares[index] = progress
-            return self.sum()
-
-    def sum(self) -> dict:
-        shares = self.plan["shares"]
-        counted = range(len(shares)) if self.indexes is None else self.indexes
-        got = [p for i, p in self.shares.items() if i in counted]
-        links = self.plan["links"] if self.links else 0
-        bytes_total = sum(shares[i][0] for i in counted)
-        files_total = sum(shares[i][1] for i in counted) + links
-        done = sum(p.get("bytes_done", 0) for p in got)
-        rate = sum(p.get("rate", 0) for p in got)
-        left = bytes_total - done
-        return {
-            "bytes_done": done,
-            "bytes_total": bytes_total,
-            "files_done": sum(p.get("files_done", 0) for p in got) + links,
-            "files_total": files_total,
-            "rate": rate,
-            "eta": 0.0 if not left else round(left / rate, 1) if rate else None,
-            "counting": False,
-        }
-
-
-def split_here(
-    buffer,
-    direction: str,
-    fs_path: str,
-    workers: int,
-    on_progress: Callable[[dict], None],
-    timeout: float,
-    run: Run,
-    count: int,
-    split: int = copy_share.SPLIT,
-) -> None:
-    """The whole split stage on this host, `count` shares at once, each its own copier
-    ("share0", the lead, ...); the first share to fail stops the others and fails the stage
-    naming it (a failure before the plan is the lead's prepare step's: named as one copier's).
-    DAC_STAGE_SPLIT=K in dacd's environment (tests, bench/staging.py) has dacd stage so."""
-    if not pairs_of(buffer, direction, fs_path):
-        return
-    timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
-    timer.daemon = True
-    timer.start()
-    outcomes: dict[int, tuple[dict, str, int]] = {}
-    failed: list[int] = []
-    lock = threading.Lock()
-    threads: list[threading.Thread] = []
-    plans: list[dict] = []
-    total = Total({"shares": [], "links": 0})
-
-    def ended(i: int, out: tuple[dict, str, int]) -> None:
-        with lock:
-            outcomes[i] = out
-            if (out[2] != 0 or "error" in out[0]) and not failed:
-                failed.append(i)
-                run.kill()
-
-    def share(i: int) -> None:
-        try:
-            out = run_share(
-                buffer,
-                direction,
-                fs_path,
-                workers,
-                plans[0],
-                i,
-                lambda p: on_progress(total.update(i, p)),
-                timeout,
-                run,
-            )
-        except Exception as e:  # noqa: BLE001 - reported as this share's failure
-            out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
-        ended(i, out)
-
-    def planned(plan: dict) -> None:  # the lead said its plan: the other shares start
-        plans.append(plan)
-        total.plan = plan
-        threads.extend(threading.Thread(target=share, args=(i,)) for i in range(1, count))
-        for t in threads:
-            t.start()
-
-    try:
-        out = lead(
-            buffer,
-            direction,
-            fs_path,
-            workers,
-            count,
-            planned,
-            lambda p: on_progress(total.update(0, p)) if plans else None,
-            timeout,
-            run,
-            split,
-        )
-        ended(0, out)
-        for t in threads:
-            t.join()
-        if not plans:
-            check_result(direction, run, *out)
-            raise InternalError(f"stage_{direction}: the copier said no plan")
-        if failed:
-            check_result(direction, run, *outcomes[failed[0]], where=f" on share{failed[0]}")
-        finish(buffer, direction, fs_path, plans[0], timeout, run)
-        on_progress(total.sum())
-    finally:
-        timer.cancel()
-
-
-# -- across dacds (issue 35): the primary leads and finishes, each server copies its shares ----
+__all__ = ["Across"]
 
 
 _ERRORS = {Kind.USER: UserError, Kind.ADMIN: AdminError, Kind.INTERNAL: InternalError}
-
-
-def _plan_dict(plan) -> dict:
-    return {
-        "digest": plan.digest,
-        "links": plan.links,
-        "split": plan.split,
-        "shares": [list(s) for s in plan.shares],
-    }
-
-
-def answers(report, plan) -> bool:
-    """Whether a host's share report answers this plan."""
-    return report is not None and (report.step, report.generation, report.attempt) == (
-        plan.step,
-        plan.generation,
-        plan.attempt,
-    )
-
-
-def _failure(direction: str, run: Run, out: tuple[dict, str, int], where: str) -> DacError | None:
-    """A share's outcome as the stage's error (None: done)."""
-    try:
-        check_result(direction, run, *out, where=where)
-    except DacError as e:
-        return e
-    return None
 
 
 class Across:
@@ -326,7 +74,7 @@ class Across:
         on_share: Callable[[ShareReport], None],
         timeout: float,
         run: Run,
-        split: int = copy_share.SPLIT,
+        split: int = SPLIT,
     ):
         self.store, self.host, self.buffer, self.step = store, host, buffer, step
         self.direction = step.removeprefix("stage_")
@@ -361,7 +109,7 @@ class Across:
                 self.buffer,
                 self.direction,
                 self.fs_path,
-                _plan_dict(self.plan),
+                plan_dict(self.plan),
                 self.timeout,
                 self.run,
             )
@@ -421,7 +169,7 @@ class Across:
                 continue
             for _i, out in sorted(local.items()):
                 if out is not None and (
-                    e := _failure(self.direction, self.run, out, f" on {self.host}")
+                    e := failure(self.direction, self.run, out, f" on {self.host}")
                 ):
                     self._fail(e)
             done = {i for i, out in local.items() if out is not None} | set(self.done)
@@ -580,7 +328,7 @@ class Across:
     def _planned(self, plan: StagePlan) -> None:
         with self.lock:
             self.plan = plan
-            self.total.plan = _plan_dict(plan)
+            self.total.plan = plan_dict(plan)
             self.total.indexes = None  # the stage's progress: every share, whoever copies it
 
     def _record(self, plan: StagePlan) -> None:
@@ -605,7 +353,7 @@ class Across:
                 self.direction,
                 self.fs_path,
                 self.workers,
-                _plan_dict(self.plan),
+                plan_dict(self.plan),
                 i,
                 lambda p: self._progress(i, p),
                 self.timeout,
@@ -658,7 +406,7 @@ class Across:
         load = {h: 0 for h in live if h in plan.owners or h == self.host}
         for i, h in enumerate(plan.owners):
             if h in load and i not in done:
-                load[h] += plan.shares[i][0] + copy_share.FILE_COST * plan.shares[i][1]
+                load[h] += plan.shares[i][0] + FILE_COST * plan.shares[i][1]
         owners = list(plan.owners)
         for i in sorted(lost, key=lambda i: -plan.shares[i][0]):
             to = min(load, key=lambda h: (load[h], h != self.host, h))
@@ -672,122 +420,10 @@ class Across:
                 to,
             )
             owners[i] = to
-            load[to] += plan.shares[i][0] + copy_share.FILE_COST * plan.shares[i][1]
+            load[to] += plan.shares[i][0] + FILE_COST * plan.shares[i][1]
         self._record(plan.model_copy(update={"owners": owners, "updated_at": time.time()}))
         for i in lost:
             if owners[i] == self.host:
                 self._start(i)
         for host in sorted({owners[i] for i in lost} - {self.host}):
             self.store.wake(host, self.buffer.name)
-
-
-def run_owned(
-    store,
-    host: str,
-    buffer,
-    plan: StagePlan,
-    todo: list[int],
-    fs_path: str,
-    workers: int,
-    timeout: float,
-    run: Run,
-    report: ShareReport,
-    write: Callable[[ShareReport, str], None],
-) -> None:
-    """This server's shares of `plan` (`todo`, of those it owns), one after the other, as the
-    user, once the plan's proof is found at fs_path here (else the report says `unreached`
-    and the primary gives the shares to others); each share's figures (`parts`, summed by the
-    primary into the stage's progress) and the report (`write(report, step)`: this host's
-    status) as they go. The record is looked at every second: marked failed (another share
-    failed, or the stage timed out), dropped, planned anew or the share given to another
-    server, the copier is stopped and nothing is reported."""
-    direction = plan.step.removeprefix("stage_")
-    if not proves(fs_path, plan.proof):
-        log.error(
-            "buffer %s: %s shares %s left to the other servers: %s here is not the primary's"
-            " filesystem (the plan's proof is not there)",
-            buffer.name,
-            plan.step,
-            ",".join(map(str, todo)),
-            fs_path,
-        )
-        write(report.model_copy(update={"unreached": True}), "")
-        return
-    parts = {p[0]: p for p in report.parts if p[0] not in todo}
-    shown = threading.Lock()
-    now = [report]
-
-    def show(i: int, p: dict, step: str | None = None) -> None:
-        with shown:
-            parts[i] = (i, p.get("bytes_done", 0), p.get("files_done", 0), p.get("rate", 0))
-            now[0] = now[0].model_copy(update={"parts": [parts[k] for k in sorted(parts)]})
-            write(now[0], plan.step if step is None else step)
-
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(1.0):
-            try:
-                recorded = store.stage_plan(buffer.name, plan.step)
-            except DacError:
-                continue  # etcd out of reach: the share goes on, the stage's time bounds it
-            why = (
-                "stopped: the stage's plan is gone"
-                if recorded is None
-                else f"stopped: {recorded.failed}"
-                if recorded.failed
-                else "stopped: the stage was planned again"
-                if (recorded.generation, recorded.attempt) != (plan.generation, plan.attempt)
-                else "stopped: its share was given to another server"
-                if not set(todo) <= set(recorded.owned_by(host))
-                else None
-            )
-            if why:
-                run.cancel(why)
-                return
-
-    watcher = threading.Thread(target=watch, name=f"plan-{buffer.name}", daemon=True)
-    watcher.start()
-    timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
-    timer.daemon = True
-    timer.start()
-    try:
-        for i in todo:
-            show(i, {})
-        for i in todo:
-            try:
-                out = run_share(
-                    buffer,
-                    direction,
-                    fs_path,
-                    workers,
-                    _plan_dict(plan),
-                    i,
-                    functools.partial(show, i),
-                    timeout,
-                    run,
-                )
-            except (Fenced, Superseded):
-                raise  # this host's status may not be written: nothing is reported
-            except Exception as e:  # noqa: BLE001 - reported as this share's failure
-                out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
-            if run.reason is not None and run.reason.startswith("stopped"):
-                log.info("buffer %s: %s share %d %s", buffer.name, plan.step, i, run.reason)
-                return
-            error = _failure(direction, run, out, f" on {host}")
-            if error is not None:
-                log.error("buffer %s: %s", buffer.name, error)
-                with shown:
-                    now[0] = now[0].model_copy(
-                        update={"failed": str(error), "category": error.kind}
-                    )
-                    write(now[0], "")
-                return
-            with shown:
-                now[0] = now[0].model_copy(update={"done": sorted({*now[0].done, i})})
-            bytes_, files = plan.shares[i]
-            show(i, {"bytes_done": bytes_, "files_done": files}, plan.step if i != todo[-1] else "")
-            log.info("buffer %s: %s share %d done on %s", buffer.name, plan.step, i, host)
-    finally:
-        stop.set()
-        timer.cancel()

@@ -1,8 +1,9 @@
 """A split stage's shares as this dacd takes part in them (issue 35): which servers the primary
 shares a stage with, and, on another server, the shares of a plan it owns handed to the stage
 pool and reported in its own status. The primary's side of the stage (the lead, the plan's
-record, the take-over, the finish) is `Across` in dacd/staging_split.py; the proof and the
-rules of who reaches a filesystem are dacd/split_reach.py.
+record, the take-over, the finish) is `Across` in dacd/staging/split_primary.py, the shares'
+copying `run_owned` in dacd/staging/split_owners.py; the proof and the rules of who reaches a
+filesystem are dacd/staging/reach.py.
 
 `SplitShares` is a part of `dacd.reconciler.Reconciler`, kept apart so that the lifecycle's
 module holds the lifecycle: it uses the reconciler's store, host, config, view, stage pool and
@@ -49,11 +50,11 @@ class SplitShares:
     def _split_owners(self, buf, backend) -> list[str]:
         """The servers a stage of `buf` is split across, this primary first: those of its
         hosts whose dacd is alive and reaches the buffer's filesystem where this one does
-        (`reaches` in dacd/split_reach.py, by the backend's `split_reach`: a local buffer's
+        (`reaches` in dacd/staging/reach.py, by the backend's `split_reach`: a local buffer's
         servers must share this dacd's mount namespace, a lustre buffer's mount its client;
         a daos buffer's never split; each proves it at copy time). One (no split) for a
         buffer on one server, or whose other servers cannot reach it."""
-        from dacd.split_reach import reaches, split_reach
+        from dacd.staging.reach import reaches, split_reach
 
         hosts = buf.allocation.hosts
         if len(hosts) < 2 or self._view is None:
@@ -67,12 +68,12 @@ class SplitShares:
         return [self.host] + [h for h in alike if h in alive]
 
     def _share_due(self, buf, incarnation: int, mine, backend: str) -> bool:
-        """A split stage's shares this host owns and has not reported (dacd/staging_split.py):
-        handed to the stage pool, True; False when there are none. The record is checked
-        (one writer: the primary), and its filesystem must be the primary's as this dacd's
-        config places it."""
+        """A split stage's shares this host owns and has not reported (`run_owned` in
+        dacd/staging/split_owners.py): handed to the stage pool, True; False when there are
+        none. The record is checked (one writer: the primary), and its filesystem must be the
+        primary's as this dacd's config places it."""
         from daccore.records.models import StagePlan
-        from dacd.staging_split import answers
+        from dacd.staging.split import answers
 
         primary = buf.allocation.primary_host
         if (
@@ -112,8 +113,8 @@ class SplitShares:
         this host's own status; the buffer is looked at again when they end. Nothing else
         writes this status meanwhile: reconcile leaves a buffer alone while its stage runs."""
         from daccore.records.models import ShareReport
-        from dacd.staging import Run, time_limit
-        from dacd.staging_split import run_owned
+        from dacd.staging.run import Run, time_limit
+        from dacd.staging.split_owners import run_owned
 
         run = Run()
         with self._lock:

@@ -1,8 +1,9 @@
 """The copier: stage data into or out of a buffer as the job's user.
 
-dacd starts `python3 -I -S dacd/copier.py` (standard library only, no site packages) with the
-user's uid, gid and supplementary groups already taken (subprocess does setgroups/setgid/setuid
-before exec), so not one path is opened as root and the kernel enforces the user's permissions.
+dacd starts `python3 -I -S dacd/staging/copier.py` (standard library only, no site packages)
+with the user's uid, gid and supplementary groups already taken (subprocess does setgroups/setgid/
+setuid before exec), so not one path is opened as root and the kernel enforces the user's
+permissions.
 The plan comes on stdin as encode_plan writes it: the buffer's root, which side of each pair is
 in the buffer, the number of workers, the chunk size, then each pair's type (file, directory or
 list), source and destination.
@@ -32,6 +33,14 @@ where missing). A link met there, one the job made or one an earlier pair just c
 the stage naming it; an existing file is unlinked and made anew, never written through. Sources
 are opened O_NONBLOCK | O_NOFOLLOW and checked with fstat, so a FIFO, device or socket, named
 or swapped in after the walk, is refused at once instead of blocking a worker.
+
+One file, though long, because it is one program: what runs as the user is this file alone,
+opened by dacd and run from its descriptor with no import path (dacd/staging/run.py), so
+nothing it needs may live in another file of dac's. A split stage's share copier
+(dacd/staging/share.py) is the same program with three roles added: it loads this file from the
+descriptor dacd passes beside its own and uses the public names below (those without a leading
+underscore: the checks, destinations resolved beneath their anchors, the workers, `Copy`, the
+protocol's lines) and `main`, the tail every copier process ends with.
 """
 
 from __future__ import annotations
@@ -68,7 +77,7 @@ DROP_LAG = 4
 WORKER_NICE = 10
 DIED = "copier failed: a copy worker died"  # killed: by the OOM killer, an admin
 #: a type=list file: at most this many bytes and entries (a list of 200,000 pairs is ~100 MiB of
-#: the copier's memory; dacd caps that at STAGE_MEMORY in dacd/staging.py)
+#: the copier's memory; dacd caps that at STAGE_MEMORY in dacd/staging/run.py)
 LIST_BYTES = 16 << 20
 LIST_ENTRIES = 200_000
 _DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -79,7 +88,8 @@ class CopyError(Exception):
     """One line for the user, naming the path."""
 
 
-def _fail(path: str, e: OSError) -> CopyError:
+def path_error(path: str, e: OSError) -> CopyError:
+    """`e` met on `path`, as the user's one line."""
     return CopyError(f"{path}: {e.strerror or e}")
 
 
@@ -108,9 +118,9 @@ def _anchor(path: str) -> str:
     try:
         fd = os.open(path, _DIR)
     except OSError as e:
-        raise _fail(path, e) from None
+        raise path_error(path, e) from None
     _ROOTS.append((path, fd))
-    _ROOTS.sort(key=lambda r: -len(r[0]))  # the longest prefix wins in _root_of
+    _ROOTS.sort(key=lambda r: -len(r[0]))  # the longest prefix wins in root_of
     return path
 
 
@@ -147,7 +157,7 @@ def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
         try:
             st = os.lstat(src)
         except OSError as e:
-            raise _fail(src, e) from None
+            raise path_error(src, e) from None
         kind = pair["type"]
         if kind == "list":
             todo += _read_list(
@@ -193,7 +203,7 @@ def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dic
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise CopyError(f"{path}: a link; name the list file itself") from None
-        raise _fail(path, e) from None
+        raise path_error(path, e) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise CopyError(f"{path}: not a regular file (a list must be one)")
@@ -201,7 +211,7 @@ def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dic
         while len(data) <= LIST_BYTES and (more := os.read(fd, LIST_BYTES + 1 - len(data))):
             data += more
     except OSError as e:
-        raise _fail(path, e) from None
+        raise path_error(path, e) from None
     finally:
         os.close(fd)
     if len(data) > LIST_BYTES:
@@ -223,7 +233,7 @@ def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dic
         try:
             kind = "directory" if stat.S_ISDIR(os.lstat(src).st_mode) else "file"
         except OSError as e:
-            raise _fail(src, e) from None
+            raise path_error(src, e) from None
         out.append(
             {"type": kind, "source": src, "destination": os.path.join(pair["destination"], dst)}
         )
@@ -238,7 +248,7 @@ _ROOTS: list[tuple[str, int]] = []
 _LAST: list = ["", -1]  # the directory resolved last and its descriptor: a batch shares one
 
 
-def _root_of(path: str) -> tuple[str, int]:
+def root_of(path: str) -> tuple[str, int]:
     for root, fd in _ROOTS:
         if _below(path, root):
             return root, fd
@@ -251,7 +261,7 @@ def _root_of(path: str) -> tuple[str, int]:
 def _open_beneath(path: str, make: bool) -> int:
     """The directory `path` as an O_PATH descriptor, each component below its anchor opened
     relative to the one above without following a link; missing ones made 0700 with `make`."""
-    root, fd = _root_of(path)
+    root, fd = root_of(path)
     fd, at = os.dup(fd), root.rstrip("/")
     try:
         for name in path[len(root) :].split("/"):
@@ -276,11 +286,11 @@ def _open_beneath(path: str, make: bool) -> int:
             raise CopyError(
                 f"{at}: a link or not a directory (staging follows no link in a destination)"
             ) from None
-        raise _fail(at, e) from None
+        raise path_error(at, e) from None
     return fd
 
 
-def _dir(path: str, make: bool = True) -> int:
+def open_dir(path: str, make: bool = True) -> int:
     """_open_beneath, the last answer kept: files of one batch share their directory."""
     if _LAST[0] != path:
         fd = _open_beneath(path, make)
@@ -306,27 +316,27 @@ def _replaced(dfd: int) -> dict[str, int]:
         os.close(fd)
 
 
-def _replaced_blocks(dst: str) -> int:
+def replaced_blocks(dst: str) -> int:
     """What `_replaced` says of one destination file; 0 if it is not there yet (the copy
     itself then reports a link or a missing parent on the way)."""
     try:
-        pfd, name = _parent(dst)
+        pfd, name = parent(dst)
         st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
     except (OSError, CopyError):
         return 0
     return st.st_blocks * 512 if stat.S_ISREG(st.st_mode) else 0
 
 
-def _parent(path: str, make: bool = False) -> tuple[int, str]:
+def parent(path: str, make: bool = False) -> tuple[int, str]:
     """(descriptor of the parent directory, last component) of a destination."""
-    parent, name = path.rsplit("/", 1)
-    return _dir(parent or "/", make), name
+    above, name = path.rsplit("/", 1)
+    return open_dir(above or "/", make), name
 
 
-def _create(path: str, mode: int, flags: int = os.O_WRONLY) -> int:
+def create(path: str, mode: int, flags: int = os.O_WRONLY) -> int:
     """A destination file made anew with `mode`: whatever was there (a link, a hard link to
     another file, a FIFO, a stage run again) is unlinked first, never written through."""
-    pfd, name = _parent(path)
+    pfd, name = parent(path)
     flags |= os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         try:
@@ -335,7 +345,33 @@ def _create(path: str, mode: int, flags: int = os.O_WRONLY) -> int:
             os.unlink(name, dir_fd=pfd)
             return os.open(name, flags, mode, dir_fd=pfd)
     except OSError as e:
-        raise _fail(path, e) from None
+        raise path_error(path, e) from None
+
+
+def make_sized(path: str, size: int) -> None:
+    """A file made anew at its final size (holes), 0600 until its mode is set at the end:
+    the chunks of a big file (or a split file's ranges) are written into it in place."""
+    fd = create(path, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    except OSError as e:
+        raise path_error(path, e) from None
+    finally:
+        os.close(fd)
+
+
+def make_link(src: str, dst: str) -> None:
+    """The symlink `src` made again at `dst` with the same target (one there replaced)."""
+    pfd, name = parent(dst)
+    try:
+        target = os.readlink(src)
+        try:
+            os.symlink(target, name, dir_fd=pfd)
+        except FileExistsError:
+            os.unlink(name, dir_fd=pfd)
+            os.symlink(target, name, dir_fd=pfd)
+    except OSError as e:
+        raise path_error(dst, e) from None
 
 
 def _open_source(path: str) -> int:
@@ -343,7 +379,7 @@ def _open_source(path: str) -> int:
     try:
         fd = os.open(path, _SOURCE)
     except OSError as e:
-        raise _fail(path, e) from None
+        raise path_error(path, e) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise CopyError(f"{path}: not a regular file (FIFOs, devices and sockets are not staged)")
@@ -375,7 +411,8 @@ PACE_BURST = 0.05  # seconds of credit an idle copier may keep
 
 
 def pace_init() -> None:
-    """The token bucket of DAC_BENCH_RATE, before the workers fork: they share it."""
+    """The token bucket of DAC_BENCH_RATE, before the workers fork (Workers makes it): they
+    share it."""
     rate = float(os.environ.get("DAC_BENCH_RATE") or 0)
     if rate > 0 and not _PACE:
         r, w = os.pipe()
@@ -491,7 +528,7 @@ def copy_files(items: list) -> tuple[int, int]:
     one_read, copied = len(_BUFFER), 0
     try:
         for sfd, (_src, dst, size, mode, atime, mtime, sparse) in zip(sources, items, strict=True):
-            dfd = _create(dst, mode)
+            dfd = create(dst, mode)
             try:
                 if sparse:
                     os.ftruncate(dfd, size)  # holes stay holes
@@ -508,7 +545,7 @@ def copy_files(items: list) -> tuple[int, int]:
                     _copy_dense(sfd, dfd, 0, size)
                 os.utime(dfd, ns=(atime, mtime))
             except OSError as e:
-                raise _fail(dst, e) from None
+                raise path_error(dst, e) from None
             finally:
                 os.close(dfd)
             copied += size  # holes count as done: they are the file's bytes too
@@ -533,7 +570,7 @@ def copy_chunk(item: tuple, part=None) -> int:
 
     sfd = _open_source(src)
     try:
-        pfd, name = _parent(dst)
+        pfd, name = parent(dst)
         try:
             dfd = os.open(
                 name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=pfd
@@ -542,11 +579,11 @@ def copy_chunk(item: tuple, part=None) -> int:
                 os.close(dfd)
                 raise OSError(errno.EINVAL, "no longer a regular file")
         except OSError as e:
-            raise _fail(dst, e) from None
+            raise path_error(dst, e) from None
         try:
             (_copy_range if sparse else _copy_dense)(sfd, dfd, start, end, count if part else None)
         except OSError as e:
-            raise _fail(dst, e) from None
+            raise path_error(dst, e) from None
         finally:
             os.close(dfd)
     finally:
@@ -609,9 +646,11 @@ def worker_nice(pairs: list[dict]) -> int:
 
 class Workers:
     """Forked copy processes, each with its own task and result pipe. multiprocessing's Pool
-    did the same at 45 ms more per stage (its import and start: 9 % of 10,000 small files)."""
+    did the same at 45 ms more per stage (its import and start: 9 % of 10,000 small files).
+    As a context manager: let finish and reaped when the block ends, killed when it raises."""
 
     def __init__(self, n: int, nice: int = WORKER_NICE):
+        pace_init()
         self.procs: list[tuple[int, int, int]] = []  # (pid, task fd, result fd)
         self.queued: dict[int, int] = {}  # result fd -> tasks in flight
         for _ in range(max(1, n)):
@@ -640,6 +679,13 @@ class Workers:
         self.poller = select.poll()
         for _, _, r in self.procs:
             self.poller.register(r, select.POLLIN)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if self.procs:
+            self.stop(kill=kind is not None)
 
     def send(self, task: tuple, on_result) -> None:
         """To the least busy worker, after waiting for results while every one is full."""
@@ -688,19 +734,19 @@ class Workers:
 # -- the walk (in the main process) ---------------------------------------------------------------
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
             return f"{n / (1 << shift):.1f} {unit}"
     return f"{n} B"
 
 
-def _finish(path: str, st: os.stat_result, directory: bool) -> None:
+def set_mode_times(path: str, st: os.stat_result, directory: bool) -> None:
     """The source's mode and times, set through a descriptor opened without following."""
     if path in (r for r, _ in _ROOTS):
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=_root_of(path)[1])
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_of(path)[1])
     else:
-        pfd, name = _parent(path)
+        pfd, name = parent(path)
         fd = os.open(
             name,
             os.O_RDONLY
@@ -743,7 +789,7 @@ def _data_chunks(src: str, size: int, chunk: int) -> list[tuple[int, int]]:
                     start, have = None, 0
             pos = hole
     except OSError as e:
-        raise _fail(src, e) from None
+        raise path_error(src, e) from None
     finally:
         os.close(fd)
     if start is not None:
@@ -771,7 +817,7 @@ class Copy:
         """The current pair's destination filesystem: what is left of its free space."""
         if self.anchor:
             self.free[self.dev] = self.left
-        self.anchor, fd = _root_of(dst)
+        self.anchor, fd = root_of(dst)
         self.dev = os.fstat(fd).st_dev
         if self.dev not in self.free:
             vfs = os.fstatvfs(fd)
@@ -781,14 +827,14 @@ class Copy:
     def _full(self) -> CopyError:
         return CopyError(
             f"{self.anchor}: not enough space for the data to stage "
-            f"({_size(self.free[self.dev])} free)"
+            f"({size_text(self.free[self.dev])} free)"
         )
 
     def run(self, pairs: list[tuple]) -> None:
         for kind, _src, dst, st in pairs:  # named files: all counted before anything is copied
             if kind != "directory" and stat.S_ISREG(st.st_mode):
                 self._room(dst)
-                self.left -= min(st.st_size, st.st_blocks * 512) - _replaced_blocks(dst)
+                self.left -= min(st.st_size, st.st_blocks * 512) - replaced_blocks(dst)
                 if self.left < 0:
                     raise self._full()
         self.free.clear()
@@ -798,19 +844,27 @@ class Copy:
             if kind == "directory":
                 self._walk(src, dst, st)
             else:
-                _dir(os.path.dirname(dst))
+                open_dir(os.path.dirname(dst))
                 self._entry(src, dst, st)
-        self._flush()
-        self.counting = False
-        self.workers.drain(self._done)
+        self.drain()
         # deepest first: a time set is a change above
         for (dst, st), directory in [(b, False) for b in self.big] + [
             (d, True) for d in self.dirs[::-1]
         ]:
             try:
-                _finish(dst, st, directory)
+                set_mode_times(dst, st, directory)
             except OSError as e:
-                raise _fail(dst, e) from None
+                raise path_error(dst, e) from None
+        self.ended()
+
+    def drain(self) -> None:
+        """The last batch sent, the totals final, every worker's tasks done."""
+        self.flush()
+        self.counting = False
+        self.workers.drain(self.on_result)
+
+    def ended(self) -> None:
+        """The last progress line: every file done."""
         self.files_done = self.files_total
         self.report(self, final=True)
 
@@ -824,19 +878,19 @@ class Copy:
         chunk, batch = self.chunk, self.batch
         while todo:
             src, dst, st = todo.pop()
-            old = _replaced(_dir(dst))
+            old = _replaced(open_dir(dst))
             self.dirs.append((dst, st))
             try:
                 with os.scandir(src) as it:
                     entries = list(it)
             except OSError as e:
-                raise _fail(src, e) from None
+                raise path_error(src, e) from None
             prefix = dst.rstrip("/") + "/"
             for entry in entries:
                 try:
                     est = entry.stat(follow_symlinks=False)
                 except OSError as e:
-                    raise _fail(entry.path, e) from None
+                    raise path_error(entry.path, e) from None
                 mode, size = est.st_mode, est.st_size
                 if stat.S_ISREG(mode) and size <= chunk:
                     sparse = est.st_blocks * 512 < size
@@ -858,7 +912,7 @@ class Copy:
                     self.bytes_total += size
                     self.batch_bytes += size
                     if len(batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
-                        self._flush()
+                        self.flush()
                         batch = self.batch
                 elif stat.S_ISDIR(mode):
                     todo.append((entry.path, prefix + entry.name, est))
@@ -869,41 +923,23 @@ class Copy:
     def _entry(self, src: str, dst: str, st: os.stat_result) -> None:
         """A file, a big file or a symlink; sockets, fifos and devices are not data: skipped."""
         if stat.S_ISLNK(st.st_mode):
-            pfd, name = _parent(dst)
-            try:
-                target = os.readlink(src)
-                try:
-                    os.symlink(target, name, dir_fd=pfd)
-                except FileExistsError:
-                    os.unlink(name, dir_fd=pfd)
-                    os.symlink(target, name, dir_fd=pfd)
-            except OSError as e:
-                raise _fail(dst, e) from None
+            make_link(src, dst)
             self.files_total += 1
             self.files_done += 1
             return
         if not stat.S_ISREG(st.st_mode):
             return
         size, sparse = st.st_size, st.st_blocks * 512 < st.st_size
-        self.left -= (st.st_blocks * 512 if sparse else size) - _replaced_blocks(dst)
+        self.left -= (st.st_blocks * 512 if sparse else size) - replaced_blocks(dst)
         if self.left < 0:
             raise self._full()
         self.files_total += 1
         self.bytes_total += size
         item = (src, dst, size, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns, sparse)
         if size <= self.chunk:
-            self.batch.append(item)
-            self.batch_bytes += size
-            if len(self.batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
-                self._flush()
+            self.add(item)
             return
-        fd = _create(dst, 0o600)  # chunks write into a file of the final size, moded at the end
-        try:
-            os.ftruncate(fd, size)
-        except OSError as e:
-            raise _fail(dst, e) from None
-        finally:
-            os.close(fd)
+        make_sized(dst, size)
         self.big.append((dst, st))
         ranges = (
             _data_chunks(src, size, self.chunk)
@@ -912,14 +948,22 @@ class Copy:
         )
         self.bytes_done += size - sum(end - start for start, end in ranges)  # the holes: done
         for start, end in ranges:
-            self.workers.send(("chunk", item + (start, end)), self._done)
+            self.workers.send(("chunk", item + (start, end)), self.on_result)
 
-    def _flush(self) -> None:
+    def add(self, item: tuple) -> None:
+        """A whole file (src, dst, size, mode, atime, mtime, sparse) into the batch, the batch
+        sent when full."""
+        self.batch.append(item)
+        self.batch_bytes += item[2]
+        if len(self.batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
         if self.batch:
-            self.workers.send(("files", self.batch), self._done)
+            self.workers.send(("files", self.batch), self.on_result)
             self.batch, self.batch_bytes = [], 0
 
-    def _done(self, copied: int, files: int) -> None:
+    def on_result(self, copied: int, files: int) -> None:
         self.bytes_done += copied
         self.files_done += files
         self.report(self)
@@ -955,7 +999,7 @@ def decode_plan(data: bytes) -> tuple[list[dict], str, str, int, int]:
     return pairs, f[1], f[2], int(f[3]), int(f[4])
 
 
-def _progress_line(c: Copy, rate: int, eta: float | None) -> str:
+def progress_line(c: Copy, rate: int, eta: float | None) -> str:
     """A JSON line built by hand: numbers and booleans only (see encode_plan for why)."""
     return (
         f'{{"bytes_done": {c.bytes_done}, "bytes_total": {c.bytes_total}, '
@@ -999,32 +1043,34 @@ def reporter() -> Callable[..., None]:
                 if left
                 else 0.0
             )
-            emit(_progress_line(c, round(rate), eta))
+            emit(progress_line(c, round(rate), eta))
 
     return report
 
 
-def main() -> int:
+def copy_plan(plan: bytes, report: Callable[..., None]) -> None:
+    """The single copier's stage: every pair of encode_plan's `plan` copied."""
+    pairs, inside, buffer_side, n, chunk = decode_plan(plan)
+    checked = check(pairs, inside, buffer_side)
+    _DROP_SOURCE[0] = buffer_side != "source"  # before the workers fork: theirs too
+    with Workers(n, worker_nice(pairs)) as workers:
+        copy = Copy(workers, report, chunk)
+        emit(progress_line(copy, 0, None))
+        copy.run(checked)
+
+
+def main(stage: Callable[[bytes, Callable[..., None]], None] = copy_plan) -> int:
+    """Every copier process's main, this file's and a share copier's (whose `stage` plays its
+    role): `stage` given the plan on stdin and the progress reporter, then {"done": true} and
+    exit 0; any failure one line, never a traceback (for Slurm's Reason), and exit 1."""
     os.umask(0)  # files are created with their source's mode; directories get theirs at the end
     report = reporter()
-    workers = None
     try:
-        pairs, inside, buffer_side, n, chunk = decode_plan(sys.stdin.buffer.read())
-        checked = check(pairs, inside, buffer_side)
-        _DROP_SOURCE[0] = buffer_side != "source"  # before the workers fork: theirs too
-        pace_init()
-        workers = Workers(n, worker_nice(pairs))
-        copy = Copy(workers, report, chunk)
-        emit(_progress_line(copy, 0, None))
-        copy.run(checked)
-        workers.stop(kill=False)
+        stage(sys.stdin.buffer.read(), report)
     except CopyError as e:
         return fail(str(e))
     except Exception as e:  # noqa: BLE001 - one line, never a traceback, for Slurm's Reason
         return fail(f"copier failed: {type(e).__name__}: {e}")
-    finally:
-        if workers and workers.procs:
-            workers.stop(kill=True)
     emit('{"done": true}\n')
     return 0
 

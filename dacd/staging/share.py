@@ -1,6 +1,6 @@
 """A stage split across the buffer's storage servers: the plan, and each server's share of it.
 
-The copy is the copier's (dacd/copier.py): the same process started the same way (the user's
+The copy is the copier's (dacd/staging/copier.py): the same process started the same way (the user's
 uid, gid and groups taken before exec, rlimits, its own process group, the stage's timeout),
 the same checks of every pair, the same walk (lstat only: no link followed, FIFOs, devices and
 sockets skipped), the same destinations opened beneath their anchors, the same workers. This
@@ -17,8 +17,8 @@ module adds what a split needs, in three roles a server's copier plays:
               split files' modes and times and the directories', deepest first
 
 The plan is small by construction. What is recorded (in etcd, per buffer and stage:
-`stageplans/<buffer>/<step>`, a StagePlan, written by the primary's dacd: dacd/staging_split.py's
-Across) is the walk's digest
+`stageplans/<buffer>/<step>`, a StagePlan, written by the primary's dacd:
+dacd/staging/split_primary.py's Across) is the walk's digest
 (BLAKE2b of every entry's relative path, kind, size, mode and mtime, in walk order), the server
 list and its order, the split threshold and each share's totals: tens of bytes per server,
 whatever the tree. The file lists are not recorded: every server walks the source itself
@@ -40,8 +40,17 @@ in exactly one piece, and two shares' weights differ by at most one piece: SPLIT
 FILE_COST (tests/unit/dacd/test_copy_share.py).
 
 This file is run by the user's interpreter as `python3 -I -S /dev/fd/M /dev/fd/N`, M this
-file and N the copier (dacd/staging.py opens both as root): with no dac on the path it loads
-the copier from N and becomes the same standard-library-only process.
+file and N the copier, both opened by dacd as root (dacd/staging/run.py). With no dac on the
+path it compiles the copier from N into a module of its own and becomes the same
+standard-library-only process, through the copier's public names and its `main`. Why the
+copier's source from a descriptor, not an import of a module of shared primitives: the user's
+process reaches no file of dac's by name (dac may be installed where the user cannot go, a
+clone under /root, 0700; and `-I -S` searches only the standard library, so nothing the user
+can write is imported), so every file of dac's it runs is one dacd opened as root and passed as
+a descriptor. One copier file keeps that to one descriptor for the single copier, the common
+case: it runs directly, with no loader, and compiles nothing it does not run; the share copier,
+which uses nearly all of the copier, compiles it from the second descriptor. dacd and the tests
+import both as modules of dacd.staging instead.
 """
 
 from __future__ import annotations
@@ -53,11 +62,11 @@ import sys
 import types
 
 try:  # dacd and the tests import it as a module of dacd
-    from dacd import copier
+    from dacd.staging import copier
 except ImportError:  # the user's copier: -I -S, no dac on the path; the copier's file on argv[1]
     copier = types.ModuleType("copier")
     with open(sys.argv[1], "rb") as _f:
-        exec(compile(_f.read(), "dacd/copier.py", "exec"), copier.__dict__)
+        exec(compile(_f.read(), "dacd/staging/copier.py", "exec"), copier.__dict__)
     sys.modules["copier"] = copier
 
 CopyError = copier.CopyError
@@ -167,13 +176,13 @@ class Listing:
                 with os.scandir(src) as it:
                     entries = sorted(it, key=lambda e: os.fsencode(e.name))
             except OSError as e:
-                raise copier._fail(src, e) from None
+                raise copier.path_error(src, e) from None
             below = []
             for entry in entries:
                 try:
                     est = entry.stat(follow_symlinks=False)
                 except OSError as e:
-                    raise copier._fail(entry.path, e) from None
+                    raise copier.path_error(entry.path, e) from None
                 path, name = dst.rstrip("/") + "/" + entry.name, rel + "/" + entry.name
                 if stat.S_ISDIR(est.st_mode):
                     below.append((entry.path, path, est, name))
@@ -208,16 +217,16 @@ def _room(walk: Listing) -> None:
     """The data fits each destination filesystem, counting what a file it replaces frees."""
     need: dict[int, list] = {}
     for _, dst, st in walk.files:
-        anchor, fd = copier._root_of(dst)
+        anchor, fd = copier.root_of(dst)
         dev = os.fstat(fd).st_dev
         if dev not in need:
             vfs = os.fstatvfs(fd)
             need[dev] = [anchor, vfs.f_bavail * vfs.f_frsize, 0]
-        need[dev][2] += _data(st) - copier._replaced_blocks(dst)
+        need[dev][2] += _data(st) - copier.replaced_blocks(dst)
     for anchor, free, wanted in need.values():
         if wanted > free:
             raise CopyError(
-                f"{anchor}: not enough space for the data to stage ({copier._size(free)} free)"
+                f"{anchor}: not enough space for the data to stage ({copier.size_text(free)} free)"
             )
 
 
@@ -230,41 +239,18 @@ def prepare(checked: list[tuple], count: int, split: int) -> tuple[Listing, list
     cut = {i for share in shares for i, _s, _e, whole in share if not whole}
     for kind, at in walk.order:  # in the single copier's order: a link made by one pair is
         if kind == "p":  # met, never followed, by the next pair's directories
-            copier._dir(str(at))
+            copier.open_dir(str(at))
         elif kind == "d":
-            copier._dir(walk.dirs[int(at)][1])
+            copier.open_dir(walk.dirs[int(at)][1])
         elif kind == "l":
-            _link(*walk.links[int(at)][:2])
+            copier.make_link(*walk.links[int(at)][:2])
         elif at in cut:
-            _cut_file(*walk.files[int(at)][1:])
+            _src, dst, st = walk.files[int(at)]
+            copier.make_sized(dst, st.st_size)
     return walk, shares
 
 
-def _link(src: str, dst: str) -> None:
-    pfd, name = copier._parent(dst)
-    try:
-        target = os.readlink(src)
-        try:
-            os.symlink(target, name, dir_fd=pfd)
-        except FileExistsError:
-            os.unlink(name, dir_fd=pfd)
-            os.symlink(target, name, dir_fd=pfd)
-    except OSError as e:
-        raise copier._fail(dst, e) from None
-
-
-def _cut_file(dst: str, st: os.stat_result) -> None:
-    """A split file made anew at its final size (holes), 0600 until finish."""
-    fd = copier._create(dst, 0o600)
-    try:
-        os.ftruncate(fd, st.st_size)
-    except OSError as e:
-        raise copier._fail(dst, e) from None
-    finally:
-        os.close(fd)
-
-
-def _checked_walk(checked: list[tuple], digest: str) -> Listing:
+def checked_walk(checked: list[tuple], digest: str) -> Listing:
     walk = listing(checked)
     if walk.digest() != digest:
         first = checked[0][1] if checked else "the source"
@@ -285,21 +271,15 @@ class ShareCopy(copier.Copy):
             mode, sparse = stat.S_IMODE(st.st_mode), _data(st) < size
             item = (src, dst, size, mode, st.st_atime_ns, st.st_mtime_ns, sparse)
             if whole:
-                self.batch.append(item)
-                self.batch_bytes += size
-                if len(self.batch) >= copier.BATCH_FILES or self.batch_bytes >= copier.BATCH_BYTES:
-                    self._flush()
+                self.add(item)
                 continue
-            self._flush()
+            self.flush()
             for piece in range(start, end, self.chunk):
                 self.workers.send(
-                    ("chunk", item + (piece, min(piece + self.chunk, end))), self._done
+                    ("chunk", item + (piece, min(piece + self.chunk, end))), self.on_result
                 )
-        self._flush()
-        self.counting = False
-        self.workers.drain(self._done)
-        self.files_done = self.files_total
-        self.report(self, final=True)
+        self.drain()
+        self.ended()
 
 
 def finish(walk: Listing, shares: list) -> None:
@@ -309,9 +289,9 @@ def finish(walk: Listing, shares: list) -> None:
     todo += [(dst, st, True) for _src, dst, st in walk.dirs[::-1]]
     for dst, st, directory in todo:
         try:
-            copier._finish(dst, st, directory)
+            copier.set_mode_times(dst, st, directory)
         except OSError as e:
-            raise copier._fail(dst, e) from None
+            raise copier.path_error(dst, e) from None
 
 
 # -- the plan on stdin, the outcome on stdout ---------------------------------------------------
@@ -354,7 +334,7 @@ def decode(data: bytes) -> tuple[list[dict], str, str, int, int, str, int, int, 
     return pairs, f[1], f[2], int(f[3]), int(f[4]), f[5], int(f[6]), int(f[7]), f[8], int(f[9])
 
 
-def _plan_line(walk: Listing, shares: list) -> str:
+def plan_line(walk: Listing, shares: list) -> str:
     """The plan as prepare says it: digest, links made, each share's (bytes, files)."""
     totals = [
         [sum(end - start for _i, start, end, _w in s), sum(1 for _i, st, _e, _w in s if st == 0)]
@@ -366,43 +346,25 @@ def _plan_line(walk: Listing, shares: list) -> str:
     )
 
 
-def main() -> int:
-    emit, fail = copier.emit, copier.fail
-    os.umask(0)
-    report = copier.reporter()
-
-    workers = None
-    try:
-        pairs, inside, side, n, chunk, role, count, index, digest, split = decode(
-            sys.stdin.buffer.read()
-        )
-        checked = copier.check(pairs, inside, side)
-        if role == "finish":
-            walk = _checked_walk(checked, digest)
-            finish(walk, deal(sizes(walk), count, split))
-        else:
-            if role == "prepare":  # then its own share, from the same walk
-                walk, shares = prepare(checked, count, split)
-                emit(_plan_line(walk, shares))
-            else:
-                walk = _checked_walk(checked, digest)
-                shares = deal(sizes(walk), count, split)
-            copier.pace_init()
-            workers = copier.Workers(n)
-            copy = ShareCopy(workers, report, chunk)
-            emit(copier._progress_line(copy, 0, None))
-            copy.share(walk, shares[index])
-            workers.stop(kill=False)
-    except CopyError as e:
-        return fail(str(e))
-    except Exception as e:  # noqa: BLE001 - one line, never a traceback, for Slurm's Reason
-        return fail(f"copier failed: {type(e).__name__}: {e}")
-    finally:
-        if workers and workers.procs:
-            workers.stop(kill=True)
-    emit('{"done": true}\n')
-    return 0
+def copy_role(plan: bytes, report) -> None:
+    """The share copier's stage, in the copier's `main`: `plan`'s role played."""
+    pairs, inside, side, n, chunk, role, count, index, digest, split = decode(plan)
+    checked = copier.check(pairs, inside, side)
+    if role == "finish":
+        walk = checked_walk(checked, digest)
+        finish(walk, deal(sizes(walk), count, split))
+        return
+    if role == "prepare":  # then its own share, from the same walk
+        walk, shares = prepare(checked, count, split)
+        copier.emit(plan_line(walk, shares))
+    else:
+        walk = checked_walk(checked, digest)
+        shares = deal(sizes(walk), count, split)
+    with copier.Workers(n) as workers:
+        copy = ShareCopy(workers, report, chunk)
+        copier.emit(copier.progress_line(copy, 0, None))
+        copy.share(walk, shares[index])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(copier.main(copy_role))
