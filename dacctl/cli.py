@@ -11,14 +11,23 @@ from daccore.units import format_size
 from dacctl import render
 from dacctl.render import table
 
+TYPE_CHECKING = False  # typing's own, without importing typing on a command's path; mypy: True
+if TYPE_CHECKING:
+    from fractions import Fraction
+    from types import SimpleNamespace
 
-def _store(config=None):
+    from daccore.settings.cache import Json
+    from daccore.settings.config import DacConfig
+    from daccore.store import Store
+
+
+def _store(config: DacConfig | None = None) -> Store:
     from daccore.store import Store
 
     return Store.from_settings((config or load_config()).etcd)
 
 
-def _rights(config=None) -> int:
+def _rights(config: DacConfig | None = None) -> int:
     """The caller's uid for permission checks: 0 for root and the admin group
     (daccore.rules.rights)."""
     import os
@@ -32,7 +41,7 @@ def _rights(config=None) -> int:
     )
 
 
-def _answer(verb: str, config=None, **args) -> dict:
+def _answer(verb: str, config: DacConfig | None = None, **args: object) -> Json:
     """A people command's answer (daccore.services.user_requests): root and admins read etcd with
     their
     own credential; everyone else asks dac's user service, which checks who they are with munge
@@ -86,7 +95,7 @@ def status(buffer: str, as_json: bool, line: bool) -> None:
         _show_status(v, summary_line(v))
 
 
-def _show_status(v: dict, headline: str) -> None:
+def _show_status(v: Json, headline: str) -> None:
     from rich.console import Console
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -254,7 +263,7 @@ def forget_node(node: str) -> None:
     print(printable(f"node {node}: {dropped} debts forgotten"))
 
 
-def estimate(script: Path, margin, output: int, as_json: bool) -> None:
+def estimate(script: Path, margin: Fraction, output: int, as_json: bool) -> None:
     import os
 
     from daccore.errors import UserError
@@ -277,7 +286,7 @@ def estimate(script: Path, margin, output: int, as_json: bool) -> None:
         raise UserError(problem)
 
 
-def _granularities(config) -> dict:
+def _granularities(config: DacConfig) -> dict[str, SimpleNamespace]:
     """Pool name -> an object with its `granularity`, as est.find_pool reads Store.pools."""
     from types import SimpleNamespace
 

@@ -66,6 +66,12 @@ from daccore.services.command_table import (
     function_words,
 )
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from fractions import Fraction
+    from pathlib import Path
+
 __all__ = [
     "ANYONE",
     "ADMIN",
@@ -101,7 +107,7 @@ def _positive_size(text: str) -> int:
     return size
 
 
-def _margin(text: str):
+def _margin(text: str) -> Fraction:
     from daccore.services.estimate import parse_margin
 
     try:
@@ -110,7 +116,7 @@ def _margin(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _int_range(low: int, high: int | None = None):
+def _int_range(low: int, high: int | None = None) -> Callable[[str], int]:
     def convert(text: str) -> int:
         try:
             value = int(text)
@@ -125,10 +131,10 @@ def _int_range(low: int, high: int | None = None):
     return convert
 
 
-def _path(kind: str):
+def _path(kind: str) -> Callable[[str], Path]:
     """A path that, if it exists, must be a `kind` ("file" or "directory")."""
 
-    def convert(text: str):
+    def convert(text: str) -> Path:
         import os
         from pathlib import Path
 

@@ -24,6 +24,16 @@ from pathlib import Path
 
 from daccore.errors import AdminError, UserError
 
+TYPE_CHECKING = False  # typing's own, without importing typing on a command's path; mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    #: writes a key and its certificate as NAME.key and NAME.pem
+    _Save = Callable[[str, ec.EllipticCurvePrivateKey, x509.Certificate], None]
+
 __all__ = ["ROLES", "parse_member", "make_site_certs"]
 
 ROLES = ("dacd", "slurm", "admin")
@@ -42,10 +52,10 @@ def parse_member(text: str) -> tuple[str, list[str]]:
     return name, where
 
 
-def _san(name: str, where: list[str]):
+def _san(name: str, where: list[str]) -> x509.SubjectAlternativeName:
     from cryptography import x509
 
-    out: list = []
+    out: list[x509.GeneralName] = []
     for item in dict.fromkeys([name, *where]):
         try:
             out.append(x509.IPAddress(ipaddress.ip_address(item)))
@@ -87,7 +97,7 @@ def make_site_certs(
             f.write(data)
         written.append(str(directory / name))
 
-    def save(name: str, key, cert) -> None:
+    def save(name: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
         write(f"{name}.pem", cert.public_bytes(serialization.Encoding.PEM), 0o644)
         write(
             f"{name}.key",
@@ -124,13 +134,25 @@ def make_site_certs(
     return written
 
 
-def _leaves(save, ca_key, ca_name, now, until, members: dict[str, list[str]]) -> None:
+def _leaves(
+    save: _Save,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    now: datetime.datetime,
+    until: datetime.datetime,
+    members: dict[str, list[str]],
+) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    def leaf(name: str, subject: list, usages: list, san=None) -> None:
+    def leaf(
+        name: str,
+        subject: list[x509.NameAttribute[str]],
+        usages: list[x509.ObjectIdentifier],
+        san: x509.SubjectAlternativeName | None = None,
+    ) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         b = (
             x509.CertificateBuilder()

@@ -10,6 +10,12 @@ from __future__ import annotations
 import signal
 import sys
 
+TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
+if TYPE_CHECKING:
+    import argparse
+
+    from daccore.services.command_table import Command
+
 
 def _unblock_termination() -> None:
     """slurmctld blocks SIGTERM, SIGINT, SIGHUP and SIGQUIT in its threads, and Slurm's
@@ -49,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     return _run(command, args)
 
 
-def _run(command, args) -> int:
+def _run(command: Command, args: argparse.Namespace) -> int:
     """A people's command: its handler with its arguments; a DacError is one line on stderr
     and the exit code of its kind."""
     from daccore.errors import DacError

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from daccore.escape import printable
 
+TYPE_CHECKING = False  # typing's own, without importing typing on a command's path; mypy: True
+if TYPE_CHECKING:
+    from daccore.settings.cache import Json
+
 __all__ = ["table", "hosts_table", "buffers_table", "buffer_detail", "estimate"]
 
 
@@ -18,7 +22,7 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
     )
 
 
-def hosts_table(rows: list[dict]) -> str:
+def hosts_table(rows: list[Json]) -> str:
     """`dacctl hosts`: bricks as free/total per pool, the buffers holding them."""
     from daccore.services.admin_views import shorten
 
@@ -43,7 +47,7 @@ def hosts_table(rows: list[dict]) -> str:
     )
 
 
-def buffers_table(rows: list[dict]) -> str:
+def buffers_table(rows: list[Json]) -> str:
     """`dacctl buffers`."""
     from daccore.services.admin_views import age, shorten
     from daccore.units import format_size
@@ -71,7 +75,7 @@ def buffers_table(rows: list[dict]) -> str:
 DETAIL_TAIL = 10
 
 
-def buffer_detail(d: dict) -> str:
+def buffer_detail(d: Json) -> str:
     """`dacctl show`: the spec, then each host's status, then each error with its detail's
     tail."""
     import time
@@ -131,10 +135,10 @@ def buffer_detail(d: dict) -> str:
     return "\n".join(x if i == table_at else printable(x) for i, x in enumerate(lines))
 
 
-def _statuses_table(statuses: dict) -> str:
+def _statuses_table(statuses: Json) -> str:
     from daccore.records.status_view import staged_text
 
-    rows = []
+    rows: list[list[object]] = []
     for host, s in statuses.items():
         if s is None:
             rows.append([host, "new", "-", "-", "-", "-", "-"])
@@ -156,7 +160,7 @@ def _statuses_table(statuses: dict) -> str:
     return table(["HOST", "STATE", "GEN", "STEP", "ATTEMPT", "ATTACHED", "STAGED"], rows)
 
 
-def estimate(r: dict) -> str:
+def estimate(r: Json) -> str:
     """`dacctl estimate`: per stage_in line what it holds, then the advice."""
     from daccore.units import format_size
 

@@ -10,10 +10,14 @@ from daccore.errors import UserError
 from daccore.escape import printable
 from daccore.units import format_size
 
+TYPE_CHECKING = False  # typing's own, without importing typing on a command's path; mypy: True
+if TYPE_CHECKING:
+    from daccore.settings.cache import Json
+
 _HEAD = "ID  STATE      WHEN        DIR  DONE                 RATE       SOURCE -> DESTINATION"
 
 
-def _line(s: dict) -> str:
+def _line(s: Json) -> str:
     done = f"{format_size(s['bytes_done'])}/{format_size(s['bytes_total'])}"
     rate = f"{format_size(s['rate'])}/s" if s["rate"] else "-"
     eta = f" eta {s['eta']:.0f}s" if s.get("eta") and s["state"] == "running" else ""
@@ -25,7 +29,7 @@ def _line(s: dict) -> str:
     )
 
 
-def _print(stages: list[dict], as_json: bool, head: bool = True) -> None:
+def _print(stages: list[Json], as_json: bool, head: bool = True) -> None:
     if as_json:
         print(json.dumps(stages if head else stages[0], indent=2))
         return
@@ -35,7 +39,15 @@ def _print(stages: list[dict], as_json: bool, head: bool = True) -> None:
         print(_line(s))
 
 
-def _start(direction: str, source, destination, directory, at_job_end, revocable, as_json):
+def _start(
+    direction: str,
+    source: str,
+    destination: str,
+    directory: bool,
+    at_job_end: bool,
+    revocable: bool,
+    as_json: bool,
+) -> None:
     from daccore.services import stage_client
 
     call = stage_client.stage_in if direction == "in" else stage_client.stage_out
@@ -52,11 +64,25 @@ def _start(direction: str, source, destination, directory, at_job_end, revocable
         print(f"stage {s['id']}: {s['state']}")
 
 
-def stage_in(source, destination, directory, at_job_end, revocable, as_json) -> None:
+def stage_in(
+    source: str,
+    destination: str,
+    directory: bool,
+    at_job_end: bool,
+    revocable: bool,
+    as_json: bool,
+) -> None:
     _start("in", source, destination, directory, at_job_end, revocable, as_json)
 
 
-def stage_out(source, destination, directory, at_job_end, revocable, as_json) -> None:
+def stage_out(
+    source: str,
+    destination: str,
+    directory: bool,
+    at_job_end: bool,
+    revocable: bool,
+    as_json: bool,
+) -> None:
     _start("out", source, destination, directory, at_job_end, revocable, as_json)
 
 
