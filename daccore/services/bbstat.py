@@ -235,9 +235,10 @@ def full_line(v: Json) -> str:
 
 def public_line(v: Json) -> str:
     """The line without anything of the owner's: no error text, no host names."""
+    from daccore.records.buffer_doc import failed as failed_at
     from daccore.records.status_view import summary_line
 
-    failed = any(h["error"] for h in v["hosts"])
+    failed = any(failed_at(h, v.get("generation", 0)) for h in v["hosts"])
     line = summary_line({**v, "hosts": [{**h, "error": None} for h in v["hosts"]]})
     return line + (", failed (its owner sees why with dacctl status)" if failed else "")
 

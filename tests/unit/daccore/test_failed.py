@@ -15,7 +15,7 @@ from daccore.records.models import (
     Status,
     StatusError,
 )
-from daccore.services import admin_views, dws, jobs
+from daccore.services import admin_views, bbstat, dws, jobs
 
 MiB = 1 << 20
 ERROR = {"category": "admin", "message": "mount failed", "detail": ""}
@@ -88,6 +88,7 @@ def test_every_view_says_the_same(answered, failed):
     (session,) = dws.sessions({"proj": doc}, {"proj": docs})
     assert (session.state[2] == "F") is failed
     assert dws.state_flags("created", list(docs.values()), 3) == ("CAF--" if failed else "CA---")
+    assert ("failed (its owner sees why" in bbstat.public_line(v)) is failed
 
 
 def test_a_view_from_before_generations_counts_every_error():
