@@ -21,7 +21,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import yaml
 
@@ -53,16 +53,63 @@ NODE_ROOTS = "nodes"
 USER_SERVICE = "dacservice.users"
 
 
+# state.json's sections. Keys are optional where a state from an older `up` (or one cut short)
+# lacks them: readers use .get() there.
+class EtcdProcess(TypedDict, total=False):
+    """One etcd member: name, pid, client_port, peer_port."""
+
+    name: str
+    pid: int
+    client_port: int
+    peer_port: int
+
+
+class EtcdState(EtcdProcess, total=False):
+    """pid, client_port, peer_port (the first member's; no name), release, members (one, or
+    --etcd-members of them; a state from before members has none)."""
+
+    release: str
+    members: list[EtcdProcess]
+
+
+class BrickState(TypedDict):
+    host: str
+    file: str
+    device: str
+
+
+class DacdState(TypedDict):
+    host: str
+    pid: int
+    metrics: NotRequired[str]  # host:port
+
+
+class SlurmState(TypedDict, total=False):
+    nodes: int
+    plugin: str
+    release: str
+    pids: dict[str, int]  # process name -> pid
+    answerer: bool
+
+
+class UsersState(TypedDict, total=False):
+    """The user service: its address, munged's and the service's pids, and users' dacctl (or
+    the line saying why they have none)."""
+
+    address: str
+    dacctl: str
+    munged: int
+    service: int
+
+
 @dataclass
 class LocalState:
     workdir: str
-    # pid, client_port, peer_port (the first member's), release, members: [{name, pid,
-    # client_port, peer_port}] (one, or --etcd-members of them)
-    etcd: dict = field(default_factory=dict)
-    bricks: list[dict] = field(default_factory=list)  # host, file, device
-    dacd: list[dict] = field(default_factory=list)  # host, pid, metrics (host:port)
-    slurm: dict = field(default_factory=dict)  # nodes, plugin, release, pids
-    users: dict = field(default_factory=dict)  # munged, service (pids), address: the user service
+    etcd: EtcdState = field(default_factory=EtcdState)
+    bricks: list[BrickState] = field(default_factory=list)
+    dacd: list[DacdState] = field(default_factory=list)
+    slurm: SlurmState = field(default_factory=SlurmState)
+    users: UsersState = field(default_factory=UsersState)
 
     @property
     def config_path(self) -> Path:
@@ -419,11 +466,13 @@ def down(workdir: Path) -> list[str]:
     done = []
     if state.slurm:
         done += _cluster(state).stop()
-    for name, marker in (("service", USER_SERVICE), ("munged", "munged")):
-        pid = state.users.get(name)
+    for name, pid, marker in (
+        ("user service", state.users.get("service"), USER_SERVICE),
+        ("munged", state.users.get("munged"), "munged"),
+    ):
         if pid and is_running(pid, marker):
             stop_pid(pid, marker)
-            done.append(f"{'user service' if name == 'service' else name} (pid {pid})")
+            done.append(f"{name} (pid {pid})")
     for d in state.dacd:
         # the command line `up` gave this dacd, so no other process is ever taken for it
         marker = f"dacd.main --config {state.config_path} --host {d['host']} "
@@ -562,10 +611,11 @@ def restart_answerer(workdir: Path, timeout: float = 30.0) -> int:
     return _cluster(state).restart_answerer(timeout, on_started=record)
 
 
-def status(workdir: Path) -> dict:
-    """Which of the local DAC's processes and devices are up, and its pools."""
+def status(workdir: Path) -> dict[str, Any]:
+    """Which of the local DAC's processes and devices are up, and its pools (`dacctl local
+    status` prints it, or dumps it as JSON)."""
     state = _require(workdir)
-    report = {
+    report: dict[str, Any] = {
         "workdir": state.workdir,
         "etcd": {
             "endpoint": state.endpoint,
@@ -615,7 +665,7 @@ def status(workdir: Path) -> dict:
     return report
 
 
-def _user_rows(state: LocalState) -> list[dict]:
+def _user_rows(state: LocalState) -> list[dict[str, object]]:
     """munged and the user service: pid, whether it runs, where users reach it."""
     u, sock = state.users, str(munge_socket(Path(state.workdir)))
     rows = (

@@ -59,7 +59,7 @@ def make_pki(
         os.chmod(path, mode)
         return str(path)
 
-    def save(name: str, key, cert) -> tuple[str, str]:
+    def save(name: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> tuple[str, str]:
         return (
             write(f"{name}.pem", cert.public_bytes(serialization.Encoding.PEM), 0o644),
             write(
@@ -92,7 +92,7 @@ def make_pki(
     )
     cacert, _ = save("ca", ca_key, ca)
 
-    def leaf(name: str, usages: list, san: bool) -> tuple[str, str]:
+    def leaf(name: str, usages: list[x509.ObjectIdentifier], san: bool) -> tuple[str, str]:
         key = ec.generate_private_key(ec.SECP256R1())
         b = (
             x509.CertificateBuilder()

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import shutil
 import ssl
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from daccore.errors import AdminError
 from daclocal.procs import free_port, is_running, spawn, stop_pid
@@ -19,6 +21,10 @@ __all__ = ["find_etcd", "EtcdServer", "EtcdCluster", "PREFIX"]
 
 #: the key prefix the roles are granted on (etcd.prefix's default)
 PREFIX = "/dac/v1/"
+
+#: the `etcd` section of a dac config, as written to dac.yaml: endpoints (a list) and the TLS
+#: and credential paths (str); callers index it and add keys of their own (timeout)
+EtcdSettings = dict[str, Any]
 
 
 def find_etcd() -> str:
@@ -77,9 +83,9 @@ class EtcdServer:
     def credentials_dir(self) -> Path:
         return self.workdir / "credentials"
 
-    def settings(self) -> dict:
+    def settings(self) -> EtcdSettings:
         """The `etcd` section of a dac config that reaches this server."""
-        etcd: dict = {"endpoints": [self.endpoint]}
+        etcd: EtcdSettings = {"endpoints": [self.endpoint]}
         if self.secure:
             pki = self.pki_dir
             etcd.update(
@@ -126,7 +132,7 @@ class EtcdServer:
         tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no log)"]
         raise AdminError(f"etcd did not start in {timeout:.0f}s: {tail[0]} (log: {self.log})")
 
-    def spawn(self, initial_cluster: str, timing: tuple[str, str]):
+    def spawn(self, initial_cluster: str, timing: tuple[str, str]) -> subprocess.Popen[bytes]:
         """Start this member of `initial_cluster` (name=peer URL,…) with `timing` =
         (heartbeat, election timeout) in ms; returns the process, not waiting for health."""
         client = self.endpoint
@@ -209,7 +215,7 @@ class EtcdServer:
             *peer,
         ]
 
-    def _wait_healthy(self, proc, timeout: float) -> bool:
+    def _wait_healthy(self, proc: subprocess.Popen[bytes], timeout: float) -> bool:
         context = None
         if self.tls:
             context = ssl.create_default_context(cafile=self.tls[0])
@@ -268,7 +274,7 @@ class EtcdCluster:
     def endpoints(self) -> list[str]:
         return [m.endpoint for m in self.members]
 
-    def settings(self) -> dict:
+    def settings(self) -> EtcdSettings:
         return {**self.members[0].settings(), "endpoints": self.endpoints}
 
     def start(self, timeout: float = 30.0) -> EtcdCluster:

@@ -42,7 +42,7 @@ def free_port() -> int:
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+            port: int = s.getsockname()[1]
         if port not in _given:
             _given.add(port)
             return port
@@ -57,7 +57,7 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-I", "-m", module, *args]
 
 
-def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start a daemon in its own session, so it outlives the command that started it. Its log
     is root's and 0600: daemons log other users' paths, buffer names and errors. It starts in
     `/`, not in the caller's directory, which may be anyone's: what the daemons run there

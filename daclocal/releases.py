@@ -28,6 +28,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +117,9 @@ _LIB = "usr/lib/x86_64-linux-gnu"
 CHROOT_CA = "/etc/ssl/certs/dac-local-ca.crt"
 _LOADER = "lib64/ld-linux-x86-64.so.2"
 
+#: where a chroot build reports progress for the admin (one line per call)
+ProgressLog = Callable[[str], object]
+
 
 def release(name: str | None) -> Release:
     """The release called `name` (None: the host's); AdminError naming the known ones."""
@@ -201,7 +205,7 @@ def _run(
         raise AdminError(f"building the Slurm chroot: {what} failed: {tail[0]} (log: {log})")
 
 
-def ensure_chroot(rel: Release, log=None) -> Path:
+def ensure_chroot(rel: Release, log: ProgressLog | None = None) -> Path:
     """The release's chroot, built now if the cache has none (about a minute and 280 MB)."""
     root = chroot_dir(rel)
     if (root / ".ok").exists() and not _missing(root):
@@ -224,7 +228,7 @@ def ensure_chroot(rel: Release, log=None) -> Path:
             ) from e
 
 
-def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
+def _build_chroot(rel: Release, root: Path, cache: Path, log: ProgressLog | None) -> Path:
     """debootstrap, then Slurm and the libraries the host's Python needs, in `cache`'s
     `slurm-<release>.build`, renamed to `root` once whole."""
     if log:
@@ -280,7 +284,7 @@ def _build_chroot(rel: Release, root: Path, cache: Path, log) -> Path:
     return root
 
 
-def _apt_install(root: Path, packages, blog: Path) -> None:
+def _apt_install(root: Path, packages: Iterable[str], blog: Path) -> None:
     """`apt-get install` of `packages` inside the chroot at `root`, its lists fetched anew."""
     apt = (
         "DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install "
@@ -319,7 +323,9 @@ def _missing(root: Path) -> list[str]:
     return [p for p in ADDED_LATER if p not in installed]
 
 
-def _add_packages(rel: Release, root: Path, packages: list[str], cache: Path, log) -> None:
+def _add_packages(
+    rel: Release, root: Path, packages: list[str], cache: Path, log: ProgressLog | None
+) -> None:
     """`packages` into a cached chroot that predates them (ADDED_LATER), in place."""
     if log:
         log(f"adding {', '.join(packages)} to the cached Slurm {rel.name} chroot {root}")
@@ -389,7 +395,7 @@ def _link_chain(path: str) -> list[str]:
     return chain
 
 
-def _outermost(paths) -> list[str]:
+def _outermost(paths: Iterable[str]) -> list[str]:
     """`paths` without any that lie inside another, and without / itself."""
     out: list[str] = []
     for p in sorted({os.path.normpath(p) for p in paths if p and p != "/"}):

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from daccore.errors import AdminError
@@ -39,6 +40,10 @@ __all__ = [
 #: Slurm refuses burst buffers to root's jobs; demo and tests submit as this user.
 SUBMIT_USER = "dacuser"
 PLUGINS = ("lua", "datawarp")
+
+#: `SlurmCluster.start`'s `on_started(name, pid)`, and the restarts' `on_started(pid)`
+OnStarted = Callable[[str, int], object]
+OnRestarted = Callable[[int], object]
 
 _SLURM_CONF = """\
 ClusterName=daclocal
@@ -162,7 +167,7 @@ def munge_socket(workdir: Path) -> Path:
 
 def start_munged(
     workdir: Path, timeout: float = 30.0, rel: releases.Release | None = None
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Start the local DAC's munged (the release's own, for a chroot release), with a key of
     its own, on `munge_socket(workdir)`; returns once the socket answers. Every user may use
     it, as on a Slurm node."""
@@ -293,7 +298,7 @@ class SlurmCluster:
         nodes: int = 2,
         plugin: str = "lua",
         dac_config: str = "",
-        pids: dict | None = None,
+        pids: dict[str, int] | None = None,
         mount_root: str = "",
         node_roots: str = "",
         release: str = releases.HOST_RELEASE,
@@ -304,8 +309,10 @@ class SlurmCluster:
         self.release = releases.release(release)
         self.base = Path(workdir).resolve() / "slurm"
         self.nodes, self.plugin, self.dac_config = nodes, plugin, dac_config
-        self.pids: dict = pids or {}
-        self.procs: dict = {}  # what this start spawned, so a daemon that dies says how
+        self.pids: dict[str, int] = pids or {}
+        self.procs: dict[
+            str, subprocess.Popen[bytes]
+        ] = {}  # what this start spawned, so a daemon that dies says how
         self.mount_root, self.node_roots = mount_root, node_roots
         if answerer is None:
             answerer = answerer_default()
@@ -341,7 +348,9 @@ class SlurmCluster:
         """What a shell needs to talk to this Slurm."""
         return {"SLURM_CONF": str(self.conf)}
 
-    def start(self, timeout: float = 30.0, on_started=None, munged: bool = True) -> SlurmCluster:
+    def start(
+        self, timeout: float = 30.0, on_started: OnStarted | None = None, munged: bool = True
+    ) -> SlurmCluster:
         """Start munged (unless `munged` is False: the caller started it, `start_munged`),
         slurmctld and the slurmd; `on_started(name, pid)` records each pid as soon as it
         exists, so a failure part-way can still be cleaned up."""
@@ -359,7 +368,7 @@ class SlurmCluster:
         if self.bindir:
             releases.write_client_wrappers(rel, self.bindir)
 
-        def started(name: str, proc) -> None:
+        def started(name: str, proc: subprocess.Popen[bytes]) -> None:
             self.pids[name] = proc.pid
             self.procs[name] = proc
             if on_started:
@@ -380,7 +389,9 @@ class SlurmCluster:
         self._wait(self._nodes_idle, timeout, "slurmd")
         return self
 
-    def restart_slurmctld(self, timeout: float = 30.0, on_started=None) -> int:
+    def restart_slurmctld(
+        self, timeout: float = 30.0, on_started: OnRestarted | None = None
+    ) -> int:
         """slurmctld again after it died (killed, crashed), on its saved state, as
         `systemctl start slurmctld` would: what is left of the old one's session (its
         slurmscriptd, hooks still running) gets SIGTERM first, as systemd stops what is left
@@ -400,7 +411,7 @@ class SlurmCluster:
         self._wait(lambda: self._scontrol("ping").find("is UP") >= 0, timeout, "slurmctld")
         return proc.pid
 
-    def restart_answerer(self, timeout: float = 30.0, on_started=None) -> int:
+    def restart_answerer(self, timeout: float = 30.0, on_started: OnRestarted | None = None) -> int:
         """dac-answerer again (after it was killed, say), as systemd's Restart= would: the old
         one stopped if it still runs, a new one listening before this returns; its pid in
         `pids`, and given to `on_started(pid)` as soon as it exists."""
@@ -413,7 +424,7 @@ class SlurmCluster:
             on_started(proc.pid)
         return proc.pid
 
-    def _spawn_answerer(self, timeout: float) -> subprocess.Popen:
+    def _spawn_answerer(self, timeout: float) -> subprocess.Popen[bytes]:
         """dac-answerer as SlurmUser, where slurmctld runs (a chroot release's: in its chroot,
         as its hooks' dacctl runs), on `answerer_socket`; returns once the socket answers."""
         rel, sock = self.release, self.answerer_socket
@@ -446,7 +457,7 @@ class SlurmCluster:
             env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
         return env
 
-    def _spawn_slurmctld(self, clean: bool) -> subprocess.Popen:
+    def _spawn_slurmctld(self, clean: bool) -> subprocess.Popen[bytes]:
         """slurmctld in the foreground; `clean` (-c): on no saved state, as `up` wants."""
         rel = self.release
         ctld = [_binary("slurmctld", rel), "-D", *(["-c"] if clean else [])]
@@ -581,7 +592,7 @@ class SlurmCluster:
         out = self._scontrol("show", "nodes")
         return out.count("State=IDLE") >= self.nodes
 
-    def _wait(self, ready, timeout: float, what: str) -> None:
+    def _wait(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
             dead = [n for n, pid in self.pids.items() if not is_running(pid, _marker(n))]
@@ -600,7 +611,7 @@ class SlurmCluster:
         return self._how_ended_proc(self.procs.get(name))
 
     @staticmethod
-    def _how_ended_proc(proc) -> str:
+    def _how_ended_proc(proc: subprocess.Popen[bytes] | None) -> str:
         rc = proc.poll() if proc else None
         if rc is None:
             return "exited"

@@ -43,7 +43,7 @@ def launcher(workdir: Path) -> Path:
     return workdir / "bin" / "dacctl"
 
 
-def open_to_all(path: str | os.PathLike, execute: bool = False) -> bool:
+def open_to_all(path: str | os.PathLike[str], execute: bool = False) -> bool:
     """Whether any user can reach `path` (every directory above searchable by others) and read
     it (or, with `execute`, run it)."""
     p = Path(os.path.realpath(path))

@@ -40,6 +40,10 @@ import struct
 import subprocess
 import sys
 import time
+from typing import Any
+
+#: a task's arguments, as json.load read them from Ansible's file (dacd's playbook sets them)
+Args = dict[str, Any]
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MS_BIND, _MNT_DETACH, _UMOUNT_NOFOLLOW = 4096, 2, 8
@@ -574,7 +578,7 @@ def _write_zeroes(fd: int, left: int) -> None:
     os.fsync(fd)
 
 
-def create(a: dict, done: list[str]) -> None:
+def create(a: Args, done: list[str]) -> None:
     fs, buffer_dir = a["fs_path"], _buffer_dir(a)
     if buffer_dir:
         # <fs_root>/<buffer>/, the mount point's parent: passable by the owner alone, so no
@@ -596,7 +600,7 @@ def create(a: dict, done: list[str]) -> None:
         owned_dir(fs, os.path.join(fs, d), int(a["owner_uid"]), int(a["owner_gid"]), 0o700, done)
 
 
-def attach(a: dict, done: list[str], holders: Holders | None = None) -> None:
+def attach(a: Args, done: list[str], holders: Holders | None = None) -> None:
     """Order matters: swap off and unmount before removing; directories before binds.
     `holders`: the caller's (delete's)."""
     fs = a["fs_path"]
@@ -659,7 +663,7 @@ def _unlink(anchor: str, path: str, done: list[str]) -> None:
         os.close(parent)
 
 
-def delete(a: dict, done: list[str]) -> None:
+def delete(a: Args, done: list[str]) -> None:
     fs, devices, buffer_dir = a["fs_path"], a["devices"], _buffer_dir(a)
     points = mount_points()
     mounted = fs in points
@@ -681,11 +685,11 @@ def delete(a: dict, done: list[str]) -> None:
             os.rmdir(d)
 
 
-def _uid(a: dict) -> int:
+def _uid(a: Args) -> int:
     return int(a["owner_uid"])
 
 
-def _buffer_dir(a: dict) -> str:
+def _buffer_dir(a: Args) -> str:
     """The mount point's closed parent, `<fs_root>/<buffer>`; "" from a dacd that predates it
     (its playbook run passes none until it restarts), whose fs_path is the mount point in
     fs_root, as it was: never mistaken for the new layout, or fs_root would be closed."""
