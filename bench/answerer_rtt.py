@@ -42,7 +42,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=400)
     p.add_argument("--gap", type=float, default=5.0)
     a = p.parse_args()
-    from dacservice.answerer import MAGIC, _encode, ask
+    from dacservice.answerer.wire import MAGIC, ask, encode
 
     with local_dac() as (state, env, work):
         script = hot_job(str(Path(sys.executable).parent / "dacctl"), env, work)
@@ -91,7 +91,7 @@ def main() -> int:
             ],
         }
         lines = {
-            n: (" ".join([MAGIC, *(_encode(w) for w in c)]) + "\n").encode()
+            n: (" ".join([MAGIC, *(encode(w) for w in c)]) + "\n").encode()
             for n, c in calls.items()
         }
         for line in lines.values():  # both trees answer alike, from memory

@@ -12,7 +12,7 @@ plugin's get_status: burst_buffer/lua's slurm_bb_get_status run by slurmscriptd 
 GetSysStatus forked and waited for (run_command, 2 s at most). Every submission takes that lock
 too, whether or not the job has a buffer (_job_create: bb_g_job_validate, bb_g_job_validate2),
 while it holds the job write lock. A Python dac-bbstat started per call held the lock ~70 ms a
-call; with the answerer it is dac's answer over a unix socket (dacservice/answerer.py, bbstat).
+call; with the answerer it is dac's answer over a unix socket (dacservice/answerer/, bbstat).
 
     .venv/bin/python bench/bbstat_flood.py [--plugin lua|datawarp] [--slurm-release R]
         [--flood bbstat|scripts|lines[,...]] [--n N] [--rounds K] [--pace S] [--fork] [--floor]
@@ -318,7 +318,7 @@ def answered(before: dict[str, int] | None, after: dict[str, int] | None, hook: 
 
 def round_trips(sub: Submitter, words: list[str], n: int = 200) -> str:
     """The answerer's own time for each flood word's bbstat (`ask`, as root, one at a time)."""
-    from dacservice.answerer import ask
+    from dacservice.answerer.wire import ask
 
     out = []
     for w in dict.fromkeys(" ".join(w.split()[2:]) for w in words):  # the words after show x
@@ -337,7 +337,7 @@ def round_trips(sub: Submitter, words: list[str], n: int = 200) -> str:
 def refusal_round_trips(sub: Submitter, scripts: dict[str, Path], n: int = 50) -> str:
     """The answerer's own time to answer each flood script's job_process (`ask`, as root, one
     at a time), as burst_buffer.lua asks for a script over 64 KiB: by its path."""
-    from dacservice.answerer import ask
+    from dacservice.answerer.wire import ask
 
     out = []
     for kind, path in scripts.items():

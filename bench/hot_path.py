@@ -214,7 +214,7 @@ def in_process(bindir: Path, env: dict, script: Path, pathfile: Path, prefix: li
     import json
 
     from daccore.share import asset
-    from dacservice.answerer import ask
+    from dacservice.answerer.wire import ask
 
     sock = pathfile.parent / "answerer" / "socket"
     with answerer(bindir, env, sock, prefix):
@@ -250,7 +250,7 @@ def answerer(bindir: Path, env: dict, sock: Path, prefix: list[str]) -> Iterator
     import json
     import signal
 
-    from dacservice.answerer import ask
+    from dacservice.answerer.wire import ask
 
     sock.parent.mkdir(mode=0o700)
     if prefix:  # SlurmUser's own directory, as the unit's RuntimeDirectory
@@ -293,7 +293,7 @@ def forked_datawarp(bindir: Path, env: dict, script: Path, work: Path, prefix: l
     from dataacc_go import build, command, etcd
 
     from daccore.share import asset
-    from dacservice.answerer import ask
+    from dacservice.answerer.wire import ask
 
     forwarder = work / "dw_wlm_cli"
     forwarder.write_bytes(asset("slurm", "dw_wlm_cli.lua").read_bytes())

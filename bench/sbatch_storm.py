@@ -213,7 +213,7 @@ class Submitter:
         """The answerer's counters (`stats`), or None when none answers (stopped, the floor)."""
         import json
 
-        from dacservice.answerer import ask
+        from dacservice.answerer.wire import ask
 
         try:
             r = ask(str(self.cluster.answerer_socket), "stats", [], timeout=1.0)

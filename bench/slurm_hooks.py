@@ -12,8 +12,8 @@ POOLS of them. All are cancelled after.
                                           [--distinct] [--site] [--floor-paths]
 
 The JOBS scripts are one script, as a workflow submits it, so after the first the answerer
-gives job_process its kept answer (dacservice/answerer.py, VALID_KEPT); `--distinct` ends each
-in a comment of its own, so every job_process is answered afresh.
+gives job_process its kept answer (dacservice/answerer/answers.py, VALID_KEPT); `--distinct`
+ends each in a comment of its own, so every job_process is answered afresh.
 
 `--probes` also splits the job_process calls of the storm into their parts (a fresh Lua state,
 burst_buffer.lua compiled, Slurm's `slurm` table, the chunk, the hook, lua-socket's dlopen, the
@@ -144,7 +144,7 @@ def main() -> int:
                 break
             time.sleep(2)
         seen = f"{load}, {cpu()}"
-        from dacservice.answerer import ask
+        from dacservice.answerer.wire import ask
 
         sock = Path(state.workdir) / "slurm" / "answerer" / "socket"
         answered = ask(str(sock), "stats", [])  # where each answer came from

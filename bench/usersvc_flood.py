@@ -29,8 +29,9 @@ same commands are timed without a flood first. The load average is printed besid
 
 `--processes N` runs each flood in N processes of the flooder's (a process has at most the
 hard descriptor limit: N x 20,000 held half-lines go past what the service can hold here).
-`--service FILE` runs the user service from FILE (a copy of dacservice/users.py, say
-`git show HEAD~1:dacservice/users.py`) instead of the installed one, for a before and after.
+`--service FILE` runs the user service from FILE (a tree's dacservice/users/__init__.py, say
+from `git archive REV dacservice | tar -x -C TREE`) instead of the installed one, for a before
+and after.
 """
 
 from __future__ import annotations

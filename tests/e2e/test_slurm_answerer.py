@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from daclocal.cluster import LocalState, restart_answerer
-from dacservice.answerer import ask
+from dacservice.answerer.wire import ask
 
 JOB = """#!/bin/bash
 #SBATCH -o @JOBS@/out-%j.txt
@@ -65,7 +65,7 @@ def test_the_hooks_inside_slurmctld_are_answered_by_the_answerer_not_by_forks(sl
     after = _stats(slurm)
     # the first sbatch's job_process and the refused one's came over the socket (the next two,
     # the same script, may read the valid file the answerer then keeps); each start's paths
-    # from the job's paths file the answerer keeps beside it (dacservice/published.py: one
+    # from the job's paths file the answerer keeps beside it (dacservice/answerer/published.py: one
     # written for each buffer), else over the socket (the pools file not believed a moment);
     # pools since slurmctld started (at its start, and every 30 s), over the socket or from the
     # pools file; no fork logged, and each job saw its own path

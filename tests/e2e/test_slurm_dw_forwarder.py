@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from daccore.share import asset
-from dacservice.answerer import ask
+from dacservice.answerer.wire import ask
 
 JOB = """#!/bin/bash
 #SBATCH -o @JOBS@/out-%j.txt

@@ -17,7 +17,7 @@ from daccore.store import Store
 from daclocal.cluster import LocalState
 from daclocal.procs import child_env, spawn
 from daclocal.slurm import SUBMIT_USER
-from dacservice.mirror import FRESH_FOR
+from dacservice.answerer.mirror import FRESH_FOR
 
 STAGED_JOB = """#!/bin/bash
 #SBATCH -N 1

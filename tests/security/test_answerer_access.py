@@ -1,4 +1,4 @@
-"""dac's answerer (issue 34, dacservice/answerer.py) against two real unprivileged users, A
+"""dac's answerer (issue 34, dacservice/answerer/) against two real unprivileged users, A
 (1234:4321) and B (5678:8765), with SlurmUser `slurm` (Debian's slurmctld package makes it)
 and the answerer run as root, as a site runs it with SlurmUser root's or its own.
 
@@ -23,8 +23,8 @@ from clitools import BIN
 from fuzzrun import as_process, local_dac
 from lua_answerer import raw_request
 
-from dacservice.answerer import MAX_LINE, READ_TIMEOUT, ask
-from dacservice.published import valid_name
+from dacservice.answerer.published import valid_name
+from dacservice.answerer.wire import MAX_LINE, READ_TIMEOUT, ask
 
 A, B = (1234, 4321), (5678, 8765)
 SLURM_USER = "slurm"

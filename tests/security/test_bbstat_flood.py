@@ -16,7 +16,7 @@ import pytest
 from clitools import BIN, run
 from security.entry_helpers import ALICE, MALLORY, SECRET, Cluster
 
-from dacservice.answerer import ask
+from dacservice.answerer.wire import ask
 
 JOB = 990021
 #: what the flooder asks, each from both of its processes, ROUNDS times

@@ -90,8 +90,9 @@ PLANTED = (
     "dacctl/bbstat.py",
     "daccore/__init__.py",
     "dacservice/__init__.py",
-    "dacservice/answerer.py",
-    "dacservice/users.py",
+    "dacservice/answerer/__init__.py",
+    "dacservice/users/__init__.py",
+    "dacservice/users/__main__.py",
     "daclocal/__init__.py",
     "yaml/__init__.py",
 )

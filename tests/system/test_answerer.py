@@ -18,8 +18,8 @@ from fuzzgen import job_scripts
 from fuzzrun import as_process, local_dac
 from lua_answerer import raw_request
 
-from dacservice.answerer import MAX_SCRIPT, ask
-from dacservice.published import valid_name
+from dacservice.answerer.published import valid_name
+from dacservice.answerer.wire import MAX_SCRIPT, ask
 
 BIN = Path(sys.executable).parent
 
@@ -237,7 +237,7 @@ def test_pools_answers_as_the_fork_does_and_follows_etcd(dac):
 
 
 def paths_file_says(a: Answerer, token: str, text: bytes | None, timeout: float = 3.0) -> None:
-    """The answerer's paths file of job `token` (dacservice/published.py) comes to hold
+    """The answerer's paths file of job `token` (dacservice/answerer/published.py) comes to hold
     `text` (None: comes to be absent), within PUBLISH_EVERY of the mirror."""
     path = a.path.parent / "paths" / token
     deadline = time.monotonic() + timeout

@@ -1,4 +1,4 @@
-"""The answerer's paths files and valid files (dacservice/published.py). Paths files: one
+"""The answerer's paths files and valid files (dacservice/answerer/published.py). Paths files: one
 per `buffers/<job id>` the mirror holds, holding the very text `dacctl --function paths`
 writes for the job (datawarp's `buffer_paths`), rewritten when the spec's revision or the
 mount root moves, removed with the spec; none for a spec `paths` could not read, nor for a
@@ -18,8 +18,8 @@ import pytest
 from daccore.etcd.types import KV, Event
 from daccore.services.slurm_functions import buffer_paths
 from daccore.share import asset
-from dacservice.mirror import Mirror
-from dacservice.published import PathsFiles, ValidFiles, paths_file, valid_name
+from dacservice.answerer.mirror import Mirror
+from dacservice.answerer.published import PathsFiles, ValidFiles, paths_file, valid_name
 
 
 def _spec(access="striped", persistent=()):

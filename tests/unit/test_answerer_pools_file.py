@@ -1,12 +1,12 @@
-"""The pools file's expiry and renewal (dacservice/answerer.py): written at any moment, it is
-believed by burst_buffer.lua's rule (pools_file: 0 < expires - os.time() <= 2) from the moment
-it is written until well after the writer renews it, whatever the fraction of the second it was
-written in. Renewed a second after each write instead, a file written late in a second expired
-before its renewal (so every hook in that gap asked the socket)."""
+"""The pools file's expiry and renewal (dacservice/answerer/publisher.py): written at any
+moment, it is believed by burst_buffer.lua's rule (pools_file: 0 < expires - os.time() <= 2)
+from the moment it is written until well after the writer renews it, whatever the fraction of
+the second it was written in. Renewed a second after each write instead, a file written late in
+a second expired before its renewal (so every hook in that gap asked the socket)."""
 
 import math
 
-from dacservice.answerer import PUBLISH_EVERY, pools_expiry, renewal
+from dacservice.answerer.publisher import PUBLISH_EVERY, pools_expiry, renewal
 
 
 def believed(expires: int, t: float) -> bool:

@@ -1,4 +1,4 @@
-"""The answerer's pools summary, built once per mirror content (dacservice/answerer.py
+"""The answerer's pools summary, built once per mirror content (dacservice/answerer/answers.py
 `_summary_per_change`): kept while what the mirror holds stays, built again when it changes
 (an event on a mirrored key, a listing anew), never kept from a build that raised; and the
 mirror's `changes` counter moves with its content, not with etcd's revision alone."""
@@ -7,8 +7,8 @@ import pytest
 
 from daccore.etcd.types import KV, Event
 from daccore.rules.inventory import Inventory
-from dacservice.answerer import _summary_per_change
-from dacservice.mirror import Mirror, Unsure
+from dacservice.answerer.answers import _summary_per_change
+from dacservice.answerer.mirror import Mirror, Unsure
 
 
 class FakeMirror:

@@ -1,4 +1,4 @@
-"""Valid job_process answers kept by the answerer (dacservice/answerer.py, VALID_KEPT): kept
+"""Valid job_process answers kept by the answerer (dacservice/answerer/answers.py, VALID_KEPT): kept
 only when the request carries its script and the mirror answered, by the script's bytes, the
 other words (the user), the config read and the mirror's content; a change of any of them
 answers again, a refusal is never kept, and a config read during an answer keeps nothing."""
@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from daccore.services import slurm_answer
-from dacservice import answerer
-from dacservice.answerer import Answerer
+from dacservice.answerer import answers
+from dacservice.answerer.answers import Answerer
 
 SCRIPT = b"#!/bin/bash\n#DW jobdw capacity=1GiB access_mode=striped type=scratch\n"
 
@@ -100,7 +100,7 @@ def test_an_answer_built_across_a_config_read_is_not_kept(server, monkeypatch):
 
 def test_the_kept_answers_are_bounded(server, monkeypatch):
     a, _, _ = server
-    monkeypatch.setattr(answerer, "VALID_KEPT", 3)
+    monkeypatch.setattr(answers, "VALID_KEPT", 3)
     for n in range(10):
         a.mirror.changes = n
         ask(a)

@@ -33,10 +33,7 @@ STRICT = {
     "daccore.services.stage_client",
     "daccore.services.user_client",
     "daccore.services.user_requests",
-    "dacservice",
-    "dacservice.answerer",
-    "dacservice.mirror",
-    "dacservice.users",
+    "dacservice.*",
 }
 #: what --strict turns on, per module (`strict` itself is global-only: in an override mypy
 #: applies it to every module), and the two of it that are global-only

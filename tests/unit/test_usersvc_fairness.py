@@ -1,7 +1,7 @@
 """How dac's user service shares itself out before and after munged (dacservice.users, issue
 45), piece by piece on this process's own sockets: who a peer is (`Owners`), lines checked
 round robin across peers (`Lines`), each peer's and uid's time (`Budget`), who loses a
-connection when the reader is full (`_Service._make_room`), and a reply the client never
+connection when the reader is full (`_Reader._make_room`), and a reply the client never
 reads (`_Service._reply`). Two real users flooding a real service:
 tests/security/test_usersvc_service.py and bench/usersvc_flood.py."""
 
@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from daccore.settings.config import DacConfig
-from dacservice import peers, users
-from dacservice.peers import Budget, Lines
-from dacservice.users import _READ, _WRITE, _Conn, _Service
+from dacservice.users import peers, reader
+from dacservice.users.peers import Budget, Lines
+from dacservice.users.reader import _READ, _WRITE, _Conn
+from dacservice.users.service import _Service
 
 
 @pytest.fixture
@@ -137,7 +138,7 @@ def test_a_full_reader_drops_the_oldest_of_the_peer_holding_the_most(service):
 
 
 def test_a_full_reader_by_bytes_drops_the_fullest_peers_oldest(service, monkeypatch):
-    monkeypatch.setattr(users, "MAX_HELD_BYTES", 10_000)
+    monkeypatch.setattr(reader, "MAX_HELD_BYTES", 10_000)
     mine, _ = hold(service, "uid 1234")
     service._grow(mine, b"M" * 1000)
     big = [hold(service, "uid 5678") for _ in range(3)]
@@ -159,6 +160,6 @@ def test_a_reply_never_read_holds_no_worker_and_is_dropped_at_its_deadline(servi
     service._drain_wake()  # the reader takes the rest over, bounded like any connection
     (conn,) = service.conns.values()
     assert conn.phase == _WRITE and conn.peer == "uid 5678" and service.held_bytes > 0
-    service._expire(time.monotonic() + users.READ_TIMEOUT + 1)
+    service._expire(time.monotonic() + reader.READ_TIMEOUT + 1)
     assert not service.conns and service.held_bytes == 0
     client.close()

@@ -1,7 +1,7 @@
 """Whatever JSON a request to dac's user service holds, the service's own answer to it
-(dacservice.users._Service._answer) is a result or one line of its kind, never an internal error
-(issue 45: `stage wait` with a list among its ids was a TypeError in the service). A wrong type
-or a missing argument is the user's, and reaches no store."""
+(dacservice/users/service.py, _Service._answer) is a result or one line of its kind, never an
+internal error (issue 45: `stage wait` with a list among its ids was a TypeError in the
+service). A wrong type or a missing argument is the user's, and reaches no store."""
 
 import json
 from typing import Any
@@ -10,7 +10,7 @@ import pytest
 
 from daccore.services.user_requests import MAX_LIST, REQUIRED, VERBS
 from daccore.settings.config import DacConfig
-from dacservice.users import _Service
+from dacservice.users.service import _Service
 
 #: JSON values of every type, and ints no argument takes; each verb's argument is sent each
 #: value that is not of its type

@@ -300,7 +300,7 @@ class _Mirror:
 def test_the_answerer_refuses_in_the_same_words(script, monkeypatch):
     """dac-answer answers job_process with the grammar's own parse (dacctl/datawarp.py): a
     script it is sent is refused at the same bound, in the same line, before any store read."""
-    from dacservice.answerer import Answerer
+    from dacservice.answerer.answers import Answerer
 
     a = Answerer.__new__(Answerer)
     a._lock, a._epoch, a._valid, a._valid_moves = threading.Lock(), 1, {}, 0

@@ -14,8 +14,8 @@ import pytest
 from lua_answerer import SLURM_TABLE, FakeAnswerer
 
 from daccore.share import asset
-from dacservice.answerer import MAX_SCRIPT
-from dacservice.published import valid_name
+from dacservice.answerer.published import valid_name
+from dacservice.answerer.wire import MAX_SCRIPT
 
 LUA = asset("slurm", "burst_buffer.lua")
 
@@ -97,7 +97,7 @@ def test_a_refusing_answer_is_an_error_with_its_line(lua, tmp_path):
 def test_job_process_sends_its_script_up_to_max_script(lua, tmp_path, size):
     """The script (slurmctld's own file) read in the hook and sent after the line, so the
     answerer opens no file; a longer one, or one that cannot be opened, is the answerer's to
-    read from its path (answerer.py's wire protocol)."""
+    read from its path (dacservice/answerer/wire.py)."""
     job = tmp_path / "job.sh"
     data = (b"#!/bin/sh\n#DW jobdw capacity=1GiB\n" + b"x" * MAX_SCRIPT)[: size or 0]
     if size is not None:
@@ -276,8 +276,8 @@ def _paths_file(tmp_path, job: str, text: bytes, n: int | None = None) -> None:
 
 
 def test_paths_reads_the_jobs_paths_file_and_asks_nothing(lua, tmp_path):
-    """The answerer's paths file (dacservice/published.py), believed while the pools file is:
-    its text becomes the job's path file, and the answerer is not woken."""
+    """The answerer's paths file (dacservice/answerer/published.py), believed while the pools
+    file is: its text becomes the job's path file, and the answerer is not woken."""
     text = b"DW_JOB_STRIPED=/mnt/dac/12/striped\nDW_PERSISTENT_STRIPED_p=/mnt/dac/12/ps/p\n"
     _pools_file(tmp_path, 2, "{}")
     _paths_file(tmp_path, "12", text)
@@ -343,7 +343,7 @@ def test_paths_reads_no_file_of_a_job_id_that_is_not_one(lua, tmp_path):
 
 
 def _valid_file(tmp_path, words: str, script: bytes, stored=None) -> None:
-    """The answerer's valid file of (words, script) (dacservice/published.py), holding
+    """The answerer's valid file of (words, script) (dacservice/answerer/published.py), holding
     `stored` (words, script) instead when given (a name two requests share)."""
     (tmp_path / "valid").mkdir(exist_ok=True)
     w, s = stored or (words, script)

@@ -1,7 +1,7 @@
 """What the answerer keeps in files beside its socket for burst_buffer.lua to read instead of
-asking (answerer.py): each file replaced whole (`replace`), in the socket's own directory, so
-the same people may read it as may reach the socket. The pools file is the answerer's own
-(`Answerer.publish`); the paths files and the valid files (`ValidFiles`, job_process's kept
+asking (publisher.py): each file replaced whole (`replace`), in the socket's own directory, so
+the same people may read it as may reach the socket. The pools file is publisher.py's own
+(`Publisher.publish`); the paths files and the valid files (`ValidFiles`, job_process's kept
 answers) are this module's.
 
 The paths files. `slurm_bb_paths` runs under slurmctld's job lock as each job starts, in the
@@ -33,7 +33,7 @@ from daccore.records.keys import prefix_end
 from daccore.services.slurm_functions import buffer_paths
 
 if TYPE_CHECKING:
-    from dacservice.mirror import Mirror
+    from dacservice.answerer.mirror import Mirror
 
 __all__ = [
     "PathsFiles",
@@ -201,7 +201,7 @@ def valid_name(words: str, script: bytes) -> str:
 
 
 class ValidFiles:
-    """The valid files: the job_process answers the answerer keeps as valid (answerer.py,
+    """The valid files: the job_process answers the answerer keeps as valid (answers.py,
     VALID_KEPT), each in `valid/<valid_name>`: `dac-valid/1 <w> <n>\\n`, the request's words
     (w bytes) and its script (n bytes). burst_buffer.lua reads the one its request would be
     named by, believed only while the pools file is, and answers success without asking when

@@ -6,7 +6,7 @@ uid that owns the connecting socket when it is on the service's own host (the ke
 it: `Owners`, a sock_diag lookup), else the connecting address. Its queued lines and unmunges
 are capped and checked round robin across peers (`Lines`), its CPU time is metered
 (`Budget`), and its refusals are logged at most every LOG_EVERY seconds (`Damper`).
-dacservice.users holds the service that uses them.
+The service that uses them is the rest of dacservice.users (reader.py, service.py).
 """
 
 from __future__ import annotations

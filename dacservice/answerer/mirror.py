@@ -1,4 +1,4 @@
-"""The keys Slurm's synchronous hooks read, held in memory for the answerer (answerer.py).
+"""The keys Slurm's synchronous hooks read, held in memory for the answerer (answers.py).
 
 `Mirror` lists `pools/`, `capacity/`, `alive/`, `claims/` and `buffers/` at one revision, then
 follows a watch of dac's whole prefix, applying each revision's events together (etcd sends a
@@ -12,7 +12,7 @@ which changed after the mirror's revision. Same counts and none changed: the mir
 content as of the probe's revision, confirmed at the moment the probe was sent
 (`confirmed_at`). The answerer answers from the mirror only while that moment is at most
 FRESH_FOR seconds old; a mirror whose watch is behind, or that cannot reach etcd, stops being
-confirmed and is not used (answerer.py reads etcd instead, or refuses).
+confirmed and is not used (answers.py reads etcd instead, or refuses).
 
 `MirrorClient` raises `Unsure` instead of answering where the mirror cannot be sure: any
 write, a read at a revision other than its own, a range outside the mirrored prefixes, and a
