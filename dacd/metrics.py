@@ -18,6 +18,8 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     REGISTRY,
@@ -42,6 +44,12 @@ from daccore.records.lifecycle import STEP_FOR
 from daccore.records.models import State
 from daccore.rules.inventory import summarize
 
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from daccore.rules.inventory import Inventory
+    from daccore.settings.config import DacConfig
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -56,7 +64,9 @@ __all__ = [
     "buffer_state_label",
 ]
 
-disable_created_metrics()  # no *_created series: they would double what a scrape carries
+#: prometheus_client (0.26) leaves this one function unannotated: typed here for mypy --strict
+_disable_created_metrics: Callable[[], None] = disable_created_metrics
+_disable_created_metrics()  # no *_created series: they would double what a scrape carries
 
 _STEP_SECONDS = Histogram(
     "dac_step_duration_seconds",
@@ -105,14 +115,52 @@ _ADDRESS = re.compile(
 # -- what the reconciler and staging call -----------------------------------------------------
 
 
-def buffer_state_label(status) -> str:
+class Reached(Protocol):
+    """What a buffer's state label is read from: a host's Status (or None, before any)."""
+
+    @property
+    def state(self) -> State | None: ...
+
+    @property
+    def error(self) -> object: ...
+
+
+class _Primary(Protocol):
+    @property
+    def primary_host(self) -> str: ...
+
+
+class Seen(Protocol):
+    """What buffer_seen reads of a Buffer."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def allocation(self) -> _Primary: ...
+
+
+class Named(Protocol):
+    """A backend, as step_finished labels it."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class HostInventory(Protocol):
+    """What the bricks collector reads of the Store."""
+
+    def host_summary_inventory(self, host: str, pools: list[str]) -> Inventory: ...
+
+
+def buffer_state_label(status: Reached | None) -> str:
     """'failed' when the last step failed, else the state reached, 'new' before any."""
     if status is not None and status.error:
         return "failed"
     return "new" if status is None or status.state is None else status.state.value
 
 
-def buffer_seen(buf, host: str, status) -> None:
+def buffer_seen(buf: Seen, host: str, status: Reached | None) -> None:
     """Note the state `host` reached for `buf`. Only the buffer's primary host counts it, so
     summing dac_buffers over every dacd counts each buffer once."""
     if host == buf.allocation.primary_host:
@@ -125,7 +173,9 @@ def buffer_gone(name: str) -> None:
         _buffers.pop(name, None)
 
 
-def step_finished(step: str, backend, started: float, error: DacError | None = None) -> None:
+def step_finished(
+    step: str, backend: Named | None, started: float, error: DacError | None = None
+) -> None:
     """Observe a step that began at `started` (time.monotonic()); count it if it failed."""
     name = getattr(backend, "name", "") or "unknown"  # None when the backend was not found
     _STEP_SECONDS.labels(step, name).observe(time.monotonic() - started)
@@ -149,11 +199,11 @@ class StageMeter:
     """One copier's cumulative progress turned into the stage counters as it comes (about once
     a second), so rate() follows a long copy while it runs; `done` sets the throughput gauge."""
 
-    def __init__(self, direction: str):
+    def __init__(self, direction: str) -> None:
         self.direction, self.started = direction, time.monotonic()
         self.bytes = self.files = 0
 
-    def progress(self, message: dict) -> None:
+    def progress(self, message: dict[str, Any]) -> None:
         b, f = message.get("bytes_done", 0), message.get("files_done", 0)
         if b > self.bytes:
             _STAGE_BYTES.labels(self.direction).inc(b - self.bytes)
@@ -175,13 +225,13 @@ class _Bricks(Collector):
     """This host's share of each pool it has bricks in, from one etcd read per scrape; summing
     over hosts gives `dacctl pools` (a host whose lease is gone counts 0, as there)."""
 
-    def __init__(self, store, host: str, pools: list[str]):
+    def __init__(self, store: HostInventory, host: str, pools: list[str]) -> None:
         self.store, self.host, self.pools = store, host, pools
 
-    def describe(self):  # lets register() check names without an etcd read
+    def describe(self) -> list[GaugeMetricFamily]:  # register() checks names without an etcd read
         return list(self._families())
 
-    def _families(self):
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
         labels = ["pool", "host"]
         return (
             GaugeMetricFamily(
@@ -209,7 +259,7 @@ class _Bricks(Collector):
             ),
         )
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
             inv = self.store.host_summary_inventory(self.host, self.pools)
         except DacError as e:
@@ -217,7 +267,7 @@ class _Bricks(Collector):
             log.warning("metrics: cannot read host %s's bricks: %s", self.host, e)
             return
         total, free, used, alive, drained = self._families()
-        (view,) = inv.views() or [None]
+        (view,) = inv.views() or (None,)
         if view is not None:
             for s in summarize(inv):
                 if s.name in view.pools:
@@ -229,10 +279,10 @@ class _Bricks(Collector):
 
 
 class _Buffers(Collector):
-    def __init__(self, host: str):
+    def __init__(self, host: str) -> None:
         self.host = host
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "dac_buffers",
             "Buffers whose primary host is this one, by the state it reached "
@@ -265,7 +315,9 @@ def split_address(address: str) -> tuple[str, int]:
 class MetricsServer:
     """The /metrics endpoint of one dacd; `stop` closes it and unregisters its collectors."""
 
-    def __init__(self, address: str, httpd, thread: threading.Thread, collectors: list):
+    def __init__(
+        self, address: str, httpd: WSGIServer, thread: threading.Thread, collectors: list[Collector]
+    ) -> None:
         self.address, self._httpd, self._thread, self._collectors = (
             address,
             httpd,
@@ -281,7 +333,7 @@ class MetricsServer:
             REGISTRY.unregister(c)
 
 
-def serve(address: str, store, host: str, config) -> MetricsServer:
+def serve(address: str, store: HostInventory, host: str, config: DacConfig) -> MetricsServer:
     """Serve /metrics on `address` for `host`'s dacd; AdminError naming the address when it
     is malformed or taken."""
     addr, port = split_address(address)
@@ -291,7 +343,7 @@ def serve(address: str, store, host: str, config) -> MetricsServer:
         httpd, thread = start_http_server(port, addr)
     except OSError as e:
         raise AdminError(f"metrics address '{address}': cannot listen: {e.strerror or e}") from e
-    collectors = [_Bricks(store, host, pools), _Buffers(host)]
+    collectors: list[Collector] = [_Bricks(store, host, pools), _Buffers(host)]
     for c in collectors:
         REGISTRY.register(c)
     log.info("metrics on http://%s/metrics", address)

@@ -17,13 +17,19 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from daccore.backends import get as get_backend
 from daccore.backends import templated
 from daccore.errors import DacError, HostsUnreachable
 from daccore.escape import printable
 from daccore.records.models import Owed
+
+if TYPE_CHECKING:
+    from daccore.backends import Backend
+    from daccore.records.models import Buffer
+    from daccore.settings.config import DacConfig
+    from dacd.runner import RunStep
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +39,32 @@ __all__ = ["leave_owed", "retry_owed", "RETRY"]
 RETRY = 30.0
 
 
-def leave_owed(store, config, host: str, buf, backend, attached: dict, error: Exception) -> bool:
+class _OwedKeys(Protocol):
+    def owed(self, node: str, buffer: str) -> str: ...
+
+
+class OwedStore(Protocol):
+    """What this module does with the Store: its `owed/` records."""
+
+    @property
+    def keys(self) -> _OwedKeys: ...
+
+    def put_owed(self, owed: Owed) -> None: ...
+
+    def owed(self) -> list[Owed]: ...
+
+    def drop_owed(self, node: str, buffer: str) -> int: ...
+
+
+def leave_owed(
+    store: OwedStore,
+    config: DacConfig,
+    host: str,
+    buf: Buffer,
+    backend: Backend,
+    attached: dict[str, list[str]],
+    error: Exception,
+) -> bool:
     """Record what the nodes that did not answer `buf`'s delete owe, when they are all compute
     nodes and every other host ran the whole delete; True then (the delete counts as done)."""
     if not isinstance(error, HostsUnreachable) or not error.rest_done:
@@ -81,7 +112,12 @@ def leave_owed(store, config, host: str, buf, backend, attached: dict, error: Ex
 
 
 def retry_owed(
-    stopping: threading.Event, store, config, host: str, run_step: Callable, every: float = RETRY
+    stopping: threading.Event,
+    store: OwedStore,
+    config: DacConfig,
+    host: str,
+    run_step: RunStep,
+    every: float = RETRY,
 ) -> None:
     """Until `stopping`: every `every` seconds, try what the nodes this host recorded owe."""
     while not stopping.wait(every):
@@ -96,7 +132,7 @@ def retry_owed(
             _try(store, config, host, run_step, owed)
 
 
-def _try(store, config, host: str, run_step: Callable, owed: Owed) -> None:
+def _try(store: OwedStore, config: DacConfig, host: str, run_step: RunStep, owed: Owed) -> None:
     root = os.path.normpath(config.node_mount_root(owed.node))
     paths = [*owed.unmounts, *owed.prune]
     if owed.pool not in config.pools or any(

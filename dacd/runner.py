@@ -19,19 +19,42 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from daccore.errors import HostsUnreachable, InternalError, PlaybookFailed
 from daccore.share import asset
 from dacd.warm_ansible import WarmAnsible
 
 if TYPE_CHECKING:
+    import ptyprocess
+    import yaml
+    from ansible_runner import Runner
+
+    from daccore.backends.base import Vars
     from daccore.settings.config import SshSettings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["playbooks", "run_step", "ssh_environment", "sweep_stale_runs"]
+__all__ = ["RunStep", "playbooks", "run_step", "ssh_environment", "sweep_stale_runs"]
+
+
+class RunStep(Protocol):
+    """`run_step` as dacd passes it on (with its warm server bound, or a test's stand-in)."""
+
+    def __call__(
+        self,
+        backend: str,
+        step: str,
+        host: str,
+        extravars: Vars,
+        on_task: Callable[[str], None] | None = None,
+        inventory: Vars | None = None,
+        forks: int = 20,
+        *,
+        ssh: SshSettings | None = None,
+    ) -> None: ...
 
 
 def playbooks() -> Path:
@@ -50,10 +73,10 @@ def _no_nap_after_exit() -> None:
     if getattr(close, "dac_no_nap", False):
         return
 
-    def close_without_nap(self, force=True):
+    def close_without_nap(self: ptyprocess.PtyProcess, force: bool = True) -> None:
         if not self.isalive():
             self.delayafterclose = 0
-        return close(self, force)
+        close(self, force)
 
     setattr(close_without_nap, "dac_no_nap", True)  # noqa: B010  (a function has no such slot)
     ptyprocess.PtyProcess.close = close_without_nap
@@ -63,9 +86,9 @@ def run_step(
     backend: str,
     step: str,
     host: str,
-    extravars: dict,
+    extravars: Vars,
     on_task: Callable[[str], None] | None = None,
-    inventory: dict | None = None,
+    inventory: Vars | None = None,
     forks: int = 20,
     warm: WarmAnsible | None = None,
     ssh: SshSettings | None = None,
@@ -87,12 +110,12 @@ def run_step(
         raise InternalError(
             f"playbook {backend}/{step}.yml is missing from {project.parent}; reinstall dac"
         )
-    failed: dict = {}
+    failed: dict[str, Any] = {}  # the first failed task's: task, host, rc, output
     unreachable: dict[str, str] = {}  # host -> why
     touched: set[str] = set()  # hosts that ran a task of this step (it may have done something)
     started = time.monotonic()
 
-    def event(ev: dict) -> bool:
+    def event(ev: dict[str, Any]) -> bool:
         data = ev.get("event_data", {})
         kind = ev.get("event")
         if kind == "playbook_on_task_start" and on_task:
@@ -201,7 +224,7 @@ def run_step(
         )
 
 
-def _hosts(inventory: dict | None, clients: bool) -> frozenset[str]:
+def _hosts(inventory: Vars | None, clients: bool) -> frozenset[str]:
     """The inventory's compute nodes (its `clients` group), or its other hosts (servers)."""
     groups = (inventory or {}).get("all", {}).get("children", {})
     return frozenset(
@@ -296,7 +319,7 @@ def _running_dacd(pid: str) -> bool:
     return state not in (b"Z", b"X") and b"dacd" in cmdline
 
 
-def _reason(res: dict) -> str:
+def _reason(res: dict[str, Any]) -> str:
     """The line that says why a task failed (PlaybookFailed shows the last line of the output):
     the module's message, unless it is the command module's "non-zero return code", where the
     tool's own last words are better: stderr's, else stdout's (dfuse reports on stdout)."""
@@ -310,7 +333,7 @@ def _reason(res: dict) -> str:
     return msg
 
 
-def _write_unsafe(workdir: str, name: str, data: dict) -> str:
+def _write_unsafe(workdir: str, name: str, data: Vars) -> str:
     """Write `data` as YAML with every string tagged `!unsafe`, so Ansible never templates
     it: values come from buffer records, and `{{ lookup('pipe', ...) }}` in one would run as
     root. ansible-runner itself writes dicts as JSON, where Ansible renders every string.
@@ -327,7 +350,7 @@ def _write_unsafe(workdir: str, name: str, data: dict) -> str:
 
 
 @functools.cache
-def _unsafe_dumper():
+def _unsafe_dumper() -> type[yaml.SafeDumper]:
     import yaml
 
     from daccore.backends import Templated
@@ -335,7 +358,9 @@ def _unsafe_dumper():
     base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
     class UnsafeDumper(base):  # type: ignore[misc, valid-type]
-        def represent_mapping(self, tag, mapping, flow_style=None):
+        def represent_mapping(
+            self, tag: str, mapping: Mapping[object, object], flow_style: bool | None = None
+        ) -> yaml.MappingNode:
             # keys plain (inventory host names must stay names), values tagged
             node = super().represent_mapping(tag, mapping, flow_style)
             for key, _ in node.value:
@@ -343,7 +368,7 @@ def _unsafe_dumper():
                     key.tag = "tag:yaml.org,2002:str"
             return node
 
-    def unsafe(dumper, text: str):
+    def unsafe(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
         # Ansible resolves an !unsafe scalar's type again as if untagged ('0700' would become
         # 448, '' None): such strings stay plain. None of them can hold a Jinja delimiter.
         if dumper.resolve(yaml.ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
@@ -355,11 +380,11 @@ def _unsafe_dumper():
     return UnsafeDumper
 
 
-def _with_interpreter(inventory: dict) -> dict:
+def _with_interpreter(inventory: Vars) -> Vars:
     """Hosts reached over the local connection run modules with this interpreter (the venv's,
     which has what dac's modules import), unless the inventory says otherwise."""
 
-    def walk(group: dict) -> None:
+    def walk(group: Vars) -> None:
         for hostvars in (group.get("hosts") or {}).values():
             if hostvars.get("ansible_connection") == "local":
                 hostvars.setdefault("ansible_python_interpreter", sys.executable)
@@ -371,8 +396,9 @@ def _with_interpreter(inventory: dict) -> dict:
     return inventory
 
 
-def _stdout_tail(r, limit: int = 8000) -> str:
+def _stdout_tail(r: Runner, limit: int = 8000) -> str:
     try:
-        return r.stdout.read()[-limit:]
+        tail: str = r.stdout.read()[-limit:]
+        return tail
     except (OSError, AttributeError, ValueError):
         return ""

@@ -32,6 +32,19 @@ import tempfile
 import threading
 import warnings
 
+TYPE_CHECKING = False  # typing's own without importing typing (the server needs none); mypy: True
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import IO, TypedDict
+
+    class Request(TypedDict):
+        """A client's request, as dacd/warm_ansible_client.py sends it (JSON)."""
+
+        argv: list[str]
+        env: dict[str, str]
+        cwd: str
+
+
 #: Ansible settings that runner sets per run; a child takes each from its own request, so they
 #: do not stop the warm path. Every other ANSIBLE_* variable must match the server's.
 PER_RUN = {"ANSIBLE_CACHE_PLUGIN_CONNECTION": "CACHE_PLUGIN_CONNECTION"}
@@ -72,16 +85,18 @@ ALREADY_CONFIGURED = "AnsibleCollectionFinder has already been configured"
 log = logging.getLogger("dacd.warm_ansible")
 
 
-def ansible_key(env: dict, cwd: str) -> dict:
+def ansible_key(env: Mapping[str, str], cwd: str) -> dict[str, str | bool]:
     """What Ansible reads from the environment when it is imported: a request whose key differs
     from the server's cannot run on the server's imported modules."""
-    key = {k: v for k, v in env.items() if k.startswith("ANSIBLE_") and k not in PER_RUN}
+    key: dict[str, str | bool] = {
+        k: v for k, v in env.items() if k.startswith("ANSIBLE_") and k not in PER_RUN
+    }
     key["cwd ansible.cfg"] = os.path.exists(os.path.join(cwd, "ansible.cfg"))
     key["home"] = env.get("HOME", "")
     return key
 
 
-def recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+def recv_request(conn: socket.socket) -> tuple[Request, list[int]]:
     """One request: a 4-byte length, then JSON, with the client's three stdio fds attached."""
     fds = array.array("i")
     msg, anc, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * fds.itemsize))
@@ -109,9 +124,9 @@ class WarmAnsible:
         os.path.dirname(os.path.abspath(__file__)), "warm_ansible_client.py"
     )
 
-    def __init__(self, log=None):
+    def __init__(self, log: IO[str] | IO[bytes] | int | None = None) -> None:
         self._log = log  # where the server logs (default: dacd's stderr)
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._install()
 
@@ -170,11 +185,11 @@ class WarmAnsible:
 
 
 class Server:
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         self.sock.listen(64)
-        self.key: dict | None = None  # the environment Ansible was imported under
+        self.key: dict[str, str | bool] | None = None  # the environment Ansible was imported under
         self.cold = False  # Ansible would not import here: every run is a fresh one
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.sock, selectors.EVENT_READ)
@@ -251,7 +266,7 @@ class Server:
             pass  # the client is gone: nobody waits for this run
         conn.close()
 
-    def _import_ansible(self, request: dict) -> None:
+    def _import_ansible(self, request: Request) -> None:
         """Import Ansible under the first request's environment (it reads its settings at
         import); every later request that would read the same settings runs warm."""
         import importlib
@@ -278,7 +293,7 @@ class Server:
         os.chdir("/")
 
 
-def _child(conn: socket.socket, request: dict, fds: list[int], warm: bool) -> None:
+def _child(conn: socket.socket, request: Request, fds: list[int], warm: bool) -> None:
     """The forked run; never returns."""
     try:
         os.setsid()  # its own process group: a vanished client takes the whole run down

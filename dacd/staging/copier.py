@@ -57,8 +57,36 @@ import sys
 import time
 
 TYPE_CHECKING = False  # typing's own without importing typing: the copier starts per stage
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy: True; nothing here runs
     from collections.abc import Callable
+    from typing import Any, Protocol, TypedDict
+
+    class Pair(TypedDict):
+        """A line of the plan: its type ("file", "directory" or "list"), source and
+        destination."""
+
+        type: str
+        source: str
+        destination: str
+
+    #: a checked pair: (type, source, destination beneath its anchor, lstat of the source)
+    Checked = tuple[str, str, str, os.stat_result]
+    #: a whole file for a worker: (src, dst, size, mode, atime, mtime, sparse)
+    FileItem = tuple[str, str, int, int, int, int, bool]
+    #: [start, end) of a big file: a FileItem's fields, then start and end
+    ChunkItem = tuple[str, str, int, int, int, int, bool, int, int]
+    #: what the main process sends a worker: ("files", a batch) or ("chunk", one range)
+    Task = tuple[str, list[FileItem]] | tuple[str, ChunkItem]
+    #: a worker's answer: ("part", bytes, 0), ("ok", bytes, files) or ("error", line, 0)
+    Result = tuple[str, int | str, int]
+    #: a worker's results as they come: (bytes copied, files done)
+    OnResult = Callable[[int, int], None]
+
+    class Report(Protocol):
+        """`reporter`'s: a progress line for `c`, always when `final`."""
+
+        def __call__(self, c: Copy, final: bool = False) -> None: ...
+
 
 CHUNK = 256 << 20  # a big file is split into pieces of this size
 BATCH_BYTES = 32 << 20  # small files travel to a worker in batches up to this size...
@@ -141,11 +169,12 @@ def _dst_anchor(dst: str, root: str, buffer_side: str) -> str:
     return os.path.join(real, os.path.relpath(dst, probe))
 
 
-def check(pairs: list[dict], inside: str, buffer_side: str) -> list[tuple]:
+def check(pairs: list[Pair], inside: str, buffer_side: str) -> list[Checked]:
     """Every pair (lists expanded) as (type, source, destination, lstat of the source), each one
     checked before anything is copied; the destinations' anchors opened (_ROOTS)."""
     root = os.path.realpath(inside)
-    todo, out = pairs[::-1], []  # a stack, in order: a list of 100,000 lines pops in O(1)
+    todo: list[Pair] = pairs[::-1]  # a stack, in order: a list of 100,000 lines pops in O(1)
+    out: list[Checked] = []
     while todo:
         pair = todo.pop()
         src, dst = pair["source"], pair["destination"]
@@ -192,7 +221,7 @@ def _buffer_side(path: str, inside: str) -> str:
     return path
 
 
-def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dict]:
+def _read_list(path: str, pair: Pair, inside: str, buffer_side: str) -> list[Pair]:
     """A type=list file: `source destination` per line (absolute sources; a relative
     destination is taken under the pair's destination; $DW_JOB_STRIPED on the buffer's side
     is the buffer's striped directory, `inside`), blank lines and #comments skipped.
@@ -216,7 +245,7 @@ def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dic
         os.close(fd)
     if len(data) > LIST_BYTES:
         raise CopyError(f"{path}: a list of more than {LIST_BYTES >> 20} MiB")
-    out: list[dict] = []
+    out: list[Pair] = []
     for number, line in enumerate(os.fsdecode(data).splitlines(), 1):
         words = line.split()
         if not words or words[0].startswith("#"):
@@ -245,7 +274,9 @@ def _read_list(path: str, pair: dict, inside: str, buffer_side: str) -> list[dic
 #: (path, O_PATH descriptor) of every destination anchor, longest first: opened by check()
 #: before the workers are forked, so they inherit them
 _ROOTS: list[tuple[str, int]] = []
-_LAST: list = ["", -1]  # the directory resolved last and its descriptor: a batch shares one
+#: [the directory resolved last, its descriptor]: a batch shares one (a list of both, which the
+#: tests reset; Any: a list's items have one type)
+_LAST: list[Any] = ["", -1]
 
 
 def root_of(path: str) -> tuple[str, int]:
@@ -297,7 +328,8 @@ def open_dir(path: str, make: bool = True) -> int:
         if _LAST[1] >= 0:
             os.close(_LAST[1])
         _LAST[:] = [path, fd]
-    return _LAST[1]
+    last: int = _LAST[1]
+    return last
 
 
 def _replaced(dfd: int) -> dict[str, int]:
@@ -403,9 +435,9 @@ _BUFFER = memoryview(mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE))
 
 
 #: bench/staging.py's per-server rate cap, nothing else's: DAC_BENCH_RATE bytes per second
-#: shared by one copier's workers (rate, lock pipe's read and write ends, shared mmap holding
-#: the time the next byte may go); empty unless the variable is set (docs/performance.md)
-_PACE: list = []
+#: shared by one copier's workers ((rate, lock pipe's read and write ends, shared mmap holding
+#: the time the next byte may go)); empty unless the variable is set (docs/performance.md)
+_PACE: list[tuple[float, int, int, mmap.mmap]] = []
 PACE_STEP = 1 << 20  # a paced copy moves this much at a time
 PACE_BURST = 0.05  # seconds of credit an idle copier may keep
 
@@ -419,14 +451,14 @@ def pace_init() -> None:
         os.write(w, b"x")
         mem = mmap.mmap(-1, 8)  # MAP_SHARED: every worker sees one clock
         struct.pack_into("d", mem, 0, 0.0)
-        _PACE[:] = [rate, r, w, mem]
+        _PACE[:] = [(rate, r, w, mem)]
 
 
 def _throttle(n: int) -> None:
     """Wait until `n` more bytes are within the rate (the pipe's one byte is the lock)."""
     if not _PACE:
         return
-    rate, r, w, mem = _PACE
+    rate, r, w, mem = _PACE[0]
     os.read(r, 1)
     try:
         now = time.monotonic()
@@ -457,7 +489,9 @@ def _move(src_fd: int, dst_fd: int, count: int, off: int) -> int:
     return n
 
 
-def _copy_dense(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> None:
+def _copy_dense(
+    src_fd: int, dst_fd: int, start: int, end: int, part: Callable[[int], None] | None = None
+) -> None:
     """Every WRITEBACK bytes copied are sent to the disk at once (POSIX_FADV_DONTNEED starts
     writeback without waiting) and the source's pages dropped; a destination step is dropped
     DROP_LAG steps later, its writeback done (pages under writeback stay cached). So the disk
@@ -485,7 +519,9 @@ def _copy_dense(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> No
             flushed = off
 
 
-def _copy_range(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> None:
+def _copy_range(
+    src_fd: int, dst_fd: int, start: int, end: int, part: Callable[[int], None] | None = None
+) -> None:
     """Copy [start, end), skipping holes (the destination already has the final size)."""
     pos = start
     while pos < end:
@@ -503,7 +539,7 @@ def _copy_range(src_fd: int, dst_fd: int, start: int, end: int, part=None) -> No
         pos = hole
 
 
-def _open_sources(items: list) -> list[int]:
+def _open_sources(items: list[FileItem]) -> list[int]:
     """Every source of a batch opened and read ahead at once: one cold file after another
     would wait for the disk once each (10,000 small files: 0.46 s of copying, 0.33 s so)."""
     fds: list[int] = []
@@ -519,7 +555,7 @@ def _open_sources(items: list) -> list[int]:
     return fds
 
 
-def copy_files(items: list) -> tuple[int, int]:
+def copy_files(items: list[FileItem]) -> tuple[int, int]:
     """A batch of whole files (src, dst, size, mode, atime, mtime, sparse): (bytes, files).
     A small dense file costs eight system calls: open, fadvise, open (created with its mode),
     read, write, utime, two closes; everything else here is kept out of its way (10,000 files:
@@ -555,7 +591,7 @@ def copy_files(items: list) -> tuple[int, int]:
     return copied, len(items)
 
 
-def copy_chunk(item: tuple, part=None) -> int:
+def copy_chunk(item: ChunkItem, part: Callable[[int], None] | None = None) -> int:
     """[start, end) of a big file (src, dst, size, mode, atime, mtime, sparse, start, end) into
     the file the walk made; every PART bytes copied are told to `part` as they go. Returns the
     bytes not told (holes included: they are the file's bytes too)."""
@@ -564,7 +600,7 @@ def copy_chunk(item: tuple, part=None) -> int:
 
     def count(n: int) -> None:
         told[1] += n
-        if told[1] >= PART:
+        if told[1] >= PART and part is not None:  # always given: count is passed only with it
             part(told[1])
             told[0], told[1] = told[0] + told[1], 0
 
@@ -594,20 +630,24 @@ def copy_chunk(item: tuple, part=None) -> int:
 # -- the workers ----------------------------------------------------------------------------------
 
 
-def _send(fd: int, message) -> None:
+def _send(fd: int, message: Task | Result) -> None:
     data = marshal.dumps(message)
     data = struct.pack("<I", len(data)) + data
     while data:
         data = data[os.write(fd, data) :]
 
 
-def _recv(fd: int):
-    """The next message, or None at end of file."""
+def _recv(fd: int) -> tuple[Any, ...] | None:
+    """The next message (a Task in a worker, a Result in the main process: marshal's, so its
+    items are Any), or None at end of file."""
     head = _read_exactly(fd, 4)
     if head is None:
         return None
     body = _read_exactly(fd, struct.unpack("<I", head)[0])
-    return None if body is None else marshal.loads(body)
+    if body is None:
+        return None
+    message: tuple[Any, ...] = marshal.loads(body)
+    return message
 
 
 def _read_exactly(fd: int, n: int) -> bytes | None:
@@ -626,7 +666,7 @@ def _serve(tasks: int, results: int) -> None:
     while (task := _recv(tasks)) is not None:
         try:
             kind, items = task
-            out: tuple
+            out: Result
             if kind == "files":
                 out = ("ok", *copy_files(items))
             else:
@@ -638,7 +678,7 @@ def _serve(tasks: int, results: int) -> None:
         _send(results, out)
 
 
-def worker_nice(pairs: list[dict]) -> int:
+def worker_nice(pairs: list[Pair]) -> int:
     """WORKER_NICE when a pair is a tree to walk (a directory, a list); else 0: nothing to
     yield to."""
     return WORKER_NICE if any(p["type"] != "file" for p in pairs) else 0
@@ -649,7 +689,7 @@ class Workers:
     did the same at 45 ms more per stage (its import and start: 9 % of 10,000 small files).
     As a context manager: let finish and reaped when the block ends, killed when it raises."""
 
-    def __init__(self, n: int, nice: int = WORKER_NICE):
+    def __init__(self, n: int, nice: int = WORKER_NICE) -> None:
         pace_init()
         self.procs: list[tuple[int, int, int]] = []  # (pid, task fd, result fd)
         self.queued: dict[int, int] = {}  # result fd -> tasks in flight
@@ -683,11 +723,11 @@ class Workers:
     def __enter__(self) -> Workers:
         return self
 
-    def __exit__(self, kind, *_) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         if self.procs:
             self.stop(kill=kind is not None)
 
-    def send(self, task: tuple, on_result) -> None:
+    def send(self, task: Task, on_result: OnResult) -> None:
         """To the least busy worker, after waiting for results while every one is full."""
         while min(self.queued.values()) >= QUEUED:
             self.wait(on_result)
@@ -698,11 +738,11 @@ class Workers:
         except BrokenPipeError:
             raise CopyError(DIED) from None
 
-    def drain(self, on_result) -> None:
+    def drain(self, on_result: OnResult) -> None:
         while any(self.queued.values()):
             self.wait(on_result)
 
-    def wait(self, on_result, timeout_ms: int = 1000) -> None:
+    def wait(self, on_result: OnResult, timeout_ms: int = 1000) -> None:
         """Results of whatever workers have some, each given to `on_result(bytes, files)`."""
         for fd, _ in self.poller.poll(timeout_ms):
             message = _recv(fd)
@@ -801,11 +841,11 @@ class Copy:
     """One stage: walks the checked pairs, hands files to the workers as they are found,
     keeps the counts for progress, sets modes and times at the end."""
 
-    def __init__(self, workers: Workers, report, chunk: int = CHUNK):
+    def __init__(self, workers: Workers, report: Report, chunk: int = CHUNK) -> None:
         self.workers, self.report, self.chunk = workers, report, chunk
         self.dirs: list[tuple[str, os.stat_result]] = []  # in the order made: parents first
         self.big: list[tuple[str, os.stat_result]] = []
-        self.batch: list[tuple] = []
+        self.batch: list[FileItem] = []
         self.batch_bytes = 0
         self.bytes_total = self.files_total = self.bytes_done = self.files_done = 0
         self.counting = True  # until the walk ends: the totals are what it found so far
@@ -830,7 +870,7 @@ class Copy:
             f"({size_text(self.free[self.dev])} free)"
         )
 
-    def run(self, pairs: list[tuple]) -> None:
+    def run(self, pairs: list[Checked]) -> None:
         for kind, _src, dst, st in pairs:  # named files: all counted before anything is copied
             if kind != "directory" and stat.S_ISREG(st.st_mode):
                 self._room(dst)
@@ -950,7 +990,7 @@ class Copy:
         for start, end in ranges:
             self.workers.send(("chunk", item + (start, end)), self.on_result)
 
-    def add(self, item: tuple) -> None:
+    def add(self, item: FileItem) -> None:
         """A whole file (src, dst, size, mode, atime, mtime, sparse) into the batch, the batch
         sent when full."""
         self.batch.append(item)
@@ -973,7 +1013,7 @@ PLAN = b"dac-copier-plan/1"
 
 
 def encode_plan(
-    pairs: list[dict], inside: str, buffer_side: str, workers: int, chunk: int = CHUNK
+    pairs: list[Pair], inside: str, buffer_side: str, workers: int, chunk: int = CHUNK
 ) -> bytes:
     """The plan as dacd writes it to the copier's stdin: fields separated by NUL, which no path
     holds. Not JSON: importing json (and re, enum, functools with it) cost the copier 10-15 ms
@@ -986,13 +1026,13 @@ def encode_plan(
     return b"\0".join([PLAN] + [os.fsencode(f) for f in fields])
 
 
-def decode_plan(data: bytes) -> tuple[list[dict], str, str, int, int]:
+def decode_plan(data: bytes) -> tuple[list[Pair], str, str, int, int]:
     """(pairs, inside, buffer_side, workers, chunk) from encode_plan's bytes."""
     fields = data.split(b"\0")
     if fields[0] != PLAN or len(fields) < 5 or (len(fields) - 5) % 3:
         raise CopyError("copier failed: stdin holds no plan")
     f = [os.fsdecode(x) for x in fields]
-    pairs = [
+    pairs: list[Pair] = [
         {"type": t, "source": s, "destination": d}
         for t, s, d in zip(f[5::3], f[6::3], f[7::3], strict=False)
     ]
@@ -1023,7 +1063,7 @@ def fail(message: str) -> int:
     return 1
 
 
-def reporter() -> Callable[..., None]:
+def reporter() -> Report:
     """report(copy, final=False): a progress line, four times a second while the copy is
     young, so a stage of a few seconds still shows where it is; once a second after that (each
     line is an etcd write). One for each copier process (this one's and a share's)."""
@@ -1048,7 +1088,7 @@ def reporter() -> Callable[..., None]:
     return report
 
 
-def copy_plan(plan: bytes, report: Callable[..., None]) -> None:
+def copy_plan(plan: bytes, report: Report) -> None:
     """The single copier's stage: every pair of encode_plan's `plan` copied."""
     pairs, inside, buffer_side, n, chunk = decode_plan(plan)
     checked = check(pairs, inside, buffer_side)
@@ -1059,7 +1099,7 @@ def copy_plan(plan: bytes, report: Callable[..., None]) -> None:
         copy.run(checked)
 
 
-def main(stage: Callable[[bytes, Callable[..., None]], None] = copy_plan) -> int:
+def main(stage: Callable[[bytes, Report], None] = copy_plan) -> int:
     """Every copier process's main, this file's and a share copier's (whose `stage` plays its
     role): `stage` given the plan on stdin and the progress reporter, then {"done": true} and
     exit 0; any failure one line, never a traceback (for Slurm's Reason), and exit 1."""

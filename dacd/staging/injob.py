@@ -30,6 +30,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable
 
 from daccore.errors import Conflict, DacError, Fenced, InternalError, UserError
 from daccore.escape import printable
@@ -45,6 +46,13 @@ from daccore.records.models import (
 )
 from daccore.rules.trust import Untrusted, parse_buffer, shown
 from dacd.staging.run import Run
+
+if TYPE_CHECKING:
+    from daccore.etcd.stream import Watch
+    from daccore.settings.config import DacConfig
+    from daccore.store import Store
+    from dacd.staging.copier import Pair
+    from dacd.staging.run import Line
 
 log = logging.getLogger(__name__)
 
@@ -68,16 +76,16 @@ class _Latest:
     replaced by the newest. A failed write stops the copy (`on_error`); `close()` writes what
     is left and raises what the writes raised (Fenced, Conflict)."""
 
-    def __init__(self, write, on_error):
+    def __init__(self, write: Callable[[Line], None], on_error: Callable[[], None]) -> None:
         self._write, self._on_error, self._cond = write, on_error, threading.Condition()
-        self._pending: dict | None = None
+        self._pending: Line | None = None
         self._closed = False
         self._error: BaseException | None = None
         self.last_written: Progress | None = None
         self._thread = threading.Thread(target=self._loop, name="injob-progress", daemon=True)
         self._thread.start()
 
-    def offer(self, progress: dict) -> None:
+    def offer(self, progress: Line) -> None:
         with self._cond:
             self._pending = progress
             self._cond.notify()
@@ -113,14 +121,14 @@ class InJobStager:
     """This host's in-job stages: `start()` lists and follows them, `stop()` leaves the
     running ones for the next start."""
 
-    def __init__(self, store, config, host: str):
+    def __init__(self, store: Store, config: DacConfig, host: str) -> None:
         self.store, self.config, self.host = store, config, host
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="injob")
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, int], Run] = {}
         self._queued: dict[str, list[int]] = {}  # job -> ids waiting for a slot, by id
         self._stopping = threading.Event()
-        self._watch = None
+        self._watch: Watch | None = None
         self._threads: list[threading.Thread] = []
 
     # -- following etcd ------------------------------------------------------------------------
@@ -269,7 +277,7 @@ class InJobStager:
                     self._runs.pop((job, id), None)
                 return
 
-    def _run_now(self, job: str, id: int, run) -> None:
+    def _run_now(self, job: str, id: int, run: Run) -> None:
         try:
             current = self.store.stage_text(self.host, job, id)
             checked = (
@@ -277,7 +285,7 @@ class InJobStager:
                 if current
                 else None
             )
-            if checked is not None and checked[1] is not None:
+            if current and checked is not None and checked[1] is not None:
                 self.run_one(checked[0], checked[1], current[1], run)
         except (Fenced, Conflict) as e:
             log.warning("job %s: in-job stage %d not recorded: %s", job, id, e)
@@ -288,7 +296,7 @@ class InJobStager:
                 self._runs.pop((job, id), None)
             self._kick(job)
 
-    def run_one(self, stage: InJobStage, buf, incarnation: int, run) -> bool:
+    def run_one(self, stage: InJobStage, buf: Buffer, incarnation: int, run: Run) -> bool:
         """Copy `stage` to its end, its status kept: True when it is done. A stage stopped
         because dacd stops is left running in the record, for the next start to run again."""
         from daccore.backends import get as get_backend
@@ -306,7 +314,7 @@ class InJobStager:
             started_at=started,
         )
 
-        def put(**fields) -> None:
+        def put(**fields: object) -> None:
             self.store.put_stage_status(
                 InJobStageStatus(**{**values, **fields, "updated_at": time.time()}), incarnation
             )
@@ -327,7 +335,7 @@ class InJobStager:
             )
             inside = os.path.join(backend.variables(buf, "stage_out")["fs_path"], stage.part)
             there = os.path.join(inside, stage.inner) if stage.inner else inside
-            pair = {
+            pair: Pair = {
                 "type": stage.type.value,
                 "source": stage.source if direction == "in" else there,
                 "destination": there if direction == "in" else stage.destination,
@@ -373,7 +381,14 @@ class InJobStager:
         log.info("job %s: in-job stage %d done", stage.job, stage.id)
         return True
 
-    def _final(self, stage, incarnation, status, state: StageState, why: str = "") -> None:
+    def _final(
+        self,
+        stage: InJobStage,
+        incarnation: int,
+        status: InJobStageStatus | None,
+        state: StageState,
+        why: str = "",
+    ) -> None:
         try:
             self.store.put_stage_status(
                 InJobStageStatus(
@@ -404,7 +419,7 @@ class InJobStager:
 
     # -- the job's end -------------------------------------------------------------------------
 
-    def before_stage_out(self, buf, run: Run) -> None:
+    def before_stage_out(self, buf: Buffer, run: Run) -> None:
         """At the job's stage_out step, before its `#DW stage_out` lines: wait until every
         immediate stage of the job on this host has ended (queued ones run first; a
         cancelled one ends at once), within stage_timeout; past it they are cancelled and the
@@ -430,7 +445,7 @@ class InJobStager:
                 )
             time.sleep(0.2)
 
-    def at_job_end(self, buf, run: Run) -> None:
+    def at_job_end(self, buf: Buffer, run: Run) -> None:
         """After the job's `#DW stage_out` lines: its at-job-end stages, in id order, each
         revocable one a later one to the same destination revoked skipped; the first that
         fails fails the step, as a failed `#DW stage_out` line does (Slurm keeps the buffer)."""

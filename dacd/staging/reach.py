@@ -16,6 +16,10 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from daccore.backends import Backend
 
 __all__ = ["drop_proof", "make_proof", "proves", "reaches", "split_reach", "view"]
 
@@ -31,7 +35,7 @@ def view() -> str:
     return f"{boot}:{os.readlink('/proc/self/ns/mnt')}"
 
 
-def split_reach(backend) -> str:
+def split_reach(backend: Backend | type[Backend]) -> str:
     """A backend's rule for which servers a stage is split across (`reaches`): its own
     `split_reach`, else "namespace" for a backend whose servers each run their own steps
     (local) and "none" for one whose primary runs every step (daos)."""

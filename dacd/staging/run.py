@@ -30,13 +30,24 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from daccore.errors import InternalError, UserError
 from daccore.escape import escape
 from daccore.rules.directives import BUFFER_PATH
 from dacd.metrics import StageMeter
 from dacd.staging.copier import encode_plan
+
+if TYPE_CHECKING:
+    from daccore.records.models import StageType
+    from dacd.staging.copier import Pair
+
+    #: one of the copier's JSON lines, as json.loads gave it: a progress line, the plan a split
+    #: stage's prepare says ({"plan": {...}}), {"done": true} or {"error": "<line>"}
+    Line = dict[str, Any]
+    #: what a copier's lines sum to at its end (its result, its stderr, its exit status)
+    Outcome = tuple[Line, str, int]
 
 __all__ = ["Run", "check_result", "interpreter", "pairs_of", "run_copier", "stage", "time_limit"]
 
@@ -56,12 +67,46 @@ def time_limit(stage_timeout: float) -> float:
     return max(1.0, stage_timeout - min(10.0, stage_timeout / 10))
 
 
+class _StageLine(Protocol):
+    """A `#DW stage_in` or `stage_out` line (daccore.records.models.StageRequest)."""
+
+    @property
+    def type(self) -> StageType: ...
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def destination(self) -> str: ...
+
+
+class _StageLines(Protocol):
+    @property
+    def stage_in(self) -> Sequence[_StageLine]: ...
+
+    @property
+    def stage_out(self) -> Sequence[_StageLine]: ...
+
+
+class Staged(Protocol):
+    """What staging reads of a Buffer: its owner and its stage lines."""
+
+    @property
+    def owner_uid(self) -> int: ...
+
+    @property
+    def owner_gid(self) -> int: ...
+
+    @property
+    def request(self) -> _StageLines: ...
+
+
 class Run:
     """A running stage that another thread may stop: `cancel(reason)` kills the process group
     of every copier it has started (a split stage runs several) or is about to start, and the
     stage fails with `reason`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pgids: set[int] = set()
         self.reason: str | None = None
@@ -146,7 +191,7 @@ def _set_limits(limits: list[tuple[int, int]]) -> None:
         resource.setrlimit(what, (value, value))
 
 
-def pairs_of(buffer, direction: str, fs_path: str) -> list[dict]:
+def pairs_of(buffer: Staged, direction: str, fs_path: str) -> list[Pair]:
     """The buffer's stage_<direction> lines as the copier's pairs, the buffer side made the
     path of its filesystem on this host."""
     requests = buffer.request.stage_in if direction == "in" else buffer.request.stage_out
@@ -161,11 +206,11 @@ def pairs_of(buffer, direction: str, fs_path: str) -> list[dict]:
 
 
 def stage(
-    buffer,
+    buffer: Staged,
     direction: str,
     fs_path: str,
     workers: int,
-    on_progress: Callable[[dict], None],
+    on_progress: Callable[[Line], None],
     timeout: float = 3600.0,
     run: Run | None = None,
 ) -> None:
@@ -192,7 +237,7 @@ def stage(
 
 
 def check_result(
-    direction: str, run: Run, result: dict, stderr: str, rc: int, where: str = ""
+    direction: str, run: Run, result: Line, stderr: str, rc: int, where: str = ""
 ) -> None:
     """The copier's outcome as dacd's error: the reason the stage was stopped, the copier's
     one line (`where` names the server of a split stage's share), or its exit."""
@@ -209,15 +254,15 @@ def check_result(
 
 
 def run_copier(
-    buffer,
+    buffer: Staged,
     plan: bytes,
     direction: str,
-    on_progress: Callable[[dict], None],
+    on_progress: Callable[[Line], None],
     timeout: float,
     run: Run,
     share: bool = False,
-    on_plan: Callable[[dict], None] | None = None,
-) -> tuple[dict, str, int]:
+    on_plan: Callable[[Line], None] | None = None,
+) -> Outcome:
     """One copier (`share`: dacd/staging/share.py over it) as the buffer's owner, `plan` on its
     stdin, followed to its end: (result, stderr, exit); a split stage's plan, said by its
     prepare step before it copies its own share, to `on_plan` at once."""
@@ -276,10 +321,16 @@ def _wait_gone(pgid: int, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def _follow(proc, direction: str, on_progress, on_plan=None) -> tuple[dict, str, int]:
+def _follow(
+    proc: subprocess.Popen[str],
+    direction: str,
+    on_progress: Callable[[Line], None],
+    on_plan: Callable[[Line], None] | None = None,
+) -> Outcome:
     """The copier's progress lines into the status, until it ends: (result, stderr, exit)."""
-    result: dict = {}
+    result: Line = {}
     meter = StageMeter(direction)
+    assert proc.stdout is not None and proc.stderr is not None  # stdout=PIPE, stderr=PIPE
     for line in proc.stdout:
         try:
             message = json.loads(line)

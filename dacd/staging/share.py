@@ -61,6 +61,13 @@ import stat
 import sys
 import types
 
+TYPE_CHECKING = False  # typing's own without importing typing, as the copier's
+if TYPE_CHECKING:  # mypy: True; nothing here runs
+    from dacd.staging.copier import Checked, Pair, Report
+
+    #: a share's piece: (file index in the walk, start, end, whole)
+    Piece = tuple[int, int, int, bool]
+
 try:  # dacd and the tests import it as a module of dacd
     from dacd.staging import copier
 except ImportError:  # the user's copier: -I -S, no dac on the path; the copier's file on argv[1]
@@ -93,9 +100,7 @@ def pieces(size: int, data: int, split: int = SPLIT) -> list[tuple[int, int]]:
     return [(start, min(start + step, size)) for start in range(0, size, step)]
 
 
-def deal(
-    files: list[tuple[int, int]], n: int, split: int = SPLIT
-) -> list[list[tuple[int, int, int, bool]]]:
+def deal(files: list[tuple[int, int]], n: int, split: int = SPLIT) -> list[list[Piece]]:
     """Files as (size, data bytes), in walk order, dealt into `n` shares of (file index, start,
     end, whole) in walk order; `whole` False for a range of a split file."""
     items: list[tuple[int, int, int, int, bool]] = []  # (-weight, index, start, end, whole)
@@ -106,7 +111,7 @@ def deal(
             items.append((-(share + FILE_COST), i, start, end, len(ranges) == 1))
     items.sort()
     loads = [(0, k) for k in range(n)]
-    shares: list[list[tuple[int, int, int, bool]]] = [[] for _ in range(n)]
+    shares: list[list[Piece]] = [[] for _ in range(n)]
     for neg, i, start, end, whole in items:
         load, k = heapq.heappop(loads)
         shares[k].append((i, start, end, whole))
@@ -116,7 +121,7 @@ def deal(
     return shares
 
 
-def weight(files: list[tuple[int, int]], share: list[tuple[int, int, int, bool]]) -> int:
+def weight(files: list[tuple[int, int]], share: list[Piece]) -> int:
     """What `deal` counted for a share."""
     return sum(
         (end - start) * files[i][1] // files[i][0] + FILE_COST if files[i][0] else FILE_COST
@@ -177,7 +182,7 @@ class Listing:
                     entries = sorted(it, key=lambda e: os.fsencode(e.name))
             except OSError as e:
                 raise copier.path_error(src, e) from None
-            below = []
+            below: list[tuple[str, str, os.stat_result, str]] = []
             for entry in entries:
                 try:
                     est = entry.stat(follow_symlinks=False)
@@ -191,7 +196,7 @@ class Listing:
             todo += below[::-1]
 
 
-def listing(checked: list[tuple]) -> Listing:
+def listing(checked: list[Checked]) -> Listing:
     out = Listing()
     for n, (kind, src, dst, st) in enumerate(checked):
         if kind == "directory":
@@ -215,22 +220,23 @@ def sizes(walk: Listing) -> list[tuple[int, int]]:
 
 def _room(walk: Listing) -> None:
     """The data fits each destination filesystem, counting what a file it replaces frees."""
-    need: dict[int, list] = {}
+    room: dict[int, tuple[str, int]] = {}  # filesystem -> (its anchor, bytes free)
+    need: dict[int, int] = {}  # filesystem -> bytes the data takes there
     for _, dst, st in walk.files:
         anchor, fd = copier.root_of(dst)
         dev = os.fstat(fd).st_dev
-        if dev not in need:
+        if dev not in room:
             vfs = os.fstatvfs(fd)
-            need[dev] = [anchor, vfs.f_bavail * vfs.f_frsize, 0]
-        need[dev][2] += _data(st) - copier.replaced_blocks(dst)
-    for anchor, free, wanted in need.values():
-        if wanted > free:
+            room[dev], need[dev] = (anchor, vfs.f_bavail * vfs.f_frsize), 0
+        need[dev] += _data(st) - copier.replaced_blocks(dst)
+    for dev, (anchor, free) in room.items():
+        if need[dev] > free:
             raise CopyError(
                 f"{anchor}: not enough space for the data to stage ({copier.size_text(free)} free)"
             )
 
 
-def prepare(checked: list[tuple], count: int, split: int) -> tuple[Listing, list]:
+def prepare(checked: list[Checked], count: int, split: int) -> tuple[Listing, list[list[Piece]]]:
     """Make every directory, symlink and split file (at its final size, mode 0600 until
     finish); the walk and the shares."""
     walk = listing(checked)
@@ -250,7 +256,7 @@ def prepare(checked: list[tuple], count: int, split: int) -> tuple[Listing, list
     return walk, shares
 
 
-def checked_walk(checked: list[tuple], digest: str) -> Listing:
+def checked_walk(checked: list[Checked], digest: str) -> Listing:
     walk = listing(checked)
     if walk.digest() != digest:
         first = checked[0][1] if checked else "the source"
@@ -262,7 +268,7 @@ class ShareCopy(copier.Copy):
     """One server's share through the copier's own workers: whole files in batches, each
     range in chunks (so one range still uses every worker)."""
 
-    def share(self, walk: Listing, items: list[tuple[int, int, int, bool]]) -> None:
+    def share(self, walk: Listing, items: list[Piece]) -> None:
         for i, start, end, whole in items:
             src, dst, st = walk.files[i]
             size = st.st_size
@@ -282,7 +288,7 @@ class ShareCopy(copier.Copy):
         self.ended()
 
 
-def finish(walk: Listing, shares: list) -> None:
+def finish(walk: Listing, shares: list[list[Piece]]) -> None:
     """Split files' modes and times, then every directory's, deepest first."""
     split = sorted({i for share in shares for i, _s, _e, whole in share if not whole})
     todo = [(walk.files[i][1], walk.files[i][2], False) for i in split]
@@ -298,7 +304,7 @@ def finish(walk: Listing, shares: list) -> None:
 
 
 def encode(
-    pairs: list[dict],
+    pairs: list[Pair],
     inside: str,
     buffer_side: str,
     workers: int,
@@ -319,7 +325,7 @@ def encode(
     return b"\0".join([MAGIC] + [os.fsencode(f) for f in fields])
 
 
-def decode(data: bytes) -> tuple[list[dict], str, str, int, int, str, int, int, str, int]:
+def decode(data: bytes) -> tuple[list[Pair], str, str, int, int, str, int, int, str, int]:
     """(pairs, inside, buffer_side, workers, chunk, role, count, index, digest, split)."""
     fields = data.split(b"\0")
     if fields[0] != MAGIC or len(fields) < 10 or (len(fields) - 10) % 3:
@@ -327,14 +333,14 @@ def decode(data: bytes) -> tuple[list[dict], str, str, int, int, str, int, int, 
     f = [os.fsdecode(x) for x in fields]
     if f[5] not in ROLES or not 0 <= int(f[7]) < int(f[6]):
         raise CopyError("copier failed: stdin holds no share plan")
-    pairs = [
+    pairs: list[Pair] = [
         {"type": t, "source": s, "destination": d}
         for t, s, d in zip(f[10::3], f[11::3], f[12::3], strict=False)
     ]
     return pairs, f[1], f[2], int(f[3]), int(f[4]), f[5], int(f[6]), int(f[7]), f[8], int(f[9])
 
 
-def plan_line(walk: Listing, shares: list) -> str:
+def plan_line(walk: Listing, shares: list[list[Piece]]) -> str:
     """The plan as prepare says it: digest, links made, each share's (bytes, files)."""
     totals = [
         [sum(end - start for _i, start, end, _w in s), sum(1 for _i, st, _e, _w in s if st == 0)]
@@ -346,7 +352,7 @@ def plan_line(walk: Listing, shares: list) -> str:
     )
 
 
-def copy_role(plan: bytes, report) -> None:
+def copy_role(plan: bytes, report: Report) -> None:
     """The share copier's stage, in the copier's `main`: `plan`'s role played."""
     pairs, inside, side, n, chunk, role, count, index, digest, split = decode(plan)
     checked = copier.check(pairs, inside, side)

@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeGuard
 
 from daccore.errors import DacError, InternalError
 from dacd.staging.run import Run, check_result, pairs_of, run_copier
 from dacd.staging.share import SPLIT, encode
+
+if TYPE_CHECKING:
+    from daccore.records.models import ShareReport, StagePlan
+    from dacd.staging.run import Line, Outcome, Staged
+
+    #: a split stage's plan as the roles' copiers take it, and as `lead` says it: {"digest",
+    #: "links", "split", "shares": [[bytes, files], ...]} (`Total` reads "links" and "shares")
+    Plan = dict[str, Any]
 
 __all__ = [
     "Total",
@@ -34,7 +42,17 @@ __all__ = [
 ]
 
 
-def _plan(buffer, direction: str, fs_path: str, workers: int, role: str, count: int, **kw) -> bytes:
+def _plan(
+    buffer: Staged,
+    direction: str,
+    fs_path: str,
+    workers: int,
+    role: str,
+    count: int,
+    index: int = 0,
+    digest: str = "",
+    split: int = SPLIT,
+) -> bytes:
     return encode(
         pairs_of(buffer, direction, fs_path),
         os.path.join(fs_path, "striped"),
@@ -42,22 +60,24 @@ def _plan(buffer, direction: str, fs_path: str, workers: int, role: str, count: 
         workers,
         role,
         count,
-        **kw,
+        index=index,
+        digest=digest,
+        split=split,
     )
 
 
 def lead(
-    buffer,
+    buffer: Staged,
     direction: str,
     fs_path: str,
     workers: int,
     count: int,
-    on_plan: Callable[[dict], None],
-    on_progress: Callable[[dict], None],
+    on_plan: Callable[[Plan], None],
+    on_progress: Callable[[Line], None],
     timeout: float,
     run: Run,
     split: int = SPLIT,
-) -> tuple[dict, str, int]:
+) -> Outcome:
     """The primary's copier: directories, links and split files made, the plan's record to
     `on_plan` ({"digest", "links", "split", "shares": [[bytes, files], ...]}) as soon as it is
     known, then share 0 copied from the same walk: the copier's (result, stderr, exit)."""
@@ -75,16 +95,16 @@ def lead(
 
 
 def run_share(
-    buffer,
+    buffer: Staged,
     direction: str,
     fs_path: str,
     workers: int,
-    plan: dict,
+    plan: Plan,
     index: int,
-    on_progress: Callable[[dict], None],
+    on_progress: Callable[[Line], None],
     timeout: float,
     run: Run,
-) -> tuple[dict, str, int]:
+) -> Outcome:
     """Share `index` of `plan` copied on this host: the copier's (result, stderr, exit)."""
     data = _plan(
         buffer,
@@ -100,7 +120,9 @@ def run_share(
     return run_copier(buffer, data, direction, on_progress, timeout, run, True)
 
 
-def finish(buffer, direction: str, fs_path: str, plan: dict, timeout: float, run: Run) -> None:
+def finish(
+    buffer: Staged, direction: str, fs_path: str, plan: Plan, timeout: float, run: Run
+) -> None:
     """The primary's last step, once every share is done: split files' and directories'
     modes and times."""
     data = _plan(
@@ -124,11 +146,11 @@ class Total:
     plan is known: then every share, the others' from their owners' reports), and the links
     counted only with `links` (the primary made them)."""
 
-    def __init__(self, plan: dict, indexes: list[int] | None = None, links: bool = True):
+    def __init__(self, plan: Plan, indexes: list[int] | None = None, links: bool = True) -> None:
         self.plan = plan
         self.indexes = indexes
         self.links = links
-        self.shares: dict[int, dict] = {}
+        self.shares: dict[int, Line] = {}
         self.lock = threading.Lock()
 
     def add(self, index: int) -> None:
@@ -136,12 +158,12 @@ class Total:
             if self.indexes is not None and index not in self.indexes:
                 self.indexes.append(index)
 
-    def update(self, index: int, progress: dict) -> dict:
+    def update(self, index: int, progress: Line) -> Line:
         with self.lock:
             self.shares[index] = progress
             return self.sum()
 
-    def sum(self) -> dict:
+    def sum(self) -> Line:
         shares = self.plan["shares"]
         counted = range(len(shares)) if self.indexes is None else self.indexes
         got = [p for i, p in self.shares.items() if i in counted]
@@ -163,11 +185,11 @@ class Total:
 
 
 def split_here(
-    buffer,
+    buffer: Staged,
     direction: str,
     fs_path: str,
     workers: int,
-    on_progress: Callable[[dict], None],
+    on_progress: Callable[[Line], None],
     timeout: float,
     run: Run,
     count: int,
@@ -182,14 +204,14 @@ def split_here(
     timer = threading.Timer(timeout, run.cancel, args=(f"timed out after {timeout:.0f} s",))
     timer.daemon = True
     timer.start()
-    outcomes: dict[int, tuple[dict, str, int]] = {}
+    outcomes: dict[int, Outcome] = {}
     failed: list[int] = []
     lock = threading.Lock()
     threads: list[threading.Thread] = []
-    plans: list[dict] = []
+    plans: list[Plan] = []
     total = Total({"shares": [], "links": 0})
 
-    def ended(i: int, out: tuple[dict, str, int]) -> None:
+    def ended(i: int, out: Outcome) -> None:
         with lock:
             outcomes[i] = out
             if (out[2] != 0 or "error" in out[0]) and not failed:
@@ -213,7 +235,7 @@ def split_here(
             out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
         ended(i, out)
 
-    def planned(plan: dict) -> None:  # the lead said its plan: the other shares start
+    def planned(plan: Plan) -> None:  # the lead said its plan: the other shares start
         plans.append(plan)
         total.plan = plan
         threads.extend(threading.Thread(target=share, args=(i,)) for i in range(1, count))
@@ -250,7 +272,7 @@ def split_here(
 # -- what the primary and the other owners compare ----------------------------------------------
 
 
-def plan_dict(plan) -> dict:
+def plan_dict(plan: StagePlan) -> Plan:
     """A recorded StagePlan as the roles' copiers take it (what `lead` said of it)."""
     return {
         "digest": plan.digest,
@@ -260,7 +282,7 @@ def plan_dict(plan) -> dict:
     }
 
 
-def answers(report, plan) -> bool:
+def answers(report: ShareReport | None, plan: StagePlan) -> TypeGuard[ShareReport]:
     """Whether a host's share report answers this plan."""
     return report is not None and (report.step, report.generation, report.attempt) == (
         plan.step,
@@ -269,7 +291,7 @@ def answers(report, plan) -> bool:
     )
 
 
-def failure(direction: str, run: Run, out: tuple[dict, str, int], where: str) -> DacError | None:
+def failure(direction: str, run: Run, out: Outcome, where: str) -> DacError | None:
     """A share's outcome as the stage's error (None: done)."""
     try:
         check_result(direction, run, *out, where=where)

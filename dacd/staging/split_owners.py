@@ -19,7 +19,9 @@ from dacd.staging.run import Run
 from dacd.staging.split import failure, plan_dict, run_share
 
 if TYPE_CHECKING:
-    from daccore.records.models import StagePlan
+    from daccore.records.models import Buffer, StagePlan
+    from daccore.store import Store
+    from dacd.staging.run import Line
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +29,9 @@ __all__ = ["run_owned"]
 
 
 def run_owned(
-    store,
+    store: Store,
     host: str,
-    buffer,
+    buffer: Buffer,
     plan: StagePlan,
     todo: list[int],
     fs_path: str,
@@ -62,7 +64,7 @@ def run_owned(
     shown = threading.Lock()
     now = [report]
 
-    def show(i: int, p: dict, step: str | None = None) -> None:
+    def show(i: int, p: Line, step: str | None = None) -> None:
         with shown:
             parts[i] = (i, p.get("bytes_done", 0), p.get("files_done", 0), p.get("rate", 0))
             now[0] = now[0].model_copy(update={"parts": [parts[k] for k in sorted(parts)]})

@@ -30,14 +30,21 @@ from dacd.staging.share import FILE_COST, SPLIT
 from dacd.staging.split import Total, answers, failure, finish, lead, plan_dict, run_share
 
 if TYPE_CHECKING:
-    from daccore.records.models import StagePlan
+    from daccore.records.models import Buffer, StagePlan, Status
+    from daccore.store import Store
+    from dacd.staging.run import Line, Outcome
+    from dacd.staging.split import Plan
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Across"]
 
 
-_ERRORS = {Kind.USER: UserError, Kind.ADMIN: AdminError, Kind.INTERNAL: InternalError}
+_ERRORS: dict[Kind | None, type[DacError]] = {
+    Kind.USER: UserError,
+    Kind.ADMIN: AdminError,
+    Kind.INTERNAL: InternalError,
+}
 
 
 class Across:
@@ -60,22 +67,22 @@ class Across:
 
     def __init__(
         self,
-        store,
+        store: Store,
         host: str,
-        buffer,
+        buffer: Buffer,
         step: str,
         fs_path: str,
         workers: int,
         owners: list[str],
         attempt: int,
         incarnation: int,
-        mine,
-        on_progress: Callable[[dict], None],
+        mine: Status | None,
+        on_progress: Callable[[Line], None],
         on_share: Callable[[ShareReport], None],
         timeout: float,
         run: Run,
         split: int = SPLIT,
-    ):
+    ) -> None:
         self.store, self.host, self.buffer, self.step = store, host, buffer, step
         self.direction = step.removeprefix("stage_")
         self.fs_path, self.workers, self.owners = fs_path, workers, owners
@@ -84,7 +91,7 @@ class Across:
         self.timeout, self.run, self.split = timeout, run, split
         self.plan: StagePlan | None = None
         self.total = Total({"shares": [], "links": 0}, [], links=True)
-        self.local: dict[int, tuple[dict, str, int] | None] = {}  # share -> outcome, once ended
+        self.local: dict[int, Outcome | None] = {}  # share -> outcome, once ended
         self.done: list[int] = []  # of the local shares
         self.lock = threading.Lock()
         self.changed = threading.Event()
@@ -219,7 +226,7 @@ class Across:
             return None
         return plan
 
-    def _statuses(self) -> dict:
+    def _statuses(self) -> dict[str, Status]:
         from daccore.records.models import Status
 
         out = {}
@@ -290,7 +297,7 @@ class Across:
             out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
         self._ended(0, out)
 
-    def _said(self, said: dict) -> None:
+    def _said(self, said: Plan) -> None:
         """The lead's plan: recorded, then each other owner woken."""
         from daccore.records.models import StagePlan
 
@@ -366,13 +373,13 @@ class Across:
             out = ({"error": f"copier failed: {type(e).__name__}: {e}"}, "", 1)
         self._ended(i, out)
 
-    def _progress(self, i: int, p: dict) -> None:
+    def _progress(self, i: int, p: Line) -> None:
         with self.lock:
             if self.plan is None:
                 return
         self.on_progress(self.total.update(i, p))
 
-    def _ended(self, i: int, out: tuple[dict, str, int]) -> None:
+    def _ended(self, i: int, out: Outcome) -> None:
         with self.lock:
             self.local[i] = out
             plan = self.plan

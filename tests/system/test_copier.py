@@ -190,7 +190,7 @@ def test_a_worker_yields_the_cpu_and_one_that_dies_fails_the_stage_in_one_line(t
 def test_workers_of_named_files_alone_keep_the_copiers_priority():
     """No walk to yield to (an in-job drain of one checkpoint): the workers run at the copier's
     own priority, so a busy storage server does not starve the copy; a tree keeps WORKER_NICE."""
-    one = {"type": "file", "source": "/a", "destination": "/b"}
+    one: copier.Pair = {"type": "file", "source": "/a", "destination": "/b"}
     assert copier.worker_nice([one, one]) == 0
     for kind in ("directory", "list"):
         assert copier.worker_nice([one, {**one, "type": kind}]) == copier.WORKER_NICE
@@ -272,7 +272,7 @@ def test_a_buffer_side_source_is_left_to_the_kernel_and_not_written_back_by_the_
 
 def test_the_plan_carries_any_path_but_one_with_a_nul():
     odd = os.fsdecode(b"/data/caf\xe9\nline two")  # not UTF-8, and a newline
-    pairs = [
+    pairs: list[copier.Pair] = [
         {"type": "directory", "source": odd, "destination": "/buffer/striped/in"},
         {"type": "list", "source": "/home/a/list", "destination": "/buffer/striped"},
     ]

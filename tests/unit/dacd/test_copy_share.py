@@ -1,10 +1,15 @@
 """Dealing a split stage's files into shares (dacd/staging/share.py): pure, no file touched."""
 
+from typing import TYPE_CHECKING
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dacd.staging import share as copy_share
 from dacd.staging.share import ALIGN, FILE_COST, SPLIT, deal, pieces, weight
+
+if TYPE_CHECKING:
+    from dacd.staging.copier import Pair
 
 MiB = 1 << 20
 
@@ -76,7 +81,7 @@ def test_a_huge_sparse_file_is_cut_by_its_data_not_its_size():
 
 
 def test_the_share_plan_carries_its_role_and_refuses_another():
-    pairs = [{"type": "directory", "source": "/src", "destination": "/b/striped/in"}]
+    pairs: list[Pair] = [{"type": "directory", "source": "/src", "destination": "/b/striped/in"}]
     data = copy_share.encode(pairs, "/b/striped", "destination", 3, "share", 4, 2, "ab", MiB)
     assert copy_share.decode(data) == (
         pairs,
