@@ -1,6 +1,7 @@
 """Running a lifecycle step's playbook through ansible-runner: the only module that imports it.
 
-A fresh private_data_dir per run (a shared one keeps state between runs and races: notes/deps.md),
+A fresh private_data_dir per run: a shared one keeps state between runs (a `--check` left in its
+env/cmdline puts every later run in check mode) and concurrent runs race on its files;
 facts off, pipelining on, the backend's inventory (hosts over the local connection get this
 interpreter unless the inventory names one), and PATH carrying the venv's ansible-playbook.
 With a warm server (dacd/warm_ansible.py), runner starts its client as the ansible-playbook.
