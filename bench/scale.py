@@ -246,7 +246,8 @@ class Slurm:
 
         self.config = config
         self.store = Store.from_settings(config.etcd, transport="http", role="slurm")
-        # setup allocates through gRPC, as dacctl's does (dacctl/datawarp.py: _allocating)
+        # setup allocates through gRPC, as Slurm's does (daccore/services/slurm_steps.py:
+        # _allocating)
         self.allocating = Store.from_settings(config.etcd, transport="grpc", role="slurm")
 
     def setup(self, job: int, bricks: int) -> None:

@@ -14,8 +14,10 @@ holds the directions):
                 estimates, DataWarp's views
 
 The processes sit above it, each in its own package: `dacctl` (the command line and Slurm's
-hooks), `dacd` (the storage-server daemon), `dacservice` (the user service), `daclocal` (the
-all-in-one local DAC). `daccore` imports none of them. Every package's `__init__` is a docstring
-only, so the hooks' start-up pays nothing for the layering."""
+hooks), `dacd` (the storage-server daemon), `dacservice` (two daemons: the answerer of Slurm's
+hooks, `dac-answerer`, and the user service, `dac-user-service`), `daclocal` (the all-in-one
+local DAC). `daccore` imports none of them. Every package's `__init__` opens with what it owns;
+most import nothing (this one, records, settings, rules, etcd, services; dacctl's), so the
+hooks' start-up pays nothing for the layering."""
 
 __version__ = "0.1.0"

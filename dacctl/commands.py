@@ -11,8 +11,8 @@ subcommand. Nothing looks at argv before it is parsed.
 
 The row type (`Command`, `Arg`), the parser built from rows (`Table`) and Slurm's rows, the
 table's last (`FUNCTIONS`, with how each runs: `hot`, `rides_out`, `named`, `stages`), are
-daccore/services/command_table.py's: the answerer (dacservice/answerer.py) parses Slurm's
-words and reads those columns as `dacctl --function` does, and imports daccore alone. One
+daccore/services/command_table.py's: the answerer (dacservice/answerer/answers.py) parses
+Slurm's words and reads those columns as `dacctl --function` does, and imports daccore alone. One
 shortcut, for the answerer's sake: `--function NAME` followed only by options of that function
 as the table spells them, each with its value (or a flag alone), is read from the table
 directly (`function_words`), into the namespace argparse would give; any other line goes to

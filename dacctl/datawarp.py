@@ -5,7 +5,7 @@ cannot answer (one contract for both).
 dacctl.main parses argv once (dacctl/commands.py, whose Slurm rows are
 daccore/services/command_table.py's) and hands the parse, or the Usage that refused it, here:
 the answer is the core's (daccore/services/slurm_answer.py, which checks the caller first),
-the very code the answerer (dacservice/answerer.py) runs for the hooks inside slurmctld. This
+the very code the answerer (dacservice/answerer/) runs for the hooks inside slurmctld. This
 process writes it: exit 0 and the function's output on stdout, or exit 1 and one line on
 stdout, which Slurm shows the user; a traceback on stderr only under --debug.
 """

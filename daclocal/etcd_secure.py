@@ -138,7 +138,7 @@ def grants(prefix: str) -> dict[str, list[tuple[str, str]]]:
       when it starts; and records what a compute node dead at a teardown still owes, and
       drops it once done (owed/: dacd/owed.py); runs the stages jobs ask for while they run
       (stage-status/), and drops them with their index once the job's buffer is gone
-      (stages/, stage-index/: dacd/injob.py); plans a stage split across a buffer's
+      (stages/, stage-index/: dacd/staging/injob.py); plans a stage split across a buffer's
       servers, and says which mount namespace it sees filesystems in (stageplans/,
       stage-views/: daccore/store/stageplans.py).
     - slurm (the Slurm hooks, the user service) writes buffers/, claims/ and mgs/ (the

@@ -14,7 +14,8 @@ to a 24.11 slurmctld).
 
 The cache is /var/cache/dac-local (DAC_LOCAL_CACHE overrides it), root's alone: one directory per
 release, `slurm-<release>`, complete once its `.ok` stamp exists; a build holds a lock, so two
-`up` at once build it once. Facts this relies on: ../shared/notes/slurm.md, section E.
+`up` at once build it once. Facts this relies on: docs/local-dac.md, "Other Slurm and etcd
+releases", and docs/slurm.md, "Releases".
 """
 
 from __future__ import annotations

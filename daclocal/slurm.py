@@ -6,7 +6,8 @@ or 26.05 from a Debian chroot (daclocal.releases), whose daemons run inside it a
 commands `<workdir>/slurm/bin` wraps.
 
 Everything lives under `<workdir>/slurm/`; processes run in the foreground of their own
-sessions so their pids are ours to stop. Facts this relies on are in ../shared/notes/slurm.md.
+sessions so their pids are ours to stop. Facts this relies on are in docs/local-dac.md and
+docs/slurm.md.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ Why it is written this way:
     when it cannot answer: slurmctld holds its burst-buffer lock for the whole call, which
     every sbatch waits for (slurm_bb_get_status says why).
   * job_process, pools and paths run inside slurmctld under its job lock: they ask dac's
-    answerer (dac-answerer, dacservice/answerer.py) over its unix socket first, in this
+    answerer (dac-answerer, dacservice/answerer/) over its unix socket first, in this
     process, with lua-socket (Debian's lua-socket, for each Lua), which answers what dacctl would
     in well under a millisecond. When lua-socket is missing, the socket absent, the answerer
     refuses or is slower than DAC_ANSWERER_TIMEOUT, they fork dacctl as every other hook does,
@@ -281,7 +281,7 @@ local function ask(unix, socket, timeout, fn, args, script, word)
 	end
 	-- a connected socket's age is the clock (socket.core's gettime, without loading it)
 	local line = "dac-answer/1 " .. fn
-	if script ~= nil then -- its bytes follow the line (answerer.py's wire protocol, /2)
+	if script ~= nil then -- its bytes follow the line (the answerer's wire.py, /2)
 		line = "dac-answer/2 " .. fn .. " script:" .. #script
 	elseif word ~= nil then
 		line = "dac-answer/2 " .. fn .. " " .. word
@@ -354,15 +354,16 @@ local function hot(fn, args, script, pathfile)
 	return fork().dacctl(fn, args, string.format("DAC_HOT_TIMEOUT=%.3f ", left))
 end
 
--- the largest job script sent to the answerer with job_process (answerer.py's MAX_SCRIPT); a
+-- the largest job script sent to the answerer with job_process (its wire.py's MAX_SCRIPT); a
 -- larger one the answerer reads from its path
 local MAX_SCRIPT = 65536
 
--- The pools answer the answerer keeps in a file beside its socket (dacservice/answerer.py, "the
--- pools file"): (exit status, stdout), or nil when there is none to believe. Read, not asked:
--- Slurm calls pools every 30 s, so every call found the answerer idle, and the round trip was
--- most of the hook's time. Believed while its expiry (whole seconds) is 1-2 s ahead of the
--- clock (answerer.py's POOLS_GOOD_FOR + 1): a file left by a stopped answerer is not.
+-- The pools answer the answerer keeps in a file beside its socket
+-- (dacservice/answerer/publisher.py, "the pools file"): (exit status, stdout), or nil when
+-- there is none to believe. Read, not asked: Slurm calls pools every 30 s, so every call found
+-- the answerer idle, and the round trip was most of the hook's time. Believed while its expiry
+-- (whole seconds) is 1-2 s ahead of the clock (publisher.py's POOLS_GOOD_FOR + 1): a file left
+-- by a stopped answerer is not.
 local function pools_file(socket)
 	local f = io.open((string.gsub(socket, "[^/]*$", "")) .. "pools", "rb")
 	if f == nil then
@@ -378,8 +379,9 @@ local function pools_file(socket)
 	return rc, rest
 end
 
--- The name of the valid file of a request's words and script (dacservice/published.py,
--- valid_name, which a test holds this to): the words, the length and 64 evenly spaced bytes.
+-- The name of the valid file of a request's words and script
+-- (dacservice/answerer/published.py, valid_name, which a test holds this to): the words, the
+-- length and 64 evenly spaced bytes.
 local function valid_name(words, script)
 	local P, h = 4294967291, 0
 	for i = 1, #words do
@@ -394,8 +396,8 @@ local function valid_name(words, script)
 end
 
 -- Whether the answerer keeps this very request (its words but --job's, and its script) as
--- valid, in its valid file (dacservice/published.py, "the valid files"), believed only while
--- the pools file is: then job_process is answered without waking the answerer.
+-- valid, in its valid file (dacservice/answerer/published.py, "the valid files"), believed
+-- only while the pools file is: then job_process is answered without waking the answerer.
 local function valid_file(socket, words, script)
 	if pools_file(socket) == nil then
 		return false
@@ -450,11 +452,12 @@ function slurm_bb_pools(...)
 	return hot("pools", {})
 end
 
--- The job's paths answer the answerer keeps beside its socket (dacservice/published.py, "the
--- paths files"): the path file's text, or nil when there is none to believe. Read, not asked:
--- paths runs as each job starts, beside the other jobs' starts and forks, where waking the
--- answerer was most of its time. Believed only while the pools file is (the answerer's mirror
--- confirmed current); a job without one (no buffer of its own) asks.
+-- The job's paths answer the answerer keeps beside its socket
+-- (dacservice/answerer/published.py, "the paths files"): the path file's text, or nil when
+-- there is none to believe. Read, not asked: paths runs as each job starts, beside the other
+-- jobs' starts and forks, where waking the answerer was most of its time. Believed only while
+-- the pools file is (the answerer's mirror confirmed current); a job without one (no buffer of
+-- its own) asks.
 local function paths_file(socket, job_id)
 	if type(job_id) ~= "string" or not string.match(job_id, "^%d+$") or #job_id > 10 then
 		return nil
@@ -477,7 +480,7 @@ end
 
 -- 23.02+: (job_id, job_script, path_file, uid, gid, job_info). A job array's task: the array's
 -- id, which paths (inside slurmctld, so no scontrol) needs on 24.11+ to find the script Slurm
--- never wrote for the task (dacctl/slurm_args.py).
+-- never wrote for the task (daccore/services/slurm_args.py).
 function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
 	local socket = setting("DAC_ANSWERER_SOCKET", "/run/dac-answerer/socket")
 	if socket ~= "none" then

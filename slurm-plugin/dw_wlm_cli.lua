@@ -5,7 +5,7 @@ dac's dw_wlm_cli for Slurm's burst_buffer/datawarp plugin: the program GetSysSta
 slurmctld forks GetSysState for every call, with Cray's dw_wlm_cli arguments
 (`--function <name> ...`). `job_process`, `pools` and `paths` run inside slurmctld under its
 job lock: this script, started by a Lua interpreter in about a millisecond, asks dac's
-answerer (dac-answerer, dacservice/answerer.py) over its unix socket with lua-socket, prints
+answerer (dac-answerer, dacservice/answerer/) over its unix socket with lua-socket, prints
 its stdout and stderr and exits with its status, byte for byte what `dacctl --function` would.
 Every other function, and these three whenever lua-socket is missing, the socket absent, the
 answerer refuses or is slower than DAC_ANSWERER_TIMEOUT, run `dacctl` with the very same

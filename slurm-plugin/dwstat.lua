@@ -6,7 +6,7 @@ dac's dwstat for Slurm's burst_buffer/datawarp plugin: the program GetSysStatus 
 GetSysStatus with any user's words, as SlurmUser, while it holds its burst-buffer plugin lock
 (bb_g_get_status), which every sbatch waits for under the job write lock: dac-bbstat, a Python
 started per call, held it 70 ms a call (issue 45). This script, started by a Lua
-interpreter in about a millisecond, asks dac's answerer (dac-answerer, dacservice/answerer.py)
+interpreter in about a millisecond, asks dac's answerer (dac-answerer, dacservice/answerer/)
 over its unix socket with lua-socket for what dac-bbstat would print, prints it and exits 0;
 whenever lua-socket is missing, the socket absent, the answerer refuses or is slower than
 DAC_ANSWERER_TIMEOUT, it runs dac-bbstat with the very same words instead (through

@@ -1,4 +1,4 @@
-"""A site of several hosts on this one machine (../shared/notes/multihost.md, docs/admin.md's
+"""A site of several hosts on this one machine (docs/verification.md, "multi-host"; docs/admin.md's
 multi-host install): each storage server and compute node is a network, mount and UTS
 namespace of its own on a bridge, with its hostname, /etc/hosts, /root/.ansible and an sshd;
 the controller (etcd with TLS and RBAC on the bridge address, Slurm's calls) is the test's own

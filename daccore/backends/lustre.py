@@ -50,7 +50,8 @@ CLIENT_OPTIONS = "flock,nodev,nosuid"
 #: peer: the connection is set up by the first ping)
 PING_TIMEOUT = "10"
 
-#: the lctl settings of the IO500 run in notes/seeds.md: (side, parameter pattern, value).
+#: the lctl settings of NHR@FAU's IO500 run (Lustre 2.16 on xiRAID; docs/backends.md,
+#: "tuning: io500"): (side, parameter pattern, value).
 #: Set without -P, per buffer, with the buffer's fsname in the pattern: they go with the mount.
 IO500_TUNING = [
     ("server", "obdfilter.{fs}-OST*.brw_size", "16"),
@@ -108,7 +109,7 @@ def partition(disk: str, number: int) -> str:
 @register("lustre")
 class LustreBackend(Backend):
     one_run_for_all_hosts = True
-    #: which servers a stage is split across (issue 35, dacd/split_reach.py): create.yml mounts
+    #: which servers a stage is split across (issue 35, dacd/staging/reach.py): create.yml mounts
     #: the buffer's client at fs_path on every server, so each copies its share there
     split_reach = "client"
 

@@ -477,12 +477,13 @@ class StageIndex(Record):
 
 
 class StagePlan(Record):
-    """A stage split across the buffer's servers (issue 35, dacd/staging_split.py): written by
-    the buffer's primary dacd alone, fenced on its lease and on the spec's incarnation. The
-    plan is what the primary's prepare step said (the walk's digest, the links made, the split
-    threshold, each share's (bytes, files)); every server walks the source itself and deals
-    the same shares from it, so no file list is ever stored. `owners[i]` is the host whose dacd
-    copies share i; the primary changes it when it gives a lost server's share to another."""
+    """A stage split across the buffer's servers (issue 35, dacd/staging/split_primary.py):
+    written by the buffer's primary dacd alone, fenced on its lease and on the spec's
+    incarnation. The plan is what the primary's prepare step said (the walk's digest, the links
+    made, the split threshold, each share's (bytes, files)); every server walks the source
+    itself and deals the same shares from it, so no file list is ever stored. `owners[i]` is
+    the host whose dacd copies share i; the primary changes it when it gives a lost server's
+    share to another."""
 
     buffer: BufferName
     step: Literal["stage_in", "stage_out"]

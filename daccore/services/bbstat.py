@@ -1,5 +1,5 @@
 """What `scontrol show bbstat` and `scontrol show dwstat` print (`answer`), for dac-bbstat
-(dacctl/bbstat.py) and for dac's answerer (dacservice/answerer.py), which gives
+(dacctl/bbstat.py) and for dac's answerer (dacservice/answerer/answers.py), which gives
 burst_buffer.lua's `slurm_bb_get_status` and the datawarp forwarder (slurm-plugin/dwstat.lua)
 the same bytes without a process started per call (issue 45: a loop of `scontrol show bbstat`
 forked one per call while slurmctld held its burst-buffer lock).

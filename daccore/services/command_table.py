@@ -2,8 +2,8 @@
 (`Table`), and the table's Slurm rows: Cray's dw_wlm_cli functions, with how each runs.
 
 dacctl/commands.py holds the table: people's rows, then Slurm's (`FUNCTIONS`), declared here
-because the answerer (dacservice/answerer.py) answers three of them with the very parse and the
-very columns of `dacctl --function`, and a process imports daccore, never dacctl. So each
+because the answerer (dacservice/answerer/answers.py) answers three of them with the very parse
+and the very columns of `dacctl --function`, and a process imports daccore, never dacctl. So each
 function is declared once: its name, summary, the arguments it cannot do without (`needs`),
 its handler, and the columns the answer reads (daccore/services/slurm_answer.py):
 

@@ -1,7 +1,7 @@
 """Capacity advice for a job script, the reference architecture's rule: the `du` of the
 stage-in sources plus a margin, rounded up to the pool's bricks.
 
-`measure` walks a stage-in source by the copier's rules (`dacd/copier.py`: lstat, links are
+`measure` walks a stage-in source by the copier's rules (`dacd/staging/copier.py`: lstat, links are
 never followed, a `list` file names `source destination` per line, sockets, fifos and devices
 are skipped), as the calling user: dacctl runs as the user, and the copier will read those files
 as that user too, so a path the caller cannot read is a stage-in that would fail. A unit test

@@ -559,7 +559,7 @@ def attached_by(store: Store, job: str) -> list[str]:
 
 def needs_stage_out(store: Store, buf: Doc) -> bool:
     """The job ran (its buffer was mounted on its nodes) and has stage_out lines, or stages it
-    asked for while it ran (dacd/injob.py: those still running, those at its end), not yet
+    asked for while it ran (dacd/staging/injob.py: those still running, those at its end), not yet
     done everywhere. A job cancelled before it ran has produced nothing to stage out. (Its
     data_out answers at once when it has no stage_out lines: this teardown stages out then.)"""
     if buf["desired_state"] == State.DELETED.value:

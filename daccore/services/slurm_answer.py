@@ -1,7 +1,7 @@
 """Cray's dw_wlm_cli protocol, answered: `answer()` turns the words of `dacctl --function <f> …`
 into Slurm's answer, for the forked dacctl (dacctl/datawarp.py: burst_buffer/datawarp, and
 burst_buffer.lua when the answerer cannot answer) and for the answerer
-(dacservice/answerer.py: the three hooks inside slurmctld). One contract, one code.
+(dacservice/answerer/answers.py: the three hooks inside slurmctld). One contract, one code.
 
 Only Slurm may call it: root or the config's slurm_user; anyone else is refused with one line
 before any argument is read, and every argument is checked before use (slurm_args.py: job ids,

@@ -276,7 +276,7 @@ def job_process(call: SlurmCall, settings: Json, store: Store) -> str:
     data = script_bytes(call)
     pool, directive = settings["default_pool"], settings["lua_directive"]
     jobs.validate(store, directives(call, directive, data), pool, call.user)
-    return ""  # the answerer keeps this answer by what it read (answerer.py, VALID_KEPT)
+    return ""  # the answerer keeps this answer by what it read (answers.py, VALID_KEPT)
 
 
 def paths(call: SlurmCall, settings: Json, store: Store) -> str:
@@ -305,7 +305,7 @@ def paths(call: SlurmCall, settings: Json, store: Store) -> str:
 def buffer_paths(token: str, buffer: Json, mount_root: str) -> str:
     """The path file's text of job `token` whose buffer spec (JSON, as etcd holds it) is
     `buffer`: the one place of it, for `paths` and for the answerer's paths files
-    (dacservice/published.py)."""
+    (dacservice/answerer/published.py)."""
     from daccore.services import jobs
 
     request = buffer["request"]

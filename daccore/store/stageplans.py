@@ -5,8 +5,8 @@ dacd sees filesystems in, written by that dacd when it starts, so that a primary
 only across servers that see its filesystem where it does.
 
 The plan's shares are reported done in each host's own status (`Status.share`); the plan holds
-no file list (dacd/copy_share.py: every server deals the same shares from its own walk), so it
-stays tens of bytes a server."""
+no file list (dacd/staging/share.py: every server deals the same shares from its own walk), so
+it stays tens of bytes a server."""
 
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ confirmed and is not used (answers.py reads etcd instead, or refuses).
 write, a read at a revision other than its own, a range outside the mirrored prefixes, and a
 single key it does not hold (one the watch may not have brought yet: a `paths` for a buffer
 just made). `Unsure` is a BaseException on purpose: it is not an answer, and must cross every
-`except Exception` of the shared handlers (dacctl/datawarp.py) up to the answerer.
+`except Exception` of the shared handlers (daccore/services/slurm_answer.py) up to the
+answerer.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ buffer behind and no teardown going on. The staged array is written as Slurm's o
 and older sites' scripts write it (a key repeated with its value, a list stage_in without
 destination=).
 
-What Slurm does with a task's job script differs by release (dacctl/slurm_args.py): 22.05
-hard-links the array's script into each task's job directory; 24.11 and later never make that
-directory, and dac links the script there itself. A `%a` in a directive (the task's index)
+What Slurm does with a task's job script differs by release (daccore/services/slurm_args.py):
+22.05 hard-links the array's script into each task's job directory; 24.11 and later never make
+that directory, and dac links the script there itself. A `%a` in a directive (the task's index)
 makes Slurm hand setup and the stages a memfd of the replaced script instead, and paths still
 the task's job directory."""
 

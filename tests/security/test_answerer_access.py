@@ -169,7 +169,7 @@ def _read_as(user, path: Path, groups: str = "") -> str:
 
 
 def test_answerer_pools_file_is_closed_to_users_and_read_by_slurm_user(answerer):
-    """The pools file burst_buffer.lua reads instead of asking (answerer.py): in the socket's
+    """The pools file burst_buffer.lua reads instead of asking (publisher.py): in the socket's
     directory, 0640 with SlurmUser's group; neither user may read it, nor replace it."""
     sock, _ = answerer
     slurm = pwd.getpwnam(SLURM_USER)
@@ -344,7 +344,7 @@ def test_answerer_refuses_forged_and_garbage_requests_in_one_line(answerer, requ
 
 
 def test_answerer_answers_forged_arguments_with_dacctls_own_one_line_refusal(answerer, tmp_path):
-    # the three functions' arguments go through dacctl's own checks (dacctl/slurm_args.py): a
+    # the three functions' arguments go through dacctl's own checks (slurm_args.py): a
     # user's file as the job script, a token with a newline, a path file in a user's directory
     sock, proc = answerer
     user_dir = tmp_path / "user"

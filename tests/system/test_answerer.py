@@ -154,7 +154,7 @@ def test_job_process_answers_every_directive_case_as_the_fork_does(dac):
 
 
 def test_a_valid_job_process_kept_is_checked_again_once_etcd_changes(dac):
-    """The answerer keeps a valid job_process answer by the mirror's content (answerer.py,
+    """The answerer keeps a valid job_process answer by the mirror's content (answers.py,
     VALID_KEPT): another user's buffer of the name the script attaches turns it into a refusal
     as soon as the mirror holds it, as the fork says."""
     _, env, a, scratch = dac
@@ -195,7 +195,7 @@ def test_a_valid_job_process_kept_is_checked_again_once_etcd_changes(dac):
 
 
 def pools_file(a: Answerer):
-    """(exit status, stdout) of the answerer's pools file (answerer.py), None when there is
+    """(exit status, stdout) of the answerer's pools file (publisher.py), None when there is
     none; its expiry 1-2 s ahead, its length whole."""
     try:
         data = (a.path.parent / "pools").read_bytes()
@@ -369,7 +369,7 @@ def test_etcd_out_of_reach_is_refused_within_the_bound_then_answered_again(dac):
 
 
 def test_a_script_rewritten_in_place_is_answered_for_what_it_now_says(dac):
-    """The parse kept per script content (dacctl/datawarp.py `_script`): the same path
+    """The parse kept per script content (daccore/services/slurm_functions.py): the same path
     rewritten with each case in turn, twice round (the second from the kept parses), answered
     as the fork answers each."""
     workdir, _, a, scratch = dac
@@ -411,7 +411,7 @@ def test_job_process_words_parsed_as_the_fork_parses_them(dac, words):
 
 
 def test_a_carried_script_is_job_processs_alone_whole_and_bounded(dac):
-    """`script:<n>` (answerer.py's wire protocol): job_process only, at most MAX_SCRIPT bytes,
+    """`script:<n>` (the answerer's wire.py): job_process only, at most MAX_SCRIPT bytes,
     all of them; else REFUSE, which burst_buffer.lua answers by forking dacctl."""
     _, _, a, _ = dac
     job = str(dac[3] / "job7.sh")

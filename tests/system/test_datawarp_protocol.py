@@ -394,7 +394,7 @@ def test_the_hooks_inside_slurmctld_load_no_heavy_module(local_dac, job, tmp_pat
 
 def test_a_job_array_tasks_script_slurm_never_wrote_is_the_arrays(local_dac, tmp_path):
     """Slurm 24.11+ hands a split-off task's hooks `hash.<t % 10>/job.<t>/script`, which it
-    never wrote (dacctl/slurm_args.py). paths runs inside slurmctld, so it may not ask
+    never wrote (daccore/services/slurm_args.py). paths runs inside slurmctld, so it may not ask
     scontrol for the array: it uses the array burst_buffer.lua names (job_info), and links
     the array's script in where Slurm looks for the task's."""
     _, env = local_dac

@@ -298,7 +298,7 @@ class _Mirror:
     ],
 )
 def test_the_answerer_refuses_in_the_same_words(script, monkeypatch):
-    """dac-answer answers job_process with the grammar's own parse (dacctl/datawarp.py): a
+    """dac-answer answers job_process with the grammar's own parse (slurm_functions.py): a
     script it is sent is refused at the same bound, in the same line, before any store read."""
     from dacservice.answerer.answers import Answerer
 

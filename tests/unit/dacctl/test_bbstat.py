@@ -1,5 +1,6 @@
-"""dacctl/bbstat.py: `scontrol show dwstat [view]` in Cray's dwstat layout, read from a real
-etcd holding a pool, a job buffer and a persistent buffer; and what dac-bbstat refuses."""
+"""dac-bbstat (dacctl/bbstat.py over daccore/services/bbstat.py): `scontrol show dwstat [view]`
+in Cray's dwstat layout, read from a real etcd holding a pool, a job buffer and a persistent
+buffer; and what dac-bbstat refuses."""
 
 import json
 import time

@@ -1,4 +1,5 @@
-"""The slurmscriptd calls ride out etcd out of reach within restart_grace (dacctl/datawarp.py)."""
+"""The slurmscriptd calls ride out etcd out of reach within restart_grace
+(daccore/services/slurm_answer.py)."""
 
 import pytest
 

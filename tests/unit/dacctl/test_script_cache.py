@@ -1,7 +1,7 @@
 """The job script's directives, parsed once per content for job_process and paths
-(dacctl/datawarp.py `_script`): the script is read every call, a cached parse is used only for
-the same bytes and the same lua_directive, each call gets its own copy, and a refused script
-is refused each time in the same words."""
+(daccore/services/slurm_functions.py `directives`): the script is read every call, a cached
+parse is used only for the same bytes and the same lua_directive, each call gets its own copy,
+and a refused script is refused each time in the same words."""
 
 import os
 

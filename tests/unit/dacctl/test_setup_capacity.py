@@ -1,5 +1,5 @@
 """setup checks the `--capacity POOL:SIZE` Slurm passes against the script as dac reads it
-(dacctl/datawarp.py, _agrees_with_slurm)."""
+(daccore/services/slurm_steps.py, _agrees_with_slurm)."""
 
 import pytest
 

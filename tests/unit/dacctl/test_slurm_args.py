@@ -1,4 +1,5 @@
-"""dacctl/slurm_args.py: the checks on every argument Slurm passes to `dacctl --function`."""
+"""daccore/services/slurm_args.py: the checks on every argument Slurm passes to `dacctl
+--function`."""
 
 import os
 

@@ -138,8 +138,8 @@ def test_paths_sends_every_argument_slurm_gives_and_writes_the_lines_it_gets(lua
 @pytest.mark.parametrize("there", [None, b"old lines, longer than the new\n" * 3])
 def test_paths_asks_the_answerer_to_write_a_path_file_it_cannot_write(lua, tmp_path, there):
     """24.11+: a job array's task whose job directory Slurm never made: dacctl makes it
-    (dacctl/slurm_args.py); a file not empty: Lua cannot cut it short. The answerer is asked
-    again to write the file itself."""
+    (daccore/services/slurm_args.py); a file not empty: Lua cannot cut it short. The answerer is
+    asked again to write the file itself."""
     lines = b"DW_JOB_STRIPED=/mnt/dac/12/striped\n"
     pathfile = tmp_path / "hash.2" / "job.12" / "path"
     if there is not None:
