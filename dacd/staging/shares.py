@@ -5,25 +5,29 @@ record, the take-over, the finish) is `Across` in dacd/staging/split_primary.py,
 copying `run_owned` in dacd/staging/split_owners.py; the proof and the rules of who reaches a
 filesystem are dacd/staging/reach.py.
 
-`SplitShares` is a part of `dacd.reconciler.Reconciler`, kept apart so that the lifecycle's
-module holds the lifecycle: it uses the reconciler's store, host, config, view, stage pool and
-its table of running stages (`_staging`, under `_lock`), as the reconciler's own stages do.
+`SplitShares` is a part the reconciler holds and calls (dacd/reconciler.py), kept apart so
+that the lifecycle's modules hold the lifecycle: it is handed what it uses, the store, host and
+config, the stage pool with its table of running stages (dacd/reconcile/stages.py), and how a
+bad record is logged; it keeps the mount namespace this dacd sees, said at start.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable
 
 from daccore.backends import get as get_backend
-from daccore.errors import Fenced, StoreUnavailable, Superseded
-from daccore.records.models import State, Status
+from daccore.errors import DacError, Fenced, StoreUnavailable, Superseded
+from daccore.records.models import Buffer, State, Status
 from daccore.rules.trust import shown
 
 if TYPE_CHECKING:
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
+    from daccore.backends.base import Backend
+    from daccore.records.models import ShareReport, StagePlan
+    from daccore.settings.config import DacConfig
+    from daccore.store import Store
+    from dacd.reconcile.stages import StagePool
 
 log = logging.getLogger("dacd.reconciler")
 
@@ -31,23 +35,49 @@ __all__ = ["SplitShares"]
 
 
 class SplitShares:
-    """The reconciler's part in split stages (see the module's docstring)."""
+    """The reconciler's part in split stages (see the module's docstring); `log_once(key,
+    why)` logs a bad record once (dacd/reconcile/refusals.py)."""
 
-    store: Any
-    config: Any
-    host: str
-    _view: str | None
-    _lock: threading.Lock
-    _staging: dict
-    _stages: ThreadPoolExecutor
+    def __init__(
+        self,
+        store: Store,
+        config: DacConfig,
+        host: str,
+        stages: StagePool,
+        log_once: Callable[[str, str], object],
+    ) -> None:
+        self._store, self._config, self._host = store, config, host
+        self._stages, self._log_once = stages, log_once
+        self.view: str | None = None  # the mount namespace this dacd sees (stage-views/)
 
-    if TYPE_CHECKING:  # the reconciler's own, declared for mypy: nothing of the mixin's
+    def say_view(self) -> None:
+        """Which mount namespace this dacd sees filesystems in (`stage-views/<host>`): a
+        buffer's primary splits a stage only across servers that see its filesystem where it
+        does (dacd/staging/split_primary.py)."""
+        from dacd.staging.reach import view
 
-        def schedule(self, name: str) -> None: ...
+        try:
+            self.view = view()
+            self._store.put_stage_view(self._host, self.view)
+        except (OSError, DacError) as e:
+            self.view = None
+            log.warning("stages not split across this server: its view not said (%s)", e)
 
-        def _log_once(self, key: str, why: str, generation: int = 0) -> bool: ...
+    def planned(self, names: set[str]) -> list[str]:
+        """Of `names`, the buffers of this host's passive claims (lustre, daos: another
+        primary runs their steps), those that have a split stage's plan: looked at at a start
+        or a relist, so a dacd restarted mid-share resumes it. One keys-only read of
+        `stageplans/`, never their specs."""
+        if not names or self.view is None:
+            return []
+        try:
+            planned = set(self._store.stage_plan_buffers()) & names
+        except DacError as e:
+            log.warning("split stages' plans not looked at (%s); their wake-ups bring them", e)
+            return []
+        return sorted(planned)
 
-    def _split_owners(self, buf, backend) -> list[str]:
+    def owners(self, buf: Buffer, backend: Backend) -> list[str]:
         """The servers a stage of `buf` is split across, this primary first: those of its
         hosts whose dacd is alive and reaches the buffer's filesystem where this one does
         (`reaches` in dacd/staging/reach.py, by the backend's `split_reach`: a local buffer's
@@ -57,17 +87,17 @@ class SplitShares:
         from dacd.staging.reach import reaches, split_reach
 
         hosts = buf.allocation.hosts
-        if len(hosts) < 2 or self._view is None:
-            return [self.host]
+        if len(hosts) < 2 or self.view is None:
+            return [self._host]
         reach = split_reach(backend)
         if reach == "none":
-            return [self.host]
-        views = self.store.stage_views(hosts)
-        alike = [h for h in hosts if h != self.host and reaches(self._view, views.get(h), reach)]
-        alive = self.store.alive_among(alike) if alike else set()
-        return [self.host] + [h for h in alike if h in alive]
+            return [self._host]
+        views = self._store.stage_views(hosts)
+        alike = [h for h in hosts if h != self._host and reaches(self.view, views.get(h), reach)]
+        alive = self._store.alive_among(alike) if alike else set()
+        return [self._host] + [h for h in alike if h in alive]
 
-    def _share_due(self, buf, incarnation: int, mine, backend: str) -> bool:
+    def due(self, buf: Buffer, incarnation: int, mine: Status | None, backend: str) -> bool:
         """A split stage's shares this host owns and has not reported (`run_owned` in
         dacd/staging/split_owners.py): handed to the stage pool, True; False when there are
         none. The record is checked (one writer: the primary), and its filesystem must be the
@@ -77,20 +107,20 @@ class SplitShares:
 
         primary = buf.allocation.primary_host
         if (
-            self.host == primary
+            self._host == primary
             or len(buf.allocation.hosts) < 2
             or buf.desired_state not in (State.STAGED_IN, State.STAGED_OUT)
-            or self._view is None
+            or self.view is None
         ):
             return False
         step = "stage_in" if buf.desired_state is State.STAGED_IN else "stage_out"
-        found = self.store.stage_plan_text(buf.name, step)
+        found = self._store.stage_plan_text(buf.name, step)
         if found is None:
             return False
         key, text = found
         try:
             plan = StagePlan.model_validate_json(text)
-            fs_path = get_backend(backend, self.config, primary).variables(buf, step)["fs_path"]
+            fs_path = get_backend(backend, self._config, primary).variables(buf, step)["fs_path"]
             if (plan.buffer, plan.primary, plan.fs_path) != (buf.name, primary, fs_path):
                 raise ValueError(f"names {shown(plan.primary)}:{shown(plan.fs_path)}")
         except ValueError as e:  # pydantic's ValidationError is one
@@ -102,13 +132,22 @@ class SplitShares:
         if report is not None and (report.failed or report.unreached):
             return False  # said once for this plan: the primary gives its shares to others
         done = report.done if report is not None else []
-        todo = [i for i in plan.owned_by(self.host) if i not in done]
+        todo = [i for i in plan.owned_by(self._host) if i not in done]
         if not todo:
             return False
-        self._hand_off_share(buf, incarnation, mine, plan, todo, fs_path, report)
+        self._hand_off(buf, incarnation, mine, plan, todo, fs_path, report)
         return True
 
-    def _hand_off_share(self, buf, incarnation, mine, plan, todo, fs_path, report) -> None:
+    def _hand_off(
+        self,
+        buf: Buffer,
+        incarnation: int,
+        mine: Status | None,
+        plan: StagePlan,
+        todo: list[int],
+        fs_path: str,
+        report: ShareReport | None,
+    ) -> None:
         """This host's shares of a split stage to the stage pool, as the user, reported in
         this host's own status; the buffer is looked at again when they end. Nothing else
         writes this status meanwhile: reconcile leaves a buffer alone while its stage runs."""
@@ -117,14 +156,12 @@ class SplitShares:
         from dacd.staging.split_owners import run_owned
 
         run = Run()
-        with self._lock:
-            self._staging[buf.name] = run
-        base = mine or Status(buffer=buf.name, host=self.host)
+        base = mine or Status(buffer=buf.name, host=self._host)
         report = report or ShareReport(
             step=plan.step, generation=plan.generation, attempt=plan.attempt
         )
 
-        def write(now, step: str) -> None:
+        def write(now: ShareReport, step: str) -> None:
             status = base.model_copy(
                 update={
                     "progress": None,  # the stage's is the primary's: the shares' sum
@@ -134,49 +171,40 @@ class SplitShares:
                 }
             )
             try:
-                self.store.put_status(status, incarnation)
+                self._store.put_status(status, incarnation)
             except StoreUnavailable as e:  # a progress line: the report is written again
                 log.warning("buffer %s: share progress not shown (%s)", buf.name, e)
 
-        again = [True]
-
-        def shares() -> None:
+        def shares() -> bool:
             log.info(
                 "buffer %s (job %s): %s shares %s on %s",
                 buf.name,
                 buf.job_id,
                 plan.step,
                 ",".join(map(str, todo)),
-                self.host,
+                self._host,
             )
             try:
                 run_owned(
-                    self.store,
-                    self.host,
+                    self._store,
+                    self._host,
                     buf,
                     plan,
                     todo,
                     fs_path,
-                    self.config.stage_workers,
-                    time_limit(self.config.stage_timeout),
+                    self._config.stage_workers,
+                    time_limit(self._config.stage_timeout),
                     run,
                     report,
                     write,
                 )
             except (Fenced, Superseded) as e:  # a new lease's relist brings the buffer back
                 log.warning("buffer %s: %s shares not recorded: %s", buf.name, plan.step, e)
-                again[0] = False
+                return False
             except Exception:  # noqa: BLE001 - a stage's thread must never die silently
                 log.exception("buffer %s: %s shares failed", buf.name, plan.step)
-                again[0] = False  # not at once: the next change of the buffer, or resync
-            finally:
-                with self._lock:
-                    del self._staging[buf.name]
-                if again[0] and (run.reason is None or not run.reason.startswith("stopped: dacd")):
-                    self.schedule(buf.name)  # a share given to this host meanwhile
+                return False  # not at once: the next change of the buffer, or resync
+            # looked at again for a share given to this host meanwhile, unless dacd is stopping
+            return run.reason is None or not run.reason.startswith("stopped: dacd")
 
-        try:
-            self._stages.submit(shares)
-        except RuntimeError:  # shutting down
-            with self._lock:
-                del self._staging[buf.name]
+        self._stages.hand_off(buf.name, run, shares)

@@ -231,7 +231,7 @@ def test_a_lustre_buffers_other_host_reads_it_only_when_its_work_key_is_put(stor
         woken, silent = sorted(set(HOSTS) - {primary})
         assert servers[woken].reads == [] and servers[silent].reads == []
         if late:  # the claim still on its way: the wake-up comes first
-            assert not servers[woken].rec._passive_holds("wake")
+            assert not servers[woken].rec._claims.passive_holds("wake")
         store.wake(woken, "wake")
         wait("the woken host to read the spec", lambda: servers[woken].reads == ["wake"])
         time.sleep(0.5)
@@ -306,8 +306,8 @@ def test_a_desired_state_change_reaches_only_the_acting_hosts_work_watch(store, 
 
 
 def idle(rec, name):
-    with rec._lock:
-        return name not in rec._busy
+    with rec._intake._lock:
+        return name not in rec._intake._busy
 
 
 def test_stray_work_is_dropped_at_start_and_a_change_without_work_is_found_by_resync(store):
@@ -316,7 +316,7 @@ def test_stray_work_is_dropped_at_start_and_a_change_without_work_is_found_by_re
     home = buf.allocation.primary_host
     store.client.put(store.keys.work(home, "ghost"), "1")  # a buffer that is gone
     server = Server(store, cfg, home)
-    server.rec._resync = 3600  # only the explicit call below
+    server.rec._intake.resync_every = 3600  # only the explicit call below
     try:
         server.rec.start()
         wait("held to be created", lambda: reached(store, "held", home, S.CREATED))
@@ -414,11 +414,11 @@ def test_a_host_that_said_it_does_not_see_the_filesystem_is_not_handed_its_share
     )
     store.client.put(store.keys.stage_plan("ur", "stage_in"), plan.model_dump_json())
     rec = Reconciler(Store(store.client, store.keys.root), cfg, other, lambda *a, **k: None)
-    rec._view = "a view"
+    rec._shares.view = "a view"
     handed: list = []
-    rec._hand_off_share = lambda *a: handed.append(a)  # type: ignore[method-assign]
+    rec._shares._hand_off = lambda *a: handed.append(a)  # type: ignore[method-assign]
     said = ShareReport(step="stage_in", generation=buf.generation, attempt=1, unreached=True)
     mine = Status(buffer="ur", host=other, share=said)
-    assert rec._share_due(buf, held.create_revision, mine, "local") is False and handed == []
-    assert rec._share_due(buf, held.create_revision, None, "local") is True
+    assert rec._shares.due(buf, held.create_revision, mine, "local") is False and handed == []
+    assert rec._shares.due(buf, held.create_revision, None, "local") is True
     assert [a[4] for a in handed] == [[1]]  # its one share, to the stage pool

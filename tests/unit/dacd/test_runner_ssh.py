@@ -6,7 +6,7 @@ from typing import Any
 
 from daccore.errors import HostsUnreachable, Kind, PlaybookFailed
 from daccore.settings.config import SshSettings
-from dacd.reconciler import may_be_attached
+from dacd.reconcile.step import may_be_attached
 from dacd.runner import _hosts, ssh_environment
 
 
