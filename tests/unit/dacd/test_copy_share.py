@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dacd.staging import copier
 from dacd.staging import share as copy_share
 from dacd.staging.share import ALIGN, FILE_COST, SPLIT, deal, pieces, weight
 
@@ -88,7 +89,7 @@ def test_the_share_plan_carries_its_role_and_refuses_another():
         "/b/striped",
         "destination",
         3,
-        copy_share.copier.CHUNK,
+        copier.CHUNK,
         "share",
         4,
         2,
