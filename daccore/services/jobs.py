@@ -421,8 +421,10 @@ def _teardown_failed(status: Doc, generation: int) -> bool:
     Slurm's retry is one), and the run in flight writes its status without the last error; a
     held buffer must not drop out of `within_held_share` for the seconds each retry runs."""
     attempt = status.get("attempt")
+    # a step in flight is recorded with its task: "delete: unmount and wipe the filesystem"
+    step = str(status.get("step") or "").partition(":")[0]
     return buffer_doc.failed(status, generation) or (
-        status.get("step") == "delete"
+        step == "delete"
         and (bool(status.get("error")) or (isinstance(attempt, int) and attempt > 1))
     )
 

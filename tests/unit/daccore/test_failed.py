@@ -108,6 +108,9 @@ def test_a_teardown_failing_counts_across_its_retries():
     # Slurm's retry is a newer spec; dacd runs the delete again, its status without the error
     assert held(failed_delete, 6)
     assert held({"step": "delete", "attempt": 2, "generation": 6, "error": None}, 6)
+    # the retry in flight records its task with the step (what CI's loaded runs caught)
+    running = {"step": "delete: unmount and wipe the filesystem", "attempt": 2, "error": None}
+    assert held({**running, "generation": 6}, 6)
     assert not held({"step": "delete", "attempt": 1, "generation": 6, "error": None}, 6)
     # a stage's failure the teardown outgrew is no failed teardown; one at the teardown's
     # own spec (dacd refusing it) is
