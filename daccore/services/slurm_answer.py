@@ -219,10 +219,22 @@ def _checked(
 
 def _one_line(text: str) -> str:
     """Slurm shows stdout as the message: never more than one line of it, and no control
-    character (it reaches sbatch's terminal and the job's Reason)."""
+    character (it reaches sbatch's terminal and the job's Reason). At most LINE_MAX
+    characters, a long one cut in its middle: a message ends with who must act and what
+    was kept ("an admin must end them; nothing was zeroed or released"), and a list of
+    long paths before it must not cut that off."""
     from daccore.escape import printable
 
-    return printable(" ".join(text.split("\n")).strip())[:1000]
+    line = printable(" ".join(text.split("\n")).strip())
+    if len(line) <= LINE_MAX:
+        return line
+    keep = LINE_MAX - len(_CUT)
+    return line[: keep - keep // 3] + _CUT + line[len(line) - keep // 3 :]
+
+
+#: Slurm's one line: how much of it dac fills, and what marks a cut (`_one_line`)
+LINE_MAX = 1000
+_CUT = " [...] "
 
 
 def _need(row: Command, args: argparse.Namespace) -> None:
