@@ -124,6 +124,9 @@ class Reached(Protocol):
     @property
     def error(self) -> object: ...
 
+    @property
+    def generation(self) -> int: ...
+
 
 class _Primary(Protocol):
     @property
@@ -139,6 +142,9 @@ class Seen(Protocol):
     @property
     def allocation(self) -> _Primary: ...
 
+    @property
+    def generation(self) -> int: ...
+
 
 class Named(Protocol):
     """A backend, as step_finished labels it."""
@@ -153,9 +159,15 @@ class HostInventory(Protocol):
     def host_summary_inventory(self, host: str, pools: list[str]) -> Inventory: ...
 
 
-def buffer_state_label(status: Reached | None) -> str:
-    """'failed' when the last step failed, else the state reached, 'new' before any."""
-    if status is not None and status.error:
+def buffer_state_label(status: Reached | None, generation: int) -> str:
+    """'failed' when the host failed at the spec's `generation` (buffer_doc.failed, the rule
+    of every view: an older generation's error is being retried), else the state reached,
+    'new' before any."""
+    from daccore.records.buffer_doc import failed
+
+    if status is not None and failed(
+        {"error": status.error, "generation": status.generation}, generation
+    ):
         return "failed"
     return "new" if status is None or status.state is None else status.state.value
 
@@ -165,7 +177,7 @@ def buffer_seen(buf: Seen, host: str, status: Reached | None) -> None:
     summing dac_buffers over every dacd counts each buffer once."""
     if host == buf.allocation.primary_host:
         with _buffers_lock:
-            _buffers[buf.name] = buffer_state_label(status)
+            _buffers[buf.name] = buffer_state_label(status, buf.generation)
 
 
 def buffer_gone(name: str) -> None:

@@ -44,19 +44,30 @@ def test_the_config_refuses_a_metrics_address_without_a_port():
     assert DacConfig().metrics_address == ""  # off by default
 
 
-def status(state=None, error=None):
-    return SimpleNamespace(state=state, error=error)
+def status(state=None, error=None, generation=1):
+    return SimpleNamespace(state=state, error=error, generation=generation)
 
 
 def test_a_buffer_counts_under_the_state_reached_new_before_any_and_failed_after_a_failure():
-    label = metrics.buffer_state_label
+    def label(s):
+        return metrics.buffer_state_label(s, 1)
+
     assert label(None) == "new" and label(status()) == "new"
     assert label(status(State.MOUNTED)) == "mounted"
     assert label(status(State.CREATED, error="x")) == label(status(None, error="x")) == "failed"
 
 
+def test_an_older_generations_error_is_not_counted_failed():
+    """The one rule (daccore/records/buffer_doc.py `failed`): dacd is retrying it."""
+    old = status(State.CREATED, error="x", generation=2)
+    assert metrics.buffer_state_label(old, 3) == "created"
+    assert metrics.buffer_state_label(old, 2) == "failed"
+
+
 def buffer(name, primary):
-    return SimpleNamespace(name=name, allocation=SimpleNamespace(primary_host=primary))
+    return SimpleNamespace(
+        name=name, allocation=SimpleNamespace(primary_host=primary), generation=1
+    )
 
 
 def samples(collector):
