@@ -1,6 +1,7 @@
 """dac's etcd client, one module per concern, importing in one direction only:
 
-    types            records, errors and the transport interface (standard library only)
+    types            records, errors, the transport interface and what the store asks of a
+                     client (`EtcdApi`; standard library only)
     client           EtcdClient: one API over the transports, retry and endpoint failover
     grpc_transport   etcd's gRPC API (daemons, admin commands)
     http_transport   etcd's JSON gateway over the standard library (the hooks inside slurmctld)

@@ -14,7 +14,7 @@ from daccore.etcd.types import EtcdRequestError, Event, Unreachable, WatchCompac
 
 if TYPE_CHECKING:
     from daccore.etcd.client import EtcdClient
-    from daccore.etcd.types import WatchStream
+    from daccore.etcd.types import EtcdApi, WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,7 @@ class LeaseKeeper:
     which deletes the bound keys at once instead of after the TTL.
     """
 
-    def __init__(
-        self, client: EtcdClient, ttl: int, bind: Callable[[int], None], name: str = "lease"
-    ):
+    def __init__(self, client: EtcdApi, ttl: int, bind: Callable[[int], None], name: str = "lease"):
         self._client, self.ttl, self._bind = client, ttl, bind
         self.lease = 0
         self._stop = threading.Event()

@@ -1,6 +1,7 @@
 """What the etcd client and its transports share: the records a request and an answer are made
-of, the errors, and the transport interface. Standard library only, and cheap to import: the
-hooks that run inside slurmctld load it (docs/performance.md)."""
+of, the errors, the transport interface, and what the store asks of a client (`EtcdApi`).
+Standard library only, and cheap to import: the hooks that run inside slurmctld load it
+(docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from daccore.errors import InternalError
 TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' path; mypy: True
 if TYPE_CHECKING:
     from typing import Iterator, NamedTuple, Protocol, Sequence
+
+    from daccore.etcd.stream import Watch
 
 __all__ = [
     "KV",
@@ -177,3 +180,38 @@ if TYPE_CHECKING:
         def lease_time_to_live(self, lease: int) -> tuple[int, int]: ...
         def watch(self, key: str, range_end: str | None, start_revision: int) -> WatchStream: ...
         def close(self) -> None: ...
+
+    class EtcdReads(Protocol):
+        """The reads `daccore.store` makes of its client, with `EtcdClient`'s signatures. The
+        answerer's mirror answers these alone (dacservice/answerer/mirror.py)."""
+
+        endpoints: list[str]
+
+        def range(
+            self,
+            key: str,
+            range_end: str | None = None,
+            *,
+            keys_only: bool = False,
+            revision: int = 0,
+        ) -> tuple[list[KV], int]: ...
+        def get(self, key: str) -> KV | None: ...
+        def txn(
+            self, compare: list[Compare], success: list[Op], failure: list[Op] | None = None
+        ) -> TxnResult: ...
+
+    class EtcdApi(EtcdReads, Protocol):
+        """All `daccore.store` (and `daccore.etcd.stream.LeaseKeeper`) asks of its client:
+        `EtcdClient` is one, structurally; the answerer's mirror refuses all but the reads."""
+
+        timeout: float
+
+        def put(self, key: str, value: str | bytes, lease: int = 0) -> int: ...
+        def delete(self, key: str, range_end: str | None = None) -> int: ...
+        def lease_grant(self, ttl: int) -> int: ...
+        def lease_keepalive(self, lease: int) -> int: ...
+        def lease_time_to_live(self, lease: int) -> tuple[int, int]: ...
+        def lease_revoke(self, lease: int) -> None: ...
+        def watch(
+            self, key: str, range_end: str | None = None, start_revision: int = 0
+        ) -> Watch: ...

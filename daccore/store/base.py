@@ -24,13 +24,14 @@ if TYPE_CHECKING:
 
     from daccore.etcd.auth import Credential
     from daccore.etcd.stream import Watch
+    from daccore.etcd.types import EtcdApi
     from daccore.records.buffer_doc import Doc
     from daccore.settings.cache import Json
     from daccore.settings.config import EtcdSettings
 
     R = TypeVar("R", bound=BaseModel)
 
-__all__ = ["Connection", "Versioned", "Change"]
+__all__ = ["Connection", "Versioned", "Change", "client_from_dict"]
 
 
 #: etcd refuses transactions of more than --max-txn-ops operations (default 128) on either
@@ -55,7 +56,7 @@ class Connection:
     `_list`, `_update` (read-modify-write by compare-and-swap), `_watch`. Constructing one
     does no I/O."""
 
-    def __init__(self, client: EtcdClient, prefix: str = "/dac/v1/"):
+    def __init__(self, client: EtcdApi, prefix: str = "/dac/v1/"):
         self.client = client
         self.keys = Keys(prefix)
 
@@ -86,17 +87,7 @@ class Connection:
     ) -> Self:
         """From `config_cache.load_settings()["etcd"]`, for the hooks inside slurmctld: one
         process per call, so the role's token is cached on disk (daccore.etcd.auth)."""
-        timeout = etcd["timeout"] if max_timeout is None else min(etcd["timeout"], max_timeout)
-        client = EtcdClient(
-            etcd["urls"],
-            cacert=etcd.get("cacert"),
-            cert=etcd.get("cert"),
-            key=etcd.get("key"),
-            timeout=timeout,
-            transport=transport or etcd["transport"],
-            credential=_credential(etcd["credentials_dir"], role, cache=True),
-        )
-        return cls(client, etcd["prefix"])
+        return cls(client_from_dict(etcd, transport, max_timeout, role), etcd["prefix"])
 
     def _list(self, model: type[R], prefix: str) -> list[R]:
         kvs, _ = self.client.range(prefix, prefix_end(prefix))
@@ -155,6 +146,23 @@ def _claim_of(kv: KV) -> tuple[str, str | None] | None:
         return None
     primary = doc.get("primary")
     return doc["buffer"], primary if isinstance(primary, str) else None
+
+
+def client_from_dict(
+    etcd: Json, transport: str | None = None, max_timeout: float | None = None, role: str = "slurm"
+) -> EtcdClient:
+    """`Connection.from_dict`'s client, for a caller that needs the EtcdClient itself (the
+    answerer's mirror watches through it, dacservice/answerer/mirror.py)."""
+    timeout = etcd["timeout"] if max_timeout is None else min(etcd["timeout"], max_timeout)
+    return EtcdClient(
+        etcd["urls"],
+        cacert=etcd.get("cacert"),
+        cert=etcd.get("cert"),
+        key=etcd.get("key"),
+        timeout=timeout,
+        transport=transport or etcd["transport"],
+        credential=_credential(etcd["credentials_dir"], role, cache=True),
+    )
 
 
 def _credential(directory: str, role: str, cache: bool) -> Credential:

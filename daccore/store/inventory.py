@@ -25,7 +25,7 @@ TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' pa
 if TYPE_CHECKING:
     from typing import Callable, Iterable, Sequence
 
-    from daccore.etcd.client import EtcdClient
+    from daccore.etcd.types import EtcdApi
     from daccore.rules.inventory import PoolInfo
     from daccore.settings.cache import Json
 
@@ -45,7 +45,7 @@ class InventoryReads(WorkKeys):
     `host_summary_inventory` (counts), `placement_view`, `count_rest` and `free_bricks_on`
     (a setup's placement); and the cache of capacity records and alive keys they share."""
 
-    def __init__(self, client: EtcdClient, prefix: str = "/dac/v1/"):
+    def __init__(self, client: EtcdApi, prefix: str = "/dac/v1/"):
         super().__init__(client, prefix)
         self._views: Json | None = None  # _host_views' cache
 

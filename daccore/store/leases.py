@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from typing import Callable, Iterator
 
-    from daccore.etcd.client import EtcdClient
     from daccore.etcd.stream import LeaseKeeper
+    from daccore.etcd.types import EtcdApi
 
 __all__ = ["Leases", "OWNER_LOCK_TTL"]
 
@@ -29,7 +29,7 @@ class Leases(Connection):
     """Owns `alive/` (keep_alive, alive, alive_among, lease_ages), the fence of a dacd's
     writes on its lease (`_fenced_txn`, used by statuses and reaps) and `owner-locks/`."""
 
-    def __init__(self, client: EtcdClient, prefix: str = "/dac/v1/"):
+    def __init__(self, client: EtcdApi, prefix: str = "/dac/v1/"):
         super().__init__(client, prefix)
         #: host -> (its alive key, the revision of its last bind): keep_alive fences this
         #: store's writes of that host's statuses, and its reaps, on the dacd's lease (dacd);

@@ -13,8 +13,8 @@ TYPE_CHECKING = False  # typing's own, without importing typing on the hooks' pa
 if TYPE_CHECKING:
     from typing import Iterable, Iterator
 
-    from daccore.etcd.client import EtcdClient
     from daccore.etcd.stream import Watch
+    from daccore.etcd.types import EtcdApi
 
 __all__ = ["WorkKeys"]
 
@@ -24,7 +24,7 @@ class WorkKeys(Connection):
     the puts that go with a spec's write, a wake-up by hand, a host's watch of its own keys,
     and the drop of strays."""
 
-    def __init__(self, client: EtcdClient, prefix: str = "/dac/v1/"):
+    def __init__(self, client: EtcdApi, prefix: str = "/dac/v1/"):
         super().__init__(client, prefix)
         #: pool -> whether its backend runs each step once, on the primary, for all hosts:
         #: read from the pool records once (dac writes a pool record once and never changes

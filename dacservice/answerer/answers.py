@@ -111,13 +111,15 @@ class Answerer:
 
     def _connect(self, etcd: Json) -> None:
         from daccore.store import Store
+        from daccore.store.base import client_from_dict
 
         old = self.mirror
-        self._direct = _bounded(Store.from_dict(etcd, transport="http", max_timeout=DIRECT_TIMEOUT))
-        watching = Store.from_dict(etcd, transport="http")
-        self.mirror = Mirror(watching.client, etcd["prefix"])
-        # a MirrorClient answers the reads Store makes of an EtcdClient (mirror.py)
-        client = cast("EtcdClient", MirrorClient(self.mirror, watching.client.endpoints))
+        direct = _bounded(client_from_dict(etcd, transport="http", max_timeout=DIRECT_TIMEOUT))
+        self._direct = Store(direct, etcd["prefix"])
+        watching = client_from_dict(etcd, transport="http")
+        self.mirror = Mirror(watching, etcd["prefix"])
+        # a MirrorClient answers the reads Store makes (mirror.py)
+        client = MirrorClient(self.mirror, watching.endpoints)
         self._mirror_store = _summary_per_change(Store(client, etcd["prefix"]), self.mirror)
         self._etcd = etcd
         if old is not None:
@@ -303,10 +305,10 @@ def _summary_per_change(store: Store, mirror: Mirror) -> Store:
     return store
 
 
-def _bounded(store: Store) -> Store:
-    """`store` whose etcd out of reach (past DIRECT_TIMEOUT) is `Unsure`, not an answer: the
+def _bounded(client: EtcdClient) -> EtcdClient:
+    """`client` whose etcd out of reach (past DIRECT_TIMEOUT) is `Unsure`, not an answer: the
     fork that follows has the rest of the 2 s, and its own one line."""
-    call = store.client._call
+    call = client._call
 
     def bounded(fn: Callable[[Transport], T]) -> T:
         try:
@@ -314,5 +316,5 @@ def _bounded(store: Store) -> Store:
         except StoreUnavailable as e:
             raise Unsure(f"etcd out of reach: {e}") from None
 
-    store.client._call = bounded  # type: ignore[method-assign]  # this store's client only
-    return store
+    client._call = bounded  # type: ignore[method-assign]  # this client only
+    return client

@@ -15,11 +15,11 @@ FRESH_FOR seconds old; a mirror whose watch is behind, or that cannot reach etcd
 confirmed and is not used (answers.py reads etcd instead, or refuses).
 
 `MirrorClient` raises `Unsure` instead of answering where the mirror cannot be sure: any
-write, a read at a revision other than its own, a range outside the mirrored prefixes, and a
-single key it does not hold (one the watch may not have brought yet: a `paths` for a buffer
-just made). `Unsure` is a BaseException on purpose: it is not an answer, and must cross every
-`except Exception` of the shared handlers (daccore/services/slurm_answer.py) up to the
-answerer.
+write, lease or watch, a read at a revision other than its own, a range outside the mirrored
+prefixes, and a single key it does not hold (one the watch may not have brought yet: a `paths`
+for a buffer just made). `Unsure` is a BaseException on purpose: it is not an answer, and must
+cross every `except Exception` of the shared handlers (daccore/services/slurm_answer.py) up to
+the answerer.
 """
 
 from __future__ import annotations
@@ -262,8 +262,9 @@ class _Batches(Watch):
 
 
 class MirrorClient:
-    """What `daccore.store.Store` asks of an EtcdClient for reading, answered from a Mirror;
-    `Unsure` where it cannot be (module docstring). Readers hold `mirror.lock`."""
+    """A `daccore.etcd.types.EtcdApi` for `daccore.store.Store`: its reads answered from a
+    Mirror, `Unsure` where they cannot be and for the rest (module docstring). Readers hold
+    `mirror.lock`."""
 
     def __init__(self, mirror: Mirror, endpoints: list[str]):
         self.mirror = mirror
@@ -313,8 +314,29 @@ class MirrorClient:
             counts.append(count)
         return TxnResult(True, self.mirror.revision, ranges, counts)
 
-    def _not_a_read(self, *args: object, **kwargs: object) -> NoReturn:
-        raise Unsure("not a read the mirror answers")
+    # -- the rest of EtcdApi: not reads, so Unsure (the answer reads etcd) --------------------
 
-    put = delete = compact = watch = _not_a_read
-    lease_grant = lease_keepalive = lease_time_to_live = lease_revoke = _not_a_read
+    def put(self, key: str, value: str | bytes, lease: int = 0) -> NoReturn:
+        raise _reads_only("put")
+
+    def delete(self, key: str, range_end: str | None = None) -> NoReturn:
+        raise _reads_only("delete")
+
+    def lease_grant(self, ttl: int) -> NoReturn:
+        raise _reads_only("lease_grant")
+
+    def lease_keepalive(self, lease: int) -> NoReturn:
+        raise _reads_only("lease_keepalive")
+
+    def lease_time_to_live(self, lease: int) -> NoReturn:
+        raise _reads_only("lease_time_to_live")
+
+    def lease_revoke(self, lease: int) -> NoReturn:
+        raise _reads_only("lease_revoke")
+
+    def watch(self, key: str, range_end: str | None = None, start_revision: int = 0) -> NoReturn:
+        raise _reads_only("watch")
+
+
+def _reads_only(method: str) -> Unsure:
+    return Unsure(f"the answerer's mirror answers reads only: {method}")
