@@ -131,7 +131,9 @@ class PlaybookFailed(AdminError):
             if node
             else ""
         )
-        super().__init__(f"{step} failed on {host} at task '{task}' (rc {rc}): {tail[:300]}{fix}")
+        super().__init__(
+            f"{step} failed on {host} at task '{task}' (rc {rc}): {clipped(tail, TAIL_MAX)}{fix}"
+        )
         self.step, self.task, self.host, self.rc = step, task, host, rc
         self.output = output[-8000:]  # bounded: kept in the buffer's status for the admin
 
@@ -174,6 +176,21 @@ class HostsUnreachable(PlaybookFailed):
         # rest_done: every other host ran the whole step (no task failed, nothing cut short)
         self.hosts, self.touched, self.rest_done = hosts, touched, rest_done
         self.output = "\n".join(f"{h}: {reasons[h]}" for h in hosts)[-8000:]
+
+
+#: how much of a failed task's last line goes into its one-line error (`PlaybookFailed`)
+TAIL_MAX = 700
+_CUT = " [...] "
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text`, at most `limit` characters, a longer one cut in its middle: dac's messages end
+    with who must act and what was kept ("an admin must end them; nothing was zeroed or
+    released"), and the paths or holders listed before must not cut that off."""
+    if len(text) <= limit:
+        return text
+    keep = limit - len(_CUT)
+    return text[: keep - keep // 3] + _CUT + text[len(text) - keep // 3 :]
 
 
 def _out_of_service(hosts: list[str], servers: frozenset[str]) -> str:

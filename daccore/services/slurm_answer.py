@@ -223,18 +223,14 @@ def _one_line(text: str) -> str:
     characters, a long one cut in its middle: a message ends with who must act and what
     was kept ("an admin must end them; nothing was zeroed or released"), and a list of
     long paths before it must not cut that off."""
+    from daccore.errors import clipped
     from daccore.escape import printable
 
-    line = printable(" ".join(text.split("\n")).strip())
-    if len(line) <= LINE_MAX:
-        return line
-    keep = LINE_MAX - len(_CUT)
-    return line[: keep - keep // 3] + _CUT + line[len(line) - keep // 3 :]
+    return clipped(printable(" ".join(text.split("\n")).strip()), LINE_MAX)
 
 
-#: Slurm's one line: how much of it dac fills, and what marks a cut (`_one_line`)
+#: Slurm's one line: how much of it dac fills (`_one_line`)
 LINE_MAX = 1000
-_CUT = " [...] "
 
 
 def _need(row: Command, args: argparse.Namespace) -> None:
